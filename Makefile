@@ -1,0 +1,34 @@
+# The README's two commands: `make demo` and `make test`. Both set everything up first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot
+
+.PHONY: setup system demo test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: this machine has the CPU build on disk; an open range would pull CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+system:
+	scripts/install-system-deps
+
+demo: setup system
+	$(VENV)/bin/stallscope demo
+
+test: setup system
+	$(PY) -m pytest -q -ra
+
+test-fast: setup
+	$(PY) -m pytest -q -ra -m 'not slow'
+
+bench: setup
+	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache

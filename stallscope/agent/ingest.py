@@ -1,0 +1,163 @@
+"""The hook socket: a unix SOCK_SEQPACKET listener served by one selector thread.
+
+Each hook process holds one connection; each message is one JSON report (see
+stallscope/hook/wire.py). The sender's PID comes from SO_PEERCRED, translated by the
+kernel into the agent's PID namespace, so a process cannot claim another's PID.
+Every message is validated; rejects are counted by reason and never stop the loop.
+"""
+import collections
+import os
+import selectors
+import socket
+import stat
+import struct
+import threading
+
+from ..hook import wire
+from . import validate
+
+MAX_CONNECTIONS = 4096
+_UCRED = struct.Struct("3i")
+
+
+class BindError(Exception):
+    pass
+
+
+def bind(path):
+    """Create the listening socket, replacing a stale socket file; BindError if not."""
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise BindError("cannot create %s: %s" % (directory, e.strerror))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise BindError("cannot bind hook socket %s: %s" % (path, e.strerror))
+    if st is not None:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise BindError("cannot bind hook socket %s: a non-socket file is in the way" % path)
+        if _in_use(path):
+            raise BindError("cannot bind hook socket %s: another agent is listening on it" % path)
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+    try:
+        sock.bind(path)
+        # Trainer pods run as other users; any process that can reach the directory may
+        # report (the hostPath directory is what grants access).
+        os.chmod(path, 0o666)
+        sock.listen(512)
+    except OSError as e:
+        sock.close()
+        raise BindError("cannot bind hook socket %s: %s" % (path, e.strerror))
+    sock.setblocking(False)
+    return sock
+
+
+def _in_use(path):
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+class Ingest:
+    def __init__(self, sock, table, max_bytes=wire.MAX_MESSAGE_BYTES):
+        self.sock = sock
+        self.table = table
+        self.max_bytes = max_bytes
+        self.accepted = 0
+        self.events = 0
+        self.rejected = collections.Counter()
+        self.connections = 0
+        self.selector = selectors.DefaultSelector()
+        self.stopping = threading.Event()
+        self.wake_r, self.wake_w = os.pipe()
+        self.thread = threading.Thread(target=self._loop, name="stallscope-ingest", daemon=True)
+
+    def start(self):
+        self.selector.register(self.sock, selectors.EVENT_READ, None)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.thread.start()
+
+    def stop(self):
+        self.stopping.set()
+        os.write(self.wake_w, b"x")
+        self.thread.join(timeout=5)
+        for key in list(self.selector.get_map().values()):
+            if isinstance(key.data, tuple):
+                key.fileobj.close()
+        self.selector.close()
+
+    def _loop(self):
+        while not self.stopping.is_set():
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.data is None:
+                    self._accept()
+                elif key.data != "wake":
+                    self._read(key.fileobj, key.data)
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.rejected["accept_error"] += 1
+                return
+            if self.connections >= MAX_CONNECTIONS:
+                self.rejected["too_many_connections"] += 1
+                conn.close()
+                continue
+            try:
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+                pid, uid, _gid = _UCRED.unpack(creds)
+            except OSError:
+                pid, uid = 0, None
+            conn.setblocking(False)
+            self.connections += 1
+            self.selector.register(conn, selectors.EVENT_READ, (pid, uid))
+
+    def _read(self, conn, peer):
+        for _ in range(64):  # bounded per wake-up so one chatty peer cannot starve others
+            try:
+                data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, flags = b"", 0
+            if not data:  # peer closed
+                self.selector.unregister(conn)
+                conn.close()
+                self.connections -= 1
+                return
+            if flags & socket.MSG_TRUNC or len(data) > self.max_bytes:
+                self.rejected["oversize"] += 1
+                continue
+            self.handle(data, peer[0] or None, peer[1])
+
+    def handle(self, data, peer_pid=None, peer_uid=None):
+        """Validate and apply one message; never raises."""
+        try:
+            msg = validate.parse(data, self.max_bytes)
+            self.table.apply(msg, peer_pid=peer_pid, peer_uid=peer_uid)
+        except validate.Reject as r:
+            self.rejected[r.reason] += 1
+            return False
+        except LookupError:
+            self.rejected["rank_limit"] += 1
+            return False
+        except Exception:  # a bug in a handler must not stop ingestion
+            self.rejected["internal_error"] += 1
+            return False
+        self.accepted += 1
+        self.events += len(msg["events"])
+        return True

@@ -1,0 +1,255 @@
+"""Delivery of hook events to the node agent: batched, non-blocking, bounded.
+
+The training loop only appends two integers to a list per batch (see watch.py). A daemon
+thread in each process drains those lists a few times a second and sends one message
+per stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.
+
+Why SEQPACKET: it keeps message boundaries like a datagram, but each connection has its
+own send buffer. Unix datagram sockets share one receive queue of
+net.unix.max_dgram_qlen messages (10 by default) across all senders, which 8 ranks and
+their loader workers flushing on the same beat would overflow. It also gives the agent
+the sender's PID in its own PID namespace via SO_PEERCRED.
+
+When the agent is absent, killed or restarted, the send fails at once (ENOENT,
+ECONNREFUSED, EPIPE): the pending events are counted as dropped and the channel
+reconnects on a later flush. When the agent is merely slow (EAGAIN), events stay pending
+up to a bound. Nothing here can raise into, or block, the training loop.
+"""
+import atexit
+import os
+import socket
+import threading
+import time
+import weakref
+
+from . import wire
+
+FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "0.25") or 0.25)
+HEARTBEAT_S = 5.0
+RECONNECT_S = 1.0
+# Per stream, at most this many batches wait for delivery; past it the oldest are
+# dropped (and counted), so a process that never reaches an agent keeps bounded memory.
+MAX_PENDING = 50_000
+
+
+class Stream:
+    """The batches of one iterator (one epoch of one watched loader)."""
+
+    __slots__ = ("buf", "pending", "ident", "role", "loader", "prev_end", "owner",
+                 "last_sent", "__weakref__")
+
+    def __init__(self, ident, role="main", owner=None):
+        self.buf = []       # flat [start, end, start, end, ...] appended by the loop
+        self.pending = []   # [end, wait, interval] built from buf, not yet delivered
+        self.ident = ident
+        self.role = role
+        self.loader = None
+        self.prev_end = None
+        self.owner = weakref.ref(owner) if owner is not None else None
+        self.last_sent = 0.0
+
+    def finished(self):
+        return self.owner is not None and self.owner() is None
+
+
+class Channel:
+    def __init__(self, path=None):
+        self.path = path or os.environ.get("STALLSCOPE_SOCKET") or wire.DEFAULT_SOCKET
+        self.pid = os.getpid()
+        self.streams = []
+        self.extra = []  # (ident, role, payload) messages queued by other hook parts
+        self.dropped = 0
+        self.sent_messages = 0
+        self.lock = threading.Lock()
+        self.flush_lock = threading.Lock()  # the thread and atexit may both flush
+        self.wake = threading.Event()
+        self.thread = None
+        self.sock = None
+        self.retry_at = 0.0
+
+    # -- called from the training process (never on the per-batch path) ---------------
+    def add_stream(self, stream):
+        with self.lock:
+            self.streams.append(stream)
+        self._ensure_thread()
+        return stream
+
+    def post(self, ident, role, payload):
+        """Queue one extra message (e.g. worker samples); sent on the next flush."""
+        with self.lock:
+            if len(self.extra) >= 1024:
+                self.dropped += 1
+                return
+            self.extra.append((ident, role, payload))
+        self._ensure_thread()
+
+    def _ensure_thread(self):
+        if self.thread is None or not self.thread.is_alive():
+            t = threading.Thread(target=self._run, name="stallscope-flush", daemon=True)
+            self.thread = t
+            t.start()
+
+    # -- the flush thread ---------------------------------------------------------------
+    def _run(self):
+        while True:
+            self.wake.wait(FLUSH_INTERVAL_S)
+            self.wake.clear()
+            try:
+                self.flush()
+            except Exception:  # never let the thread die: the hook must keep working
+                self.dropped += 1
+
+    def flush(self):
+        with self.flush_lock:
+            self._flush()
+
+    def _flush(self):
+        now = time.monotonic()
+        with self.lock:
+            streams = list(self.streams)
+            extra, self.extra = self.extra, []
+        for stream in streams:
+            self._drain(stream)
+            done = stream.finished() and not stream.buf
+            if stream.pending or now - stream.last_sent >= HEARTBEAT_S or done:
+                self._deliver(stream, now)
+            if done and not stream.pending:
+                with self.lock:
+                    if stream in self.streams:
+                        self.streams.remove(stream)
+        for ident, role, payload in extra:
+            if self._send(self._message(ident, role, payload), 1) == "busy":
+                self.dropped += 1
+
+    def _deliver(self, stream, now):
+        pending = stream.pending
+        while True:
+            chunk = pending[:wire.MAX_EVENTS_PER_MESSAGE]
+            msg = self._message(stream.ident, stream.role, {"events": chunk})
+            if stream.loader is not None:
+                msg["loader"] = stream.loader
+            status = self._send(msg, len(chunk))
+            if status == "busy":
+                return  # the agent is slow: keep the events for the next flush
+            del pending[:len(chunk)]  # delivered, or counted as dropped
+            stream.last_sent = now
+            if not pending:
+                return
+
+    def _drain(self, stream):
+        buf = stream.buf
+        # Two appends per batch (start, end); the loop may be between them, so take an
+        # even count. `del buf[:n]` is one atomic list operation under the GIL.
+        n = len(buf) & ~1
+        pairs = buf[:n]
+        del buf[:n]
+        events = stream.pending
+        prev = stream.prev_end
+        for j in range(0, n, 2):
+            start, end = pairs[j], pairs[j + 1]
+            wait = end - start
+            # The first batch of an iterator has no predecessor: its interval is its wait,
+            # so wait <= interval holds for every event and the SLI stays within [0, 1].
+            interval = end - prev if prev is not None else wait
+            events.append([end, wait, interval])
+            prev = end
+        stream.prev_end = prev
+        excess = len(events) - MAX_PENDING
+        if excess > 0:
+            del events[:excess]
+            self.dropped += excess
+
+    def _message(self, ident, role, payload):
+        msg = {
+            "v": wire.VERSION,
+            "kind": "report",
+            "id": ident,
+            "pid": self.pid,
+            "role": role,
+            "mono_ns": time.perf_counter_ns(),
+            "wall_ns": time.time_ns(),
+            "dropped_total": self.dropped,
+        }
+        msg.update(payload)
+        return msg
+
+    def _send(self, msg, n_events):
+        """Returns "sent", "busy" (agent slow: retry later) or "dropped" (counted)."""
+        try:
+            data = wire.encode(msg)
+            if len(data) > wire.MAX_MESSAGE_BYTES:
+                self.dropped += n_events
+                return "dropped"
+            if self.sock is None:
+                if time.monotonic() < self.retry_at:
+                    self.dropped += n_events
+                    return "dropped"
+                self._connect()
+            self.sock.send(data, socket.MSG_NOSIGNAL)
+            self.sent_messages += 1
+            return "sent"
+        except BlockingIOError:
+            return "busy"
+        except Exception:
+            # ENOENT/ECONNREFUSED: no agent; EPIPE/ECONNRESET: it went away. Drop, count,
+            # and try a fresh connection after RECONNECT_S.
+            self._disconnect()
+            self.dropped += n_events
+            return "dropped"
+
+    def _connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sock.setblocking(False)
+        try:
+            sock.connect(self.path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+    def _disconnect(self):
+        self.retry_at = time.monotonic() + RECONNECT_S
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+
+    def close(self):
+        try:
+            self.flush()
+        except Exception:
+            pass
+
+
+_channel = None
+_channel_lock = threading.Lock()
+
+
+def get():
+    """The channel of this process (a fresh one after fork: threads do not survive it)."""
+    global _channel
+    ch = _channel
+    if ch is None or ch.pid != os.getpid():
+        with _channel_lock:
+            if _channel is None or _channel.pid != os.getpid():
+                _channel = Channel()
+            ch = _channel
+    return ch
+
+
+def _after_fork():
+    global _channel, _channel_lock
+    _channel = None
+    _channel_lock = threading.Lock()
+
+
+def _at_exit():
+    ch = _channel
+    if ch is not None and ch.pid == os.getpid():
+        ch.close()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_at_exit)

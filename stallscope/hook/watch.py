@@ -1,0 +1,157 @@
+"""``stallscope.watch(loader)``: a transparent wrapper that times every ``next()``.
+
+The wrapper behaves like the wrapped iterable: same items in the same order, ``len()``
+where the original has one, re-iterable per epoch, attribute reads and writes passed
+through (``set_epoch``, ``dataset``, ``sampler`` ...), and ``isinstance(w, DataLoader)``
+still true (``__class__`` is forwarded, as wrapt's ObjectProxy does). Instrumentation is
+idempotent (watching a watched loader returns it) and reversible (``unwatch``).
+
+Per batch the loop pays for two ``perf_counter_ns`` calls and two list appends; all
+other work happens on the channel's flush thread (channel.py).
+"""
+import os
+import sys
+import warnings
+from time import perf_counter_ns
+
+from . import channel, identity
+
+_OVERRIDES = set(identity.FIELDS)
+_LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
+
+
+class _WatchedIterator:
+    __slots__ = ("_it", "_buf", "_stream", "__weakref__")
+
+    def __init__(self, it, stream):
+        self._it = it
+        self._stream = stream
+        self._buf = stream.buf
+
+    def __iter__(self):
+        return self
+
+    def __next__(self, _now=perf_counter_ns):
+        start = _now()
+        item = next(self._it)  # the loader's own exceptions pass through untouched
+        end = _now()
+        buf = self._buf
+        buf.append(start)
+        buf.append(end)
+        return item
+
+    def __len__(self):
+        return len(self._it)
+
+    def __getattr__(self, name):
+        if name in _WatchedIterator.__slots__:  # not yet set: avoid recursing into _it
+            raise AttributeError(name)
+        return getattr(self._it, name)
+
+
+class _Watched:
+    """Proxy for a watched iterable. Only ``_ss_*`` slots live on the proxy itself."""
+
+    __slots__ = ("_ss_wrapped", "_ss_ident", "_ss_iter", "__weakref__")
+
+    def __init__(self, wrapped, ident):
+        object.__setattr__(self, "_ss_wrapped", wrapped)
+        object.__setattr__(self, "_ss_ident", ident)
+        object.__setattr__(self, "_ss_iter", None)
+
+    @property
+    def __class__(self):
+        return type(self._ss_wrapped)
+
+    def __getattr__(self, name):
+        if name.startswith("_ss_"):
+            raise AttributeError(name)
+        return getattr(self._ss_wrapped, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._ss_wrapped, name, value)
+
+    def __delattr__(self, name):
+        delattr(self._ss_wrapped, name)
+
+    def __repr__(self):
+        return repr(self._ss_wrapped)
+
+    def __iter__(self):
+        it = iter(self._ss_wrapped)
+        ch = channel.get()
+        wrapper = _WatchedIterator.__new__(_WatchedIterator)
+        stream = channel.Stream(self._ss_ident, owner=wrapper)
+        wrapper.__init__(it, stream)
+        try:
+            stream.loader = loader_info(self._ss_wrapped, it)
+        except Exception:
+            stream.loader = None
+        ch.add_stream(stream)
+        return wrapper
+
+
+class _WatchedSized(_Watched):
+    __slots__ = ()
+
+    def __len__(self):
+        return len(self._ss_wrapped)
+
+
+def _next_of_iterator(self):
+    # For watched iterators (generators): keep one wrapped iterator across next() calls.
+    it = self._ss_iter
+    if it is None:
+        it = _Watched.__iter__(self)
+        object.__setattr__(self, "_ss_iter", it)
+    return next(it)
+
+
+_WatchedIter = type("_WatchedIter", (_Watched,), {"__slots__": (), "__next__": _next_of_iterator})
+_WatchedSizedIter = type("_WatchedSizedIter", (_WatchedSized,), {"__slots__": (), "__next__": _next_of_iterator})
+_PROXY_TYPES = (_Watched, _WatchedSized, _WatchedIter, _WatchedSizedIter)
+
+
+def _is_dataloader(obj):
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and isinstance(obj, data.DataLoader)
+
+
+def loader_info(loader, it=None):
+    """DataLoader settings and this epoch's worker PIDs; None for other iterables."""
+    if not _is_dataloader(loader):
+        return None
+    info = {}
+    for field in _LOADER_FIELDS:
+        value = getattr(loader, field, None)
+        info[field] = value if isinstance(value, (bool, int, type(None))) else str(value)
+    workers = getattr(it, "_workers", None) or []
+    info["worker_pids"] = [w.pid for w in workers if getattr(w, "pid", None)]
+    return info
+
+
+def watch(iterable, **overrides):
+    """Wrap ``iterable`` so every rank reports how long it waited for each batch.
+
+    Keyword overrides: job, rank, local_rank, world_size, pod, namespace, node.
+    Set STALLSCOPE_DISABLE=1 to get the iterable back untouched.
+    """
+    if type(iterable) in _PROXY_TYPES or os.environ.get("STALLSCOPE_DISABLE") == "1":
+        return iterable
+    unknown = set(overrides) - _OVERRIDES
+    if unknown:
+        # A typo must not kill a training job: warn and carry on.
+        warnings.warn("stallscope.watch: ignoring unknown keywords %s" % sorted(unknown), stacklevel=2)
+    ident = identity.detect(**{k: v for k, v in overrides.items() if k in _OVERRIDES})
+    sized = hasattr(type(iterable), "__len__")
+    is_iter = hasattr(type(iterable), "__next__")
+    cls = {(False, False): _Watched, (True, False): _WatchedSized,
+           (False, True): _WatchedIter, (True, True): _WatchedSizedIter}[(sized, is_iter)]
+    return cls(iterable, ident)
+
+
+def unwatch(iterable):
+    """Return the original iterable of a watched one (anything else unchanged)."""
+    if type(iterable) in _PROXY_TYPES:
+        return object.__getattribute__(iterable, "_ss_wrapped")
+    return iterable

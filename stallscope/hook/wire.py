@@ -1,0 +1,32 @@
+"""The hook → agent wire format (version 1).
+
+One JSON object per message on a unix SOCK_SEQPACKET connection, at most
+MAX_MESSAGE_BYTES. No pickle: the agent
+parses input from every process on the node and must not execute any of it.
+
+    {"v": 1, "kind": "report",
+     "id": {"job": str, "rank": int, "local_rank": int, "world_size": int,
+            "pod": str, "namespace": str, "node": str},
+     "pid": int,                  # the sender's own PID (its namespace; the agent
+                                  #   trusts the kernel's SO_PEERCRED over this)
+     "role": "main" | "worker",   # trainer process or a DataLoader worker
+     "mono_ns": int, "wall_ns": int,   # one clock pair, to map monotonic → wall time
+     "dropped_total": int,        # events this process could not deliver, cumulative
+     "events": [[t_end_ns, wait_ns, interval_ns], ...],   # one per batch (role=main)
+     "loader": {...},             # optional: DataLoader config + worker PIDs
+     ...}                         # further optional keys for other kinds of samples
+
+Timestamps are CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns on Linux), the same
+clock for every process on the node, so the agent can line up hook events with its
+own samples.
+"""
+import json
+
+VERSION = 1
+MAX_MESSAGE_BYTES = 65536
+MAX_EVENTS_PER_MESSAGE = 1000
+DEFAULT_SOCKET = "/run/stallscope/hook.sock"
+
+
+def encode(message):
+    return json.dumps(message, separators=(",", ":")).encode()

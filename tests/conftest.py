@@ -1,0 +1,84 @@
+"""Shared fixtures: a real agent process, a real Prometheus, and skip rules for tests
+that need root, /dev/fuse, a writable cpu cgroup or the prometheus binary. On the
+project's CI machines all of these exist, so nothing skips there."""
+import os
+import shutil
+
+import pytest
+
+from stallscope.lab.procs import AgentProcess, PrometheusProcess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def need_root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+
+
+def need_prometheus():
+    if not (shutil.which("prometheus") and shutil.which("promtool")):
+        pytest.skip("needs prometheus and promtool (apt-get install prometheus)")
+
+
+def need_fuse():
+    need_root()
+    if not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        pytest.skip("needs /dev/fuse and fuse3 (apt-get install fuse3 libfuse2)")
+
+
+def need_cpu_cgroup():
+    need_root()
+    for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+        if os.path.exists(os.path.join(base, "cpu.cfs_quota_us")) and os.access(base, os.W_OK):
+            return base
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return "/sys/fs/cgroup"
+    pytest.skip("needs a writable cpu cgroup")
+
+
+@pytest.fixture
+def agent_factory(tmp_path):
+    started = []
+
+    def make(*args, env=None):
+        a = AgentProcess(args=args, workdir=str(tmp_path / ("agent%d" % len(started))), env=env)
+        os.makedirs(a.dir, exist_ok=True)
+        started.append(a)
+        return a.start()
+
+    yield make
+    for a in started:
+        a.stop()
+
+
+@pytest.fixture
+def agent(agent_factory):
+    return agent_factory()
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path):
+    need_prometheus()
+    started = []
+
+    def make(targets, rule_files=(), interval="1s"):
+        d = tmp_path / ("prom%d" % len(started))
+        d.mkdir()
+        p = PrometheusProcess(targets, rule_files=rule_files, interval=interval, workdir=str(d))
+        started.append(p)
+        return p.start()
+
+    yield make
+    for p in started:
+        p.stop()
+
+
+@pytest.fixture
+def hook_env(tmp_path):
+    """Environment for a training subprocess reporting to a given agent."""
+    def make(agent, **extra):
+        env = dict(os.environ, STALLSCOPE_SOCKET=agent.socket, PYTHONPATH=ROOT)
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+    return make
