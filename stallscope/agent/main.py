@@ -3,7 +3,8 @@ periodic jobs (rank expiry; exporters and the correlator add theirs) together.
 
 Extension points, so that a new part adds one line of wiring rather than editing this
 file's logic: ``registry.register(collector)``, ``add_route(path, fn)``,
-``add_timeline_part(name, fn)``, ``table.handlers.append(fn)`` and ``every(seconds, fn)``.
+``add_timeline_part(name, fn)``, ``table.handlers.append(fn)``, ``every(seconds, fn)``
+and ``samples.record(scope, signal, value)`` for timelines of node signals.
 """
 import dataclasses
 import os
@@ -16,7 +17,7 @@ import time
 from prometheus_client import CollectorRegistry
 
 from ..hook import wire
-from . import http, ingest, metrics, state
+from . import http, ingest, metrics, samples, state
 
 
 @dataclasses.dataclass
@@ -41,6 +42,7 @@ class Agent:
         self.table = state.RankTable(max_ranks=config.max_ranks, rank_ttl=config.rank_ttl,
                                      timeline_seconds=config.timeline_seconds,
                                      procfs=config.procfs, node=node)
+        self.samples = samples.SampleStore(config.timeline_seconds)
         self.registry = CollectorRegistry(auto_describe=False)
         self.routes = {"/api/v1/ranks": http.ranks_route, "/api/v1/timeline": http.timeline_route}
         self.timeline_parts = []
@@ -48,7 +50,19 @@ class Agent:
         self.stopping = threading.Event()
         self.ingest = None
         self.server = None
-        self.every(2.0, self.table.expire)
+        self.add_timeline_part("signals", self._signals_part)
+        self.every(2.0, self._expire)
+
+    def _expire(self):
+        for key in self.table.expire():
+            self.samples.drop_scope(key)
+
+    def _signals_part(self, rank, seconds):
+        out = {}
+        for scope in (rank.key, "node"):
+            for sig in self.samples.signals(scope):
+                out[sig] = [[t, v] for t, v in self.samples.series(scope, sig, seconds)]
+        return out
 
     def add_route(self, path, fn):
         self.routes[path] = fn
