@@ -16,6 +16,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from .. import exporters
 from ..hook import wire
 from . import http, ingest, metrics, samples, state
 
@@ -52,6 +53,7 @@ class Agent:
         self.server = None
         self.add_timeline_part("signals", self._signals_part)
         self.every(2.0, self._expire)
+        self.exporters = exporters.install(self)
 
     def _expire(self):
         for key in self.table.expire():

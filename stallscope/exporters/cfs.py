@@ -1,0 +1,181 @@
+"""cfs: CFS bandwidth control of the cgroups the ranks' main and worker processes run in.
+
+Counters come from ``cpu.stat`` (kernel Documentation/scheduler/sched-bwc.rst):
+v1 ``nr_periods nr_throttled throttled_time`` (ns), v2 ``nr_periods nr_throttled
+throttled_usec`` (µs; present only where the cpu controller is enabled, so absent keys
+mean "no CFS data", not zero). The quota is v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``
+(-1 = none) or v2 ``cpu.max`` ("max 100000" = none); the effective quota of a cgroup is
+the tightest along its ancestors, since a parent's quota throttles its children.
+
+PyTorch sizes DataLoader workers from CPU affinity, not the CFS quota
+(pytorch/pytorch#46867), so a 4-CPU pod on a 96-core node may run 90 workers:
+``stallscope_cpu_cfs_quota_oversubscribed`` flags a cgroup holding more rank processes
+(main + workers) than its quota has cores. The quota is also left on each rank as
+``rank.extra["cfs_quota_cores"]`` (float cores, None without a quota) and the number
+of ranks sharing it as ``rank.extra["cfs_quota_ranks"]``, for loader-sizing advice.
+"""
+import os
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from . import base, cgroups
+
+
+def _quota_v1(d):
+    q = base.read_text(os.path.join(d, "cpu.cfs_quota_us"))
+    p = base.read_text(os.path.join(d, "cpu.cfs_period_us"))
+    try:
+        q, p = int(q), int(p)
+    except (TypeError, ValueError):
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def _quota_v2(d):
+    text = (base.read_text(os.path.join(d, "cpu.max")) or "").split()
+    if len(text) != 2 or text[0] == "max":
+        return None
+    try:
+        q, p = int(text[0]), int(text[1])
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def parse_stat(stat, version):
+    """cpu.stat dict → (periods, throttled periods, throttled seconds), or None when the
+    file carries no CFS counters (v2 without the cpu controller)."""
+    if "nr_periods" not in stat or "nr_throttled" not in stat:
+        return None
+    if version == 1:
+        secs = stat.get("throttled_time", 0) / 1e9
+    else:
+        secs = stat.get("throttled_usec", 0) / 1e6
+    return stat["nr_periods"], stat["nr_throttled"], secs
+
+
+class Group:
+    __slots__ = ("version", "path", "dir", "cg", "labels", "ranks", "procs", "quota", "counters")
+
+    def __init__(self, version, path, directory, cg, labels):
+        self.version, self.path, self.dir, self.cg, self.labels = version, path, directory, cg, labels
+        self.ranks = []   # ranks whose main process lives here
+        self.procs = 0    # rank processes (main + workers) living here
+        self.quota = None
+        self.counters = None
+
+
+class CfsExporter(base.Exporter):
+    name = "cfs"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.rates = base.Rates()
+
+    def unavailable(self):
+        layout = cgroups.Layout(self.ctx.cgroupfs)
+        if "cpu" in layout.v1:
+            return None
+        controllers = base.read_text(os.path.join(layout.v2 or "/nonexistent", "cgroup.controllers"))
+        if controllers is not None and "cpu" in controllers.split():
+            return None
+        return "no cpu cgroup controller under %s" % self.ctx.cgroupfs
+
+    def _locate(self, layout, cg):
+        if "cpu" in layout.v1 and "cpu" in cg.v1:
+            path = layout.resolve_v1("cpu", cg.v1["cpu"])
+            return (1, path, layout.v1_dir("cpu", path)) if path else None
+        if layout.v2 and cg.v2 is not None:
+            path = layout.resolve_v2(cg.v2)
+            return (2, path, layout.v2_dir(path)) if path else None
+        return None
+
+    def _quota(self, layout, version, path, cache):
+        best = None
+        for p in cgroups.ancestors(path):
+            if (version, p) not in cache:
+                d = layout.v1_dir("cpu", p) if version == 1 else layout.v2_dir(p)
+                cache[(version, p)] = _quota_v1(d) if version == 1 else _quota_v2(d)
+            q = cache[(version, p)]
+            if q is not None and (best is None or q < best):
+                best = q
+        return best
+
+    def collect(self, ranks):
+        ctx = self.ctx
+        layout = cgroups.Layout(ctx.cgroupfs)
+        groups, rank_groups, quota_cache = {}, {}, {}
+        for rank in ranks:
+            main_cg = ctx.attribute(rank)
+            pids = ([rank.pid] if rank.pid else []) + list(rank.worker_pids)
+            mine = rank_groups[rank.key] = []
+            for i, pid in enumerate(pids):
+                cg = main_cg if i == 0 and rank.pid else cgroups.of_pid(ctx.procfs, pid)
+                where = self._locate(layout, cg) if cg is not None else None
+                if where is None or where[1] == "/":
+                    continue  # the root cgroup has no quota to enforce
+                g = groups.get(where[:2])
+                if g is None:
+                    labels = base.pod_labels(ctx, rank) + (cgroups.container_label(cg, where[1]),)
+                    g = groups[where[:2]] = Group(where[0], where[1], where[2], cg, labels)
+                g.procs += 1
+                if i == 0 and rank.pid:
+                    g.ranks.append(rank)
+                if g not in mine:
+                    mine.append(g)
+        return self._emit(layout, groups, ranks, rank_groups, quota_cache)
+
+    def _emit(self, layout, groups, ranks, rank_groups, quota_cache):
+        L = list(base.CONTAINER)
+        periods = CounterMetricFamily("stallscope_cpu_cfs_periods",
+                                      "CFS enforcement periods elapsed (cpu.stat nr_periods).", labels=L)
+        throttled = CounterMetricFamily("stallscope_cpu_cfs_throttled_periods",
+                                        "CFS periods in which the cgroup was throttled.", labels=L)
+        seconds = CounterMetricFamily("stallscope_cpu_cfs_throttled_seconds",
+                                      "Time the cgroup's threads spent throttled by its quota.", labels=L)
+        quota = GaugeMetricFamily("stallscope_cpu_cfs_quota_cores",
+                                  "Effective CFS quota in cores (tightest along the cgroup's ancestors).",
+                                  labels=L)
+        over = GaugeMetricFamily("stallscope_cpu_cfs_quota_oversubscribed",
+                                 "1 if the cgroup runs more rank processes (main + loader workers) "
+                                 "than its quota has cores (PyTorch sizes workers from CPU affinity, "
+                                 "not the quota: pytorch/pytorch#46867).", labels=L)
+        for key, g in sorted(groups.items()):
+            g.counters = parse_stat(base.read_keyed(os.path.join(g.dir, "cpu.stat")), g.version)
+            if g.counters is None:
+                self.note("no CFS counters in %s/cpu.stat (cpu controller not enabled there)" % g.dir)
+                continue
+            g.quota = self._quota(layout, g.version, g.path, quota_cache)
+            periods.add_metric(g.labels, g.counters[0])
+            throttled.add_metric(g.labels, g.counters[1])
+            seconds.add_metric(g.labels, g.counters[2])
+            if g.quota is not None:
+                quota.add_metric(g.labels, g.quota)
+                over.add_metric(g.labels, 1 if g.procs > g.quota else 0)
+        self._record(groups, ranks, rank_groups)
+        return [periods, throttled, seconds, quota, over]
+
+    def _record(self, groups, ranks, rank_groups):
+        ctx = self.ctx
+        ratio, rate = {}, {}
+        for key, g in groups.items():
+            if g.counters is None:
+                continue
+            d = self.rates.delta(key, g.counters)
+            if d is not None:
+                dt, (dp, dthr, dsec) = d
+                ratio[key] = dthr / dp if dp else 0.0
+                rate[key] = dsec / dt
+        self.rates.prune()
+        for rank in ranks:
+            mine = [g for g in rank_groups.get(rank.key, ()) if g.counters is not None]
+            keys = [(g.version, g.path) for g in mine if (g.version, g.path) in ratio]
+            if keys:  # the worst of the rank's cgroups: a throttled worker cgroup is enough
+                ctx.record(rank.key, "cfs_throttled_ratio", max(ratio[k] for k in keys))
+                ctx.record(rank.key, "cfs_throttled_seconds_rate", max(rate[k] for k in keys))
+            quotas = [g.quota for g in mine if g.quota is not None]
+            q = min(quotas) if quotas else None
+            main = next((g for g in mine if rank in g.ranks), None)
+            if rank.extra.get("cfs_quota_cores") != q:
+                ctx.set_extra(rank, "cfs_quota_cores", q)
+            ctx.set_extra(rank, "cfs_quota_ranks", len(main.ranks) if main and q is not None else None)

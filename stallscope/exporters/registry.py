@@ -1,0 +1,22 @@
+"""The exporters the agent knows, one line each (like node_exporter's collectors).
+
+Adding a signal: write ``stallscope/exporters/<name>.py`` with an ``Exporter``
+subclass and add its line here; the ``--exporter.<name>/--no-exporter.<name>`` flags,
+scheduling, deadline and self-health metrics come with it. Modules are imported only
+when their exporter is enabled.
+"""
+import collections
+
+Entry = collections.namedtuple("Entry", "name target default help")
+
+EXPORTERS = (
+    Entry("cfs", "cfs:CfsExporter", True, "CFS quota and throttling of the ranks' cgroups."),
+)
+
+
+def load(entry):
+    """The exporter class of ``entry`` (imported on first use)."""
+    import importlib
+
+    module, _, cls = entry.target.partition(":")
+    return getattr(importlib.import_module("stallscope.exporters." + module), cls)

@@ -1,0 +1,167 @@
+"""Runs the exporters off the scrape path, each in its own thread, and serves their
+last results to /metrics.
+
+Isolation (DESIGN.md: "one that fails or hangs never fails the scrape or stalls the
+others"): a tick of the agent's scheduler only wakes each exporter's thread; a scrape
+only reads what the threads left. An exporter still running when the next tick comes
+is not started again; once past its deadline it reports success 0 and its series are
+withheld until it returns. A dead FUSE mount can hold a thread in D state forever; it
+then holds exactly that one thread.
+"""
+import threading
+import time
+
+from prometheus_client.core import GaugeMetricFamily
+
+from . import base
+
+
+class Slot:
+    """One exporter's thread, schedule and last result."""
+
+    def __init__(self, name, exporter, explicit):
+        self.name = name
+        self.exporter = exporter
+        self.explicit = explicit       # the user asked for it with --exporter.NAME
+        self.trigger = threading.Event()
+        self.thread = None
+        self.running_since = None      # time.monotonic() of the run in progress
+        self.families = []
+        self.success = None            # None until the first run ends
+        self.duration = 0.0
+        self.error = None
+        self.available = None
+        self.reason = None
+        self.runs = 0
+        self.failures = 0
+        self.overdue_noted = False
+
+
+class Runner:
+    def __init__(self, ctx, exporters, deadline, ranks, stopping=None):
+        """exporters: [(name, Exporter instance, explicit)]; ranks: () -> [RankState]."""
+        self.ctx = ctx
+        self.deadline = deadline
+        self.ranks = ranks
+        self.stopping = stopping or threading.Event()
+        self.slots = [Slot(n, e, x) for n, e, x in exporters]
+
+    # -- scheduling ---------------------------------------------------------------
+    def tick(self):
+        """Wake every idle exporter (called by the agent's scheduler); never blocks."""
+        now = time.monotonic()
+        for slot in self.slots:
+            since = slot.running_since
+            if since is not None:
+                if now - since > self.deadline and not slot.overdue_noted:
+                    slot.overdue_noted = True
+                    base.log("exporter %s: still running after %.1fs (deadline %.1fs); "
+                             "not started again until it returns" % (slot.name, now - since, self.deadline))
+                continue
+            if slot.thread is None:
+                slot.thread = threading.Thread(target=self._loop, args=(slot,), daemon=True,
+                                               name="stallscope-exporter-" + slot.name)
+                slot.thread.start()
+            slot.trigger.set()
+
+    def _loop(self, slot):
+        while not self.stopping.is_set():
+            if slot.trigger.wait(1.0):
+                slot.trigger.clear()
+                self.run_once(slot)
+
+    def run_once(self, slot):
+        """One collection of one exporter, in the calling thread."""
+        exp = slot.exporter
+        start = time.monotonic()
+        slot.running_since = start
+        families, error = [], None
+        try:
+            reason = exp.unavailable()
+            self._availability(slot, reason)
+            if reason is None:
+                families = list(exp.collect(self.ranks()) or ())
+        except Exception as e:  # an exporter's bug or I/O error fails that exporter only
+            error = "%s: %s" % (type(e).__name__, e)
+        duration = time.monotonic() - start
+        late = duration > self.deadline
+        if late and error is None:
+            error = "took %.2fs, over the %.2fs deadline" % (duration, self.deadline)
+        if slot.available is False:
+            ok = not slot.explicit
+        else:
+            ok = error is None
+        if error and error != slot.error:
+            base.log("exporter %s failed: %s" % (slot.name, error))
+        slot.families = families
+        slot.error = error
+        slot.success = ok
+        slot.duration = duration
+        slot.runs += 1
+        slot.failures += 0 if ok else 1
+        slot.overdue_noted = False
+        slot.running_since = None
+
+    def _availability(self, slot, reason):
+        if reason == slot.reason and slot.available is not None:
+            return
+        slot.available, slot.reason = reason is None, reason
+        if reason is not None:
+            if slot.explicit:
+                base.log("exporter %s: enabled with --exporter.%s but not available on this "
+                         "node: %s" % (slot.name, slot.name, reason))
+            else:
+                base.log("exporter %s: not available on this node (%s); skipped" % (slot.name, reason))
+        elif slot.runs:
+            base.log("exporter %s: available again" % slot.name)
+
+    def collect_now(self):
+        """Run every exporter once, in this thread (tests and the benchmark)."""
+        for slot in self.slots:
+            self.run_once(slot)
+
+    # -- serving ------------------------------------------------------------------
+    def describe(self):
+        return []
+
+    def collect(self):
+        now = time.monotonic()
+        ok = GaugeMetricFamily("stallscope_exporter_success",
+                               "1 if the exporter's last collection succeeded within its deadline.",
+                               labels=["exporter"])
+        dur = GaugeMetricFamily("stallscope_exporter_duration_seconds",
+                                "Wall time of the exporter's last collection (of the one "
+                                "in progress, once past its deadline).", labels=["exporter"])
+        avail = GaugeMetricFamily("stallscope_exporter_available",
+                                  "1 if the exporter's signal exists on this node.",
+                                  labels=["exporter"])
+        for slot in self.slots:
+            since = slot.running_since
+            if since is not None and now - since > self.deadline:
+                ok.add_metric([slot.name], 0)
+                dur.add_metric([slot.name], now - since)
+            elif slot.success is not None:
+                ok.add_metric([slot.name], 1 if slot.success else 0)
+                dur.add_metric([slot.name], slot.duration)
+                yield from slot.families
+            if slot.available is not None:
+                avail.add_metric([slot.name], 1 if slot.available else 0)
+        yield ok
+        yield dur
+        yield avail
+
+    def status(self):
+        """State of every exporter for /api/v1/exporters."""
+        now = time.monotonic()
+        out = []
+        for slot in self.slots:
+            since = slot.running_since
+            out.append({
+                "exporter": slot.name, "explicit": slot.explicit, "available": slot.available,
+                "unavailable_reason": slot.reason, "success": slot.success,
+                "duration_seconds": round(slot.duration, 6), "error": slot.error,
+                "running_seconds": None if since is None else round(now - since, 3),
+                "runs": slot.runs, "failures": slot.failures,
+                "notes": list(self.ctx.notes.get(slot.name, ())),
+            })
+        return out

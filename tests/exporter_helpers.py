@@ -1,0 +1,88 @@
+"""Helpers for the exporter tests: a real rank table holding ranks for real PIDs, an
+exporter context over real (or fixture) roots, and lookups in collected families."""
+import os
+import subprocess
+import sys
+import time
+
+from stallscope.agent import samples as samples_mod
+from stallscope.agent import state
+from stallscope.exporters import base
+
+
+def rank_message(pid, worker_pids=(), rank=0, job="job1", pod="pod1", namespace="ns1", node="n1"):
+    return {"id": {"job": job, "rank": rank, "local_rank": rank, "world_size": 8, "pod": pod,
+                   "namespace": namespace, "node": node},
+            "pid": pid, "role": "main", "mono_ns": 0, "wall_ns": 0, "dropped_total": 0,
+            "events": [], "raw": {},
+            "loader": {"num_workers": len(worker_pids), "prefetch_factor": 2, "batch_size": 4,
+                       "pin_memory": False, "persistent_workers": False,
+                       "worker_pids": list(worker_pids)}}
+
+
+def table_with(*ranks, procfs="/proc"):
+    """ranks: dicts of rank_message kwargs. Returns a real RankTable."""
+    table = state.RankTable(procfs=procfs, node="n1")
+    for r in ranks:
+        table.apply(rank_message(**r), peer_pid=r["pid"])
+    return table
+
+
+def context(table=None, **paths):
+    return base.Context(node="n1", samples=samples_mod.SampleStore(60),
+                        lock=table.lock if table else None, **paths)
+
+
+def samples_of(families):
+    """{(metric sample name, frozenset(labels.items())): value} over families."""
+    out = {}
+    for fam in families:
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def values(families, name, **labels):
+    """Values of samples called ``name`` whose labels include ``labels``."""
+    return [v for (n, ls), v in samples_of(families).items()
+            if n == name and set(labels.items()) <= ls]
+
+
+def spawn(code, **kw):
+    """A Python child running ``code`` (killed by the caller)."""
+    return subprocess.Popen([sys.executable, "-c", code], **kw)
+
+
+def wait_until(pred, timeout=10.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError("condition not met in %.1fs" % timeout)
+
+
+def kill(proc):
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+    if proc is not None:
+        proc.wait()
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def rmdir_cgroup(path):
+    """Remove a test cgroup after its processes are gone (retrying while they exit)."""
+    for _ in range(100):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+    os.rmdir(path)
