@@ -21,23 +21,25 @@ _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_wo
 
 
 class _WatchedIterator:
-    __slots__ = ("_it", "_buf", "_stream", "__weakref__")
+    __slots__ = ("_it", "_next", "_append", "_stream", "__weakref__")
 
     def __init__(self, it, stream):
         self._it = it
         self._stream = stream
-        self._buf = stream.buf
+        # Bound methods, looked up once: each saved attribute lookup is ~10 ns per batch.
+        self._next = it.__next__
+        self._append = stream.buf.append
 
     def __iter__(self):
         return self
 
     def __next__(self, _now=perf_counter_ns):
         start = _now()
-        item = next(self._it)  # the loader's own exceptions pass through untouched
+        item = self._next()  # the loader's own exceptions pass through untouched
         end = _now()
-        buf = self._buf
-        buf.append(start)
-        buf.append(end)
+        append = self._append
+        append(start)
+        append(end)
         return item
 
     def __len__(self):

@@ -13,6 +13,17 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+# Child processes import the same stallscope as their parent (a worktree or a checkout
+# that is not the installed one).
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def child_env(extra=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_ROOT, env.get("PYTHONPATH")) if p)
+    env.update(extra or {})
+    return env
+
 
 def free_port():
     with socket.socket() as s:
@@ -50,7 +61,7 @@ class AgentProcess:
         self.url = "http://127.0.0.1:%d" % self.port
         self.log = os.path.join(self.dir, "agent.log")
         self.args = list(args)
-        self.env = dict(os.environ, **(env or {}))
+        self.env = child_env(env)
         self.proc = None
 
     def start(self, timeout=20.0):

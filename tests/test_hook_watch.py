@@ -1,0 +1,183 @@
+"""The wrapper behaves like the wrapped iterable and records one event per batch."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import stallscope
+from stallscope.hook import channel, watch as watch_mod
+
+
+def _stream_events(wrapped_iter):
+    """Events the iterator recorded, built the way the channel builds them."""
+    ch = channel.Channel(path="/nonexistent/stallscope-test.sock")
+    stream = wrapped_iter._stream
+    ch._drain(stream)
+    return stream.pending
+
+
+def test_list_semantics():
+    data = [1, 2, 3]
+    w = stallscope.watch(data)
+    assert list(w) == [1, 2, 3]
+    assert list(w) == [1, 2, 3]  # re-iterable per epoch
+    assert len(w) == 3
+    assert isinstance(w, list)
+    assert w.count(2) == 1  # attribute reads pass through
+    assert repr(w) == repr(data)
+
+
+def test_generator_is_single_use_like_the_original():
+    w = stallscope.watch(x * 2 for x in range(4))
+    assert not hasattr(w, "__len__") or not hasattr(type(w), "__len__")
+    with pytest.raises(TypeError):
+        len(w)
+    assert next(w) == 0
+    assert list(w) == [2, 4, 6]
+    assert list(w) == []
+
+
+def test_attributes_and_set_epoch_pass_through():
+    class Loader:
+        def __init__(self):
+            self.epoch = None
+            self.items = [10, 20]
+
+        def __iter__(self):
+            return iter(self.items)
+
+        def set_epoch(self, e):
+            self.epoch = e
+
+    orig = Loader()
+    w = stallscope.watch(orig)
+    w.set_epoch(3)
+    assert orig.epoch == 3
+    w.items = [7]
+    assert orig.items == [7] and list(w) == [7]
+    with pytest.raises(TypeError):
+        len(w)  # the original has no len; neither does the wrapper
+
+
+def test_idempotent_and_reversible():
+    data = [1]
+    w = stallscope.watch(data)
+    assert stallscope.watch(w) is w
+    assert stallscope.unwatch(w) is data
+    assert stallscope.unwatch(data) is data
+
+
+def test_loader_exceptions_pass_through_unchanged():
+    def gen():
+        yield 1
+        raise KeyError("boom")
+
+    w = stallscope.watch(gen())
+    it = iter(w)
+    assert next(it) == 1
+    with pytest.raises(KeyError, match="boom"):
+        next(it)
+
+
+def test_unknown_keyword_warns_and_does_not_raise():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        w = stallscope.watch([1], rnak=3)
+    assert list(w) == [1]
+    assert any("rnak" in str(c.message) for c in caught)
+
+
+def test_disable_env_returns_original(monkeypatch):
+    monkeypatch.setenv("STALLSCOPE_DISABLE", "1")
+    data = [1]
+    assert stallscope.watch(data) is data
+
+
+def test_one_event_per_batch_with_wait_and_interval():
+    w = stallscope.watch(range(5))
+    it = iter(w)
+    for _ in it:
+        pass
+    events = _stream_events(it)
+    assert len(events) == 5
+    ends = [e[0] for e in events]
+    assert ends == sorted(ends)
+    assert events[0][2] == events[0][1]  # first batch: interval is its wait
+    for prev, ev in zip(events, events[1:]):
+        assert ev[2] == ev[0] - prev[0]  # interval = time since the previous batch
+        assert 0 <= ev[1] <= ev[2]
+
+
+def test_overrides_reach_the_identity(monkeypatch):
+    monkeypatch.setenv("RANK", "5")
+    w = stallscope.watch([1], job="j1", rank=2, node="n1")
+    ident = object.__getattribute__(w, "_ss_ident")
+    assert (ident["job"], ident["rank"], ident["node"]) == ("j1", 2, "n1")
+
+
+def test_no_agent_counts_drops_and_never_raises(tmp_path):
+    ch = channel.Channel(path=str(tmp_path / "absent.sock"))
+    stream = channel.Stream({"job": "j", "rank": 0}, owner=None)
+    stream.buf.extend([1, 2, 3, 5])
+    ch.streams.append(stream)
+    ch.flush()
+    assert ch.dropped == 2 and stream.pending == []
+
+
+def test_pending_is_bounded_when_undeliverable(tmp_path, monkeypatch):
+    monkeypatch.setattr(channel, "MAX_PENDING", 10)
+    ch = channel.Channel(path=str(tmp_path / "absent.sock"))
+    stream = channel.Stream({"job": "j", "rank": 0})
+    stream.buf.extend(range(2 * 25))
+    ch._drain(stream)
+    assert len(stream.pending) == 10 and ch.dropped == 15
+
+
+def test_dataloader_batches_identical_and_isinstance():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ds = TensorDataset(torch.arange(40).float())
+    plain = DataLoader(ds, batch_size=4, num_workers=2, shuffle=False)
+    watched = stallscope.watch(DataLoader(ds, batch_size=4, num_workers=2, shuffle=False))
+    assert isinstance(watched, DataLoader)
+    assert len(watched) == len(plain) == 10
+    for _ in range(2):  # two epochs
+        a = [b[0].tolist() for b in plain]
+        b = [b[0].tolist() for b in watched]
+        assert a == b
+
+
+def test_dataloader_loader_info_and_worker_pids():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dl = DataLoader(TensorDataset(torch.arange(8).float()), batch_size=2, num_workers=2,
+                    persistent_workers=True)
+    w = stallscope.watch(dl)
+    it = iter(w)
+    info = it._stream.loader
+    assert info["num_workers"] == 2 and info["batch_size"] == 2
+    assert info["prefetch_factor"] == 2 and info["persistent_workers"] is True
+    assert info["pin_memory"] is False
+    assert sorted(info["worker_pids"]) == sorted(p.pid for p in it._workers)
+    assert all(p != os.getpid() for p in info["worker_pids"])
+    list(it)
+
+
+def test_import_loads_only_the_standard_library():
+    code = ("import sys; before = set(sys.modules); import stallscope; "
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(out.split())
+    heavy = {m for m in loaded if m.split(".")[0] in
+             {"numpy", "prometheus_client", "torch", "click", "psutil", "http", "urllib", "requests", "json"}}
+    # json is stdlib but only the encoder is needed, lazily imported by wire.py is fine;
+    # the point is: no third-party package and no HTTP stack.
+    heavy.discard("json")
+    heavy = {m for m in heavy if not m.startswith("json")}
+    assert not heavy, heavy
+    assert all(m.split(".")[0] in sys.stdlib_module_names or m.startswith("stallscope")
+               for m in loaded), sorted(loaded)
