@@ -6,11 +6,13 @@ EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot
 
 .PHONY: setup system demo test test-fast bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned: this machine has the CPU build on disk; an open range would pull CUDA wheels.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	# CRD-schema validators for the deploy tests (Prometheus Operator objects), from npm.
+	if command -v npm >/dev/null; then npm ci --prefix tests/deploy --no-audit --no-fund --silent; fi
 	touch $@
 
 setup: $(VENV)/.installed
