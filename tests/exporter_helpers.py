@@ -1,9 +1,11 @@
 """Helpers for the exporter tests: a real rank table holding ranks for real PIDs, an
 exporter context over real (or fixture) roots, and lookups in collected families."""
+import contextlib
 import os
 import subprocess
 import sys
 import time
+import uuid
 
 from stallscope.agent import samples as samples_mod
 from stallscope.agent import state
@@ -86,3 +88,22 @@ def rmdir_cgroup(path):
         except OSError:
             time.sleep(0.05)
     os.rmdir(path)
+
+
+@contextlib.contextmanager
+def scratch_cgroup(base):
+    """A fresh cgroup under ``base`` (v1 controller dir or cgroup2), and a list to put
+    the processes in it; they are killed and the cgroup removed on exit."""
+    path = os.path.join(base, "stallscope-test-" + uuid.uuid4().hex[:8])
+    os.mkdir(path)
+    procs = []
+    try:
+        yield path, procs
+    finally:
+        for p in procs:
+            kill(p)
+        rmdir_cgroup(path)
+
+
+def join_cgroup(path, proc):
+    write(os.path.join(path, "cgroup.procs"), str(proc.pid))

@@ -2,13 +2,12 @@
 (root; skips elsewhere), and cgroup v2 shapes from fixture files."""
 import os
 import subprocess
-import uuid
 
 import pytest
 
 from stallscope.exporters import cfs
 from tests.conftest import need_cpu_cgroup
-from tests.exporter_helpers import (context, kill, rmdir_cgroup, spawn, table_with, values,
+from tests.exporter_helpers import (context, join_cgroup, spawn, table_with, scratch_cgroup, values,
                                     wait_until, write)
 
 BUSY = "while True: pass"
@@ -19,19 +18,8 @@ def v1_cpu_cgroup():
     base = need_cpu_cgroup()
     if not os.path.exists(os.path.join(base, "cpu.cfs_quota_us")):
         pytest.skip("needs the cgroup v1 cpu controller (this host is cgroup v2 only)")
-    path = os.path.join(base, "stallscope-test-" + uuid.uuid4().hex[:8])
-    os.mkdir(path)
-    procs = []
-    try:
-        yield path, procs
-    finally:
-        for p in procs:
-            kill(p)
-        rmdir_cgroup(path)
-
-
-def join(path, proc):
-    write(os.path.join(path, "cgroup.procs"), str(proc.pid))
+    with scratch_cgroup(base) as made:
+        yield made
 
 
 def stat(path):
@@ -46,7 +34,7 @@ def test_throttling_of_a_busy_worker_matches_cpu_stat(v1_cpu_cgroup):
     procs.append(main)
     busy = spawn(BUSY)
     procs.append(busy)
-    join(path, busy)
+    join_cgroup(path, busy)
     table = table_with(dict(pid=main.pid, worker_pids=[busy.pid]))
     rank = table.snapshot()[0]
     ctx = context(table, cgroupfs="/sys/fs/cgroup")
@@ -83,7 +71,7 @@ def test_quota_against_main_plus_workers_and_shared_by_ranks(v1_cpu_cgroup):
     sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(5)]
     procs.extend(sleepers)
     for p in sleepers:
-        join(path, p)
+        join_cgroup(path, p)
     r0 = dict(pid=sleepers[0].pid, worker_pids=[sleepers[1].pid, sleepers[2].pid], rank=0)
     r1 = dict(pid=sleepers[3].pid, worker_pids=[sleepers[4].pid], rank=1)
     table = table_with(r0, r1)

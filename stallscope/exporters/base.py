@@ -64,6 +64,7 @@ class Context:
         self.samples = samples
         self.lock = lock or threading.RLock()  # the rank table's lock, for rank.extra
         self.deadline = deadline
+        self.clock = time.monotonic  # tests substitute a fake clock for exact rates
         self.notes = {}  # exporter -> [message], for /api/v1/exporters
         self._noted = set()
 
@@ -145,14 +146,15 @@ class Rates:
     """Per-key previous readings, turning cumulative counters into per-second rates
     for the sample store (which keeps levels and rates, never raw counters)."""
 
-    def __init__(self):
+    def __init__(self, ctx):
+        self.ctx = ctx
         self.prev = {}
         self.seen = set()
 
-    def delta(self, key, values, now=None):
+    def delta(self, key, values):
         """values: tuple of counters → (dt_seconds, deltas) since the last call, or None
         the first time and after a counter went backwards (a new cgroup, a reset)."""
-        now = time.monotonic() if now is None else now
+        now = self.ctx.clock()
         self.seen.add(key)
         old = self.prev.get(key)
         self.prev[key] = (now, values)

@@ -70,7 +70,7 @@ class CfsExporter(base.Exporter):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.rates = base.Rates()
+        self.rates = base.Rates(ctx)
 
     def unavailable(self):
         layout = cgroups.Layout(self.ctx.cgroupfs)

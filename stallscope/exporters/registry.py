@@ -11,6 +11,8 @@ Entry = collections.namedtuple("Entry", "name target default help")
 
 EXPORTERS = (
     Entry("cfs", "cfs:CfsExporter", True, "CFS quota and throttling of the ranks' cgroups."),
+    Entry("psi", "psi:PsiExporter", True, "Pressure stall information of the node and the ranks' cgroups."),
+    Entry("shm", "shm:ShmExporter", True, "/dev/shm size and use, as the ranks and the node see it."),
 )
 
 
