@@ -107,3 +107,11 @@ def scratch_cgroup(base):
 
 def join_cgroup(path, proc):
     write(os.path.join(path, "cgroup.procs"), str(proc.pid))
+
+
+def scraped(text, name, **labels):
+    """Values of samples called ``name`` with ``labels`` in a /metrics body."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == name and set(labels.items()) <= set(s.labels.items())]

@@ -13,6 +13,8 @@ EXPORTERS = (
     Entry("cfs", "cfs:CfsExporter", True, "CFS quota and throttling of the ranks' cgroups."),
     Entry("psi", "psi:PsiExporter", True, "Pressure stall information of the node and the ranks' cgroups."),
     Entry("shm", "shm:ShmExporter", True, "/dev/shm size and use, as the ranks and the node see it."),
+    Entry("fuse", "fuse:FuseExporter", True, "Health of the FUSE mounts the ranks read from (stuck, ENOTCONN)."),
+    Entry("workers", "workers:WorkersExporter", True, "Loader workers: alive, D state, CPU, RSS, exits."),
 )
 
 

@@ -1,0 +1,181 @@
+"""slowfs: a read-only FUSE filesystem with injected latency, for stall scenarios and
+tests (mfusepy over libfuse). Every operation that would reach a storage backend
+(lookup, open, read, statfs) sleeps ``--latency`` seconds first, as a slow object store
+behind Mountpoint for S3 or gcsfuse would.
+
+``python -m stallscope.lab.slowfs MOUNTPOINT [--latency S] [--files N] [--size BYTES]``
+serves in the foreground. ``SlowFS`` runs it as a child process and breaks it the ways
+real daemons break: ``kill(SIGKILL)`` (every call then fails with ENOTCONN) and
+``kill(SIGSTOP)`` (calls hang). ``stop()`` always recovers: SIGCONT, abort the
+connection through fusectl when it is mounted, lazy unmount, reap the daemon.
+"""
+import argparse
+import errno
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+
+def _ops_class():
+    import mfusepy
+
+    class SlowOps(mfusepy.Operations):
+        use_ns = True
+
+        def __init__(self, files, size, latency):
+            self.names = {"/file%03d" % i for i in range(files)}
+            self.size = size
+            self.latency = latency
+            self.t = time.time_ns()
+
+        def _wait(self):
+            if self.latency:
+                time.sleep(self.latency)
+
+        def getattr(self, path, fh=None):
+            base = {"st_uid": 0, "st_gid": 0, "st_atime": self.t, "st_mtime": self.t,
+                    "st_ctime": self.t}
+            if path == "/":
+                return dict(base, st_mode=stat.S_IFDIR | 0o755, st_nlink=2)
+            self._wait()
+            if path not in self.names:
+                raise mfusepy.FuseOSError(errno.ENOENT)
+            return dict(base, st_mode=stat.S_IFREG | 0o444, st_nlink=1, st_size=self.size)
+
+        def readdir(self, path, fh):
+            return [".", ".."] + sorted(n[1:] for n in self.names)
+
+        def open(self, path, flags):
+            self._wait()
+            return 0
+
+        def read(self, path, size, offset, fh):
+            self._wait()
+            return b"s" * max(0, min(size, self.size - offset))
+
+        def statfs(self, path):
+            self._wait()
+            return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1024, "f_bfree": 512,
+                    "f_bavail": 512, "f_files": 100, "f_ffree": 50, "f_namemax": 255}
+
+    return SlowOps
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m stallscope.lab.slowfs", description=__doc__.split("\n\n")[0])
+    p.add_argument("mountpoint")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds added to each backend operation")
+    p.add_argument("--files", type=int, default=8)
+    p.add_argument("--size", type=int, default=1 << 20, help="bytes per file")
+    p.add_argument("--fsname", default="slowfs", help="the mount's source (how drivers are named)")
+    p.add_argument("--subtype", default=None, help="fstype becomes fuse.SUBTYPE")
+    a = p.parse_args(argv)
+    import mfusepy
+
+    kw = {"fsname": a.fsname}
+    if a.subtype:
+        kw["subtype"] = a.subtype
+    mfusepy.FUSE(_ops_class()(a.files, a.size, a.latency), a.mountpoint, foreground=True,
+                 nothreads=False, allow_other=True, **kw)
+
+
+def fuse_mount(mountpoint, mountinfo="/proc/self/mountinfo"):
+    """The mountinfo entry of the FUSE mount at ``mountpoint``, read without touching it."""
+    from ..exporters.fuse import parse_mountinfo
+
+    try:
+        with open(mountinfo) as f:
+            text = f.read()
+    except OSError:
+        return None
+    found = [m for m in parse_mountinfo(text) if m.mountpoint == mountpoint and m.fstype.startswith("fuse")]
+    return found[-1] if found else None
+
+
+FUSECTL = "/sys/fs/fuse/connections"
+
+
+class SlowFS:
+    def __init__(self, mountpoint, latency=0.0, files=8, size=1 << 20, fsname="slowfs", subtype=None):
+        self.mountpoint = os.path.abspath(mountpoint)
+        self.args = ["--latency", str(latency), "--files", str(files), "--size", str(size),
+                     "--fsname", fsname] + (["--subtype", subtype] if subtype else [])
+        self.proc = None
+        self.mount = None
+
+    def start(self, timeout=20.0):
+        os.makedirs(self.mountpoint, exist_ok=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "stallscope.lab.slowfs", self.mountpoint]
+                                     + self.args, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.mount = fuse_mount(self.mountpoint)
+            if self.mount is not None:
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError("slowfs exited: %s" % self.proc.stderr.read().decode()[-500:])
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError("slowfs did not mount %s in %.0fs" % (self.mountpoint, timeout))
+
+    @property
+    def minor(self):
+        return int(self.mount.dev.split(":")[1])
+
+    def connection(self):
+        """This mount's fusectl directory, or None when fusectl is not mounted."""
+        d = os.path.join(FUSECTL, str(self.minor))
+        return d if os.path.isdir(d) else None
+
+    def kill(self, sig):
+        os.kill(self.proc.pid, sig)
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        if self.mount is not None:
+            conn = self.connection()
+            if conn is not None:
+                try:
+                    with open(os.path.join(conn, "abort"), "w") as f:
+                        f.write("1")  # fails every pending request with ECONNABORTED
+                except OSError:
+                    pass
+            subprocess.run(["umount", "-l", self.mountpoint], stderr=subprocess.DEVNULL, check=False)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc.wait()
+        self.proc.stderr.close()
+        self.proc = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def ensure_fusectl():
+    """Mount fusectl if it is not; returns True when this call mounted it."""
+    if os.path.isdir(FUSECTL) and os.listdir(FUSECTL):
+        return False
+    from ..exporters.fuse import parse_mountinfo
+
+    with open("/proc/self/mountinfo") as f:
+        if any(m.fstype == "fusectl" for m in parse_mountinfo(f.read())):
+            return False
+    subprocess.run(["mount", "-t", "fusectl", "none", FUSECTL], check=True)
+    return True
+
+
+if __name__ == "__main__":
+    main()
