@@ -1,0 +1,65 @@
+"""What ``stallscope alerts`` and ``stallscope dashboards`` do; cli.py only parses."""
+import sys
+
+from . import config as _config
+from . import generate
+
+
+def _fail(command, message, code=2):
+    print("stallscope %s: %s" % (command, message), file=sys.stderr)
+    return code
+
+
+def _load(command, config_path):
+    try:
+        return _config.load(config_path), None
+    except ValueError as e:
+        return None, _fail(command, str(e))
+
+
+def _finish(command, diffs, written, check):
+    if check:
+        if diffs:
+            sys.stdout.write("\n".join(diffs) + "\n")
+            return _fail(command, "%d file(s) differ from the generator; run `make generate`" % len(diffs), 1)
+        print("stallscope %s: up to date" % command)
+        return 0
+    for path in written:
+        print(path)
+    return 0
+
+
+def alerts(out, prometheusrule=None, config_path=None, check=False):
+    cfg, err = _load("alerts", config_path)
+    if err is not None:
+        return err
+    files = generate.alert_files(cfg)
+    try:
+        if check:
+            diffs = generate.drift(files, out)
+            if prometheusrule:
+                diffs += generate.drift_file(prometheusrule, generate.prometheus_rule_text(cfg))
+            return _finish("alerts", diffs, [], True)
+        written = generate.write(files, out)
+        if prometheusrule:
+            written.append(generate.write_file(prometheusrule, generate.prometheus_rule_text(cfg)))
+    except OSError as e:
+        return _fail("alerts", "cannot write %s: %s" % (e.filename, e.strerror))
+    return _finish("alerts", [], written, False)
+
+
+def dashboards(out, config_path=None, check=False):
+    cfg, err = _load("dashboards", config_path)
+    if err is not None:
+        return err
+    try:
+        files = generate.dashboard_files(cfg)
+    except ImportError as e:
+        return _fail("dashboards", "needs grafana-foundation-sdk (pip install 'stallscope[dashboards]'): %s" % e)
+    try:
+        if check:
+            return _finish("dashboards", generate.drift(files, out), [], True)
+        written = generate.write(files, out)
+    except OSError as e:
+        return _fail("dashboards", "cannot write %s: %s" % (e.filename, e.strerror))
+    return _finish("dashboards", [], written, False)

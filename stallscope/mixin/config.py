@@ -1,0 +1,109 @@
+"""The one config the mixin generates everything from: selectors, thresholds, windows
+and the runbook base URL (the monitoring-mixin discipline: dashboards, recording rules
+and alerts never spell a threshold or a window themselves, they read it from here).
+
+Override fields from a JSON file (``stallscope alerts --config FILE``) or in code with
+``dataclasses.replace(DEFAULT, ...)``; the tests build their short-window config that way.
+"""
+import dataclasses
+import json
+import re
+
+_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class MixinConfig:
+    # Label matchers added to every stallscope series selector, e.g. 'cluster="prod"'.
+    selector: str = ""
+    # Matchers for the `up` series of the agents' scrape job (a PodMonitor's job label
+    # is "<namespace>/<name>", a static config's is its job_name).
+    agent_selector: str = 'job=~".*stallscope.*"'
+
+    # Windows.
+    rate_window: str = "5m"            # rate() window of the SLI and every cause signal
+    data_wait_for: str = "15m"         # the headline's `for:`
+    straggler_for: str = "15m"
+    cause_for: str = "10m"
+    health_for: str = "5m"
+    silent_lookback: str = "1h"        # how far back a rank counts as "was reporting"
+
+    # The SLI: share of a rank's step time spent blocked in next(loader).
+    data_wait_warning: float = 0.02
+    data_wait_critical: float = 0.10
+    # Straggler: worst rank above `factor` × the job's median and above `min_ratio`.
+    straggler_factor: float = 3.0
+    straggler_min_ratio: float = 0.02
+    # A cause alert fires only for a pod with a rank waiting at least this much, or a
+    # rank that made no progress at all in the window (blocked in next() for good).
+    cause_min_wait_ratio: float = 0.02
+
+    # Cause thresholds.
+    cfs_throttled_ratio: float = 0.25      # throttled periods / periods
+    io_pressure_ratio: float = 0.20        # PSI io "some": share of time stalled
+    memory_pressure_ratio: float = 0.10    # PSI memory "some"
+    shm_used_ratio: float = 0.90
+    fuse_probe_seconds: float = 1.0
+    fuse_waiting_requests: float = 9       # the kernel's default congestion_threshold
+    shard_read_p99_seconds: float = 0.5
+    cache_hit_ratio: float = 0.50
+
+    # Where the alerts' runbook_url points: base + AlertName + ".md".
+    runbook_base_url: str = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
+
+    # Dashboards.
+    dashboard_uid_prefix: str = "stallscope-"
+    dashboard_tags: tuple = ("stallscope",)
+    dashboard_refresh: str = "30s"
+    dashboard_time_from: str = "now-1h"
+    topk: int = 10
+
+    def runbook_url(self, alert):
+        return self.runbook_base_url + alert + ".md"
+
+    def sel(self, *matchers):
+        """A selector body joining the configured matchers with extra ones."""
+        parts = [m for m in (self.selector,) + matchers if m]
+        return ",".join(parts)
+
+
+DEFAULT = MixinConfig()
+
+_DURATIONS = ("rate_window", "data_wait_for", "straggler_for", "cause_for", "health_for",
+              "silent_lookback")
+
+
+def validate(cfg):
+    """Raise ValueError with one line naming the first bad field."""
+    for name in _DURATIONS:
+        if not _DURATION.match(getattr(cfg, name)):
+            raise ValueError("%s: %r is not a Prometheus duration (e.g. 5m)" % (name, getattr(cfg, name)))
+    for f in dataclasses.fields(cfg):
+        if f.type is float and not isinstance(getattr(cfg, f.name), (int, float)):
+            raise ValueError("%s: expected a number, got %r" % (f.name, getattr(cfg, f.name)))
+    if cfg.topk < 1:
+        raise ValueError("topk: must be at least 1")
+    return cfg
+
+
+def load(path=None, **overrides):
+    """DEFAULT updated from a JSON object in ``path`` and then from ``overrides``."""
+    values = {}
+    if path:
+        try:
+            with open(path) as f:
+                values = json.load(f)
+        except OSError as e:
+            raise ValueError("cannot read %s: %s" % (path, e.strerror))
+        except json.JSONDecodeError as e:
+            raise ValueError("%s is not valid JSON: %s" % (path, e))
+        if not isinstance(values, dict):
+            raise ValueError("%s: expected a JSON object of config fields" % path)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in dataclasses.fields(MixinConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError("unknown config field(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(known))))
+    if "dashboard_tags" in values:
+        values["dashboard_tags"] = tuple(values["dashboard_tags"])
+    return validate(dataclasses.replace(DEFAULT, **values))
