@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot
 
-.PHONY: setup system demo test test-fast bench clean
+.PHONY: setup system demo test test-fast bench generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ test-fast: setup
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+# Dashboards, rules and the PrometheusRule come from stallscope/mixin; CI fails when the
+# checked-in files differ from what it generates.
+generate: setup
+	$(VENV)/bin/stallscope alerts --out alerts --prometheusrule deploy/kubernetes/base/prometheusrule.yaml
+	$(VENV)/bin/stallscope dashboards --out dashboards
 
 clean:
 	rm -rf $(VENV) .pytest_cache

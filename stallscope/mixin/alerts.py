@@ -10,7 +10,7 @@ joins match; the threshold itself is proven by the promtool unit tests.
 import dataclasses
 
 from . import promql
-from .promql import indent, num
+from .promql import indent, num, pct
 
 CAUSE_JOIN = "* on (namespace, pod) group_left (job, node)"
 
@@ -81,7 +81,7 @@ def _headline(cfg, name, severity, threshold):
         "The slowest rank of job {{ $labels.job }} spent {{ $value | humanizePercentage }} of its "
         "step time blocked in next(loader) over the last %s (threshold %s); in synchronous "
         "training every rank runs at its pace: %s." % (
-            cfg.rate_window, _pct(threshold), _worst_rank(cfg)),
+            cfg.rate_window, pct(threshold), _worst_rank(cfg)),
         ("stallscope_data_wait_seconds", "stallscope_step_seconds"))
 
 
@@ -113,24 +113,24 @@ def _causes(cfg):
                "The CFS quota throttles a waiting rank's loader.",
                "Container {{ $labels.container }} of %s was throttled in {{ $value | humanizePercentage }} "
                "of its CFS periods over the last %s (threshold %s)." % (
-                   _pod_where(cfg), w, _pct(cfg.cfs_throttled_ratio))),
+                   _pod_where(cfg), w, pct(cfg.cfs_throttled_ratio))),
         _cause(cfg, "StallscopeIOPressure", promql.pressure_ratio(cfg, "io"),
                "> %s" % num(cfg.io_pressure_ratio), ("stallscope_pressure_io_waiting_seconds_total",),
                "I/O pressure stalls a waiting rank's pod.",
                "Tasks of %s were stalled on I/O {{ $value | humanizePercentage }} of the time over "
-               "the last %s (PSI io some; threshold %s)." % (_pod_where(cfg), w, _pct(cfg.io_pressure_ratio))),
+               "the last %s (PSI io some; threshold %s)." % (_pod_where(cfg), w, pct(cfg.io_pressure_ratio))),
         _cause(cfg, "StallscopeMemoryPressure", promql.pressure_ratio(cfg, "memory"),
                "> %s" % num(cfg.memory_pressure_ratio), ("stallscope_pressure_memory_waiting_seconds_total",),
                "Memory pressure stalls a waiting rank's pod.",
                "Tasks of %s were stalled on memory (reclaim, swap-in, thrashing) {{ $value | "
                "humanizePercentage }} of the time over the last %s (PSI memory some; threshold %s)." % (
-                   _pod_where(cfg), w, _pct(cfg.memory_pressure_ratio))),
+                   _pod_where(cfg), w, pct(cfg.memory_pressure_ratio))),
         _cause(cfg, "StallscopeShmNearlyFull", promql.shm_used_ratio(cfg),
                "> %s" % num(cfg.shm_used_ratio), ("stallscope_shm_used_bytes", "stallscope_shm_size_bytes"),
                "/dev/shm of a waiting rank's pod is nearly full.",
                "/dev/shm of %s is {{ $value | humanizePercentage }} full (threshold %s); DataLoader "
                "workers pass every batch through it and die with a bus error when it fills." % (
-                   _pod_where(cfg), _pct(cfg.shm_used_ratio))),
+                   _pod_where(cfg), pct(cfg.shm_used_ratio))),
         _cause(cfg, "StallscopeFuseMountDown", promql.fuse_up(cfg), "== 0", ("stallscope_fuse_up",),
                "A FUSE mount that a waiting rank reads from is down.",
                "FUSE mount {{ $labels.mountpoint }} ({{ $labels.fstype }}) of %s does not answer: "
@@ -152,7 +152,7 @@ def _causes(cfg):
                "The data cache of a waiting rank mostly misses.",
                "Only {{ $value | humanizePercentage }} of cache lookups in tier {{ $labels.tier }} of %s "
                "hit over the last %s (threshold %s); misses go to the slower tier." % (
-                   _pod_where(cfg), w, _pct(cfg.cache_hit_ratio))),
+                   _pod_where(cfg), w, pct(cfg.cache_hit_ratio))),
     ]
 
 
@@ -195,9 +195,6 @@ def _health(cfg):
               ("stallscope_hook_dropped_events_total",)),
     ]
 
-
-def _pct(x):
-    return "%s%%" % num(round(float(x) * 100, 6))
 
 
 def all_alerts(cfg):

@@ -59,6 +59,11 @@ def num(x):
     return str(int(x)) if x.is_integer() else repr(x)
 
 
+def pct(x):
+    """A ratio threshold for humans: 0.02 -> "2%"."""
+    return "%s%%" % num(round(float(x) * 100, 6))
+
+
 # -- cause signals (per pod, or per pod and container / mount / tier) ----------------------
 def cfs_throttled_ratio(cfg, matchers=(), window=None):
     by = "namespace, pod, container"

@@ -1,0 +1,114 @@
+"""Job overview: is the job waiting on data, which ranks, since when, and what the GPU
+and the correlator say about it."""
+from .. import promql
+from ..promql import pct
+from .panels import (HEATMAP, RATE, TABLE, VARS_RANK, Board, bars, heat, history, q, single,
+                     tabular, ts)
+
+UID = "overview"
+
+
+def _m(cfg, metric, *extra):
+    return promql.sel(cfg, metric, *(VARS_RANK + extra))
+
+
+def build(cfg):
+    n = promql.names(cfg)
+    ratio = _m(cfg, n["rank_ratio"])
+    job_sel = ('namespace=~"$namespace"', 'job=~"$job"')
+    warn, crit = cfg.data_wait_warning, cfg.data_wait_critical
+    b = Board(cfg, UID, "stallscope / Job overview",
+              "Are the GPUs waiting on the input pipeline, on which rank, and why?")
+    b.link("Node and pod drill-down", "node")
+
+    b.row("Is the job waiting on data?")
+    b.add(
+        single("Worst rank: data-wait", "Largest share of step time any selected rank spent "
+               "blocked in next(loader) over the last %s (recorded as %s). Above %s for %s pages "
+               "StallscopeDataWaitHigh; in synchronous training every rank runs at this rank's pace."
+               % (cfg.rate_window, n["job_max"], pct(warn), cfg.data_wait_for),
+               q("max(%s)" % ratio), "percentunit", warn=warn, crit=crit),
+        single("Median rank: data-wait", "The job's median rank. Close to the worst: the whole job "
+               "starves (shared storage, the dataset itself). Far below it: one straggler (its node or pod).",
+               q("quantile(0.5, %s)" % ratio), "percentunit", warn=warn, crit=crit),
+        single("Ranks reporting", "Ranks whose hook reported batches in the window. Fewer than the "
+               "job's world size: some ranks are not instrumented or lost the agent's socket.",
+               q("count(%s)" % ratio)),
+        single("Slowest rank: batches/s", "Batches per second reaching the training loop of the "
+               "slowest selected rank: the pace of the whole job.",
+               q("min(%s)" % _m(cfg, n["rank_steps"])), "short"),
+        ts("Data-wait: worst and median rank per job", "Share of step time blocked in next(loader), "
+           "per job: the worst rank (solid) and the median rank. Dashed lines: the warning (%s) and "
+           "critical (%s) levels of the alerts." % (pct(warn), pct(crit)),
+           [q(promql.sel(cfg, n["job_max"], *job_sel), "{{namespace}}/{{job}} worst"),
+            q(promql.sel(cfg, n["job_median"], *job_sel), "{{namespace}}/{{job}} median")],
+           "percentunit", w=24, min_val=0, warn=warn, crit=crit),
+        tabular("Slowest ranks", "The %d ranks with the largest data-wait share now, with their pod "
+                "and node: start `stallscope diagnose <pod> -n <namespace>` with the first row."
+                % cfg.topk,
+                [q("topk(%d, %s)" % (cfg.topk, ratio), instant=True, fmt=TABLE)], "percentunit"),
+        tabular("Firing stallscope alerts", "Stallscope alerts firing now for the selected namespaces; "
+                "each links its runbook through the runbook_url annotation.",
+                [q('ALERTS{alertname=~"Stallscope.*", alertstate="firing", namespace=~"$namespace"}',
+                   instant=True, fmt=TABLE)], hide=("Time", "Value", "__name__", "alertstate")),
+        history("Data-wait per rank", "One row per rank, one cell per interval, coloured by the "
+                "rank's data-wait share (the per-rank heatmap): a single hot row is a straggler, "
+                "a hot column a job-wide stall, stripes a periodic stall.",
+                q(ratio, "{{job}} rank {{rank}}"), warn=warn, crit=crit),
+        heat("Data-wait per batch (distribution)", "How long single next(loader) calls blocked, "
+             "all selected ranks together (histogram buckets). Prefetched batches sit in the lowest "
+             "band; a band at seconds means batches that were not ready at all.",
+             q("sum by (le) (%s)" % promql.rate(cfg, "stallscope_data_wait_seconds_bucket", VARS_RANK, RATE),
+               "{{le}}", fmt=HEATMAP), w=24),
+    )
+
+    b.row("Step time and GPU")
+    by = "namespace, job, rank"
+    b.add(
+        ts("Step time per rank (mean)", "Mean interval between consecutive batches reaching the "
+           "loop: compute plus data-wait. In synchronous training all ranks share the slowest one's.",
+           [q("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
+               by, promql.rate(cfg, "stallscope_step_seconds_sum", VARS_RANK, RATE),
+               by, promql.rate(cfg, "stallscope_step_seconds_count", VARS_RANK, RATE)), "{{job}} rank {{rank}}")],
+           "s", min_val=0),
+        ts("Data-wait per batch per rank (mean)", "Mean time one next(loader) call blocked. Compare "
+           "with the step time: the difference is what the loop spends on compute.",
+           [q("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
+               by, promql.rate(cfg, "stallscope_data_wait_seconds_sum", VARS_RANK, RATE),
+               by, promql.rate(cfg, "stallscope_data_wait_seconds_count", VARS_RANK, RATE)), "{{job}} rank {{rank}}")],
+           "s", min_val=0),
+        ts("GPU busy and SM active against data-wait", "Per rank: GPU busy (NVML) and SM active "
+           "(DCGM) against the data-wait share. GPU dips that line up with data-wait are input "
+           "stalls; dips without data-wait are something else (collectives, host sync).",
+           [q("avg by (%s) (%s)" % (by, _m(cfg, "stallscope_gpu_busy_ratio")), "busy {{job}} rank {{rank}}"),
+            q("avg by (%s) (%s)" % (by, _m(cfg, "stallscope_gpu_sm_active_ratio")), "SM active {{job}} rank {{rank}}"),
+            q(ratio, "data-wait {{job}} rank {{rank}}")],
+           "percentunit", min_val=0, max_val=1),
+        ts("GPU idle time spent waiting for data", "Share of the GPU's idle time that overlaps the "
+           "rank's data-wait (the correlator's measure). High: the GPU idles because the input "
+           "pipeline is late. Low with an idle GPU: the rank waits elsewhere, e.g. for a straggler.",
+           [q(_m(cfg, "stallscope_gpu_idle_overlap_ratio"), "{{job}} rank {{rank}}")],
+           "percentunit", min_val=0, max_val=1),
+    )
+
+    b.row("Why: the correlator and the loader")
+    b.add(
+        bars("Cause scores", "The correlator's score per candidate cause (0-1), the worst over the "
+             "selected ranks: how well the cause's signal moves with the stalls, not how high it is. "
+             "`stallscope diagnose` shows the evidence behind each.",
+             [q("max by (cause) (%s)" % _m(cfg, "stallscope_stall_cause_score"), "{{cause}}", instant=True)]),
+        ts("Stall period (batches)", "Dominant period of the data-wait spikes in batches, 0 when "
+           "none. A period equal to num_workers: each worker is slower than num_workers x compute "
+           "(too few workers or slow per-sample work); a long fixed period: e.g. checkpoint writes.",
+           [q(_m(cfg, "stallscope_stall_period_steps"), "{{job}} rank {{rank}}")], "short", min_val=0),
+        tabular("Loader configuration", "DataLoader settings each rank reported: few workers, no "
+                "prefetch or no pinned memory are the first things to check on a waiting rank.",
+                [q(_m(cfg, "stallscope_loader_info"), instant=True, fmt=TABLE)], w=24,
+                hide=("Time", "Value", "__name__", "instance")),
+        ts("Hook events dropped", "Batch events the hook could not deliver to the agent, per "
+           "second. Non-zero: the agent was down or slow, and data-wait figures undercount.",
+           [q("sum by (%s) (%s)" % (by, promql.rate(cfg, "stallscope_hook_dropped_events_total", VARS_RANK, RATE)),
+              "{{job}} rank {{rank}}")], "short", min_val=0),
+    )
+    return b.model()
+
