@@ -44,10 +44,15 @@ def _worst_rank(cfg):
 
 
 def _ranks_of_pod(cfg):
-    q = _query("sort_desc(%s{namespace=%%q, pod=%%q})" % promql.names(cfg)["rank_ratio"],
-               "$labels.namespace", "$labels.pod")
-    return ("{{ range $i, $r := %s }}{{ if $i }}, {{ end }}rank {{ $r.Labels.rank }} waits "
-            "{{ $r.Value | humanizePercentage }}{{ end }}" % q)
+    """The pod's ranks that make the cause matter: 'rank 3 waits 12%' or, for a rank
+    blocked for good (value 0 from the steps series), 'rank 3 made no progress'."""
+    n = promql.names(cfg)
+    q = _query("sort_desc(%s{namespace=%%q, pod=%%q} >= %s) or %s{namespace=%%q, pod=%%q} == 0" % (
+        n["rank_ratio"], num(cfg.cause_min_wait_ratio), n["rank_steps"]),
+        "$labels.namespace", "$labels.pod", "$labels.namespace", "$labels.pod")
+    return ("{{ range $i, $r := %s }}{{ if $i }}, {{ end }}rank {{ $r.Labels.rank }} "
+            "{{ if $r.Value }}waits {{ $r.Value | humanizePercentage }}{{ else }}made no progress in %s"
+            "{{ end }}{{ end }}" % (q, cfg.rate_window))
 
 
 def _pod_where(cfg):
@@ -68,7 +73,7 @@ def _cause(cfg, name, signal, cmp, metrics, summary, description):
     expr = "(\n%s\n  %s\n)\n%s\n%s" % (indent(signal), cmp, CAUSE_JOIN, _pods_of(promql.waiting_pods(cfg)))
     probe = "(\n%s\n)\n%s\n%s" % (indent(signal), CAUSE_JOIN, _pods_of(n["rank_ratio"]))
     return Alert(name, "stallscope.causes", "warning", cfg.cause_for, expr, probe, summary,
-                 description + " Waiting: " + _ranks_of_pod(cfg) + ".", metrics)
+                 description + " Waiting ranks in the pod: " + _ranks_of_pod(cfg) + ".", metrics)
 
 
 # -- the alerts ----------------------------------------------------------------------------
@@ -190,7 +195,7 @@ def _health(cfg):
               "%s > 0" % dropped, dropped,
               "The hook of rank {{ $labels.rank }} of job {{ $labels.namespace }}/{{ $labels.job }} drops events.",
               "The hook of rank {{ $labels.rank }} (pod {{ $labels.pod }} on node {{ $labels.node }}) could "
-              "not deliver {{ $value | humanize }} batch events per second to the agent over the last %s: "
+              "not deliver {{ printf \"%%.2f\" $value }} batch events per second to the agent over the last %s: "
               "its data-wait figures undercount." % cfg.rate_window,
               ("stallscope_hook_dropped_events_total",)),
     ]
