@@ -32,6 +32,8 @@ class Rig:
         self.trainers = {}   # name -> Popen
         self.cgroups = []    # directories to remove, innermost first at close
         self.missing = {}    # what could not be set up -> why
+        self.mounts = []     # SlowFS instances
+        self._fusectl = False
         self._logs = []
 
     # -- processes ---------------------------------------------------------------------
@@ -99,6 +101,25 @@ class Rig:
             return None
         return path
 
+    # -- FUSE --------------------------------------------------------------------------
+    def fuse_mount(self, name, latency=0.0, **kw):
+        """A slowfs FUSE mount (lab/slowfs.py) at DIR/name, visible to every process in
+        this mount namespace; returns its path, or None without root, /dev/fuse or
+        fusermount3. fusectl is mounted when missing (for the `waiting` count)."""
+        import shutil
+
+        if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+            self.missing["fuse"] = "needs root, /dev/fuse and fuse3 (apt-get install fuse3 libfuse2)"
+            return None
+        from . import slowfs
+
+        if not self.mounts:
+            self._fusectl = slowfs.ensure_fusectl()
+        fs = slowfs.SlowFS(os.path.join(self.dir, name), latency=latency, **kw)
+        self.mounts.append(fs)
+        fs.start()
+        return fs.mountpoint
+
     def _mkdir(self, base):
         path = os.path.join(base, "stallscope-rig-" + uuid.uuid4().hex[:8])
         os.mkdir(path)
@@ -120,6 +141,10 @@ class Rig:
             _kill_all(workers[name])
         for log in self._logs:
             log.close()
+        for fs in self.mounts:
+            fs.stop()
+        if self._fusectl:
+            subprocess.run(["umount", "/sys/fs/fuse/connections"], check=False)
         if self.prometheus is not None:
             self.prometheus.stop()
         if self.agent is not None:

@@ -33,10 +33,6 @@ NS = "stallscope-test"
 
 # metric prefix -> the part that exports it (not on main yet)
 PENDING = {
-    "stallscope_pressure_": "issue 3 (psi exporter)",
-    "stallscope_shm_": "issue 3 (shm exporter)",
-    "stallscope_fuse_": "issue 3 (fuse exporter)",
-    "stallscope_worker_": "issue 3 (workers exporter)",
     "stallscope_batch_load_seconds": "issue 4 (batch production time)",
     "stallscope_loader_workers_needed": "issue 4 (worker sizing)",
     "stallscope_shard_read_seconds": "issue 4 (shard reads)",
@@ -46,7 +42,7 @@ PENDING = {
     "stallscope_stall_": "issue 6 (correlator)",
 }
 # metric prefix -> the rig feature it needs (missing without root or cgroups)
-NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure"}
+NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse"}
 
 
 def _pending(expr):
@@ -110,6 +106,7 @@ def live(tmp_path_factory):
         prom = rig.start_prometheus(sorted(rule_files))
         quota = rig.cpu_quota_cgroup(0.2)
         pressure = rig.pressure_cgroup()
+        rig.fuse_mount("data")  # every rank sees it (one mount namespace)
         common = dict(namespace=NS, workers=2, batch_size=4, compute=0.04, duration=240)
         rig.trainer("slow-0", "mixin-slow", 0, world_size=3, sample_sleep=0.002, **common)
         rig.trainer("slow-1", "mixin-slow", 1, world_size=3, sample_sleep=0.002, **common)

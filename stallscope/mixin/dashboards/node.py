@@ -76,20 +76,24 @@ def build(cfg):
                 promql.sel(cfg, "stallscope_shm_used_bytes", 'pod=""', *VARS_NODE),
                 promql.sel(cfg, "stallscope_shm_size_bytes", 'pod=""', *VARS_NODE)), "node {{node}}")],
            "percentunit", min_val=0, max_val=1, warn=cfg.shm_used_ratio),
-        ts("Worker CPU", "CPU cores used by each loader worker. A worker pinned at 1 core does "
-           "per-sample work that more workers (within the quota) or cheaper decoding would fix.",
-           [q("sum by (namespace, job, rank, worker) (%s)" % promql.rate(
-               cfg, "stallscope_worker_cpu_seconds_total", VARS_RANK, RATE), "rank {{rank}} worker {{worker}}")],
-           "short", min_val=0),
-        ts("Worker memory (RSS)", "Resident memory of each loader worker. Steady growth per worker "
-           "is copy-on-access of Python objects in the dataset (refcounts touch forked pages).",
-           [q("sum by (namespace, job, rank, worker) (%s)" % promql.sel(
-               cfg, "stallscope_worker_rss_bytes", *VARS_RANK), "rank {{rank}} worker {{worker}}")],
+        ts("Loader worker CPU against the quota", "CPU cores used by all loader workers of "
+           "each rank, and the pod's CFS quota in cores. Workers at the quota are throttled: "
+           "more workers will not help, a higher limit or cheaper per-sample work will.",
+           [q("sum by (namespace, job, rank, pod) (%s)" % promql.rate(
+               cfg, "stallscope_loader_workers_cpu_seconds_total", VARS_RANK, RATE), rank_legend),
+            q("max by (namespace, pod) (%s)" % promql.sel(cfg, "stallscope_cpu_cfs_quota_cores", *VARS_POD),
+              "quota {{pod}}")], "short", min_val=0),
+        ts("Largest loader worker's memory (RSS)", "Resident memory of each rank's largest "
+           "loader worker. Steady growth is copy-on-access of Python objects in the dataset "
+           "(refcounts touch forked pages: pytorch/pytorch#13246).",
+           [q(promql.sel(cfg, "stallscope_loader_worker_max_resident_memory_bytes", *VARS_RANK), rank_legend)],
            "bytes", min_val=0),
-        ts("Workers blocked in the kernel", "Loader workers in uninterruptible sleep (D state): "
-           "stuck on I/O, typically a hung FUSE mount or NFS.",
-           [q("sum by (namespace, job, rank) (%s)" % promql.sel(
-               cfg, "stallscope_worker_state", 'state="D"', *VARS_RANK), rank_legend)], "short", min_val=0),
+        ts("Loader workers alive and blocked", "Workers alive per rank (a drop: workers died, "
+           "e.g. a bus error from a full /dev/shm or the OOM killer) and workers in D state "
+           "(blocked in the kernel, typically on a hung FUSE mount or NFS).",
+           [q(promql.sel(cfg, "stallscope_loader_workers_alive", *VARS_RANK), "alive " + rank_legend),
+            q(promql.sel(cfg, "stallscope_loader_workers_dstate", *VARS_RANK), "D state " + rank_legend)],
+           "short", w=24, min_val=0),
     )
 
     b.row("Loader: batch production against compute")
