@@ -35,7 +35,7 @@ MAX_PENDING = 50_000
 class Stream:
     """The batches of one iterator (one epoch of one watched loader)."""
 
-    __slots__ = ("buf", "pending", "ident", "role", "loader", "prev_end", "owner",
+    __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
                  "last_sent", "__weakref__")
 
     def __init__(self, ident, role="main", owner=None):
@@ -44,6 +44,7 @@ class Stream:
         self.ident = ident
         self.role = role
         self.loader = None
+        self.cuda = None    # the loop's CUDA device (hook/device.py), when known
         self.prev_end = None
         self.owner = weakref.ref(owner) if owner is not None else None
         self.last_sent = 0.0
@@ -128,6 +129,8 @@ class Channel:
             msg = self._message(stream.ident, stream.role, {"events": chunk})
             if stream.loader is not None:
                 msg["loader"] = stream.loader
+            if stream.cuda is not None:
+                msg["cuda"] = stream.cuda
             status = self._send(msg, len(chunk))
             if status == "busy":
                 return  # the agent is slow: keep the events for the next flush

@@ -14,7 +14,7 @@ import sys
 import warnings
 from time import perf_counter_ns
 
-from . import channel, identity
+from . import channel, device, identity
 
 _OVERRIDES = set(identity.FIELDS)
 _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
@@ -89,6 +89,7 @@ class _Watched:
             stream.loader = loader_info(self._ss_wrapped, it)
         except Exception:
             stream.loader = None
+        stream.cuda = device.cuda_device()
         ch.add_stream(stream)
         return wrapper
 

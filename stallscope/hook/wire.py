@@ -14,6 +14,7 @@ parses input from every process on the node and must not execute any of it.
      "dropped_total": int,        # events this process could not deliver, cumulative
      "events": [[t_end_ns, wait_ns, interval_ns], ...],   # one per batch (role=main)
      "loader": {...},             # optional: DataLoader config + worker PIDs
+     "cuda": {"index": int, "uuid": "GPU-..."},  # optional: the loop's CUDA device
      ...}                         # further optional keys for other kinds of samples
 
 Timestamps are CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns on Linux), the same
