@@ -6,9 +6,11 @@ of one ``next()``) to the loop's next ``next()`` call, which the hook's events g
 ``next()`` is the GPU waiting on data. Between epochs (a new iterator, whose first event
 has ``interval == wait``) nothing is known, and the simulation counts idle.
 
-Samples are final only up to the start of the newest ``next()`` call the agent has heard
-of: while the loop computes, or sits blocked on a dead mount, the simulated GPU's newest
-samples wait for the next batch to arrive, then cover the whole stretch at once.
+Samples are final only up to the newest batch arrival the agent has heard of: while the
+loop computes, or sits blocked on a dead mount, the simulated GPU's newest samples wait
+for the next batch to arrive, then cover the whole stretch at once. The compute after an
+iterator's last batch is never reported (the ``next()`` that raises StopIteration is
+not an event), so it counts idle, like the gap between epochs.
 
 Every series it feeds carries ``source="simulated"``; it runs only when the agent is
 started with ``--gpu.simulated``, never on its own.
@@ -33,7 +35,7 @@ class _RankSim:
     def __init__(self):
         self.consumed = 0      # events of the rank already turned into busy intervals
         self.cursor = None     # samples are emitted up to here (CLOCK_MONOTONIC ns)
-        self.watermark = None  # start of the newest next() call heard of
+        self.watermark = None  # the newest batch arrival heard of: final up to here
         self.busy = []         # disjoint busy intervals [start, end] after the cursor
 
 
@@ -92,8 +94,8 @@ class SimulatedSource:
             st.cursor = min(end - interval for end, _, interval in events)
         for end, wait, interval in events:
             start, stop = end - interval, end - wait  # [previous arrival, this next() call]
-            if st.watermark is None or stop > st.watermark:
-                st.watermark = stop
+            if st.watermark is None or end > st.watermark:
+                st.watermark = end
             if stop > start and stop > st.cursor:
                 st.busy.append([max(start, st.cursor), stop])
         st.busy.sort()
