@@ -1,20 +1,10 @@
 """dcgm-exporter reader against exposition written from dcgm-exporter's documented
 format (README, etc/default-counters.csv, etc/dcp-metrics-included.csv) with its real
 label sets, served over real HTTP."""
-import http.server
-import os
-import threading
-
 import pytest
+from gpu_helpers import DcgmServer, fixture
 
 from stallscope.gpu.dcgm import DcgmReader, parse
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
-
-
-def fixture(name):
-    with open(os.path.join(FIXTURES, name)) as f:
-        return f.read()
 
 
 def test_sm_active_then_gr_engine_then_gpu_util_per_gpu():
@@ -43,35 +33,9 @@ def test_mig_instances_are_separate():
         ("0:1", 0.7, "infer-a"), ("0:2", 0.02, "infer-b")]
 
 
-class _Server:
-    def __init__(self, body):
-        self.body = body
-        srv = self
-
-        class H(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                data = srv.body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = "http://127.0.0.1:%d/metrics" % self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def dcgm_server():
-    s = _Server(fixture("dcgm-exporter-k8s.txt"))
+    s = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
     yield s
     s.close()
 

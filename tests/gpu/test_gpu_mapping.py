@@ -4,14 +4,12 @@ import subprocess
 import sys
 
 import pytest
+from gpu_helpers import U0, U1
 
 from stallscope.agent.state import RankState
 from stallscope.gpu.mapping import build, uuid_key
 from stallscope.gpu.source import Gpu
 from stallscope.hook import device
-
-U0 = "GPU-5d4f7c1e-9a3b-2e81-6c0d-4b7e91a2f3c5"
-U1 = "GPU-a1c93e07-44d2-8f6b-1e95-07c2d8b6e4f1"
 
 
 def rank(r, pid, pod="w-0", cuda=None):

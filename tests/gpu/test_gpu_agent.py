@@ -1,0 +1,149 @@
+"""The GPU part inside a real agent: fake NVML (two GPUs), a real dcgm-exporter-format
+endpoint over HTTP, real hook channels reporting two ranks; /metrics, /api/v1/ranks and
+/api/v1/timeline carry the GPU series with the rank they serve."""
+import json
+import os
+import threading
+import time
+import urllib.request
+
+import pytest
+from gpu_helpers import U0, U1, DcgmServer, fixture
+from prometheus_client.parser import text_string_to_metric_families
+
+from stallscope.agent.main import Agent, Config
+from stallscope.hook import channel, identity
+from stallscope.lab.fake_nvml import FakeGpu, FakeNvml, constant
+
+pytest.importorskip("pynvml")
+
+
+def get(agent, path):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (agent.port, path), timeout=5) as r:
+        return r.read().decode()
+
+
+def series(text):
+    return [(s.name, s.labels, s.value)
+            for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def wait_for(fn, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def running(tmp_path):
+    me = os.getpid()
+    fake = FakeNvml([
+        # GPU 0: the process's real work (60 GiB); GPU 1: a stray context (500 MiB).
+        FakeGpu(0, uuid=U0, busy=constant(0.75), processes=[(me, 60 << 30)]),
+        FakeGpu(1, uuid=U1, busy=constant(0.25), processes=[(me, 500 << 20)]),
+    ])
+    dcgm = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
+    cfg = Config(listen="127.0.0.1:0", socket=str(tmp_path / "hook.sock"), node="gpu-node-7",
+                 options={"gpu_nvml_module": fake, "gpu_sample_interval": 0.1,
+                          "gpu_dcgm_url": dcgm.url, "gpu_dcgm_interval": 0.2})
+    agent = Agent(cfg)
+    agent.start()
+    stopped = []
+
+    def stop():  # Agent.stop() is not idempotent
+        if not stopped:
+            stopped.append(agent.stop())
+
+    try:
+        yield agent, fake, stop, dcgm
+    finally:
+        stop()
+        dcgm.close()
+
+
+def report(path, rank, cuda):
+    ch = channel.Channel(path)
+    ident = identity.detect(env={}, job="llm", rank=rank, pod="llm-pretrain-worker-0",
+                            namespace="ml-team", node="gpu-node-7")
+    s = channel.Stream(ident)
+    s.cuda = cuda
+    t = time.perf_counter_ns()
+    s.buf.extend([t - 2_000_000, t - 1_000_000])
+    ch.streams.append(s)
+    ch.flush()
+    return ch
+
+
+def test_gpu_series_carry_their_rank_and_source(running):
+    agent, fake, _, dcgm = running
+    # Rank 3 reports cuda:1 the way torch spells it; rank 5 reports nothing and is found
+    # through NVML's compute processes; rank 7's report is garbage.
+    report(agent.config.socket, 3, {"index": 1, "uuid": U1[4:]})
+    report(agent.config.socket, 5, None)
+    report(agent.config.socket, 7, {"index": "one", "uuid": U1})
+
+    def mapped():
+        ranks = {r["rank"]: r.get("json_gpu") for r in json.loads(get(agent, "/api/v1/ranks"))["ranks"]}
+        return ranks if ranks.get(3) and ranks.get(5) else None
+
+    ranks = wait_for(mapped)
+    assert ranks[3] == {"uuid": U1, "gpu": "1", "source": "nvml", "via": "cuda_device"}
+    assert ranks[5] == {"uuid": U0, "gpu": "0", "source": "nvml", "via": "nvml_process"}
+    assert ranks[7]["via"] == "nvml_process"  # its report rejected, its PID still found
+    # dcgm-exporter collects again (its -c interval): recorded under the mapped ranks too.
+    dcgm.body = dcgm.body.replace("0.443105", "0.443107")
+
+    def timeline():
+        body = json.loads(get(agent, "/api/v1/timeline?rank=3&seconds=60"))
+        return body if body["signals"].get("gpu_busy_ratio") and body["signals"].get(
+            "gpu_sm_active_ratio") else None
+
+    body = wait_for(timeline)
+    assert body["gpu"]["via"] == "cuda_device" and body["gpu"]["busy"]
+    assert all(v == pytest.approx(0.25, abs=0.006) for _, v in body["signals"]["gpu_busy_ratio"])
+    assert body["signals"]["gpu_sm_active_ratio"][-1][1] == pytest.approx(0.443107)
+    assert agent.samples.series(("gpu", U0), "gpu_busy_ratio")
+
+    got = series(get(agent, "/metrics"))
+    mine = [(n, l, v) for n, l, v in got if n.startswith("stallscope_gpu_") and l.get("rank") == "3"]
+    names = sorted(n for n, _, _ in mine)
+    assert names == ["stallscope_gpu_busy_ratio", "stallscope_gpu_busy_seconds_total",
+                     "stallscope_gpu_sm_active_ratio"]  # 3 series against the per-rank budget
+    for n, labels, v in mine:
+        assert labels["uuid"] == U1 and labels["gpu"] == "1" and labels["job"] == "llm"
+        assert labels["pod"] == "llm-pretrain-worker-0" and labels["node"] == "gpu-node-7"
+    busy = {l["rank"]: v for n, l, v in got if n == "stallscope_gpu_busy_ratio"}
+    assert busy["3"] == pytest.approx(0.25, abs=0.006) and busy["5"] == pytest.approx(0.75, abs=0.006)
+    sm = {(l["gpu"], l["rank"]): (l["field"], v) for n, l, v in got if n == "stallscope_gpu_sm_active_ratio"}
+    assert sm[("0", "5")] == ("DCGM_FI_PROF_SM_ACTIVE", 0.812345)
+    assert sm[("2", "")] == ("DCGM_FI_DEV_GPU_UTIL", 0.37)  # dcgm-only GPU, no rank
+    up = {l["uuid"]: v for n, l, v in got if n == "stallscope_gpu_up"}
+    assert up == {U0: 1.0, U1: 1.0}
+    errors = {(l["source"], l["reason"]): v for n, l, v in got if n == "stallscope_gpu_read_errors_total"}
+    assert errors == {("hook", "bad_cuda"): 1.0}
+
+    fake.gpus[1].lost = True
+    lost = wait_for(lambda: [v for n, l, v in series(get(agent, "/metrics"))
+                             if n == "stallscope_gpu_up" and l["uuid"] == U1 and v == 0])
+    assert lost
+    assert not [l for n, l, v in series(get(agent, "/metrics"))
+                if n == "stallscope_gpu_busy_ratio" and l["uuid"] == U1]
+
+
+def test_sampler_threads_stop_with_the_agent(running):
+    agent, fake, stop, _ = running
+
+    def part_threads():
+        found = [t for t in threading.enumerate() if t.name.startswith("stallscope-gpu-")]
+        return found if len(found) == 2 else None
+
+    threads = wait_for(part_threads)
+    assert {t.name for t in threads} == {"stallscope-gpu-nvml", "stallscope-gpu-dcgm"}
+    stop()
+    for t in threads:
+        t.join(5)
+        assert not t.is_alive()
+    assert fake.initialised == 0  # nvmlShutdown on the way out
