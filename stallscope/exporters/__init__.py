@@ -26,6 +26,10 @@ def install(agent):
     deadline = float(opts.get("exporter_timeout") or 2.0)
     ctx = base.Context.of_agent(agent, deadline)
     run = build(ctx, opts, deadline, agent.table.snapshot, agent.stopping)
+    for slot in run.slots:  # exporters that need more of the agent (hook keys, timeline parts)
+        attach = getattr(slot.exporter, "attach", None)
+        if attach is not None:
+            attach(agent)
     agent.registry.register(run)
     agent.every(interval, run.tick)
     agent.add_route("/api/v1/exporters", lambda _agent, query: _status_route(run, query))

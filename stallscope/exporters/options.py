@@ -6,6 +6,7 @@ import re
 
 import click
 
+from ..gpu import options as gpu_options
 from .fuse import DEFAULT_EXCLUDE
 from .registry import EXPORTERS
 
@@ -44,4 +45,4 @@ OPTIONS = [_toggle(e) for e in EXPORTERS] + [
     click.option("--exporter.workers.per-worker", "exporter_workers_per_worker", is_flag=True,
                  help="Also export CPU and RSS per loader worker (num_workers more series per "
                       "rank; per-worker figures are always in /api/v1/ranks)."),
-]
+] + gpu_options.OPTIONS  # the gpu exporter's settings

@@ -15,6 +15,7 @@ EXPORTERS = (
     Entry("shm", "shm:ShmExporter", True, "/dev/shm size and use, as the ranks and the node see it."),
     Entry("fuse", "fuse:FuseExporter", True, "Health of the FUSE mounts the ranks read from (stuck, ENOTCONN)."),
     Entry("workers", "workers:WorkersExporter", True, "Loader workers: alive, D state, CPU, RSS, exits."),
+    Entry("gpu", "gpu:GpuExporter", True, "GPU busy samples (NVML), SM-active (dcgm-exporter), GPU-to-rank map; see --gpu.*."),
 )
 
 

@@ -1,5 +1,5 @@
-"""``/metrics`` families of the GPU signals, built fresh from the samplers' state on
-every scrape (never calling NVML or dcgm-exporter on the scrape path).
+"""``/metrics`` families of the GPU signals, built from the samplers' in-memory state at
+each collection of the ``gpu`` exporter (never calling NVML or dcgm-exporter itself).
 
 Series per GPU carry ``gpu``, ``uuid``, ``source`` (nvml / simulated / dcgm) and the
 rank labels of the rank it serves (job, rank, pod, namespace, node; empty but ``node``
@@ -13,63 +13,48 @@ from ..agent.state import LABELS
 GPU = ("gpu", "uuid", "source")
 
 
-class GpuCollector:
-    def __init__(self, part):
-        self.part = part
+def _rank_labels(part, uuid, ranks, node):
+    keys = part.mapping.ranks_of.get(uuid, ())
+    out = [ranks[k].labels() for k in keys if k in ranks]
+    return out or [("", "", "", "", node)]
 
-    def describe(self):
-        return []
 
-    def _rank_labels(self, uuid, ranks, node):
-        keys = self.part.mapping.ranks_of.get(uuid, ())
-        out = [ranks[k].labels() for k in keys if k in ranks]
-        return out or [("", "", "", "", node)]
-
-    def collect(self):
-        part = self.part
-        node = part.agent.table.node
-        ranks = {r.key: r for r in part.agent.table.snapshot()}
-        busy = GaugeMetricFamily(
-            "stallscope_gpu_busy_ratio",
-            "Share of the newest sample period(s) during which a kernel ran (NVML "
-            "utilisation samples, or the simulated GPU).", labels=GPU + LABELS)
-        busy_s = CounterMetricFamily(
-            "stallscope_gpu_busy_seconds",
-            "Seconds during which a kernel ran: rate() is the busy ratio over any window, "
-            "however slow the scrape.", labels=GPU + LABELS)
-        up = GaugeMetricFamily(
-            "stallscope_gpu_up", "1 while the GPU is read; 0 once lost (fell off the bus) "
-            "or without a utilisation reading (MIG, vGPU).", labels=GPU + ("node",))
-        if part.sampler is not None:
-            for gpu, status, ratio, busy_total, _sampled, _pids in part.sampler.snapshot():
-                base = (str(gpu.index), gpu.uuid, gpu.source)
-                up.add_metric(base + (node,), 1 if status == "ok" else 0)
-                for lv in self._rank_labels(gpu.uuid, ranks, node):
-                    if status == "ok" and ratio is not None:
-                        busy.add_metric(base + lv, ratio)
-                    busy_s.add_metric(base + lv, busy_total)
-        yield busy
-        yield busy_s
-        yield up
-        sm = GaugeMetricFamily(
-            "stallscope_gpu_sm_active_ratio",
-            "SM activity from dcgm-exporter: DCGM_FI_PROF_SM_ACTIVE, or the fallback "
-            "named by `field` (GR_ENGINE_ACTIVE, GPU_UTIL/100).", labels=GPU + ("field",) + LABELS)
-        if part.dcgm is not None:
-            for r in part.dcgm.snapshot()[1].values():
-                lvs = ([("", "", "", "", node)] if ":" in r.gpu
-                       else self._rank_labels(r.uuid, ranks, node))
-                for lv in lvs:
-                    sm.add_metric((r.gpu, r.uuid, "dcgm", r.field) + lv, r.value)
-        yield sm
-        errors = CounterMetricFamily(
-            "stallscope_gpu_read_errors", "Failed GPU reads, by source and reason.",
-            labels=("source", "reason"))
-        for src in (part.sampler, part.dcgm):
-            if src is not None:
-                name = getattr(src, "source", src).name
-                for reason, n in sorted(dict(src.errors).items()):
-                    errors.add_metric((name, reason), n)
-        for reason, n in sorted(dict(part.rejected).items()):
-            errors.add_metric(("hook", reason), n)
-        yield errors
+def families(part, rank_list):
+    node = part.node
+    ranks = {r.key: r for r in rank_list}
+    busy = GaugeMetricFamily(
+        "stallscope_gpu_busy_ratio",
+        "Share of the newest sample period(s) during which a kernel ran (NVML "
+        "utilisation samples, or the simulated GPU).", labels=GPU + LABELS)
+    busy_s = CounterMetricFamily(
+        "stallscope_gpu_busy_seconds",
+        "Seconds during which a kernel ran: rate() is the busy ratio over any window, "
+        "however slow the scrape.", labels=GPU + LABELS)
+    up = GaugeMetricFamily(
+        "stallscope_gpu_up", "1 while the GPU is read; 0 once lost (fell off the bus) "
+        "or without a utilisation reading (MIG, vGPU).", labels=GPU + ("node",))
+    for gpu, status, ratio, busy_total, _sampled, _pids in part.tracks():
+        base = (str(gpu.index), gpu.uuid, gpu.source)
+        up.add_metric(base + (node,), 1 if status == "ok" else 0)
+        for lv in _rank_labels(part, gpu.uuid, ranks, node):
+            if status == "ok" and ratio is not None:
+                busy.add_metric(base + lv, ratio)
+            busy_s.add_metric(base + lv, busy_total)
+    sm = GaugeMetricFamily(
+        "stallscope_gpu_sm_active_ratio",
+        "SM activity from dcgm-exporter: DCGM_FI_PROF_SM_ACTIVE, or the fallback "
+        "named by `field` (GR_ENGINE_ACTIVE, GPU_UTIL/100).", labels=GPU + ("field",) + LABELS)
+    for r in part.readings().values():
+        lvs = ([("", "", "", "", node)] if ":" in r.gpu
+               else _rank_labels(part, r.uuid, ranks, node))
+        for lv in lvs:
+            sm.add_metric((r.gpu, r.uuid, "dcgm", r.field) + lv, r.value)
+    errors = CounterMetricFamily(
+        "stallscope_gpu_read_errors", "Failed GPU reads, by source and reason.",
+        labels=("source", "reason"))
+    for name, counts in ([(s.source.name, s.errors) for s in part.samplers]
+                         + [("dcgm", part.dcgm.errors if part.dcgm else {}),
+                            ("hook", part.rejected)]):
+        for reason, n in sorted(dict(counts).items()):
+            errors.add_metric((name, reason), n)
+    return [busy, busy_s, up, sm, errors]

@@ -21,9 +21,9 @@ OPTIONS = [
                  help="How often to read the driver's sample buffer (it holds ~100 samples "
                       "taken every 1/6 s to 1 s, so up to ~15 s loses nothing)."),
     click.option("--gpu.simulated", "gpu_simulated", is_flag=True, default=False,
-                 help="LAB/DEMO ONLY: instead of NVML, a simulated GPU per rank that is busy "
-                      "between a batch's arrival and the loop's next next() call. Its series "
-                      "and reports carry source=\"simulated\"."),
+                 help="LAB/DEMO ONLY: add a simulated GPU per rank, busy between a batch's "
+                      "arrival and the loop's next next() call; each rank maps to its own. Its "
+                      "series and reports carry source=\"simulated\"."),
     click.option("--gpu.dcgm-url", "gpu_dcgm_url", default="", metavar="URL", callback=_url,
                  help="dcgm-exporter endpoint to read SM-active from, e.g. "
                       "http://localhost:9400/metrics (off when empty). See docs/gpu.md for "

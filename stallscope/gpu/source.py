@@ -97,8 +97,9 @@ def _log(message):
 
 class Sampler:
     """Drives one source: opens it (retrying while it is unavailable, e.g. while the GPU
-    Operator's driver container is still installing), reads every GPU each ``interval``
-    and hands new samples to ``on_samples(gpu, samples)``."""
+    Operator's driver container is still installing; ``reason`` says why), reads every
+    GPU each ``interval`` and hands new samples to ``on_samples(gpu, samples)``. Lost
+    and unsupported GPUs are logged once."""
 
     def __init__(self, source, interval=1.0, retry_s=60.0, on_samples=None, log=_log,
                  ring_size=RING_SIZE):
@@ -136,15 +137,13 @@ class Sampler:
                 return
             try:
                 self.source.open()
-            except Unavailable as e:
+            except Unavailable as e:  # reported by whoever drives the sampler
                 self.reason = str(e)
                 self.retry_at = now + self.retry_s
-                self.say_once("%s source not available: %s" % (self.source.name, e))
                 return
             except Exception as e:  # a broken driver stack must not kill the agent
                 self.reason = "%s: %s" % (type(e).__name__, e)
                 self.retry_at = now + self.retry_s
-                self.say_once("%s source failed to open: %s" % (self.source.name, self.reason))
                 return
             self.opened, self.reason = True, None
         try:

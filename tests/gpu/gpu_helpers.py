@@ -1,5 +1,4 @@
-"""Shared by the GPU tests (imported as a sibling module; pytest puts this directory on
-sys.path): GPU UUIDs of the dcgm-exporter fixture, the fixture reader and a real HTTP
+"""Shared by the GPU tests: GPU UUIDs of the dcgm-exporter fixture, the fixture reader and a real HTTP
 server standing in for dcgm-exporter's /metrics."""
 import http.server
 import os

@@ -8,14 +8,14 @@ import time
 import urllib.request
 
 import pytest
-from gpu_helpers import U0, U1, DcgmServer, fixture
+from tests.gpu.gpu_helpers import U0, U1, DcgmServer, fixture
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope.agent.main import Agent, Config
 from stallscope.hook import channel, identity
 from stallscope.lab.fake_nvml import FakeGpu, FakeNvml, constant
 
-pytest.importorskip("pynvml")
+pynvml = pytest.importorskip("pynvml")
 
 
 def get(agent, path):
@@ -37,6 +37,16 @@ def wait_for(fn, timeout=15.0):
         time.sleep(0.1)
 
 
+OTHERS = {"exporter_" + n: False for n in ("cfs", "psi", "shm", "fuse", "workers")}
+
+
+def make_agent(tmp_path, **options):
+    """An in-process agent running only the gpu exporter, collecting every 0.2 s."""
+    cfg = Config(listen="127.0.0.1:0", socket=str(tmp_path / "hook.sock"), node="gpu-node-7",
+                 options=dict(OTHERS, exporter_interval=0.2, **options))
+    return Agent(cfg)
+
+
 @pytest.fixture
 def running(tmp_path):
     me = os.getpid()
@@ -46,10 +56,8 @@ def running(tmp_path):
         FakeGpu(1, uuid=U1, busy=constant(0.25), processes=[(me, 500 << 20)]),
     ])
     dcgm = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
-    cfg = Config(listen="127.0.0.1:0", socket=str(tmp_path / "hook.sock"), node="gpu-node-7",
-                 options={"gpu_nvml_module": fake, "gpu_sample_interval": 0.1,
-                          "gpu_dcgm_url": dcgm.url, "gpu_dcgm_interval": 0.2})
-    agent = Agent(cfg)
+    agent = make_agent(tmp_path, gpu_nvml_module=fake, gpu_sample_interval=0.1,
+                       gpu_dcgm_url=dcgm.url, gpu_dcgm_interval=0.2)
     agent.start()
     stopped = []
 
@@ -98,13 +106,14 @@ def test_gpu_series_carry_their_rank_and_source(running):
 
     def timeline():
         body = json.loads(get(agent, "/api/v1/timeline?rank=3&seconds=60"))
-        return body if body["signals"].get("gpu_busy_ratio") and body["signals"].get(
-            "gpu_sm_active_ratio") else None
+        sm = body["signals"].get("gpu_sm_active_ratio")
+        new_collection = sm and sm[-1][1] == pytest.approx(0.443107)
+        return body if body["signals"].get("gpu_busy_ratio") and new_collection else None
 
     body = wait_for(timeline)
+    assert body, "rank 3's GPU samples never reached its timeline"
     assert body["gpu"]["via"] == "cuda_device" and body["gpu"]["busy"]
     assert all(v == pytest.approx(0.25, abs=0.006) for _, v in body["signals"]["gpu_busy_ratio"])
-    assert body["signals"]["gpu_sm_active_ratio"][-1][1] == pytest.approx(0.443107)
     assert agent.samples.series(("gpu", U0), "gpu_busy_ratio")
 
     got = series(get(agent, "/metrics"))
@@ -124,6 +133,10 @@ def test_gpu_series_carry_their_rank_and_source(running):
     assert up == {U0: 1.0, U1: 1.0}
     errors = {(l["source"], l["reason"]): v for n, l, v in got if n == "stallscope_gpu_read_errors_total"}
     assert errors == {("hook", "bad_cuda"): 1.0}
+
+    (status,) = [e for e in json.loads(get(agent, "/api/v1/exporters"))["exporters"]
+                 if e["exporter"] == "gpu"]
+    assert status["available"] and status["success"]
 
     fake.gpus[1].lost = True
     lost = wait_for(lambda: [v for n, l, v in series(get(agent, "/metrics"))
@@ -147,3 +160,26 @@ def test_sampler_threads_stop_with_the_agent(running):
         t.join(5)
         assert not t.is_alive()
     assert fake.initialised == 0  # nvmlShutdown on the way out
+
+
+def test_a_node_without_gpus_reports_not_available_once(tmp_path, capfd):
+    fake = FakeNvml([FakeGpu(0)], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    agent = make_agent(tmp_path, gpu_nvml_module=fake)
+    agent.start()
+    try:
+        def status():
+            (st,) = [e for e in json.loads(get(agent, "/api/v1/exporters"))["exporters"]
+                     if e["exporter"] == "gpu"]
+            return st if st["available"] is False else None
+
+        st = wait_for(status)
+        assert "nvml: no NVIDIA driver on this node" in st["unavailable_reason"]
+        assert st["success"]  # not asked for explicitly: not an error
+        time.sleep(0.5)  # a few more collections
+        got = series(get(agent, "/metrics"))
+        assert [v for n, l, v in got if n == "stallscope_exporter_available" and l["exporter"] == "gpu"] == [0]
+        assert not [n for n, l, v in got if n.startswith("stallscope_gpu_")]
+    finally:
+        agent.stop()
+    err = capfd.readouterr().err
+    assert err.count("not available on this node") == 1, err

@@ -2,7 +2,7 @@
 format (README, etc/default-counters.csv, etc/dcp-metrics-included.csv) with its real
 label sets, served over real HTTP."""
 import pytest
-from gpu_helpers import DcgmServer, fixture
+from tests.gpu.gpu_helpers import DcgmServer, fixture
 
 from stallscope.gpu.dcgm import DcgmReader, parse
 

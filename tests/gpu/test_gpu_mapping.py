@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from gpu_helpers import U0, U1
+from tests.gpu.gpu_helpers import U0, U1
 
 from stallscope.agent.state import RankState
 from stallscope.gpu.mapping import build, uuid_key

@@ -60,11 +60,18 @@ def test_simulated_gpu_busy_equals_the_loops_compute_fraction(agent_factory, hoo
 
         ranks = agent.api("/api/v1/ranks")["ranks"]
         assert ranks[0]["json_gpu"]["source"] == "simulated"
-        fams = {f.name: f for f in text_string_to_metric_families(agent.metrics())}
-        (counter,) = [s for s in fams["stallscope_gpu_busy_seconds"].samples
-                      if s.name.endswith("_total")]
-        assert counter.labels["source"] == "simulated" and counter.labels["rank"] == "0"
-        assert counter.value >= agent_busy / 1e9 - 1e-6  # the ring is a window of it
+
+        def counter():  # /metrics serves the exporters' last collection (every 2 s)
+            fams = {f.name: f for f in text_string_to_metric_families(agent.metrics())}
+            (c,) = [s for s in fams["stallscope_gpu_busy_seconds"].samples
+                    if s.name.endswith("_total")]
+            return c if c.value >= agent_busy / 1e9 - 1e-6 else None  # the ring is a window
+
+        deadline = time.monotonic() + 10
+        while (c := counter()) is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert c is not None, "busy seconds never covered the samples"
+        assert c.labels["source"] == "simulated" and c.labels["rank"] == "0"
 
         # Prometheus (honor_labels) keeps the training job and the source label.
         res = prom.wait_for('stallscope_gpu_busy_ratio{source="simulated",rank="0"}', timeout=30)
