@@ -110,6 +110,9 @@ class Agent:
             self.stopping.wait(0.2)
 
     def stop(self):
+        """Idempotent: a second call (e.g. a test's cleanup after a signal) is a no-op."""
+        if self.stopping.is_set():
+            return
         self.stopping.set()
         if self.server is not None:
             self.server.shutdown()
