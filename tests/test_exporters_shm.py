@@ -82,3 +82,32 @@ def test_missing_shm_is_a_note_not_a_failure(tmp_path):
     fams = shm.ShmExporter(ctx).collect([])
     assert values(fams, "stallscope_shm_size_bytes") == []
     assert any("no /dev/shm" in n for n in ctx.notes["shm"])
+
+
+NO_PTRACE = """
+import sys
+from stallscope.exporters import fuse, shm
+from tests.exporter_helpers import context, table_with, values
+table = table_with(dict(pid=int(sys.argv[1])))
+ctx = context(table)
+fams = shm.ShmExporter(ctx).collect(table.snapshot())
+fuse.FuseExporter(ctx).collect(table.snapshot())
+print(len(values(fams, "stallscope_shm_size_bytes", pod="pod1")), ctx.notes["shm"], ctx.notes["fuse"])
+"""
+
+
+def test_without_ptrace_access_the_pod_views_are_noted_not_failed():
+    """The DaemonSet's base: uid 0 with every capability dropped (no CAP_SYS_PTRACE)."""
+    need_root()
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv(1)")
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        out = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--",
+                              sys.executable, "-c", NO_PTRACE, str(target.pid)],
+                             capture_output=True, text=True, timeout=60,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    finally:
+        kill(target)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("0 ") and out.stdout.count("CAP_SYS_PTRACE") == 2, out.stdout

@@ -26,6 +26,7 @@ import time
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import base
+from .shm import PTRACE_NOTE
 
 LABELS = base.POD + ("mountpoint", "fstype", "driver")
 DEFAULT_EXCLUDE = r"^fuse\.(lxcfs|portal|gvfsd-fuse|xdg-document-portal)$"
@@ -121,6 +122,9 @@ class FuseExporter(base.Exporter):
                 continue
             try:
                 ns = os.readlink(base.proc_path(ctx, rank.pid, "ns", "mnt"))
+            except PermissionError as e:
+                self.note(PTRACE_NOTE % e.strerror + ": the ranks' FUSE mounts are not watched")
+                continue
             except OSError:
                 continue
             if ns not in by_ns:

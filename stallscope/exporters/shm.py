@@ -13,13 +13,18 @@ from prometheus_client.core import GaugeMetricFamily
 from . import base
 
 
+PTRACE_NOTE = ("cannot follow /proc/<pid>/root into the ranks' mount namespaces (%s; the agent "
+               "needs CAP_SYS_PTRACE: deploy/kubernetes/overlays/ptrace)")
+
+
 def usage(path):
-    """(size_bytes, used_bytes, free_bytes, st_dev) of the filesystem at ``path``, or None."""
+    """(size_bytes, used_bytes, free_bytes, st_dev) of the filesystem at ``path``; or the
+    OSError that prevented reading it."""
     try:
         st = os.statvfs(path)
         dev = os.stat(path).st_dev
-    except OSError:
-        return None
+    except OSError as e:
+        return e
     size = st.f_blocks * st.f_frsize
     return size, (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize, dev
 
@@ -36,7 +41,7 @@ class ShmExporter(base.Exporter):
                                  "Bytes used in /dev/shm (statvfs: includes unlinked PyTorch segments).",
                                  labels=base.POD)
         node = usage(os.path.join(ctx.rootfs, "dev", "shm"))
-        if node is None:
+        if isinstance(node, OSError):
             self.note("no /dev/shm under --path.rootfs %s" % ctx.rootfs)
         else:
             size.add_metric(base.node_labels(ctx, len(base.POD)), node[0])
@@ -47,7 +52,9 @@ class ShmExporter(base.Exporter):
             if not rank.pid:
                 continue
             u = usage(base.proc_path(ctx, rank.pid, "root", "dev", "shm"))
-            if u is None:
+            if isinstance(u, PermissionError):
+                self.note(PTRACE_NOTE % u.strerror + ": the pods' /dev/shm is not available")
+            if isinstance(u, OSError):
                 continue  # gone, or a namespace without /dev/shm
             self._record(rank.key, u)
             labels = base.pod_labels(ctx, rank)
