@@ -36,11 +36,13 @@ def message(pid, workers, rank):
                        "pin_memory": True, "persistent_workers": True, "worker_pids": workers}}
 
 
-def setup(procs, cgroups_made):
+def setup(procs, cgroups_made, fs):
     table = state.RankTable(node="n1")
     use_cgroups = os.geteuid() == 0 and os.access(CPU_V1, os.W_OK)
+    enter = fs.enter if fs else list  # the ranks' mains see the FUSE mount, as in a pod
     for r in range(RANKS):
-        group = [subprocess.Popen(["sleep", "600"]) for _ in range(WORKERS + 1)]
+        group = [subprocess.Popen(enter(["sleep", "600"]))]
+        group += [subprocess.Popen(["sleep", "600"]) for _ in range(WORKERS)]
         procs.extend(group)
         if use_cgroups:
             d = os.path.join(CPU_V1, "stallscope-bench-%d-%d" % (os.getpid(), r))
@@ -58,10 +60,10 @@ def setup(procs, cgroups_made):
 def main():
     procs, made, fs = [], [], None
     try:
-        table, use_cgroups = setup(procs, made)
         if os.geteuid() == 0 and os.path.exists("/dev/fuse") and shutil.which("fusermount3"):
             from stallscope.lab.slowfs import SlowFS
-            fs = SlowFS(tempfile.mkdtemp(prefix="stallscope-bench-")).start()
+            fs = SlowFS(tempfile.mkdtemp(prefix="stallscope-bench-"), private=True).start()
+        table, use_cgroups = setup(procs, made, fs)
         ctx = base.Context(node="n1", samples=samples.SampleStore(900), lock=table.lock)
         run = exporters.build(ctx, {}, 2.0, table.snapshot)
         registry = CollectorRegistry(auto_describe=False)
@@ -82,6 +84,10 @@ def main():
             body = generate_latest(registry)
         scrape_ms = (time.process_time() - c0) / CYCLES * 1e3
         assert all(s.success for s in run.slots), [(s.name, s.error) for s in run.slots]
+        if fs:  # the mount was really probed: one series per pod, up
+            up = [x.value for s in run.slots if s.name == "fuse" for f in s.families
+                  if f.name == "stallscope_fuse_up" for x in f.samples]
+            assert up == [1.0], up
         print("exporters: %s; %d ranks x %d workers (real processes), %s, %s; mean of %d cycles"
               % (", ".join(per), RANKS, WORKERS,
                  "%d quota cgroups" % RANKS if use_cgroups else "no cgroups (not root)",
@@ -95,7 +101,7 @@ def main():
         for p in procs:
             p.kill()
             p.wait()
-        if fs is not None:
+        if fs is not None:  # after the ranks: they hold its mount namespace
             fs.stop()
             os.rmdir(fs.mountpoint)
         for d in made:

@@ -54,7 +54,8 @@ def mounts(fusectl, tmp_path):
     made = []
 
     def make(**kw):
-        fs = slowfs.SlowFS(str(tmp_path / ("mnt%d" % len(made))), **kw)
+        # in a mount namespace of its own: other agents on this machine never probe it
+        fs = slowfs.SlowFS(str(tmp_path / ("mnt%d" % len(made))), private=True, **kw)
         made.append(fs)
         return fs.start()
 
@@ -64,10 +65,21 @@ def mounts(fusectl, tmp_path):
 
 
 @pytest.fixture
-def rank_proc():
-    p = subprocess.Popen(["sleep", "120"])
-    yield p
-    kill(p)
+def rank_in():
+    """A rank's main process inside a mount's namespace (killed afterwards)."""
+    made = []
+
+    def start(fs):
+        made.append(subprocess.Popen(fs.enter(["sleep", "120"])))
+        return made[-1]
+
+    yield start
+    for p in made:
+        kill(p)
+
+
+def mine(rank, fs):
+    return [m for m in rank.extra["json_fuse"] if m["mountpoint"] == fs.mountpoint]
 
 
 def exporter(table, probe_timeout=3.0):
@@ -76,9 +88,10 @@ def exporter(table, probe_timeout=3.0):
     return ctx, fuse.FuseExporter(ctx)
 
 
-def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_proc):
+def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_in):
     latency = 0.4
     fs = mounts(latency=latency, fsname="mountpoint-s3")
+    rank_proc = rank_in(fs)
     table = table_with(dict(pid=rank_proc.pid))
     ctx, exp = exporter(table)
     lab = dict(mountpoint=fs.mountpoint, fstype="fuse", driver="mountpoint-s3", pod="pod1")
@@ -90,7 +103,7 @@ def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_proc):
 
     def reader(i):
         while not stop.is_set():
-            with open(os.path.join(fs.mountpoint, "file%03d" % i), "rb") as f:
+            with open(os.path.join(fs.path, "file%03d" % i), "rb") as f:
                 f.read(4096)
 
     readers = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
@@ -109,11 +122,12 @@ def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_proc):
     rank = table.snapshot()[0]
     assert ctx.samples.series(rank.key, "fuse_waiting_requests")[-1][1] == w
     assert ctx.samples.series(rank.key, "fuse_probe_seconds")[-1][1] == secs
-    assert rank.extra["json_fuse"][0]["state"] == "up"
+    assert [m["state"] for m in mine(rank, fs)] == ["up"]
 
 
-def test_a_killed_daemon_is_reported_enotconn(mounts, rank_proc):
+def test_a_killed_daemon_is_reported_enotconn(mounts, rank_in):
     fs = mounts(subtype="gcsfuse")
+    rank_proc = rank_in(fs)
     table = table_with(dict(pid=rank_proc.pid))
     ctx, exp = exporter(table)
     lab = dict(mountpoint=fs.mountpoint, fstype="fuse.gcsfuse", driver="gcsfuse")
@@ -121,13 +135,13 @@ def test_a_killed_daemon_is_reported_enotconn(mounts, rank_proc):
     fs.kill(signal.SIGKILL)
     fs.proc.wait()
     with pytest.raises(OSError) as e:
-        os.statvfs(fs.mountpoint)
+        os.statvfs("/proc/%d/root%s" % (rank_proc.pid, fs.mountpoint))  # the daemon's /proc is gone
     assert e.value.errno == errno.ENOTCONN
     fams = exp.collect(table.snapshot())
     assert values(fams, "stallscope_fuse_up", **lab) == [0]
     assert values(fams, "stallscope_fuse_probe_failures_total", reason="ENOTCONN", **lab) == [1]
     rank = table.snapshot()[0]
-    assert rank.extra["json_fuse"][0]["state"] == "disconnected"
+    assert [m["state"] for m in mine(rank, fs)] == ["disconnected"]
     assert ctx.samples.series(rank.key, "fuse_up")[-1][1] == 0
     fams = exp.collect(table.snapshot())  # every failed probe counts
     assert values(fams, "stallscope_fuse_probe_failures_total", reason="ENOTCONN", **lab) == [2]
@@ -145,7 +159,7 @@ def test_a_frozen_daemon_is_stuck_and_metrics_still_answer(mounts, agent_factory
     fs = mounts(fsname="blobfuse2")
     agent = agent_factory("--exporter.interval", "0.3", "--exporter.fuse.probe-timeout", "0.5",
                           "--exporter.timeout", "2")
-    trainer = subprocess.Popen([sys.executable, "-c", TRAINER], env=hook_env(agent))
+    trainer = subprocess.Popen(fs.enter([sys.executable, "-c", TRAINER]), env=hook_env(agent))
     lab = dict(job="fusejob", pod="p0", mountpoint=fs.mountpoint, driver="blobfuse2")
     try:
         wait_until(lambda: scraped(agent.metrics(), "stallscope_fuse_up", **lab) == [1], timeout=30)

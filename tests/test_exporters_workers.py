@@ -90,11 +90,11 @@ def test_a_worker_blocked_on_a_hung_mount_counts_in_d_state(procs, tmp_path):
     from stallscope.lab import slowfs
 
     need_fuse()
-    fs = slowfs.SlowFS(str(tmp_path / "mnt")).start()
+    fs = slowfs.SlowFS(str(tmp_path / "mnt"), private=True).start()
     try:
         fs.kill(signal.SIGSTOP)
         code = ("import os, signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)\n"
-                "print('go', flush=True)\nos.statvfs(%r)\n" % fs.mountpoint)
+                "print('go', flush=True)\nos.statvfs(%r)\n" % fs.path)
         w = spawn(code, stdout=subprocess.PIPE, text=True)
         procs.append(w)
         assert w.stdout.readline().strip() == "go"

@@ -8,6 +8,10 @@ serves in the foreground. ``SlowFS`` runs it as a child process and breaks it th
 real daemons break: ``kill(SIGKILL)`` (every call then fails with ENOTCONN) and
 ``kill(SIGSTOP)`` (calls hang). ``stop()`` always recovers: SIGCONT, abort the
 connection through fusectl when it is mounted, lazy unmount, reap the daemon.
+
+``SlowFS(..., private=True)`` mounts it in a mount namespace of its own (as a pod's
+mounts are): only processes started with ``enter(cmd)`` see it, so other agents on the
+machine do not probe it; this process reaches it at ``path``.
 """
 import argparse
 import errno
@@ -99,20 +103,24 @@ FUSECTL = "/sys/fs/fuse/connections"
 
 
 class SlowFS:
-    def __init__(self, mountpoint, latency=0.0, files=8, size=1 << 20, fsname="slowfs", subtype=None):
+    def __init__(self, mountpoint, latency=0.0, files=8, size=1 << 20, fsname="slowfs", subtype=None,
+                 private=False):
         self.mountpoint = os.path.abspath(mountpoint)
         self.args = ["--latency", str(latency), "--files", str(files), "--size", str(size),
                      "--fsname", fsname] + (["--subtype", subtype] if subtype else [])
+        self.private = private
         self.proc = None
         self.mount = None
 
     def start(self, timeout=20.0):
         os.makedirs(self.mountpoint, exist_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-m", "stallscope.lab.slowfs", self.mountpoint]
+        prefix = ["unshare", "-m", "--propagation", "private"] if self.private else []
+        self.proc = subprocess.Popen(prefix + [sys.executable, "-m", "stallscope.lab.slowfs", self.mountpoint]
                                      + self.args, stderr=subprocess.PIPE)
+        mountinfo = "/proc/%d/mountinfo" % self.proc.pid
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.mount = fuse_mount(self.mountpoint)
+            self.mount = fuse_mount(self.mountpoint, mountinfo)
             if self.mount is not None:
                 return self
             if self.proc.poll() is not None:
@@ -120,6 +128,19 @@ class SlowFS:
             time.sleep(0.05)
         self.stop()
         raise TimeoutError("slowfs did not mount %s in %.0fs" % (self.mountpoint, timeout))
+
+    @property
+    def path(self):
+        """The mount as this process reaches it."""
+        if self.private:
+            return "/proc/%d/root%s" % (self.proc.pid, self.mountpoint)
+        return self.mountpoint
+
+    def enter(self, cmd):
+        """``cmd`` run inside the mount's namespace (a command list for Popen)."""
+        if not self.private:
+            return list(cmd)
+        return ["nsenter", "-t", str(self.proc.pid), "-m", "--"] + list(cmd)
 
     @property
     def minor(self):
@@ -146,7 +167,8 @@ class SlowFS:
                         f.write("1")  # fails every pending request with ECONNABORTED
                 except OSError:
                     pass
-            subprocess.run(["umount", "-l", self.mountpoint], stderr=subprocess.DEVNULL, check=False)
+            subprocess.run(self.enter(["umount", "-l", self.mountpoint]), stderr=subprocess.DEVNULL,
+                           check=False)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
