@@ -70,7 +70,7 @@ def rank_in():
     made = []
 
     def start(fs):
-        made.append(subprocess.Popen(fs.enter(["sleep", "120"])))
+        made.append(fs.popen(["sleep", "120"]))
         return made[-1]
 
     yield start
@@ -159,7 +159,7 @@ def test_a_frozen_daemon_is_stuck_and_metrics_still_answer(mounts, agent_factory
     fs = mounts(fsname="blobfuse2")
     agent = agent_factory("--exporter.interval", "0.3", "--exporter.fuse.probe-timeout", "0.5",
                           "--exporter.timeout", "2")
-    trainer = subprocess.Popen(fs.enter([sys.executable, "-c", TRAINER]), env=hook_env(agent))
+    trainer = fs.popen([sys.executable, "-c", TRAINER], env=hook_env(agent))
     lab = dict(job="fusejob", pod="p0", mountpoint=fs.mountpoint, driver="blobfuse2")
     try:
         wait_until(lambda: scraped(agent.metrics(), "stallscope_fuse_up", **lab) == [1], timeout=30)

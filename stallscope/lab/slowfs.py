@@ -142,6 +142,25 @@ class SlowFS:
             return list(cmd)
         return ["nsenter", "-t", str(self.proc.pid), "-m", "--"] + list(cmd)
 
+    def popen(self, cmd, timeout=10.0, **kw):
+        """Start ``cmd`` in the mount's namespace; return once it is in there."""
+        p = subprocess.Popen(self.enter(cmd), **kw)
+        if self.private:
+            want = os.readlink("/proc/%d/ns/mnt" % self.proc.pid)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    if os.readlink("/proc/%d/ns/mnt" % p.pid) == want:
+                        break
+                except OSError:
+                    pass
+                if p.poll() is not None or time.monotonic() > deadline:
+                    p.kill()
+                    p.wait()
+                    raise RuntimeError("%s did not enter the mount namespace of %s" % (cmd[0], self.mountpoint))
+                time.sleep(0.01)
+        return p
+
     @property
     def minor(self):
         return int(self.mount.dev.split(":")[1])
