@@ -55,18 +55,18 @@ def test_agent_sums_match_the_injected_sleep_and_compute(agent, hook_env, tmp_pa
 def test_prometheus_max_rank_sli_names_the_slow_rank(agent, hook_env, prometheus_factory, tmp_path):
     pytest.importorskip("torch")
     prom = prometheus_factory([agent.url])
-    common = ["--duration", 14, "--batch-size", 4, "--workers", 2, "--compute", 0.15, "--samples", 4000]  # one epoch outlasts the run: no worker restarts
+    common = ["--duration", 16, "--batch-size", 4, "--workers", 2, "--compute", 0.25, "--samples", 4000]  # one epoch outlasts the run: no worker restarts
     fast = train(hook_env(agent, RANK=0, STALLSCOPE_JOB="pj"), tmp_path / "f.json", *common, wait=False)
     # fast: a prefetched batch still costs ~1.2 ms of IPC here (tensor over shared
-    # memory), under 1 % of a 150 ms step. slow: each worker needs 4 x 90 ms = 360 ms a
-    # batch, two give one per 180 ms against 150 ms of compute: the loop waits ~30 ms of
-    # every ~180 ms step (ratio ~0.17)
+    # memory; a few ms on a loaded machine), about 1 % of a 250 ms step at worst. slow:
+    # each worker needs 4 x 150 ms = 600 ms a batch, two give one per 300 ms against
+    # 250 ms of compute: the loop waits ~50 ms of every ~300 ms step (ratio ~0.17)
     slow = train(hook_env(agent, RANK=1, STALLSCOPE_JOB="pj"), tmp_path / "s.json", *common,
-                 "--sample-sleep", 0.09, wait=False)
+                 "--sample-sleep", 0.15, wait=False)
     try:
-        sli = "rate(stallscope_data_wait_seconds_sum[5s]) / rate(stallscope_step_seconds_sum[5s])"
+        sli = "rate(stallscope_data_wait_seconds_sum[6s]) / rate(stallscope_step_seconds_sum[6s])"
         prom.wait_for("count(%s)" % sli, lambda r: r and float(r[0]["value"][1]) == 2, timeout=40)
-        time.sleep(6)  # both ranks past start-up: the 5 s window holds only steady state
+        time.sleep(7)  # both ranks past start-up: the 6 s window holds only steady state
         top = prom.query("max by (job) (%s)" % sli)
         per_rank = {r["metric"]["rank"]: float(r["value"][1]) for r in prom.query(sli)}
     finally:
