@@ -5,10 +5,16 @@ In the trainer::
     import stallscope
     loader = stallscope.watch(loader)
 
+and, for storage and caches, in any loader (see stallscope/hook/shards.py)::
+
+    with stallscope.shard_read(url, tier="s3") as r: ...
+    stallscope.cache_lookup("page", hit=True)
+
 This module imports only the hook (standard library only); the agent, the CLI and the
 analysis live in submodules that a training process never loads.
 """
-from .hook import unwatch, watch
+from .hook import DatasetRoot, cache_lookup, record_shard_read, shard_read, unwatch, watch
 
 __version__ = "0.1.0"
-__all__ = ["watch", "unwatch", "__version__"]
+__all__ = ["watch", "unwatch", "shard_read", "cache_lookup", "record_shard_read", "DatasetRoot",
+           "__version__"]

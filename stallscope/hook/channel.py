@@ -59,6 +59,7 @@ class Channel:
         self.pid = os.getpid()
         self.streams = []
         self.extra = []  # (ident, role, payload) messages queued by other hook parts
+        self.sources = []  # callables drained on each flush, returning such messages
         self.dropped = 0
         self.sent_messages = 0
         self.lock = threading.Lock()
@@ -82,6 +83,13 @@ class Channel:
                 self.dropped += 1
                 return
             self.extra.append((ident, role, payload))
+        self._ensure_thread()
+
+    def add_source(self, fn):
+        """Call ``fn()`` on every flush; it returns a list of (ident, role, payload) to send.
+        For hook parts that buffer their own samples (shard reads, cache lookups)."""
+        with self.lock:
+            self.sources.append(fn)
         self._ensure_thread()
 
     def _ensure_thread(self):
@@ -109,6 +117,12 @@ class Channel:
         with self.lock:
             streams = list(self.streams)
             extra, self.extra = self.extra, []
+            sources = list(self.sources)
+        for source in sources:
+            try:
+                extra.extend(source())
+            except Exception:  # a buggy source loses its samples, never the flush
+                self.dropped += 1
         for stream in streams:
             self._drain(stream)
             done = stream.finished() and not stream.buf

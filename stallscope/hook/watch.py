@@ -14,7 +14,7 @@ import sys
 import warnings
 from time import perf_counter_ns
 
-from . import channel, device, identity
+from . import batches, channel, device, identity
 
 _OVERRIDES = set(identity.FIELDS)
 _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
@@ -80,7 +80,7 @@ class _Watched:
         return repr(self._ss_wrapped)
 
     def __iter__(self):
-        it = iter(self._ss_wrapped)
+        it = batches.iterate(self._ss_wrapped, self._ss_ident)  # + batch production timing
         ch = channel.get()
         wrapper = _WatchedIterator.__new__(_WatchedIterator)
         stream = channel.Stream(self._ss_ident, owner=wrapper)

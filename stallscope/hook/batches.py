@@ -1,0 +1,154 @@
+"""Batch production time (T_l), measured where batches are made.
+
+A DataLoader batch is made by its fetcher: ``fetcher.fetch(indices)`` reads the samples
+(map-style: ``dataset[i]`` for each index; iterable: ``next()`` batch-size times) and
+collates them. We time exactly that call:
+
+- num_workers > 0: ``watch()`` lends the loader a picklable ``worker_init_fn``
+  (``WorkerInit``) for the moment the iterator starts its workers, then puts the user's
+  back. In each worker (fork, forkserver or spawn alike: the rank identity and the
+  socket path travel inside the pickled init) it runs the user's init after ours, and
+  ours wraps ``_DatasetKind.create_fetcher`` *in that worker process only*, which the
+  worker loop calls right after the init and again on each epoch of persistent
+  workers (torch/utils/data/_utils/worker.py).
+- num_workers == 0: the single-process iterator's ``_dataset_fetcher`` is wrapped in
+  the trainer; this is the only case where the loop itself pays (two clock reads).
+
+What the loader yields and its order are untouched: the wrapper returns the fetcher's
+result as is, and a fetch that raises (StopIteration at the end of an iterable
+dataset, or a dataset error) is not counted and re-raised unchanged.
+
+Each worker reports through its own channel as ``role="worker"``, using the Stream
+format: one event ``[t_end_ns, load_ns, interval_ns]`` per batch, where load is the
+fetch time and interval the time since the worker's previous batch ended (so the
+worker's idle time is interval - load). The message's ``pid`` is the worker's own PID;
+the agent gets its host PID from SO_PEERCRED, which finds workers that are not the
+trainer's children (forkserver, spawn).
+"""
+import sys
+import weakref
+from time import perf_counter_ns
+
+from . import adapters, channel, process
+
+
+class _TimedFetcher:
+    __slots__ = ("_fetcher", "_buf", "__weakref__")
+
+    def __init__(self, fetcher, buf):
+        self._fetcher = fetcher
+        self._buf = buf
+
+    def fetch(self, possibly_batched_index, _now=perf_counter_ns):
+        buf = self._buf
+        buf.append(_now())
+        try:
+            data = self._fetcher.fetch(possibly_batched_index)
+        except BaseException:
+            # Not a batch (end of data, or an error the loader re-raises): drop the start.
+            # The flush thread only takes even counts, so the lone start is still last.
+            buf.pop()
+            raise
+        buf.append(_now())
+        return data
+
+    def __getattr__(self, name):
+        if name in _TimedFetcher.__slots__:
+            raise AttributeError(name)
+        return getattr(self._fetcher, name)
+
+
+def timed(fetcher):
+    """``fetcher`` wrapped, reporting to this process's channel as a worker stream."""
+    stream = channel.Stream(process.get_ident(), role="worker")
+    wrapper = _TimedFetcher(fetcher, stream.buf)
+    stream.owner = weakref.ref(wrapper)  # the stream ends (flushes, goes) with the fetcher
+    channel.get().add_stream(stream)
+    return wrapper
+
+
+def _patch_create_fetcher():
+    kind = sys.modules["torch.utils.data.dataloader"]._DatasetKind
+    original = kind.__dict__["create_fetcher"].__func__
+    if getattr(original, "_stallscope", False):
+        return
+
+    def create_fetcher(*args, **kwargs):
+        fetcher = original(*args, **kwargs)
+        try:
+            return timed(fetcher)
+        except Exception:
+            return fetcher
+
+    create_fetcher._stallscope = True
+    kind.create_fetcher = staticmethod(create_fetcher)
+
+
+def start_worker(ident, socket_path):
+    """Runs first in each DataLoader worker; never raises."""
+    try:
+        process.ident, process.role = ident, "worker"
+        ch = channel.get()
+        if socket_path and ch.sock is None:
+            ch.path = socket_path
+        _patch_create_fetcher()
+        adapters.enable()
+        process.flush_at_exit()
+    except Exception:
+        pass
+
+
+class WorkerInit:
+    """The ``worker_init_fn`` lent to a watched DataLoader: ours, then the user's."""
+
+    def __init__(self, user_fn, ident, socket_path):
+        self.user_fn = user_fn
+        self.ident = ident
+        self.socket_path = socket_path
+
+    def __call__(self, worker_id):
+        start_worker(self.ident, self.socket_path)
+        if self.user_fn is not None:
+            return self.user_fn(worker_id)
+        return None
+
+
+def _dataloader_type():
+    data = sys.modules.get("torch.utils.data")
+    return getattr(data, "DataLoader", None) if data is not None else None
+
+
+def iterate(loader, ident):
+    """``iter(loader)``, with batch production timed when ``loader`` is a DataLoader."""
+    user_fn, lent, is_dl = None, False, False
+    try:
+        if process.role == "main":
+            process.ident = ident  # shard reads in this process report as this rank
+        adapters.enable()
+        dl = _dataloader_type()
+        is_dl = dl is not None and isinstance(loader, dl)
+        if is_dl and (loader.num_workers or 0) > 0:
+            user_fn = loader.worker_init_fn
+            if not isinstance(user_fn, WorkerInit):
+                loader.worker_init_fn = WorkerInit(user_fn, ident, channel.get().path)
+                lent = True
+    except Exception:
+        pass
+    if not is_dl:
+        return iter(loader)
+    try:
+        it = iter(loader)
+    finally:
+        if lent:
+            try:
+                loader.worker_init_fn = user_fn
+            except Exception:
+                pass
+    try:
+        fetcher = getattr(it, "_dataset_fetcher", None)
+        if fetcher is not None and not isinstance(fetcher, _TimedFetcher):
+            it._dataset_fetcher = timed(fetcher)
+    except Exception:
+        pass
+    return it
+

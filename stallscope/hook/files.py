@@ -1,0 +1,141 @@
+"""Timed file objects and the plain-files adapter (``stallscope.DatasetRoot``).
+
+One shard read is the time to open a shard plus the time spent inside its read calls,
+with the bytes those calls returned. Decode work done between reads (a tar stream
+read lazily while samples are decoded) is not storage latency and is not counted.
+The read is reported once, when the file is closed or, if nobody closes it (WebDataset
+drops its streams), when the file object goes away.
+
+    root = stallscope.DatasetRoot("/mnt/data/train")     # tier from the mount: fuse, nfs ...
+    data = root.read("00042.jpg")                          # one timed read
+    with root.open("shard-0001.tar") as f: ...             # timed open + reads
+"""
+import os
+from time import perf_counter_ns
+
+from . import shards, tiers
+
+
+class TimedFile:
+    """A transparent proxy for a readable file (``isinstance`` sees the real class)."""
+
+    __slots__ = ("_ss_f", "_ss_shard", "_ss_tier", "_ss_ns", "_ss_bytes", "_ss_done")
+
+    def __init__(self, f, shard, tier, open_ns=0):
+        self._ss_f = f
+        self._ss_shard = shard
+        self._ss_tier = tier
+        self._ss_ns = open_ns
+        self._ss_bytes = 0
+        self._ss_done = False
+
+    @property
+    def __class__(self):
+        return type(self._ss_f)
+
+    def __getattr__(self, name):
+        if name.startswith("_ss_"):
+            raise AttributeError(name)
+        return getattr(self._ss_f, name)
+
+    def _timed(self, method, arg):
+        start = perf_counter_ns()
+        data = method(arg)
+        self._ss_ns += perf_counter_ns() - start
+        return data
+
+    def read(self, size=-1):
+        data = self._timed(self._ss_f.read, size)
+        self._ss_bytes += len(data or b"")
+        return data
+
+    def read1(self, size=-1):
+        data = self._timed(self._ss_f.read1, size)
+        self._ss_bytes += len(data or b"")
+        return data
+
+    def readline(self, size=-1):
+        data = self._timed(self._ss_f.readline, size)
+        self._ss_bytes += len(data or b"")
+        return data
+
+    def readinto(self, buf):
+        n = self._timed(self._ss_f.readinto, buf)
+        self._ss_bytes += n or 0
+        return n
+
+    def readinto1(self, buf):
+        n = self._timed(self._ss_f.readinto1, buf)
+        self._ss_bytes += n or 0
+        return n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _report(self):
+        if not self._ss_done:
+            self._ss_done = True
+            shards.record_shard_read(self._ss_shard, self._ss_tier, self._ss_ns / 1e9, self._ss_bytes)
+
+    def close(self):
+        self._report()
+        return self._ss_f.close()
+
+    def __del__(self):
+        try:
+            self._report()
+        except Exception:
+            pass
+
+
+def open_timed(path, mode="rb", tier=None, **kwargs):
+    """``open(path, mode)`` whose open and reads are reported as one shard read."""
+    start = perf_counter_ns()
+    f = open(path, mode, **kwargs)
+    if "r" not in mode or "+" in mode:
+        return f
+    try:
+        tier = tiers.bounded(tier or tiers.of_path(path))
+    except Exception:
+        tier = tiers.OTHER
+    return TimedFile(f, path, tier, perf_counter_ns() - start)
+
+
+class DatasetRoot:
+    """Files under a dataset root, opened and read with timing. Picklable (it is only a
+    path and a tier), so a Dataset holding one works with every worker start method."""
+
+    def __init__(self, root, tier=None):
+        self.root = os.fspath(root)
+        self.tier = tier  # None: each file's mount decides (local, fuse, nfs, memory ...)
+
+    def path(self, name):
+        return os.path.join(self.root, os.fspath(name))
+
+    def open(self, name, mode="rb", **kwargs):
+        return open_timed(self.path(name), mode, self.tier, **kwargs)
+
+    def read(self, name):
+        """The whole file's bytes, as one timed shard read."""
+        path = self.path(name)
+        with shards.shard_read(path, self.tier) as r:
+            with open(path, "rb") as f:
+                data = f.read()
+            r.bytes = len(data)
+        return data
+
+    def __repr__(self):
+        return "DatasetRoot(%r, tier=%r)" % (self.root, self.tier)

@@ -1,0 +1,187 @@
+"""Shard reads and cache lookups, for any loader: ``stallscope.shard_read`` and
+``stallscope.cache_lookup``.
+
+    with stallscope.shard_read(url, tier="s3") as r:
+        data = fetch(url)
+        r.bytes = len(data)
+
+    @stallscope.shard_read(tier="fuse")      # shard = first argument, bytes = len(result)
+    def load(path): ...
+
+    stallscope.cache_lookup("page", hit=True)
+
+Each read costs one tuple append; lookups one counter increment. The channel's flush
+thread drains both a few times a second and sends them with the process's rank
+identity (in a loader worker, the identity its trainer handed over). Shard IDs travel
+only for the slowest read per tier and flush, as evidence, never as a label.
+
+Message payload (see wire.py): ``{"io": {"tiers": [name, ...], "reads": [[t_end_ns,
+dur_ns, bytes, tier_index], ...], "cache": [[tier_index, hits, misses], ...],
+"slowest": [[tier_index, dur_ns, shard], ...]}}``.
+"""
+import functools
+import os
+from time import perf_counter_ns
+
+from . import channel, process, tiers
+
+MAX_READS_PER_MESSAGE = 1000
+MAX_READS_PER_FLUSH = 4000  # ~16k reads/s per process; beyond that reads are counted as dropped
+SHARD_ID_CHARS = 200
+
+_reads = []         # (t_end_ns, dur_ns, nbytes, tier, shard), appended by readers
+_cache = {}         # tier → [hits, misses], cumulative in this process
+_cache_sent = {}    # tier → [hits, misses] already sent
+_registered_pid = None
+
+
+def _register():
+    global _registered_pid
+    pid = os.getpid()
+    if _registered_pid != pid:
+        _registered_pid = pid
+        channel.get().add_source(_drain)
+        if process.get_role() == "worker" and process.role == "main":
+            process.flush_at_exit()  # a worker of an unwatched loader: batches.py did not
+
+
+def _record(shard, tier, dur_ns, nbytes, end_ns):
+    if _registered_pid is None:
+        _register()
+    _reads.append((end_ns, dur_ns, nbytes, tier, shard))
+
+
+def record_shard_read(shard, tier, seconds, nbytes=0):
+    """Record a shard read timed elsewhere (for adapters). Never raises."""
+    try:
+        _record(shard, tiers.bounded(tier), int(seconds * 1e9), int(nbytes or 0), perf_counter_ns())
+    except Exception:
+        pass
+
+
+def cache_lookup(tier, hit):
+    """Count one cache lookup in ``tier`` (e.g. "page", "local-ssd"): a hit or a miss."""
+    try:
+        counts = _cache.get(tier)
+        if counts is None:
+            if _registered_pid is None:
+                _register()
+            counts = _cache.setdefault(tiers.bounded(tier), [0, 0])
+            _cache[tier] = counts  # an overflowed name shares the "other" counters
+        counts[0 if hit else 1] += 1
+    except Exception:
+        pass
+
+
+class shard_read:
+    """Time one shard read: a context manager, or a decorator when given no shard."""
+
+    __slots__ = ("shard", "tier", "bytes", "_start")
+
+    def __init__(self, shard=None, tier=None, bytes=None):
+        self.shard = shard
+        if tier is None:
+            try:
+                tier = tiers.of_url(shard) if isinstance(shard, (str, os.PathLike)) else tiers.OTHER
+            except Exception:
+                tier = tiers.OTHER
+        self.tier = tier
+        self.bytes = bytes
+        self._start = 0
+
+    def __enter__(self):
+        self._start = perf_counter_ns()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        end = perf_counter_ns()
+        if exc_type is None:  # a failed read has no latency to speak of; the error surfaces
+            try:
+                _record(self.shard, tiers.bounded(self.tier), end - self._start,
+                        int(self.bytes or 0), end)
+            except Exception:
+                pass
+        return False
+
+    def __call__(self, fn):
+        tier, explicit = self.tier, self.shard is not None
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            shard = self.shard if explicit else (args[0] if args else None)
+            start = perf_counter_ns()
+            result = fn(*args, **kwargs)
+            end = perf_counter_ns()
+            try:
+                t = tier if explicit or not isinstance(shard, (str, os.PathLike)) else \
+                    shard_read(shard).tier
+                n = len(result) if isinstance(result, (bytes, bytearray, memoryview)) else 0
+                _record(shard, tiers.bounded(t), end - start, n, end)
+            except Exception:
+                pass
+            return result
+        return timed
+
+
+def _shard_id(shard):
+    try:
+        return str(os.fspath(shard) if isinstance(shard, os.PathLike) else shard)[:SHARD_ID_CHARS]
+    except Exception:
+        return "?"
+
+
+def _drain():
+    """Called by the channel's flush thread: the messages for what was recorded since."""
+    n = len(_reads)
+    batch = _reads[:n]
+    del _reads[:n]
+    ch = channel.get()
+    if n > MAX_READS_PER_FLUSH:
+        ch.dropped += n - MAX_READS_PER_FLUSH
+        batch = batch[-MAX_READS_PER_FLUSH:]
+    names, index, slowest = [], {}, {}
+    rows = []
+    for end, dur, nbytes, tier, shard in batch:
+        i = index.get(tier)
+        if i is None:
+            i = index[tier] = len(names)
+            names.append(tier)
+        rows.append([end, dur, nbytes, i])
+        if dur > slowest.get(i, (-1,))[0]:
+            slowest[i] = (dur, shard)
+    cache = []
+    for tier, counts in list(_cache.items()):
+        sent = _cache_sent.setdefault(id(counts), [0, 0])
+        hits, misses = counts[0] - sent[0], counts[1] - sent[1]
+        if hits or misses:
+            sent[0] += hits
+            sent[1] += misses
+            name = tiers.bounded(tier)
+            i = index.get(name)
+            if i is None:
+                i = index[name] = len(names)
+                names.append(name)
+            cache.append([i, hits, misses])
+    if not rows and not cache:
+        return []
+    out = []
+    ident, role = process.get_ident(), process.get_role()
+    for k in range(0, max(len(rows), 1), MAX_READS_PER_MESSAGE):
+        io = {"tiers": names, "reads": rows[k:k + MAX_READS_PER_MESSAGE]}
+        if k == 0:
+            io["cache"] = cache
+            io["slowest"] = [[i, d, _shard_id(s)] for i, (d, s) in sorted(slowest.items())]
+        out.append((ident, role, {"io": io}))
+    return out
+
+
+def _after_fork():
+    # A forked worker must not resend its parent's buffered reads or counts.
+    global _registered_pid
+    del _reads[:]
+    _cache.clear()
+    _cache_sent.clear()
+    _registered_pid = None
+
+
+os.register_at_fork(after_in_child=_after_fork)
