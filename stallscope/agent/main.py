@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from .. import exporters
 from ..hook import wire
-from . import http, ingest, metrics, samples, state
+from . import http, ingest, loader, metrics, samples, shards, state
 
 
 @dataclasses.dataclass
@@ -54,6 +54,8 @@ class Agent:
         self.add_timeline_part("signals", self._signals_part)
         self.every(2.0, self._expire)
         self.exporters = exporters.install(self)
+        self.loader = loader.install(self)   # batch load time, worker sizing
+        self.shards = shards.install(self)   # shard reads, cache lookups
 
     def _expire(self):
         for key in self.table.expire():

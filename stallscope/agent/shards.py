@@ -1,0 +1,231 @@
+"""Shard reads and cache lookups reported by the hook (``"io"`` in a message, see
+stallscope/hook/shards.py), in the agent.
+
+Storage is a pod's, not a rank's: the series carry the pod labels and ``tier``
+(job, pod, namespace, node, tier), so 8 ranks reading one FUSE mount make one set of
+series, and none count against the per-rank budget. At most MAX_TIERS tiers per pod
+(further names fold into ``other``). Per rank, the agent keeps timeline samples for
+the correlator: ``shard_read_seconds`` (one per read, at its end) and
+``cache_miss_ratio`` (one per report with lookups), and the rank's slowest recent
+reads with their shard IDs in /api/v1/ranks (``json_shard_reads``) as evidence.
+
+The sliding-window quantiles (p50/p95/p99 over the last WINDOW_S, at most
+MAX_RECENT reads per tier) are computed every few seconds off the scrape path.
+"""
+import collections
+import math
+import re
+import time
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from .state import Histogram
+from .validate import MAX_NS
+
+LABELS = ("job", "pod", "namespace", "node", "tier")
+# A page-cache hit (<1 ms) to a stuck network read (>2.5 s): 8 series per pod and tier.
+READ_BUCKETS = (0.001, 0.01, 0.05, 0.25, 2.5)
+QUANTILES = (0.5, 0.95, 0.99)
+WINDOW_S = 300.0
+MAX_RECENT = 20_000
+MAX_TIERS = 8
+MAX_READS = 1000
+MAX_BYTES = 1 << 53
+MAX_COUNT = 1 << 40
+SLOWEST_KEPT = 5
+_TIER = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
+_SHARD = re.compile(r"^[^\x00-\x1f\x7f]{0,200}$")
+
+
+class Bad(Exception):
+    pass
+
+
+def _ints(row, n, limits):
+    if not isinstance(row, list) or len(row) != n:
+        raise Bad("bad_schema")
+    for v, hi in zip(row, limits):
+        if type(v) is not int or not 0 <= v <= hi:
+            raise Bad("bad_schema")
+    return row
+
+
+def parse(io):
+    """The hook's ``io`` object → (tiers, reads, cache, slowest), or Bad(reason)."""
+    if not isinstance(io, dict):
+        raise Bad("bad_schema")
+    tiers = io.get("tiers", [])
+    if not isinstance(tiers, list) or len(tiers) > MAX_TIERS:
+        raise Bad("too_many_tiers")
+    for t in tiers:
+        if not isinstance(t, str) or not _TIER.match(t):
+            raise Bad("bad_tier")
+    nt = len(tiers) - 1 if tiers else -1
+    reads, cache, slowest = io.get("reads", []), io.get("cache", []), io.get("slowest", [])
+    if not isinstance(reads, list) or len(reads) > MAX_READS:
+        raise Bad("too_many_reads")
+    if not isinstance(cache, list) or len(cache) > MAX_TIERS or \
+            not isinstance(slowest, list) or len(slowest) > MAX_TIERS:
+        raise Bad("bad_schema")
+    reads = [_ints(r, 4, (MAX_NS, MAX_NS, MAX_BYTES, nt)) for r in reads]
+    cache = [_ints(c, 3, (nt, MAX_COUNT, MAX_COUNT)) for c in cache]
+    out = []
+    for s in slowest:
+        if not isinstance(s, list) or len(s) != 3 or not isinstance(s[2], str) or not _SHARD.match(s[2]):
+            raise Bad("bad_schema")
+        _ints(s[:2], 2, (nt, MAX_NS))
+        out.append(s)
+    return tiers, reads, cache, out
+
+
+class TierStats:
+    __slots__ = ("hist", "recent", "hits", "misses", "quantiles")
+
+    def __init__(self):
+        self.hist = Histogram(READ_BUCKETS)
+        self.recent = collections.deque(maxlen=MAX_RECENT)  # (t_end_ns, dur_ns)
+        self.hits = 0
+        self.misses = 0
+        self.quantiles = None
+
+
+def quantiles(durations, qs=QUANTILES):
+    """Nearest-rank quantiles of a list of numbers (None when empty)."""
+    if not durations:
+        return None
+    xs = sorted(durations)
+    n = len(xs)
+    return [xs[min(n - 1, max(0, math.ceil(q * n) - 1))] for q in qs]
+
+
+class ShardPart:
+    def __init__(self, agent):
+        self.agent = agent
+        self.pods = {}   # (namespace, pod, job) → (node, {tier: TierStats})
+        self.rejected = collections.Counter()
+
+    def _tier(self, tiers, name):
+        t = tiers.get(name)
+        if t is None:
+            if len(tiers) >= MAX_TIERS:
+                self.rejected["tier_overflow"] += 1
+                name = "other"
+                t = tiers.get(name)
+            if t is None:
+                t = tiers[name] = TierStats()
+        return t
+
+    def handle(self, msg, rank, pid):
+        """Runs under the table lock for every accepted message."""
+        io = msg["raw"].get("io")
+        if io is None:
+            return
+        try:
+            names, reads, cache, slowest = parse(io)
+        except Bad as e:
+            self.rejected[e.args[0]] += 1
+            return
+        i = rank.ident
+        key = (i["namespace"], i["pod"], i["job"])
+        entry = self.pods.get(key)
+        if entry is None:
+            entry = self.pods[key] = (i["node"], {})
+        stats = [self._tier(entry[1], n) for n in names]
+        mine = rank.extra.get("shard_reads")
+        if mine is None:
+            mine = rank.extra["shard_reads"] = {"tiers": {}, "slowest": []}
+        per_tier = [mine["tiers"].setdefault(n, {"reads": 0, "bytes": 0, "cache_hits": 0,
+                                                 "cache_misses": 0}) for n in names]
+        record = self.agent.samples.record
+        for end, dur, nbytes, ti in reads:
+            t = stats[ti]
+            t.hist.observe_ns(dur)
+            t.recent.append((end, dur))
+            per_tier[ti]["reads"] += 1
+            per_tier[ti]["bytes"] += nbytes
+            record(rank.key, "shard_read_seconds", dur / 1e9, end)
+        hits = misses = 0
+        for ti, h, m in cache:
+            stats[ti].hits += h
+            stats[ti].misses += m
+            per_tier[ti]["cache_hits"] += h
+            per_tier[ti]["cache_misses"] += m
+            hits, misses = hits + h, misses + m
+        if hits + misses:
+            record(rank.key, "cache_miss_ratio", misses / (hits + misses), msg["mono_ns"] or None)
+        if slowest:
+            now = msg["mono_ns"]
+            kept = mine["slowest"] + [[d, names[ti], s, now] for ti, d, s in slowest]
+            kept.sort(key=lambda x: -x[0])
+            mine["slowest"] = kept[:SLOWEST_KEPT]
+        rank.extra["json_shard_reads"] = self._json(mine, entry[1])
+
+    @staticmethod
+    def _json(mine, pod_tiers):
+        tiers = {}
+        for name, counts in mine["tiers"].items():
+            doc = dict(counts)
+            q = pod_tiers[name].quantiles if name in pod_tiers else None
+            if q is not None:
+                doc.update(("pod_p%g_seconds" % (p * 100), v / 1e9) for p, v in zip(QUANTILES, q))
+            tiers[name] = doc
+        slowest = [{"seconds": d / 1e9, "tier": t, "shard": s, "t_ns": at} for d, t, s, at in mine["slowest"]]
+        return {"tiers": tiers, "slowest": slowest}
+
+    def tick(self):
+        """Drop pods with no live rank; recompute the window quantiles."""
+        now = time.monotonic_ns()
+        horizon = now - int(WINDOW_S * 1e9)
+        table = self.agent.table
+        with table.lock:
+            live = {(r.ident["namespace"], r.ident["pod"], r.ident["job"]) for r in table.ranks.values()}
+            for key in [k for k in self.pods if k not in live]:
+                del self.pods[key]
+            work = [t for _node, tiers in self.pods.values() for t in tiers.values()]
+            for t in work:
+                while t.recent and t.recent[0][0] < horizon:
+                    t.recent.popleft()
+            snapshot = [(t, [d for _e, d in t.recent]) for t in work]
+        for t, durations in snapshot:  # sorting outside the lock
+            t.quantiles = quantiles(durations)
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        hist = HistogramMetricFamily("stallscope_shard_read_seconds",
+                                     "Latency of one shard read (open + reads), per pod and tier.",
+                                     labels=LABELS)
+        quant = GaugeMetricFamily("stallscope_shard_read_quantile_seconds",
+                                  "Shard read latency quantiles over the last %d s, per pod and tier."
+                                  % WINDOW_S, labels=LABELS + ("quantile",))
+        cache = CounterMetricFamily("stallscope_cache_requests",
+                                    "Cache lookups reported by the loaders, per pod and tier.",
+                                    labels=LABELS + ("result",))
+        with self.agent.table.lock:
+            for (ns, pod, job), (node, tiers) in sorted(self.pods.items()):
+                for name, t in sorted(tiers.items()):
+                    lv = (job, pod, ns, node or self.agent.table.node, name)
+                    if t.hist.count:
+                        hist.add_metric(lv, t.hist.cumulative(), t.hist.sum_ns / 1e9)
+                    if t.quantiles is not None:
+                        for q, v in zip(QUANTILES, t.quantiles):
+                            quant.add_metric(lv + (repr(q),), v / 1e9)
+                    if t.hits or t.misses:
+                        cache.add_metric(lv + ("hit",), t.hits)
+                        cache.add_metric(lv + ("miss",), t.misses)
+            rejected = sorted(self.rejected.items())
+        rej = CounterMetricFamily("stallscope_agent_rejected_io_reports",
+                                  "Shard-read/cache parts of hook reports ignored, by reason.",
+                                  labels=["reason"])
+        for reason, n in rejected:
+            rej.add_metric([reason], n)
+        return [hist, quant, cache, rej]
+
+
+def install(agent):
+    part = ShardPart(agent)
+    agent.table.handlers.append(part.handle)
+    agent.registry.register(part)
+    agent.every(2.0, part.tick)
+    return part
