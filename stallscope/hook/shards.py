@@ -76,10 +76,11 @@ def cache_lookup(tier, hit):
 class shard_read:
     """Time one shard read: a context manager, or a decorator when given no shard."""
 
-    __slots__ = ("shard", "tier", "bytes", "_start")
+    __slots__ = ("shard", "tier", "bytes", "_start", "_auto")
 
     def __init__(self, shard=None, tier=None, bytes=None):
         self.shard = shard
+        self._auto = tier is None  # the tier follows each shard's URL or mount
         if tier is None:
             try:
                 tier = tiers.of_url(shard) if isinstance(shard, (str, os.PathLike)) else tiers.OTHER
@@ -104,17 +105,16 @@ class shard_read:
         return False
 
     def __call__(self, fn):
-        tier, explicit = self.tier, self.shard is not None
+        tier, auto, fixed = self.tier, self._auto, self.shard is not None
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            shard = self.shard if explicit else (args[0] if args else None)
+            shard = self.shard if fixed else (args[0] if args else None)
             start = perf_counter_ns()
             result = fn(*args, **kwargs)
             end = perf_counter_ns()
             try:
-                t = tier if explicit or not isinstance(shard, (str, os.PathLike)) else \
-                    shard_read(shard).tier
+                t = shard_read(shard).tier if auto and not fixed else tier
                 n = len(result) if isinstance(result, (bytes, bytearray, memoryview)) else 0
                 _record(shard, tiers.bounded(t), end - start, n, end)
             except Exception:

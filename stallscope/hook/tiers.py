@@ -29,10 +29,11 @@ _by_dir = {}         # directory → tier, bounded
 
 
 def bounded(name):
-    """``name`` if valid and among this process's first MAX_TIERS tiers, else ``other``."""
+    """``name`` if valid and among this process's first MAX_TIERS - 1 tiers, else
+    ``other`` (which makes the MAX_TIERS-th)."""
     if name in _seen:
         return name
-    if not isinstance(name, str) or not _NAME.match(name) or len(_seen) >= MAX_TIERS:
+    if not isinstance(name, str) or not _NAME.match(name) or len(_seen) >= MAX_TIERS - 1:
         return OTHER
     _seen.append(name)
     return name
@@ -73,25 +74,35 @@ def read_mounts(path="/proc/self/mountinfo"):
     return out
 
 
-def _mount_fstype(real):
+def _fresh_mounts():
     global _mounts, _mounts_read
     now = time.monotonic()
     if _mounts is None or now - _mounts_read > _MOUNTS_TTL_S:
-        _mounts, _mounts_read = read_mounts(), now
-    for point, fstype in _mounts:
-        if real == point or real.startswith(point.rstrip("/") + "/"):
+        mounts = read_mounts()
+        if mounts != _mounts:
+            _by_dir.clear()  # a mount came or went: directories may have moved tiers
+        _mounts, _mounts_read = mounts, now
+    return _mounts
+
+
+def _mount_fstype(path, mounts):
+    for point, fstype in mounts:
+        if path == point or path.startswith(point.rstrip("/") + "/"):
             return fstype
     return ""
 
 
 def of_path(path):
-    """Tier of a local path, by the file system of the mount that holds it."""
+    """Tier of a local path, by the file system of the mount that holds it. Lexical
+    only (no realpath): resolving symlinks would send lookups into the mount itself,
+    which hang when its daemon does."""
+    mounts = _fresh_mounts()
     directory = os.path.dirname(os.path.abspath(os.fspath(path)))
     tier = _by_dir.get(directory)
     if tier is None:
         if len(_by_dir) > 4096:
             _by_dir.clear()
-        tier = _by_dir[directory] = of_fstype(_mount_fstype(os.path.realpath(directory)))
+        tier = _by_dir[directory] = of_fstype(_mount_fstype(directory, mounts))
     return tier
 
 
@@ -104,4 +115,3 @@ def of_url(url):
     if scheme == "file":
         return of_path(rest[2:] if rest.startswith("//") else rest)
     return _SCHEMES.get(scheme, OTHER)
-
