@@ -120,18 +120,26 @@ class DatasetRoot:
 
     def __init__(self, root, tier=None):
         self.root = os.fspath(root)
-        self.tier = tier  # None: each file's mount decides (local, fuse, nfs, memory ...)
+        self.tier = tier  # None: the root's mount decides (local, fuse, nfs, memory ...)
+
+    def _tier(self):
+        if self.tier is None:
+            try:
+                self.tier = tiers.of_path(os.path.join(self.root, "x"))
+            except Exception:
+                self.tier = tiers.OTHER
+        return self.tier
 
     def path(self, name):
         return os.path.join(self.root, os.fspath(name))
 
     def open(self, name, mode="rb", **kwargs):
-        return open_timed(self.path(name), mode, self.tier, **kwargs)
+        return open_timed(self.path(name), mode, self._tier(), **kwargs)
 
     def read(self, name):
         """The whole file's bytes, as one timed shard read."""
         path = self.path(name)
-        with shards.shard_read(path, self.tier) as r:
+        with shards.shard_read(path, self._tier()) as r:
             with open(path, "rb") as f:
                 data = f.read()
             r.bytes = len(data)

@@ -12,7 +12,10 @@ parses input from every process on the node and must not execute any of it.
      "role": "main" | "worker",   # trainer process or a DataLoader worker
      "mono_ns": int, "wall_ns": int,   # one clock pair, to map monotonic → wall time
      "dropped_total": int,        # events this process could not deliver, cumulative
-     "events": [[t_end_ns, wait_ns, interval_ns], ...],   # one per batch (role=main)
+     "events": [[t_end_ns, wait_ns, interval_ns], ...],   # one per batch (role=main);
+                                  #   role=worker: [t_end_ns, load_ns, interval_ns], the
+                                  #   time to produce the batch (hook/batches.py)
+     "io": {...},                 # optional: shard reads, cache lookups (hook/shards.py)
      "loader": {...},             # optional: DataLoader config + worker PIDs
      "cuda": {"index": int, "uuid": "GPU-..."},  # optional: the loop's CUDA device
      ...}                         # further optional keys for other kinds of samples
