@@ -33,8 +33,6 @@ NS = "stallscope-test"
 
 # metric prefix -> the part that exports it (not on main yet)
 PENDING = {
-    "stallscope_batch_load_seconds": "issue 4 (batch production time)",
-    "stallscope_loader_workers_needed": "issue 4 (worker sizing)",
     "stallscope_shard_read_seconds": "issue 4 (shard reads)",
     "stallscope_cache_requests_total": "issue 4 (cache lookups)",
     "stallscope_gpu_": "issue 5 (GPU signals)",
