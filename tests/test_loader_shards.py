@@ -166,7 +166,8 @@ def slow_mount(tmp_path):
     need_fuse()
     from stallscope.lab import slowfs
 
-    fs = slowfs.SlowFS(str(tmp_path / "mnt"), latency=0.05, files=12, size=4096)
+    # In a mount namespace of its own, so that other agents on the machine leave it alone.
+    fs = slowfs.SlowFS(str(tmp_path / "mnt"), latency=0.05, files=12, size=4096, private=True)
     try:
         yield fs.start()
     finally:
@@ -180,8 +181,12 @@ def test_per_tier_p99_reflects_the_injected_latency(hooked, tmp_path, slow_mount
     local_dir.mkdir()
     for i in range(12):
         (local_dir / ("file%03d" % i)).write_bytes(b"l" * 4096)
-    local, remote = stallscope.DatasetRoot(local_dir), stallscope.DatasetRoot(slow_mount.mountpoint)
-    assert tiers.of_path(slow_mount.mountpoint + "/file000") == "fuse"
+    # The mount lives in the daemon's namespace; its mount table names the tier a
+    # trainer in that namespace would get.
+    mounts = tiers.read_mounts("/proc/%d/mountinfo" % slow_mount.proc.pid)
+    assert tiers.of_fstype(tiers._mount_fstype(slow_mount.mountpoint + "/x", mounts)) == "fuse"
+    local = stallscope.DatasetRoot(local_dir)
+    remote = stallscope.DatasetRoot(slow_mount.path, tier="fuse")
     local_tier = tiers.of_path(str(local_dir / "file000"))
     assert local_tier != "fuse"
     for i in range(12):
