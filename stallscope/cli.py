@@ -76,6 +76,48 @@ def dashboards(out, config_path, check):
     from .mixin import commands
 
     sys.exit(commands.dashboards(out, config_path, check))
+@main.command()
+@click.argument("pod")
+@click.option("-n", "--namespace", default=None, help="The pod's namespace (needed only when the name is in several).")
+@click.option("--prometheus", "prometheus_url", envvar="STALLSCOPE_PROMETHEUS_URL", metavar="URL",
+              help="Prometheus that scrapes the agents [env STALLSCOPE_PROMETHEUS_URL].")
+@click.option("--agent", "agent_url", metavar="URL",
+              help="The node agent to ask (default: found from its own metrics in Prometheus).")
+@click.option("--window", default="15m", show_default=True, metavar="DURATION",
+              help="How far back to look: 90s, 15m, 1h.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
+@click.option("--stacks", is_flag=True,
+              help="Also sample the rank's main process and loader workers with py-spy "
+                   "(run on the pod's node; needs ptrace).")
+@click.option("--plot", metavar="FILE.png", help="Write a PNG of data-wait against GPU busy (matplotlib).")
+def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks, plot):
+    """Why does POD's rank wait on its input pipeline? From the page to the cause.
+
+    \b
+    1. Cluster view (Prometheus): the pod's job, rank and node; its data-wait ratio
+       against the job's max and median; the slowest ranks; since when.
+    2. Node detail (the node's agent, found in Prometheus or given with --agent): the
+       correlator's verdict, causes ranked with evidence, loader settings, the worker
+       count that keeps up. With --agent alone it works without Prometheus.
+    3. --stacks: py-spy dumps of the main process and each worker, classified as
+       fetch, decode, collate, ipc_wait or idle. py-spy: $STALLSCOPE_PY_SPY, PATH, or
+       next to this Python (pip install 'stallscope[stacks]').
+    4. The report: verdict, evidence table, causes, next steps (runbooks/<Alert>.md)
+       and commands for a deeper look; --json for automation; --plot for a timeline.
+
+    \b
+    Verdicts: healthy, input_bound (waits on its own loader), not_input_bound (waits
+    for a straggler elsewhere, which is named), unknown.
+    Exit codes: 0 no stall found; 1 a stall found (input_bound, or not_input_bound:
+    the job waits on a straggler); 2 could not diagnose (one line on stderr saying why).
+    An unreachable agent, missing py-spy or denied ptrace degrade the report (a note
+    says so) instead of failing it.
+    """
+    from .diagnose.cli import main as run_diagnose
+
+    sys.exit(run_diagnose(pod, namespace=namespace, prometheus_url=prometheus_url,
+                          agent_url=agent_url, window=window, as_json=as_json, stacks=stacks,
+                          plot=plot))
 
 
 if __name__ == "__main__":

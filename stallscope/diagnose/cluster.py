@@ -1,0 +1,200 @@
+"""The cluster view from Prometheus: which job, rank and node the pod runs, how much its
+rank waits on data against the job's max and median, the slowest ranks, since when,
+and the node's agent.
+
+Raw expressions over the agent's series (no recording rules needed, any window): the
+SLI of DESIGN.md, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank. One query
+returns every rank of the job and the statistics are taken here, so a 2,048-rank job
+costs one evaluation, not one per statistic.
+"""
+import concurrent.futures
+import difflib
+import statistics
+
+from . import fetch, window
+from .errors import DiagnoseError
+from .prom import selector
+
+THRESHOLD = 0.02  # DESIGN.md: the StallscopeDataWaitHigh line (max-rank data-wait > 2 %)
+TOP_K = 5
+IDENTITY = ("job", "rank", "pod", "namespace", "node")
+
+
+def sli(w, **match):
+    s = selector(**match)
+    return ("rate(stallscope_data_wait_seconds_sum%s[%s]) / rate(stallscope_step_seconds_sum%s[%s])"
+            % (s, w, s, w))
+
+
+def _rank_row(labels, value):
+    try:
+        rank = int(labels.get("rank", ""))
+    except ValueError:
+        rank = labels.get("rank")
+    return {"rank": rank, "pod": labels.get("pod"), "namespace": labels.get("namespace"),
+            "node": labels.get("node"), "job": labels.get("job"), "data_wait_ratio": value}
+
+
+def _worst(rows):
+    return max(rows, key=lambda r: (r["data_wait_ratio"] is not None, r["data_wait_ratio"] or 0.0))
+
+
+def resolve(prom, pod, namespace, w):
+    """The pod's ranks [{job, rank, pod, namespace, node}], or DiagnoseError."""
+    rows = prom.query("last_over_time(stallscope_step_seconds_count%s[%s])"
+                      % (selector(pod=pod, namespace=namespace), w))
+    found = {tuple(l.get(k, "") for k in IDENTITY): l for l, _ in rows}
+    if not found:
+        raise DiagnoseError(_missing(prom, pod, namespace, w))
+    spaces = sorted({k[3] for k in found})
+    if len(spaces) > 1:
+        raise DiagnoseError("pod %s exists in namespaces %s: give -n NAMESPACE" % (pod, ", ".join(spaces)))
+    return [_rank_row(l, None) for l in found.values()]
+
+
+def _missing(prom, pod, namespace, w):
+    """Why the pod has no samples in the window: an unknown name or an empty window."""
+    if prom.series("stallscope_step_seconds_count%s" % selector(pod=pod, namespace=namespace)):
+        return ("no data for pod %s in the last %s at %s: its series stopped earlier "
+                "(try a longer --window)" % (pod, w, prom.url))
+    if namespace is not None:
+        other = prom.series("stallscope_step_seconds_count%s" % selector(pod=pod))
+        if other:
+            spaces = sorted({s.get("namespace", "") for s in other})
+            return "pod %s is not in namespace %s (found in: %s)" % (pod, namespace, ", ".join(spaces))
+    known = prom.label_values("pod", match="stallscope_step_seconds_count")
+    close = difflib.get_close_matches(pod, known, n=3, cutoff=0.6)
+    hint = " (did you mean %s?)" % ", ".join(close) if close else ""
+    return ("unknown pod %s: no stallscope series carry pod=\"%s\" at %s%s"
+            % (pod, pod, prom.url, hint))
+
+
+def job_ranks(prom, job, namespace, w):
+    rows = prom.query(sli(w, job=job, namespace=namespace))
+    best = {}
+    for labels, value in rows:
+        r = _rank_row(labels, value)
+        key = (r["rank"], r["pod"])
+        if key not in best or (value or 0.0) > (best[key]["data_wait_ratio"] or 0.0):
+            best[key] = r
+    return list(best.values())
+
+
+def since(prom, who, window_s):
+    """When the rank's data-wait ratio last crossed above THRESHOLD and stayed there.
+
+    A range query over 4x the window: a stall that began before the window is found
+    too. ``open_ended`` means it was above the line for the whole lookback."""
+    lookback = min(4 * window_s, 7 * 86400)
+    step = max(1.0, lookback / 240)
+    rate_w = window.promql(max(window_s / 5, 2 * step))
+    expr = sli(rate_w, job=who["job"], namespace=who["namespace"], pod=who["pod"], rank=str(who["rank"]))
+    series = prom.query_range(expr, prom.now - lookback, prom.now, step)
+    if not series:
+        return None
+    points = series[0][1]
+    start = None
+    for t, v in reversed(points):
+        if v is None or v < THRESHOLD:
+            break
+        start = t
+    if start is None:
+        return {"above_threshold": False, "rank": who["rank"], "lookback_seconds": lookback,
+                "expr": expr}
+    return {"above_threshold": True, "rank": who["rank"], "since": start,
+            "for_seconds": round(prom.now - start, 3),
+            "open_ended": start <= prom.now - lookback + step, "lookback_seconds": lookback,
+            "expr": expr}
+
+
+def agent_url(prom, node, w):
+    """The agent of ``node`` from its own build_info series: with honor_labels the
+    scrape's ``instance`` label is still the target address (host:port)."""
+    for expr in ("stallscope_agent_build_info%s" % selector(node=node),
+                 "last_over_time(stallscope_agent_build_info%s[%s])" % (selector(node=node), w)):
+        rows = [l for l, _ in prom.query(expr) if l.get("instance")]
+        if rows:
+            return fetch.base_url(sorted(rows, key=lambda l: l["instance"])[0]["instance"])
+    return None
+
+
+# The pod's node signals as Prometheus has them (pod-labelled series from the
+# exporters), with the thresholds the correlator uses (stallscope/correlate/causes.py):
+# the evidence when the node's agent cannot be asked, and context when it can.
+POD_SIGNALS = (
+    ("cfs_throttled_ratio", "cpu_throttle", 0.1, "above",
+     "sum(rate(stallscope_cpu_cfs_throttled_periods_total{S}[W])) / sum(rate(stallscope_cpu_cfs_periods_total{S}[W]))"),
+    ("psi_io_some_ratio", "io_pressure", 0.2, "above",
+     "max(rate(stallscope_pressure_io_waiting_seconds_total{S}[W]))"),
+    ("psi_memory_some_ratio", "memory_pressure", 0.1, "above",
+     "max(rate(stallscope_pressure_memory_waiting_seconds_total{S}[W]))"),
+    ("shm_used_ratio", "shm_exhaustion", 0.9, "above",
+     "max(max_over_time(stallscope_shm_used_bytes{S}[W]) / max_over_time(stallscope_shm_size_bytes{S}[W]))"),
+    ("fuse_up", "fuse_unhealthy", 0.5, "below", "min(min_over_time(stallscope_fuse_up{S}[W]))"),
+    ("fuse_probe_seconds", "fuse_unhealthy", 1.0, "above",
+     "max(max_over_time(stallscope_fuse_probe_seconds{S}[W]))"),
+    ("hook_dropped_events", None, 0, "above",
+     "sum(increase(stallscope_hook_dropped_events_total{S}[W]))"),
+)
+
+
+def pod_signals(prom, pod, namespace, w):
+    s = selector(pod=pod, namespace=namespace)[1:-1]
+    out = []
+    for name, cause, threshold, direction, expr in POD_SIGNALS:
+        q = expr.replace("{S}", "{%s}" % s).replace("[W]", "[%s]" % w)
+        value = prom.scalar(q)
+        if value is not None:
+            out.append({"signal": name, "cause": cause, "value": value, "threshold": threshold,
+                        "direction": direction, "source": "prometheus", "expr": q})
+    return out
+
+
+def cause_scores(prom, who, w):
+    """The correlator's published scores (top causes of an input-bound rank)."""
+    sel = selector(job=who["job"], namespace=who["namespace"], pod=who["pod"], rank=str(who["rank"]))
+    rows = prom.query("max by (cause) (last_over_time(stallscope_stall_cause_score%s[%s]))" % (sel, w))
+    return sorted(({"cause": l.get("cause"), "score": v} for l, v in rows if v is not None),
+                  key=lambda c: -c["score"])
+
+
+def view(prom, pod, namespace, window_s, top_k=TOP_K):
+    """Everything Prometheus knows about the pod's rank and its job, as one dict."""
+    w = window.promql(window_s)
+    mine = resolve(prom, pod, namespace, w)
+    namespace = mine[0]["namespace"]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        jobs = {j: pool.submit(job_ranks, prom, j, namespace, w) for j in sorted({r["job"] for r in mine})}
+        node_agents = {n: pool.submit(agent_url, prom, n, w) for n in sorted({r["node"] for r in mine})}
+        signals = pool.submit(pod_signals, prom, pod, namespace, w)
+        ranks = {j: f.result() for j, f in jobs.items()}
+        by_key = {(r["job"], r["rank"], r["pod"]): r for rows in ranks.values() for r in rows}
+        pod_ranks = [by_key.get((r["job"], r["rank"], r["pod"]), r) for r in mine]
+        me = _worst(pod_ranks)
+        job = ranks[me["job"]]
+        finite = [r for r in job if r["data_wait_ratio"] is not None]
+        straggler = _worst(finite) if finite else None
+        target = me if (me["data_wait_ratio"] or 0.0) >= THRESHOLD else straggler
+        when = None
+        if target is not None and (target["data_wait_ratio"] or 0.0) >= THRESHOLD:
+            when = pool.submit(since, prom, target, window_s)
+        scores = pool.submit(cause_scores, prom, me, w)
+        out = {
+            "job": me["job"], "rank": me["rank"], "pod": pod, "namespace": namespace,
+            "node": me["node"], "data_wait_ratio": me["data_wait_ratio"],
+            "pod_ranks": sorted(pod_ranks, key=lambda r: str(r["rank"])),
+            "job_ranks": len(job), "job_ranks_with_data": len(finite),
+            "job_max_data_wait_ratio": straggler["data_wait_ratio"] if straggler else None,
+            "job_median_data_wait_ratio": (statistics.median(r["data_wait_ratio"] for r in finite)
+                                           if finite else None),
+            "straggler": straggler,
+            "top_ranks": sorted(finite, key=lambda r: -r["data_wait_ratio"])[:top_k],
+            "ranks_without_batches": sorted((r for r in job if r["data_wait_ratio"] is None),
+                                            key=lambda r: str(r["rank"]))[:top_k],
+            "since": when.result() if when else None,
+            "agent_url": node_agents[me["node"]].result(),
+            "signals": signals.result(),
+            "cause_scores": scores.result(),
+            "sli_expr": sli(w, job=me["job"], namespace=namespace),
+        }
+    return out

@@ -1,0 +1,179 @@
+"""``run()``: the cluster view, the node detail and (optionally) the stacks, merged into
+one document, the contract of ``stallscope diagnose --json`` (DESIGN.md, "Verdicts and
+causes"). A source that fails becomes a warning when another one can still answer; only
+when nothing can does ``run`` raise DiagnoseError (exit 2).
+"""
+import datetime
+import statistics
+import time
+
+from . import cluster as cluster_mod
+from . import fetch, nextsteps, node as node_mod, stacks as stacks_mod, verdict
+from . import window as durations
+from .errors import DiagnoseError
+from .prom import Prometheus
+
+EXIT = {"healthy": 0, "input_bound": 1, "not_input_bound": 1, "unknown": 2}
+
+
+def exit_code(doc):
+    """0 no stall, 1 a stall (this rank's loader, or a straggler it waits for), 2 unknown."""
+    return EXIT.get(doc.get("verdict"), 2)
+
+
+def _cluster(prometheus_url, pod, namespace, w, fallback, sources, warnings):
+    prom = Prometheus(prometheus_url)
+    try:
+        view = cluster_mod.view(prom, pod, namespace, w)
+    except fetch.SourceError as e:
+        what = "Prometheus unreachable at %s: %s" % (prom.url, e.message) if isinstance(
+            e, fetch.Unreachable) else "Prometheus at %s failed: %s" % (prom.url, e.message)
+        sources.append({"name": "prometheus", "url": prom.url, "ok": False, "error": e.message})
+        if not fallback:
+            raise DiagnoseError(what)
+        warnings.append(what + "; showing the node's view only")
+        return None
+    except DiagnoseError as e:
+        sources.append({"name": "prometheus", "url": prom.url, "ok": False, "error": str(e)})
+        if not fallback:
+            raise
+        warnings.append("%s; showing the node's view only" % e)
+        return None
+    sources.append({"name": "prometheus", "url": prom.url, "ok": True})
+    return view
+
+
+def _node(url, pod, namespace, w, cl, sources, warnings, alone):
+    rank, job = (cl["rank"], cl["job"]) if cl else (None, None)
+    try:
+        view = node_mod.view(url, pod, namespace, w, rank=rank, job=job)
+    except (fetch.SourceError, node_mod.NoRank) as e:
+        msg = e.message if isinstance(e, fetch.SourceError) else str(e)
+        what = ("agent unreachable at %s: %s" % (fetch.base_url(url), msg)
+                if isinstance(e, fetch.Unreachable) else msg if isinstance(e, node_mod.NoRank)
+                else "agent at %s failed: %s" % (fetch.base_url(url), msg))
+        sources.append({"name": "agent", "url": fetch.base_url(url), "ok": False, "error": msg})
+        if alone:
+            raise DiagnoseError(what)
+        warnings.append(what + "; showing the Prometheus view only")
+        return None
+    sources.append({"name": "agent", "url": view["url"], "ok": True, "node": view["node"]})
+    warnings.extend(view["notes"])
+    return view
+
+
+def _identity(cl, nd, w):
+    """This rank and its job's numbers, from the cluster when it answered."""
+    if cl is not None:
+        return {"job": cl["job"], "rank": cl["rank"], "pod": cl["pod"], "namespace": cl["namespace"],
+                "node": cl["node"], "data_wait_ratio": cl["data_wait_ratio"],
+                "job_max": cl["job_max_data_wait_ratio"], "job_median": cl["job_median_data_wait_ratio"],
+                "job_scope": "cluster", "job_ranks": cl["job_ranks"],
+                "progress": (nd or {}).get("progress")}
+    r, d = nd["rank"], nd["diagnosis"] or {}
+    ratio = d.get("data_wait_ratio")
+    if ratio is None and d.get("verdict") != "unknown" and nd.get("timeline"):
+        ratio = node_mod.timeline_ratio(nd["timeline"])
+    peers = [p["data_wait_ratio"] for p in d.get("job_ranks_on_node") or [] if p.get("data_wait_ratio") is not None]
+    ratios = peers + ([ratio] if ratio is not None else [])
+    return {"job": r["job"], "rank": r["rank"], "pod": r["pod"], "namespace": r["namespace"],
+            "node": r.get("node") or nd["node"], "data_wait_ratio": ratio,
+            "job_max": max(ratios) if ratios else None,
+            "job_median": statistics.median(ratios) if ratios else None,
+            "job_scope": "node", "job_ranks": len(ratios), "progress": nd.get("progress")}
+
+
+def _straggler(cl, diag):
+    if cl is not None and cl.get("straggler"):
+        s = cl["straggler"]
+        return {k: s[k] for k in ("rank", "pod", "node", "data_wait_ratio")}
+    s = (diag or {}).get("straggler") or {}
+    if s.get("rank") is None:
+        return None
+    return {k: s.get(k) for k in ("rank", "pod", "node", "data_wait_ratio")}
+
+
+def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", stacks=False,
+        plot=None):
+    """Diagnose ``pod``; returns the report document (see render_text, exit_code)."""
+    try:
+        w = durations.parse(window)
+    except ValueError as e:
+        raise DiagnoseError(str(e))
+    if not prometheus_url and not agent_url:
+        raise DiagnoseError("no source: give --prometheus URL (or set STALLSCOPE_PROMETHEUS_URL) "
+                            "or --agent URL")
+    t0 = time.monotonic()
+    sources, warnings = [], []
+    cl = None
+    if prometheus_url:
+        cl = _cluster(prometheus_url, pod, namespace, w, bool(agent_url), sources, warnings)
+    url = agent_url or (cl or {}).get("agent_url")
+    nd = None
+    if url:
+        nd = _node(url, pod, namespace or (cl or {}).get("namespace"), w, cl, sources, warnings,
+                   alone=cl is None)
+    elif cl is not None:
+        warnings.append("no agent for node %s in Prometheus (stallscope_agent_build_info): give "
+                        "--agent URL for the node's detail" % cl["node"])
+    diag = (nd or {}).get("diagnosis")
+    me = _identity(cl, nd, w)
+    stack_doc = _stacks(nd, warnings) if stacks else None
+    v, reason = verdict.decide(me, cl, diag, stack_doc, w)
+    if diag is not None and v == diag.get("verdict"):
+        causes = diag.get("causes") or []
+    elif v == "input_bound" and cl is not None:
+        causes = verdict.causes_without_agent(cl)
+    else:
+        causes = []
+    rank_info = (nd or {}).get("rank") or {}
+    doc = {
+        "api": "v1", "verdict": v, "reason": reason, "causes": causes,
+        "job": me["job"], "rank": me["rank"], "pod": me["pod"] or pod, "namespace": me["namespace"],
+        "node": me["node"], "data_wait_ratio": me["data_wait_ratio"],
+        "job_max_data_wait_ratio": me["job_max"], "job_median_data_wait_ratio": me["job_median"],
+        "job_scope": me["job_scope"], "job_ranks": me["job_ranks"],
+        "threshold": cluster_mod.THRESHOLD, "straggler": _straggler(cl, diag),
+        "top_ranks": (cl or {}).get("top_ranks") or [], "pod_ranks": (cl or {}).get("pod_ranks") or [],
+        "ranks_without_batches": (cl or {}).get("ranks_without_batches") or [],
+        "since": (cl or {}).get("since"), "window_seconds": w,
+        "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "loader": rank_info.get("loader") or (diag or {}).get("loader"),
+        "sizing": rank_info.get("json_loader_sizing") or {},
+        "pids": {"main": rank_info.get("pid"), "workers": rank_info.get("worker_pids") or []} if rank_info else None,
+        "progress": me.get("progress"), "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),
+        "agent_verdict": (diag or {}).get("verdict"), "sli_expr": (cl or {}).get("sli_expr"),
+        "agent_url": (nd or {}).get("url") or (fetch.base_url(url) if url else None),
+        "prometheus_url": fetch.base_url(prometheus_url) if prometheus_url else None,
+    }
+    doc["evidence"] = verdict.evidence(me, cl, diag, rank_info, causes)
+    doc["stacks"] = stack_doc
+    if plot:
+        doc["plot"] = _plot(plot, doc, nd, warnings)
+    doc["next_steps"] = nextsteps.steps(doc)
+    doc["commands"] = nextsteps.commands(doc, doc["prometheus_url"], doc["agent_url"])
+    doc["sources"] = sources
+    doc["warnings"] = warnings
+    doc["elapsed_seconds"] = round(time.monotonic() - t0, 3)
+    return doc
+
+
+def _stacks(nd, warnings):
+    if nd is None:
+        msg = "stacks: --stacks needs the node's agent (it knows the rank's PIDs)"
+        warnings.append(msg)
+        return {"error": msg}
+    try:
+        return stacks_mod.collect(dict(nd["rank"], node=nd["node"]))
+    except stacks_mod.StacksError as e:
+        warnings.append("stacks: %s" % e)
+        return {"error": str(e)}
+
+
+def _plot(path, doc, nd, warnings):
+    from . import plot  # matplotlib only when asked for
+    try:
+        return plot.write(path, doc, (nd or {}).get("timeline"))
+    except plot.PlotError as e:
+        warnings.append("plot: %s" % e)
+        return None

@@ -1,0 +1,163 @@
+"""One verdict from two views: the cluster's (Prometheus: this rank against its whole
+job) and the node's (the agent's correlator: timelines, GPU, causes with evidence).
+
+- The agent's verdict stands when it has one (it sees the GPU and the timing), except
+  that a rank it calls healthy whose job has an input-bound straggler on *another*
+  node is ``not_input_bound``: in synchronous training it waits for that rank, and
+  only the cluster view can name it.
+- Without the agent the cluster's numbers decide: this rank over the line is
+  ``input_bound``, another rank over it makes this one ``not_input_bound``.
+- A rank whose batches stopped coming is stuck (stuck()): ``input_bound`` when its
+  stacks show the main thread inside the DataLoader, ``not_input_bound`` when outside
+  it, ``unknown`` without stacks. No data at all: ``unknown``.
+Causes come from the agent; without it, from the correlator's scores that Prometheus
+has (``stallscope_stall_cause_score``) and the pod's signals over their thresholds,
+which are level-only evidence (their timing against the stalls is unknown there).
+"""
+from .cluster import THRESHOLD
+from .window import human
+
+LEVEL_ONLY_SCORE = 0.5  # a signal over its line, timing unknown: a candidate, not a finding
+STUCK_MIN_S = 30.0      # no batch for this long, and for STUCK_STEPS typical steps: stuck
+STUCK_STEPS = 20
+LOADER_CLASSES = ("ipc_wait", "fetch", "decode", "collate")  # main thread inside the DataLoader
+
+
+def pct(x):
+    return "n/a" if x is None else "%.1f%%" % (100 * x)
+
+
+def _who(r):
+    return "rank %s (pod %s on node %s)" % (r.get("rank"), r.get("pod"), r.get("node") or "?")
+
+
+def _over(value, threshold, direction="above"):
+    if value is None or threshold is None:
+        return None
+    return value > threshold if direction == "above" else value < threshold
+
+
+def stuck(me, window_s):
+    """Why the rank looks stuck, or None. A loop blocked in next() reports nothing until
+    next() returns: its data-wait does not grow, its batches just stop coming."""
+    prog = me.get("progress")
+    if prog is not None:
+        if prog["batches"] == 0:
+            return "completed no batch in the last %s" % human(window_s)
+        age, med = prog["last_batch_age_seconds"], prog["median_interval_seconds"] or 0.0
+        if age is not None and age > max(STUCK_MIN_S, STUCK_STEPS * med):
+            return "completed no batch for %s (its steps took %.3gs)" % (human(age), med)
+        return None
+    if me.get("job_scope") == "cluster" and me.get("data_wait_ratio") is None:
+        return "completed no batch in the last %s" % human(window_s)
+    return None
+
+
+def decide(me, cluster, diag, stacks=None, window_s=900.0):
+    """(verdict, reason) for rank ``me`` = {rank, pod, node, data_wait_ratio, progress}."""
+    ratio = me.get("data_wait_ratio")
+    halt = stuck(me, window_s)
+    if halt:
+        text = "Rank %s %s while the agent still tracks it: the loop is stuck" % (me.get("rank"), halt)
+        st = stacks or {}
+        if st.get("main") in LOADER_CLASSES:
+            return "input_bound", "%s in next(): its main process waits in the DataLoader. %s" % (
+                text, st.get("reading") or "")
+        if st.get("main") == "outside_loader":
+            where = (st.get("processes") or [{}])[0].get("where")
+            return "not_input_bound", "%s outside the loader, at %s." % (text, where)
+        return "unknown", ("%s, in next() (a hung mount, dead workers) or elsewhere (a collective, "
+                           "the step): --stacks on node %s shows where." % (text, me.get("node")))
+    straggler = (cluster or {}).get("straggler")
+    elsewhere = (straggler is not None and (straggler["data_wait_ratio"] or 0.0) >= THRESHOLD
+                 and (straggler["rank"], straggler["pod"]) != (me.get("rank"), me.get("pod")))
+    agent = (diag or {}).get("verdict")
+    if agent in ("input_bound", "not_input_bound") or (agent == "healthy" and not elsewhere):
+        return agent, diag.get("reason") or ""
+    if elsewhere and (ratio is None or ratio < THRESHOLD):
+        return "not_input_bound", (
+            "Rank %s's own loader keeps up (data-wait %s), but %s waits %s of its step time on "
+            "its loader: in synchronous training this rank waits for it." % (
+                me.get("rank"), pct(ratio), _who(straggler), pct(straggler["data_wait_ratio"])))
+    if ratio is None:
+        return "unknown", (diag or {}).get("reason") or "No data-wait measurement in the window."
+    if ratio >= THRESHOLD:
+        text = "Rank %s waits on its own loader for %s of its step time (line: %s)" % (
+            me.get("rank"), pct(ratio), pct(THRESHOLD))
+        if straggler is not None and not elsewhere:
+            text += "; it is the job's slowest rank"
+        return "input_bound", text + "."
+    return "healthy", "Rank %s waited %s of its step time for data (line: %s)." % (
+        me.get("rank"), pct(ratio), pct(THRESHOLD))
+
+
+def causes_without_agent(cluster):
+    """Ranked causes from what Prometheus holds, honestly scored."""
+    out = [{"cause": c["cause"], "score": round(c["score"], 4),
+            "summary": "The node's correlator scored %s at %.2f (from Prometheus; the agent's "
+                       "evidence was not available)." % (c["cause"], c["score"]), "evidence": []}
+           for c in cluster.get("cause_scores") or []]
+    seen = {c["cause"] for c in out}
+    for s in cluster.get("signals") or []:
+        if s["cause"] and s["cause"] not in seen and _over(s["value"], s["threshold"], s["direction"]):
+            seen.add(s["cause"])
+            out.append({"cause": s["cause"], "score": LEVEL_ONLY_SCORE,
+                        "summary": "%s was %s its line (%g) in the window; without the node's "
+                                   "timelines its timing against the stalls is unknown." % (
+                                       s["signal"], s["direction"], s["threshold"]),
+                        "evidence": [{"signal": s["signal"], "during_stalls": None,
+                                      "outside_stalls": None, "value": s["value"],
+                                      "threshold": s["threshold"], "direction": s["direction"],
+                                      "scope": "pod"}]})
+    best = max((c["score"] for c in out), default=0.0)
+    out.append({"cause": "unexplained", "score": round(1.0 - best, 4),
+                "summary": "What the candidates above do not account for (no correlator "
+                           "diagnosis from the node's agent).", "evidence": []})
+    return sorted(out, key=lambda c: -c["score"])
+
+
+def evidence(me, cluster, diag, rank_info, causes):
+    """The evidence table: [{signal, value, threshold, status, source, ...}]."""
+    rows = []
+
+    def add(signal, value, threshold=None, direction="above", source="", **more):
+        over = _over(value, threshold, direction)
+        status = "n/a" if value is None else ("info" if over is None else ("over" if over else "ok"))
+        rows.append(dict(signal=signal, value=value, threshold=threshold, direction=direction,
+                         status=status, source=source, **more))
+
+    src = "prometheus" if cluster is not None else "agent"
+    add("data_wait_ratio", me.get("data_wait_ratio"), THRESHOLD, source=src, rank=me.get("rank"))
+    jm, jmed = me.get("job_max"), me.get("job_median")
+    add("job_max_data_wait_ratio", jm, THRESHOLD, source=src)
+    add("job_median_data_wait_ratio", jmed, THRESHOLD, source=src)
+    if diag:
+        if diag.get("gpu_idle_overlap_ratio") is not None:
+            add("gpu_idle_overlap_ratio", diag["gpu_idle_overlap_ratio"], source="agent")
+        if diag.get("stall_period_steps"):
+            workers = (diag.get("loader") or {}).get("num_workers")
+            rows.append({"signal": "stall_period_steps", "value": diag["stall_period_steps"],
+                         "threshold": workers, "direction": "equal", "source": "agent",
+                         "status": "over" if workers and diag["stall_period_steps"] == workers else "info"})
+    sizing = (rank_info or {}).get("json_loader_sizing")
+    if sizing and sizing.get("num_workers") is not None:
+        needed = sizing.get("workers_needed")
+        rows.append({"signal": "workers_needed", "value": needed, "threshold": sizing["num_workers"],
+                     "direction": "above", "source": "agent",
+                     "status": "over" if needed and needed > sizing["num_workers"] else "ok"})
+    seen = set()
+    for c in causes[:3]:
+        for e in c.get("evidence") or []:
+            value = e.get("during_stalls", e.get("value"))
+            if e.get("signal") in seen or not isinstance(value, (int, float)):
+                continue
+            seen.add(e["signal"])
+            add(e["signal"], value, e.get("threshold"), e.get("direction", "above"),
+                source="agent" if diag else "prometheus", outside_stalls=e.get("outside_stalls"),
+                cause=c["cause"])
+    for s in (cluster or {}).get("signals") or []:
+        if s["signal"] not in seen:
+            seen.add(s["signal"])
+            add(s["signal"], s["value"], s["threshold"], s["direction"], source="prometheus",
+                cause=s["cause"])
+    return rows
