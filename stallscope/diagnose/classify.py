@@ -12,7 +12,8 @@ Three kinds of clue, strongest first:
    fetch, ``decode_jpeg`` → decode, ``my_collate`` → collate).
 The scan runs from the innermost frame outwards and stops at the loader's boundary
 (``_worker_loop`` in a worker, ``DataLoader.__next__`` in the main process): what lies
-beyond is the worker's dispatch loop or the training loop, not loader work. A wait
+beyond is the worker's dispatch loop or the training loop, not loader work (for a
+plain iterable, stallscope's own ``watch`` ``__next__`` marks the boundary). A wait
 found first does not end the scan (``requests`` blocks in ``selectors``); it decides
 only when nothing stronger is found: a worker waiting straight under ``_worker_loop``
 has no work (idle); the main process waiting under the DataLoader waits for a batch
@@ -125,7 +126,8 @@ def _boundary(frame):
     f = frame.get("filename") or ""
     name = frame.get("name") or ""
     return ((name.endswith("_worker_loop") and "torch/utils/data/_utils/worker.py" in f)
-            or (name.endswith("__next__") and "torch/utils/data/dataloader.py" in f))
+            or (name.endswith("__next__") and ("torch/utils/data/dataloader.py" in f
+                                               or "stallscope/hook/watch.py" in f)))
 
 
 def where(frame):
@@ -142,6 +144,9 @@ def classify(thread, role, pid=None):
     """(class, the frame that decided it or None, the innermost source line)."""
     frames = thread.get("frames") or []
     line = source_line(frames[0], pid) if frames else ""
+    in_loader = any(_boundary(f) or "torch/utils/data/" in (f.get("filename") or "") for f in frames)
+    if role == "main" and not in_loader:
+        return "outside_loader", frames[0] if frames else None, line
     cls = by_line(line) if line else None
     if cls:
         return cls, frames[0], line
@@ -156,10 +161,6 @@ def classify(thread, role, pid=None):
             return c, frame, line
         if c == "wait" and waiting is None:
             waiting = frame
-    boundary = len(inside) < len(frames)
-    in_loader = boundary or any("torch/utils/data/" in (f.get("filename") or "") for f in frames)
-    if role == "main" and not in_loader:
-        return "outside_loader", frames[0] if frames else None, line
     users = [f for f in inside if _user(f)]
     if waiting is not None:
         if role == "worker" and not users:
