@@ -2,28 +2,34 @@
 rank waits on data against the job's max and median, the slowest ranks, since when,
 and the node's agent.
 
-Raw expressions over the agent's series (no recording rules needed, any window): the
-SLI of DESIGN.md, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank. One query
-returns every rank of the job and the statistics are taken here, so a 2,048-rank job
-costs one evaluation, not one per statistic.
+The expressions and thresholds are the mixin's (stallscope/mixin/promql.py and
+config.py), so the evidence speaks the language of the alert that paged: the SLI of
+DESIGN.md, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank, evaluated raw over
+``--window`` rather than read from the 5m recording rule (the window is the user's).
+One query returns every rank of the job and the statistics are taken here, so a
+2,048-rank job costs one evaluation, not one per statistic.
 """
 import concurrent.futures
 import difflib
 import statistics
 
+from ..mixin import promql
+from ..mixin.config import DEFAULT as CFG
 from . import fetch, window
 from .errors import DiagnoseError
-from .prom import selector
+from .prom import label, selector
 
-THRESHOLD = 0.02  # DESIGN.md: the StallscopeDataWaitHigh line (max-rank data-wait > 2 %)
+THRESHOLD = CFG.data_wait_warning  # the StallscopeDataWaitHigh line (max-rank data-wait > 2 %)
 TOP_K = 5
 IDENTITY = ("job", "rank", "pod", "namespace", "node")
 
 
+def matchers(**match):
+    return tuple("%s=%s" % (k, label(v)) for k, v in match.items() if v is not None)
+
+
 def sli(w, **match):
-    s = selector(**match)
-    return ("rate(stallscope_data_wait_seconds_sum%s[%s]) / rate(stallscope_step_seconds_sum%s[%s])"
-            % (s, w, s, w))
+    return promql.data_wait_ratio(CFG, matchers(**match), w).replace("\n", " ")
 
 
 def _rank_row(labels, value):
@@ -118,31 +124,38 @@ def agent_url(prom, node, w):
     return None
 
 
-# The pod's node signals as Prometheus has them (pod-labelled series from the
-# exporters), with the thresholds the correlator uses (stallscope/correlate/causes.py):
-# the evidence when the node's agent cannot be asked, and context when it can.
+# The pod's cause signals as Prometheus has them, with the alerts' thresholds: the
+# evidence when the node's agent cannot be asked, and context when it can.
+# (signal, cause, threshold, direction, expression of (matchers, window))
 POD_SIGNALS = (
-    ("cfs_throttled_ratio", "cpu_throttle", 0.1, "above",
-     "sum(rate(stallscope_cpu_cfs_throttled_periods_total{S}[W])) / sum(rate(stallscope_cpu_cfs_periods_total{S}[W]))"),
-    ("psi_io_some_ratio", "io_pressure", 0.2, "above",
-     "max(rate(stallscope_pressure_io_waiting_seconds_total{S}[W]))"),
-    ("psi_memory_some_ratio", "memory_pressure", 0.1, "above",
-     "max(rate(stallscope_pressure_memory_waiting_seconds_total{S}[W]))"),
-    ("shm_used_ratio", "shm_exhaustion", 0.9, "above",
-     "max(max_over_time(stallscope_shm_used_bytes{S}[W]) / max_over_time(stallscope_shm_size_bytes{S}[W]))"),
-    ("fuse_up", "fuse_unhealthy", 0.5, "below", "min(min_over_time(stallscope_fuse_up{S}[W]))"),
-    ("fuse_probe_seconds", "fuse_unhealthy", 1.0, "above",
-     "max(max_over_time(stallscope_fuse_probe_seconds{S}[W]))"),
+    ("cfs_throttled_ratio", "cpu_throttle", CFG.cfs_throttled_ratio, "above",
+     lambda m, w: "max(%s)" % promql.cfs_throttled_ratio(CFG, m, w)),
+    ("psi_io_some_ratio", "io_pressure", CFG.io_pressure_ratio, "above",
+     lambda m, w: "max(%s)" % promql.pressure_ratio(CFG, "io", m, w)),
+    ("psi_memory_some_ratio", "memory_pressure", CFG.memory_pressure_ratio, "above",
+     lambda m, w: "max(%s)" % promql.pressure_ratio(CFG, "memory", m, w)),
+    ("shm_used_ratio", "shm_exhaustion", CFG.shm_used_ratio, "above",
+     lambda m, w: "max(max_over_time((%s)[%s:]))" % (promql.shm_used_ratio(CFG, m), w)),
+    ("fuse_up", "fuse_unhealthy", 0.5, "below",
+     lambda m, w: "min(min_over_time(%s[%s]))" % (promql.fuse_up(CFG, m), w)),
+    ("fuse_probe_seconds", "fuse_unhealthy", CFG.fuse_probe_seconds, "above",
+     lambda m, w: "max(max_over_time(%s[%s]))" % (promql.fuse_probe(CFG, m), w)),
+    ("fuse_waiting_requests", "fuse_unhealthy", CFG.fuse_waiting_requests, "above",
+     lambda m, w: "max(max_over_time(%s[%s]))" % (promql.fuse_waiting(CFG, m), w)),
+    ("shard_read_p99_seconds", "storage_latency", CFG.shard_read_p99_seconds, "above",
+     lambda m, w: "max(%s)" % promql.shard_read_quantile(CFG, 0.99, m, w)),
+    ("cache_hit_ratio", "cache_miss", CFG.cache_hit_ratio, "below",
+     lambda m, w: "min(%s)" % promql.cache_hit_ratio(CFG, m, w)),
     ("hook_dropped_events", None, 0, "above",
-     "sum(increase(stallscope_hook_dropped_events_total{S}[W]))"),
+     lambda m, w: "sum(increase(%s[%s]))" % (promql.sel(CFG, "stallscope_hook_dropped_events_total", *m), w)),
 )
 
 
 def pod_signals(prom, pod, namespace, w):
-    s = selector(pod=pod, namespace=namespace)[1:-1]
+    m = matchers(pod=pod, namespace=namespace)
     out = []
-    for name, cause, threshold, direction, expr in POD_SIGNALS:
-        q = expr.replace("{S}", "{%s}" % s).replace("[W]", "[%s]" % w)
+    for name, cause, threshold, direction, build in POD_SIGNALS:
+        q = build(m, w).replace("\n", " ")
         value = prom.scalar(q)
         if value is not None:
             out.append({"signal": name, "cause": cause, "value": value, "threshold": threshold,

@@ -26,6 +26,8 @@ def value(signal, v, unit=None):
         return "%.3gs" % v
     if s.endswith("bytes_rate"):
         return "%.3g MB/s" % (v / 1e6)
+    if s.endswith("_factor"):
+        return "%.2gx" % v
     if isinstance(v, float) and not v.is_integer():
         return "%.3g" % v
     return "%d" % v
@@ -48,6 +50,8 @@ def _threshold(row):
     mark = {"above": ">", "below": "<", "equal": "="}.get(row.get("direction"), "")
     if row["signal"] in ("stall_period_steps", "workers_needed"):
         return "%snum_workers %s" % (mark, t)
+    if row["signal"].endswith("_factor"):
+        return "%s%gx median" % (mark, t)
     return "%s%s" % (mark, value(row["signal"], t))
 
 

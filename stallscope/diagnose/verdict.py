@@ -14,7 +14,7 @@ Causes come from the agent; without it, from the correlator's scores that Promet
 has (``stallscope_stall_cause_score``) and the pod's signals over their thresholds,
 which are level-only evidence (their timing against the stalls is unknown there).
 """
-from .cluster import THRESHOLD
+from .cluster import CFG, THRESHOLD
 from .window import human
 
 LEVEL_ONLY_SCORE = 0.5  # a signal over its line, timing unknown: a candidate, not a finding
@@ -131,6 +131,9 @@ def evidence(me, cluster, diag, rank_info, causes):
     jm, jmed = me.get("job_max"), me.get("job_median")
     add("job_max_data_wait_ratio", jm, THRESHOLD, source=src)
     add("job_median_data_wait_ratio", jmed, THRESHOLD, source=src)
+    if jm is not None and jmed and me.get("job_scope") == "cluster" and jm >= THRESHOLD:
+        # the StallscopeStragglerRank line: one rank far above the job's median
+        add("straggler_factor", jm / jmed, CFG.straggler_factor, source=src)
     if diag:
         if diag.get("gpu_idle_overlap_ratio") is not None:
             add("gpu_idle_overlap_ratio", diag["gpu_idle_overlap_ratio"], source="agent")
