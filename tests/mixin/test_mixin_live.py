@@ -140,10 +140,10 @@ def test_headline_fires_for_the_slowed_job_and_never_for_the_healthy_one(live):
     assert "`stallscope diagnose slow-2 -n %s`" % NS in text
     assert alert["annotations"]["runbook_url"].endswith("/StallscopeDataWaitHigh.md")
     assert float(alert["value"]) > 0.5
-    # the healthy job: its SLI is recorded, well below the line, and never fired
+    # the healthy job: its SLI is recorded and settles well below the line (start-up
+    # waits leave the window within seconds), and it never fired
     n = promql.names(CFG)
-    [ok] = prom.query('%s{job="mixin-ok"}' % n["job_max"])
-    assert float(ok["value"][1]) < CFG.data_wait_warning / 2
+    prom.wait_for('%s{job="mixin-ok"} < %s' % (n["job_max"], CFG.data_wait_warning / 3), timeout=30)
     since = int(time.time() - live.started) + 5
     fired = prom.query('max_over_time(ALERTS{job="mixin-ok", alertstate="firing"}[%ds])' % since)
     assert fired == [], fired
