@@ -109,6 +109,21 @@ def _straggler(cfg):
         ("stallscope_data_wait_seconds", "stallscope_step_seconds"))
 
 
+def _no_progress(cfg):
+    # A rank blocked in next() for good reports no wait at all (the hook records a wait
+    # when next() returns), so a hung job never crosses the data-wait line: say so here.
+    n = promql.names(cfg)
+    expr = "max by (namespace, job) (%s) == 0" % n["rank_steps"]
+    return Alert(
+        "StallscopeJobNoProgress", "stallscope.slo", "critical", cfg.data_wait_for, expr,
+        "max by (namespace, job) (%s)" % n["rank_steps"],
+        "Training job {{ $labels.namespace }}/{{ $labels.job }} makes no progress.",
+        "No rank of job {{ $labels.job }} received a batch in the last %s, while their hooks "
+        "still report: the job hangs (a dead or stuck mount under a loader, a worker blocked in "
+        "the kernel, a collective waiting for a rank that never comes)." % cfg.rate_window,
+        ("stallscope_step_seconds",))
+
+
 def _causes(cfg):
     w = cfg.rate_window
     return [
@@ -205,5 +220,5 @@ def _health(cfg):
 def all_alerts(cfg):
     return ([_headline(cfg, "StallscopeDataWaitHigh", "warning", cfg.data_wait_warning),
              _headline(cfg, "StallscopeDataWaitCritical", "critical", cfg.data_wait_critical),
-             _straggler(cfg)]
+             _straggler(cfg), _no_progress(cfg)]
             + _causes(cfg) + _health(cfg))

@@ -66,6 +66,14 @@ CASES = {
           "Rank 0 of job ml/train waits for data far longer than the job's other ranks.",
           "Rank 0 (pod train-0 on node n1) spent 10% of its step time waiting for data over the last "
           "5m, more than 3 times the job's median (1%): the cause is local to that pod or node.")]),
+    "StallscopeJobNoProgress": (
+        # train: both ranks blocked (counters flat); busy: one rank still steps
+        rank(0, 0, steps_per_min=0) + rank(1, 0, steps_per_min=0)
+        + rank(0, 0, job="busy", steps_per_min=0) + rank(1, 0.6, job="busy"), 1,
+        [(dict(namespace="ml", job="train"), "Training job ml/train makes no progress.",
+          "No rank of job train received a batch in the last 5m, while their hooks still report: "
+          "the job hangs (a dead or stuck mount under a loader, a worker blocked in the kernel, "
+          "a collective waiting for a rank that never comes).")]),
     "StallscopeCPUThrottled": (
         waiting_pair() + [
             (sel("stallscope_cpu_cfs_periods_total", **pod_labels(p, container="trainer")), "0+600x40")
