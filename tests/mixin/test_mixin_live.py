@@ -11,6 +11,7 @@ Every dashboard query, template variable query, recording rule and alert probe m
 return data. Queries whose metrics another part has not exported yet are listed in
 PENDING (strict: one that starts returning data fails until it is removed).
 """
+import contextlib
 import dataclasses
 import json
 import time
@@ -20,6 +21,7 @@ import pytest
 from stallscope.lab.rig import Rig
 from stallscope.mixin import alerts, config, generate, promql, rules
 from tests.conftest import need_prometheus
+from tests.gpu.gpu_helpers import DcgmServer, fixture
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +37,6 @@ NS = "stallscope-test"
 PENDING = {
     "stallscope_shard_read_seconds": "issue 4 (shard reads)",
     "stallscope_cache_requests_total": "issue 4 (cache lookups)",
-    "stallscope_gpu_": "issue 5 (GPU signals)",
     "stallscope_gpu_idle_overlap_ratio": "issue 6 (correlator)",
     "stallscope_stall_": "issue 6 (correlator)",
 }
@@ -93,13 +94,25 @@ def _wait_alert(prom, name, timeout=60.0, **labels):
         name, labels, timeout, [(a["labels"], a["state"]) for a in prom.alerts()]))
 
 
+@contextlib.contextmanager
+def dcgm_closed(server):
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     need_prometheus()
     pytest.importorskip("torch")
     d = tmp_path_factory.mktemp("mixin-live")
     rule_files = generate.write(generate.alert_files(CFG), str(d / "rules"))
-    with Rig(str(d / "rig")) as rig:
+    # No GPU here: the agent's clearly labelled simulated GPU per rank, and SM-active
+    # from a recorded dcgm-exporter page served over real HTTP (tests/gpu/fixtures).
+    dcgm = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
+    agent_args = ["--gpu.simulated", "--gpu.sample-interval", "0.5", "--gpu.dcgm-url", dcgm.url]
+    with dcgm_closed(dcgm), Rig(str(d / "rig"), agent_args=agent_args) as rig:
         rig.start_agent()
         prom = rig.start_prometheus(sorted(rule_files))
         quota = rig.cpu_quota_cgroup(0.2)

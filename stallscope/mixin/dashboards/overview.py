@@ -77,10 +77,12 @@ def build(cfg):
                by, promql.rate(cfg, "stallscope_data_wait_seconds_sum", VARS_RANK, RATE),
                by, promql.rate(cfg, "stallscope_data_wait_seconds_count", VARS_RANK, RATE)), "{{job}} rank {{rank}}")],
            "s", min_val=0),
-        ts("GPU busy and SM active against data-wait", "Per rank: GPU busy (NVML) and SM active "
-           "(DCGM) against the data-wait share. GPU dips that line up with data-wait are input "
+        ts("GPU busy and SM active against data-wait", "Per rank: GPU busy (NVML busy seconds "
+           "per second, so no on/off pattern is lost between scrapes) and SM active (DCGM) "
+           "against the data-wait share. GPU dips that line up with data-wait are input "
            "stalls; dips without data-wait are something else (collectives, host sync).",
-           [q("avg by (%s) (%s)" % (by, _m(cfg, "stallscope_gpu_busy_ratio")), "busy {{job}} rank {{rank}}"),
+           [q("avg by (%s) (%s)" % (by, promql.rate(cfg, "stallscope_gpu_busy_seconds_total", VARS_RANK, RATE)),
+              "busy {{job}} rank {{rank}}"),
             q("avg by (%s) (%s)" % (by, _m(cfg, "stallscope_gpu_sm_active_ratio")), "SM active {{job}} rank {{rank}}"),
             q(ratio, "data-wait {{job}} rank {{rank}}")],
            "percentunit", min_val=0, max_val=1),
