@@ -50,9 +50,11 @@ class Rig:
                                             interval=interval, workdir=d)
         return self.prometheus.start()
 
-    def trainer(self, name, job, rank, namespace="stallscope-test", node=None, pod=None, **opts):
+    def trainer(self, name, job, rank, namespace="stallscope-test", node=None, pod=None, mount=None,
+                **opts):
         """Start ``python -m stallscope.lab.toytrain``; ``opts`` are its flags
-        (sample_sleep=0.05 -> --sample-sleep 0.05; lists repeat the flag)."""
+        (sample_sleep=0.05 -> --sample-sleep 0.05; lists repeat the flag). With ``mount``
+        (from fuse_mount) it runs in that mount's namespace."""
         cmd = [sys.executable, "-m", "stallscope.lab.toytrain", "--job", job, "--rank", str(rank),
                "--pod", pod or name, "--namespace", namespace, "--node", node or "rig-node"]
         for key, value in sorted(opts.items()):
@@ -63,7 +65,8 @@ class Rig:
                    PYTHONPATH=os.pathsep.join(filter(None, [_root(), os.environ.get("PYTHONPATH")])))
         log = open(os.path.join(self.dir, "%s.log" % name), "ab")
         self._logs.append(log)
-        self.trainers[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        start = mount.popen if mount is not None else subprocess.Popen
+        self.trainers[name] = start(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         return self.trainers[name]
 
     def kill_trainer(self, name, sig=signal.SIGKILL):
@@ -103,9 +106,10 @@ class Rig:
 
     # -- FUSE --------------------------------------------------------------------------
     def fuse_mount(self, name, latency=0.0, **kw):
-        """A slowfs FUSE mount (lab/slowfs.py) at DIR/name, visible to every process in
-        this mount namespace; returns its path, or None without root, /dev/fuse or
-        fusermount3. fusectl is mounted when missing (for the `waiting` count)."""
+        """A slowfs FUSE mount (lab/slowfs.py) in a mount namespace of its own, as a pod's
+        mounts are: pass it as ``mount=`` to ``trainer`` to run a rank that sees it at
+        ``.mountpoint`` (other agents on the machine never probe it). None without root,
+        /dev/fuse or fusermount3. fusectl is mounted when missing (the `waiting` count)."""
         import shutil
 
         if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
@@ -115,10 +119,9 @@ class Rig:
 
         if not self.mounts:
             self._fusectl = slowfs.ensure_fusectl()
-        fs = slowfs.SlowFS(os.path.join(self.dir, name), latency=latency, **kw)
+        fs = slowfs.SlowFS(os.path.join(self.dir, name), latency=latency, private=True, **kw)
         self.mounts.append(fs)
-        fs.start()
-        return fs.mountpoint
+        return fs.start()
 
     def _mkdir(self, base):
         path = os.path.join(base, "stallscope-rig-" + uuid.uuid4().hex[:8])

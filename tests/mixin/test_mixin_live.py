@@ -117,14 +117,14 @@ def live(tmp_path_factory):
         prom = rig.start_prometheus(sorted(rule_files))
         quota = rig.cpu_quota_cgroup(0.2)
         pressure = rig.pressure_cgroup()
-        rig.fuse_mount("data")  # every rank sees it (one mount namespace)
+        data = rig.fuse_mount("data")  # in slow-2's mount namespace only
         common = dict(namespace=NS, workers=2, batch_size=4, compute=0.04, duration=240)
         rig.trainer("slow-0", "mixin-slow", 0, world_size=3, sample_sleep=0.002, **common)
         rig.trainer("slow-1", "mixin-slow", 1, world_size=3, sample_sleep=0.002, **common)
         # 4 samples x 10 ms CPU per batch against 0.2 cores for both workers: ~200 ms per
         # batch for a 40 ms step, so the loop waits ~80 % of the time.
         rig.trainer("slow-2", "mixin-slow", 2, world_size=3, sample_cpu=0.01,
-                    worker_cgroup=quota, cgroup=pressure, **common)
+                    worker_cgroup=quota, cgroup=pressure, mount=data, **common)
         rig.trainer("ok-0", "mixin-ok", 0, sample_sleep=0.002, **common)
         rig.started = time.time()
         _wait_alert(prom, "StallscopeDataWaitHigh", timeout=120, job="mixin-slow")
