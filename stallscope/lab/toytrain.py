@@ -4,13 +4,17 @@ whose per-sample cost, compute step and cgroups are set from the command line.
 
     python -m stallscope.lab.toytrain --job J --rank R --pod P --namespace N --node X \\
         [--workers 2] [--batch-size 4] [--sample-sleep S] [--sample-cpu S] [--compute S] \\
-        [--cgroup DIR]... [--worker-cgroup DIR]... [--duration S]
+        [--cgroup DIR]... [--worker-cgroup DIR]... [--duration S] \\
+        [--shard-dir DIR [--shard-files N] [--cache-tier NAME --cache-hit-ratio R]]
 
 A slowed rank is a real one: ``--sample-sleep`` is I/O-like latency per sample,
 ``--sample-cpu`` burns CPU time per sample (so a CFS quota on ``--worker-cgroup``
 really throttles it). ``--cgroup`` moves the whole process tree (e.g. into a cgroup2
 child for per-pod PSI) before torch loads; ``--worker-cgroup`` moves each loader worker
-as it starts. Runs for ``--duration`` seconds or until SIGTERM/SIGINT.
+as it starts. ``--shard-dir`` makes each sample read one shard (file000 ...) through
+``stallscope.DatasetRoot`` (its tier follows the mount: fuse, local ...), after a lookup
+in a cache tier that hits ``--cache-hit-ratio`` of the time (hits skip the read). Runs
+for ``--duration`` seconds or until SIGTERM/SIGINT.
 """
 import argparse
 import os
@@ -47,6 +51,10 @@ def parse(argv):
     p.add_argument("--cgroup", action="append", default=[], metavar="DIR")
     p.add_argument("--worker-cgroup", action="append", default=[], metavar="DIR")
     p.add_argument("--duration", type=float, default=120.0, metavar="S")
+    p.add_argument("--shard-dir", metavar="DIR")
+    p.add_argument("--shard-files", type=int, default=8)
+    p.add_argument("--cache-tier", metavar="NAME")
+    p.add_argument("--cache-hit-ratio", type=float, default=0.0, metavar="R")
     return p.parse_args(argv)
 
 
@@ -63,11 +71,19 @@ def main(argv=None):
 
     import stallscope
 
+    root = stallscope.DatasetRoot(args.shard_dir) if args.shard_dir else None
+
     class Samples(Dataset):
         def __len__(self):
             return 1 << 30
 
         def __getitem__(self, i):
+            if root is not None:
+                hit = (i % 100) < args.cache_hit_ratio * 100
+                if args.cache_tier:
+                    stallscope.cache_lookup(args.cache_tier, hit=hit)
+                if not (args.cache_tier and hit):
+                    root.read("file%03d" % (i % args.shard_files))
             if args.sample_sleep:
                 time.sleep(args.sample_sleep)
             if args.sample_cpu:

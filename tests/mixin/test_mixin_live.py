@@ -3,8 +3,9 @@ rules generated from a short-window test config and scrapes a real agent fed by 
 instrumented DataLoaders (stallscope.lab.toytrain):
 
 - job ``mixin-slow``: ranks 0 and 1 healthy; rank 2's loader workers burn CPU per sample
-  inside a v1 cpu cgroup with a 0.2-core CFS quota, and the rank runs in a cgroup2 child
-  (per-pod PSI), so it waits on data most of each step;
+  inside a v1 cpu cgroup with a 0.2-core CFS quota, the rank runs in a cgroup2 child
+  (per-pod PSI) and in a mount namespace with a FUSE mount (slowfs) it reads its shards
+  from, behind a cache tier that mostly misses; it waits on data most of each step;
 - job ``mixin-ok``: one healthy rank.
 
 Every dashboard query, template variable query, recording rule and alert probe must
@@ -35,13 +36,12 @@ NS = "stallscope-test"
 
 # metric prefix -> the part that exports it (not on main yet)
 PENDING = {
-    "stallscope_shard_read_seconds": "issue 4 (shard reads)",
-    "stallscope_cache_requests_total": "issue 4 (cache lookups)",
     "stallscope_gpu_idle_overlap_ratio": "issue 6 (correlator)",
     "stallscope_stall_": "issue 6 (correlator)",
 }
 # metric prefix -> the rig feature it needs (missing without root or cgroups)
-NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse"}
+NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse",
+         "stallscope_shard_read_seconds": "fuse", "stallscope_cache_requests_total": "fuse"}
 
 
 def _pending(expr):
@@ -117,14 +117,15 @@ def live(tmp_path_factory):
         prom = rig.start_prometheus(sorted(rule_files))
         quota = rig.cpu_quota_cgroup(0.2)
         pressure = rig.pressure_cgroup()
-        data = rig.fuse_mount("data")  # in slow-2's mount namespace only
+        data = rig.fuse_mount("data", latency=0.002, size=16384)  # in slow-2's mount namespace only
         common = dict(namespace=NS, workers=2, batch_size=4, compute=0.04, duration=240)
         rig.trainer("slow-0", "mixin-slow", 0, world_size=3, sample_sleep=0.002, **common)
         rig.trainer("slow-1", "mixin-slow", 1, world_size=3, sample_sleep=0.002, **common)
         # 4 samples x 10 ms CPU per batch against 0.2 cores for both workers: ~200 ms per
         # batch for a 40 ms step, so the loop waits ~80 % of the time.
         rig.trainer("slow-2", "mixin-slow", 2, world_size=3, sample_cpu=0.01,
-                    worker_cgroup=quota, cgroup=pressure, mount=data, **common)
+                    worker_cgroup=quota, cgroup=pressure, mount=data, **common,
+                    **(dict(shard_dir=data.mountpoint, cache_tier="local", cache_hit_ratio=0.25) if data else {}))
         rig.trainer("ok-0", "mixin-ok", 0, sample_sleep=0.002, **common)
         rig.started = time.time()
         _wait_alert(prom, "StallscopeDataWaitHigh", timeout=120, job="mixin-slow")
