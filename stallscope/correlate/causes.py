@@ -1,0 +1,190 @@
+"""Cause scores from co-occurrence: does a candidate signal move with the stalls?
+
+Each candidate cause is probed through one or more signals (see CAUSES). For one probe,
+every signal sample covers an interval; the loop's data-wait inside that interval comes
+from the hook's events. Then:
+
+- explained: the share of all data-wait time that fell in samples where the signal was
+  past its threshold ("would this cause account for most of the wait?");
+- false alarm: the share of *quiet* time (samples with little waiting) in which the
+  signal was past its threshold too. A high-but-flat signal is active in quiet time as
+  well, so it does not move with the stalls, whatever its average;
+- score = explained x (1 - false alarm), in [0, 1].
+
+When the stalls are continuous (no quiet samples to compare against, e.g. a throttled
+loader stalls on every batch), co-occurrence cannot be judged from time alone; the level
+during the stalls is all there is, and the score is discounted (LEVEL_ONLY_*) and says so.
+A node-wide signal is discounted more than a rank's own: other tenants share it.
+"""
+import dataclasses
+
+import numpy as np
+
+QUIET_SHARE = 0.25          # a sample is quiet when its wait share < 25% of the typical stall's
+MIN_QUIET_TIME = 0.1        # co-occurrence needs >= 10% of the window to be quiet
+LEVEL_ONLY_RANK = 0.8
+LEVEL_ONLY_NODE = 0.6
+ATTRIBUTE = 0.5             # a cause is named only when its score reaches this
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    signal: str
+    threshold: float
+    above: bool = True              # active when value > threshold (False: < threshold)
+    scopes: tuple = ("rank", "node")
+    unit: str = "ratio"             # ratio, seconds, bytes_rate, count, flag
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    name: str
+    what: str                       # sentence subject, e.g. "CFS throttled the rank's cgroup"
+    probes: tuple
+
+
+CAUSES = (
+    Cause("cpu_throttle", "CFS throttled the rank's cgroup", (
+        Probe("cfs_throttled_ratio", 0.1, scopes=("rank",)),
+        Probe("cfs_throttled_seconds_rate", 0.05, scopes=("rank",), unit="count"))),
+    Cause("storage_latency", "Shard reads were slow", (
+        Probe("shard_read_seconds", 0.05, scopes=("rank",), unit="seconds"),
+        Probe("workers_dstate", 0.5, scopes=("rank",), unit="count"))),
+    Cause("fuse_unhealthy", "The FUSE mount was stuck or down", (
+        Probe("fuse_up", 0.5, above=False, scopes=("rank",), unit="flag"),
+        Probe("fuse_probe_seconds", 1.0, scopes=("rank",), unit="seconds"),
+        Probe("fuse_waiting_requests", 9, scopes=("rank",), unit="count"))),
+    Cause("shm_exhaustion", "/dev/shm was nearly full", (
+        Probe("shm_used_ratio", 0.9, scopes=("rank",)),)),
+    Cause("io_pressure", "Tasks stalled on I/O", (
+        Probe("psi_io_some_ratio", 0.2), Probe("psi_io_full_ratio", 0.1))),
+    Cause("memory_pressure", "Tasks stalled on memory", (
+        Probe("psi_memory_some_ratio", 0.1), Probe("psi_memory_full_ratio", 0.05))),
+    Cause("cache_miss", "The loader's cache missed", (
+        Probe("cache_miss_ratio", 0.5, scopes=("rank",)),)),
+    Cause("checkpoint_contention", "Disk write bursts (checkpoints) hit the node", (
+        Probe("disk_write_bytes_rate", 50e6, scopes=("node",), unit="bytes_rate"),)),
+)
+VOCABULARY = tuple(c.name for c in CAUSES[:1]) + ("too_few_workers",) + tuple(
+    c.name for c in CAUSES[1:]) + ("unexplained",)
+
+
+def fmt(value, unit):
+    if value is None:
+        return "n/a"
+    if unit == "ratio":
+        return "%.0f%%" % (100 * value)
+    if unit == "seconds":
+        return "%.3gs" % value
+    if unit == "bytes_rate":
+        return "%.3g MB/s" % (value / 1e6)
+    return "%.3g" % value
+
+
+@dataclasses.dataclass
+class ProbeResult:
+    probe: Probe
+    scope: str
+    samples: int
+    explained: float
+    false_alarm: float          # None in level-only mode
+    during: float
+    outside: float
+    score: float
+
+    def evidence(self):
+        p = self.probe
+        return {"signal": p.signal, "scope": self.scope,
+                "during_stalls": _r(self.during), "outside_stalls": _r(self.outside),
+                "threshold": p.threshold, "direction": "above" if p.above else "below",
+                "explained_wait_share": _r(self.explained),
+                "quiet_time_active_share": _r(self.false_alarm), "samples": self.samples}
+
+
+def _r(v):
+    return None if v is None else round(float(v), 6)
+
+
+def score_probe(probe, scope, series, wait_index, span):
+    s = series.clip(*span)
+    if len(s) < 2:
+        return None
+    dt = s.dt()
+    waited = wait_index.between(s.t - dt, s.t)
+    total_wait = waited.sum()
+    if total_wait <= 0:
+        return None
+    dtf = dt.astype(np.float64)
+    v = s.v
+    active = v > probe.threshold if probe.above else v < probe.threshold
+    explained = float(waited[active].sum() / total_wait)
+    share = waited / dtf
+    typical = float((share * waited).sum() / total_wait)
+    quiet = share <= QUIET_SHARE * typical
+    quiet_time = dtf[quiet].sum()
+    if quiet_time >= MIN_QUIET_TIME * dtf.sum() and quiet.sum() >= 2:
+        false_alarm = float(dtf[quiet & active].sum() / quiet_time)
+        factor = 1.0 - false_alarm
+    else:
+        false_alarm = None
+        factor = LEVEL_ONLY_RANK if scope == "rank" else LEVEL_ONLY_NODE
+    out_w = np.maximum(dtf - waited, 0.0)
+    during = float((v * waited).sum() / total_wait)
+    outside = float((v * out_w).sum() / out_w.sum()) if out_w.sum() > 0 else None
+    return ProbeResult(probe, scope, len(s), explained, false_alarm, during, outside,
+                       explained * factor)
+
+
+def summary(cause, best):
+    p = best.probe
+    text = "%s during %.0f%% of the data-wait: %s was %s during stalls vs %s outside (threshold %s)." % (
+        cause.what, 100 * best.explained, p.signal, fmt(best.during, p.unit),
+        fmt(best.outside, p.unit), fmt(p.threshold, p.unit))
+    if best.false_alarm is None:
+        text += " Stalls were continuous, so this rests on the level alone, not on timing."
+    elif best.false_alarm > 0.2:
+        text += " It was also past the threshold in %.0f%% of the quiet time." % (100 * best.false_alarm)
+    return text
+
+
+def score_signal_causes(trace, wait_index):
+    """[{cause, score, summary, evidence}] for every cause with data, plus the names of
+    the causes without any signal in the window."""
+    span = trace.span()
+    found, missing = [], []
+    for cause in CAUSES:
+        results = []
+        for probe in cause.probes:
+            scope, series = trace.signal(probe.signal, probe.scopes)
+            if series is None or span is None:
+                continue
+            r = score_probe(probe, scope, series, wait_index, span)
+            if r is not None:
+                results.append(r)
+        if not results:
+            missing.append(cause.name)
+            continue
+        best = max(results, key=lambda r: r.score)
+        found.append({"cause": cause.name, "score": round(best.score, 4),
+                      "summary": summary(cause, best),
+                      "evidence": [r.evidence() for r in sorted(results, key=lambda r: -r.score)]})
+    return found, missing
+
+
+def rank_causes(scored):
+    """Sort by score and add ``unexplained`` = 1 - the best score, so that a weak best
+    candidate is outranked by an honest "unexplained"."""
+    order = {name: i for i, name in enumerate(VOCABULARY)}
+    best = max((c["score"] for c in scored), default=0.0)
+    top = max(scored, key=lambda c: c["score"]) if scored else None
+    if top is None:
+        text = "No signal for any candidate cause was recorded for this rank in the window."
+    elif best < ATTRIBUTE:
+        text = ("No candidate signal moved with the stalls enough to explain most of the "
+                "wait; the closest is %s (score %.2f)." % (top["cause"], top["score"]))
+    else:
+        text = "The share of the wait that %s does not account for." % top["cause"]
+    out = list(scored) + [{"cause": "unexplained", "score": round(1.0 - best, 4),
+                           "summary": text, "evidence": []}]
+    out.sort(key=lambda c: (-c["score"], order.get(c["cause"], 99)))
+    return out

@@ -1,0 +1,131 @@
+"""The node-local diagnosis of one rank: verdict, ranked causes with evidence, and the
+numbers ``stallscope diagnose`` needs (the contract in DESIGN.md, "Verdicts and causes").
+
+Verdicts:
+- ``unknown``: fewer than MIN_BATCHES batches in the window.
+- ``input_bound``: the loop waited on its own loader for at least INPUT_BOUND_RATIO of
+  its step time (the StallscopeDataWaitHigh alert's threshold) and the GPU, when it is
+  measured, was idle during those waits.
+- ``not_input_bound``: this rank's loader keeps up, yet its GPU sat idle without the
+  loop waiting on data (it waits elsewhere, typically in a collective for a straggler),
+  or, with no GPU signal, another rank of its job on this node is input-bound and
+  synchronous steps make this one wait for it.
+- ``healthy``: otherwise.
+The agent sees only its own node's ranks, so the straggler it names is the worst rank
+of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
+"""
+from . import causes as causes_mod
+from . import workers
+from .overlap import data_wait_ratio, input_bound
+from .period import stall_period
+from .sawtooth import sawtooth
+from .trace import WaitIndex
+
+INPUT_BOUND_RATIO = 0.02
+MIN_BATCHES = 20
+GPU_BUSY_THROUGH = 0.05     # GPU idle below this share: queued GPU work hid the waits
+COLLECTIVE_IDLE = 0.15      # GPU idle without data-wait above this share: waiting elsewhere
+VERDICTS = ("healthy", "input_bound", "not_input_bound", "unknown")
+
+
+def _who(ident):
+    return {k: ident.get(k) for k in ("job", "rank", "pod", "namespace", "node")}
+
+
+def _pct(x):
+    return "%.1f%%" % (100 * x)
+
+
+def decide(ib, peer_ratios):
+    """(verdict, reason) from the input-bound numbers and [(ident, ratio)] of the job's
+    other ranks on this node."""
+    wr = ib.data_wait_ratio
+    gpu = ib.gpu_idle_ratio is not None
+    if wr >= INPUT_BOUND_RATIO:
+        if gpu and ib.gpu_idle_ratio < GPU_BUSY_THROUGH:
+            return "healthy", ("The loop waited %s of its step time for data, but the GPU stayed "
+                               "busy (idle %s): queued GPU work hid the waits." % (
+                                   _pct(wr), _pct(ib.gpu_idle_ratio)))
+        text = "The loop waited %s of its step time for data from its own loader" % _pct(wr)
+        if gpu and ib.gpu_idle_overlap_ratio is not None:
+            text += "; %s of the GPU's idle time overlapped those waits" % _pct(ib.gpu_idle_overlap_ratio)
+        return "input_bound", text + "."
+    worst = max(peer_ratios, key=lambda p: p[1], default=None)
+    if gpu and ib.gpu_idle_without_wait_ratio >= COLLECTIVE_IDLE:
+        return "not_input_bound", (
+            "The GPU was idle %s of the time while the loop was not waiting on data (data-wait "
+            "%s): this rank waits elsewhere, most likely in a collective for a slower rank." % (
+                _pct(ib.gpu_idle_without_wait_ratio), _pct(wr)))
+    if worst is not None and worst[1] >= INPUT_BOUND_RATIO:
+        return "not_input_bound", (
+            "This rank's loader keeps up (data-wait %s), but rank %s of the same job on this "
+            "node waits %s on its loader; synchronous steps make this rank wait for it "
+            "(inferred: no GPU signal)." % (_pct(wr), worst[0].get("rank"), _pct(worst[1])))
+    return "healthy", "The loop waited %s of its step time for data." % _pct(wr)
+
+
+def straggler(trace, ratio, peer_ratios, node):
+    """The rank of this job with the highest data-wait share among those on this node."""
+    everyone = [(trace.ident, ratio)] + list(peer_ratios)
+    ident, worst = max(everyone, key=lambda p: p[1])
+    note = ("The agent sees only the ranks on node %s; `stallscope diagnose` adds the "
+            "cluster view from Prometheus." % (node or "?"))
+    if worst < INPUT_BOUND_RATIO:
+        return {"rank": None, "pod": None, "node": None, "data_wait_ratio": None,
+                "note": "No rank of this job on this node waits on its loader: the straggler, "
+                        "if any, is on another node. " + note}
+    return {"rank": ident.get("rank"), "pod": ident.get("pod"), "node": ident.get("node") or node,
+            "data_wait_ratio": round(worst, 6), "note": note}
+
+
+def analyse(trace, peers=(), node="", window_seconds=None):
+    """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job)."""
+    ident = trace.ident or {}
+    span = trace.span()
+    out = dict(_who(ident), api="v1", node=ident.get("node") or node,
+               window_seconds=window_seconds if window_seconds is not None else (
+                   round((span[1] - span[0]) / 1e9, 3) if span else 0.0),
+               batches=trace.n, loader=trace.loader, verdict="unknown", reason="",
+               data_wait_ratio=None, gpu_idle_overlap_ratio=None, stall_period_steps=0,
+               causes=[], not_evaluated=[], straggler=None)
+    same_job = [p for p in peers if p is not trace and p.n >= MIN_BATCHES
+                and p.ident.get("job") == ident.get("job") and p.ident.get("rank") != ident.get("rank")]
+    peer_ratios = [(p.ident, data_wait_ratio(p)) for p in same_job]
+    out["job_ranks_on_node"] = sorted(
+        [{"rank": i.get("rank"), "pod": i.get("pod"), "data_wait_ratio": round(r, 6)}
+         for i, r in peer_ratios], key=lambda d: d["rank"])
+    if trace.n < MIN_BATCHES:
+        out["reason"] = "Only %d batches in the window (need %d)." % (trace.n, MIN_BATCHES)
+        return out
+    wi = WaitIndex(trace.t_end, trace.wait)
+    ib = input_bound(trace, wi)
+    per = stall_period(trace)
+    saw = sawtooth(trace, per.period_seconds, wi)
+    verdict, reason = decide(ib, peer_ratios)
+    out.update(verdict=verdict, reason=reason, data_wait_ratio=round(ib.data_wait_ratio, 6),
+               data_wait_seconds=round(ib.data_wait_seconds, 6),
+               step_seconds=round(ib.step_seconds, 6),
+               compute_seconds_per_batch=round(ib.compute_seconds, 6),
+               gpu={"signal": ib.gpu_signal, "source": trace.gpu_source if ib.gpu_signal else None,
+                    "samples": ib.gpu_samples, "idle_ratio": ib.gpu_idle_ratio,
+                    "idle_without_wait_ratio": ib.gpu_idle_without_wait_ratio},
+               gpu_idle_overlap_ratio=ib.gpu_idle_overlap_ratio,
+               stall=per.as_json(), stall_period_steps=per.period_steps,
+               stall_period_seconds=round(per.period_seconds, 6), sawtooth=saw.as_json(),
+               straggler=straggler(trace, ib.data_wait_ratio, peer_ratios, out["node"]))
+    if verdict == "input_bound":
+        scored, missing = causes_mod.score_signal_causes(trace, wi)
+        others = max((c["score"] for c in scored), default=0.0)
+        tfw = workers.score(trace, per, others)
+        if tfw is None:
+            missing.append("too_few_workers")
+        else:
+            scored.append(tfw)
+        out["causes"] = causes_mod.rank_causes(scored)
+        out["not_evaluated"] = sorted(missing, key=causes_mod.VOCABULARY.index)
+    return out
+
+
+def top_cause(diagnosis):
+    causes = diagnosis.get("causes") or []
+    return causes[0]["cause"] if causes else None

@@ -1,0 +1,65 @@
+"""Is the rank input-bound? Data-wait share of the step time, GPU-idle share, and how
+much of the GPU's idle time overlaps the loop's data-wait.
+
+GPU samples (NVML utilisation, DCGM SM-active or the lab's simulated GPU) are averages
+over their sample interval, coarser than one batch, so the overlap inside one sample is
+taken as ``min(idle, wait)``: the most of the idle time the waits could cover. Idle time
+beyond the waits is "idle without data-wait": a loop blocked elsewhere, typically in a
+collective waiting for a slower rank.
+"""
+import dataclasses
+
+import numpy as np
+
+from .trace import WaitIndex
+
+
+@dataclasses.dataclass
+class InputBound:
+    batches: int
+    data_wait_seconds: float
+    step_seconds: float          # sum of intervals
+    data_wait_ratio: float       # data_wait / step time
+    compute_seconds: float       # median per batch of interval - wait
+    gpu_signal: str = None       # gpu_busy_ratio / gpu_sm_active_ratio when samples exist
+    gpu_samples: int = 0
+    gpu_idle_ratio: float = None
+    gpu_idle_overlap_ratio: float = None     # share of GPU-idle time overlapping data-wait
+    gpu_idle_without_wait_ratio: float = None  # idle time not covered by waits / time
+
+    def as_json(self):
+        return {k: (round(v, 6) if isinstance(v, float) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+
+def data_wait_ratio(trace):
+    step = float(trace.interval.sum())
+    return float(trace.wait.sum()) / step if step > 0 else 0.0
+
+
+def input_bound(trace, wait_index=None):
+    wait_s = float(trace.wait.sum()) / 1e9
+    step_s = float(trace.interval.sum()) / 1e9
+    compute = np.maximum(trace.interval - trace.wait, 0)
+    out = InputBound(batches=trace.n, data_wait_seconds=wait_s, step_seconds=step_s,
+                     data_wait_ratio=wait_s / step_s if step_s > 0 else 0.0,
+                     compute_seconds=float(np.median(compute)) / 1e9 if trace.n else 0.0)
+    name, gpu = trace.gpu(("gpu_busy_ratio", "gpu_sm_active_ratio"))
+    span = trace.span()
+    if gpu is None or span is None:
+        return out
+    gpu = gpu.clip(*span)
+    if len(gpu) < 2:
+        return out
+    wi = wait_index or WaitIndex(trace.t_end, trace.wait)
+    dt = gpu.dt().astype(np.float64)
+    idle = (1.0 - np.clip(gpu.v, 0.0, 1.0)) * dt
+    waited = wi.between(gpu.t - dt.astype(np.int64), gpu.t)
+    overlap = np.minimum(idle, waited)
+    total, idle_sum, overlap_sum = dt.sum(), idle.sum(), overlap.sum()
+    out.gpu_signal, out.gpu_samples = name, len(gpu)
+    out.gpu_idle_ratio = float(idle_sum / total)
+    out.gpu_idle_without_wait_ratio = float((idle_sum - overlap_sum) / total)
+    # With (almost) no idle time the share is meaningless: report None, not 0/0 noise.
+    out.gpu_idle_overlap_ratio = float(overlap_sum / idle_sum) if idle_sum > 0.01 * total else None
+    return out

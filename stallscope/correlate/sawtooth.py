@@ -1,0 +1,100 @@
+"""Do the GPU's dips line up with the loader's stalls? A score and the lag that aligns them.
+
+On the GPU's own sample grid, the loop's data-wait share of each sample interval is
+correlated (Pearson) with the GPU's idle share (1 - SM active, or 1 - busy) at lags of
+up to a few seconds either way; the best lag absorbs the offset between the hook's
+clock and the GPU sampler's averaging window. The GPU dips' own period (from their
+autocorrelation) is compared with the stall period in seconds.
+"""
+import dataclasses
+
+import numpy as np
+
+from .trace import WaitIndex
+
+MIN_SAMPLES = 16
+MAX_LAG_S = 3.0
+PERIOD_MATCH = 0.2   # relative difference at which two periods still "match"
+
+
+@dataclasses.dataclass
+class Sawtooth:
+    signal: str = None
+    samples: int = 0
+    score: float = None            # best correlation, clipped to [0, 1]
+    lag_seconds: float = None      # > 0: GPU dips trail the stalls
+    gpu_period_seconds: float = 0.0
+    stall_period_seconds: float = 0.0
+    period_match: bool = None
+    note: str = ""
+
+    def as_json(self):
+        return {k: (round(v, 6) if isinstance(v, float) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+
+def _corr(a, b):
+    a = a - a.mean()
+    b = b - b.mean()
+    den = np.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / den) if den > 0 else 0.0
+
+
+def dominant_period(x, min_lag=2, min_r=0.3):
+    """Smallest lag whose autocorrelation is a local peak near the highest one; 0 if none."""
+    x = np.asarray(x, np.float64) - np.mean(x)
+    n = len(x)
+    if n < 4 * min_lag or not np.any(x):
+        return 0
+    f = np.fft.rfft(x, 2 * n)
+    acf = np.fft.irfft(f * np.conj(f))[: n // 2]
+    acf = acf / acf[0]
+    if len(acf) < min_lag + 2:
+        return 0
+    inner = acf[min_lag:-1]
+    peaks = np.flatnonzero((inner >= acf[min_lag - 1:-2]) & (inner >= acf[min_lag + 1:]) & (inner >= min_r))
+    if not len(peaks):
+        return 0
+    top = inner[peaks].max()
+    return int(peaks[inner[peaks] >= 0.8 * top][0] + min_lag)
+
+
+def sawtooth(trace, stall_period_seconds=0.0, wait_index=None):
+    out = Sawtooth(stall_period_seconds=stall_period_seconds)
+    name, gpu = trace.gpu(("gpu_sm_active_ratio", "gpu_busy_ratio"))
+    span = trace.span()
+    if gpu is None or span is None:
+        out.note = "no GPU samples for this rank"
+        return out
+    gpu = gpu.clip(*span)
+    out.signal, out.samples = name, len(gpu)
+    if len(gpu) < MIN_SAMPLES:
+        out.note = "too few GPU samples in the window"
+        return out
+    wi = wait_index or WaitIndex(trace.t_end, trace.wait)
+    dt = gpu.dt()
+    frac = wi.between(gpu.t - dt, gpu.t) / dt
+    dip = 1.0 - np.clip(gpu.v, 0.0, 1.0)
+    step_s = float(np.median(dt)) / 1e9
+    if frac.std() < 1e-6 or dip.std() < 1e-6:
+        out.note = "no variation in data-wait or GPU activity to align"
+        out.score = 0.0
+        return out
+    max_lag = int(min(len(gpu) // 4, max(1, MAX_LAG_S / step_s)))
+    best_r, best_k = -2.0, 0
+    for k in sorted(range(-max_lag, max_lag + 1), key=abs):
+        a, b = (frac[: len(frac) - k], dip[k:]) if k >= 0 else (frac[-k:], dip[: len(dip) + k])
+        r = _corr(a, b)
+        if r > best_r + 1e-9:
+            best_r, best_k = r, k
+    out.score = max(0.0, min(1.0, best_r))
+    out.lag_seconds = best_k * step_s
+    p = dominant_period(dip)
+    out.gpu_period_seconds = p * step_s
+    if stall_period_seconds and stall_period_seconds < 2 * step_s:
+        out.note = "GPU samples (every %.3gs) are too coarse to resolve a %.3gs stall period" % (
+            step_s, stall_period_seconds)
+    elif stall_period_seconds and p:
+        out.period_match = abs(out.gpu_period_seconds - stall_period_seconds) <= (
+            PERIOD_MATCH * stall_period_seconds)
+    return out

@@ -1,0 +1,152 @@
+"""One rank's timelines as numpy arrays: what every correlator function takes as input.
+
+A trace holds the hook's batch events and the signal samples of one rank over a window.
+It is built from the agent's live state (``from_agent``) or from the JSON that
+``GET /api/v1/timeline`` returns (``from_timeline``), which is also the format of the
+stored evaluation traces (tests/data/traces/README.md), so both paths analyse the same
+numbers.
+
+Clock: CLOCK_MONOTONIC nanoseconds everywhere (the hook's perf_counter_ns and the
+agent's monotonic_ns are the same clock on Linux). A batch event is
+``(t_end, wait, interval)``: the loop blocked in ``next()`` during ``[t_end - wait,
+t_end]`` (the data-wait interval) and ``interval`` is the time since the previous
+batch's ``t_end`` (for the first batch of an iterator, interval == wait). The compute
+phase (the "GPU busy" phase when the loop is input-fed) lies between one ``t_end`` and
+the start of the next data-wait.
+"""
+import dataclasses
+
+import numpy as np
+
+GPU_BUSY_SIGNALS = ("gpu_busy_ratio", "gpu_sm_active_ratio")
+
+
+@dataclasses.dataclass
+class Series:
+    """Samples of one signal: ``v[i]`` describes the interval ``(t[i] - dt[i], t[i]]``."""
+
+    t: np.ndarray   # int64 ns, sorted
+    v: np.ndarray   # float64
+
+    @classmethod
+    def from_points(cls, points):
+        if not len(points):
+            return cls(np.zeros(0, np.int64), np.zeros(0))
+        arr = np.asarray(points, dtype=np.float64)
+        t = arr[:, 0].astype(np.int64)
+        order = np.argsort(t, kind="stable")
+        return cls(t[order], arr[order, 1])
+
+    def __len__(self):
+        return len(self.t)
+
+    def dt(self):
+        """Each sample's interval length in ns; the first one borrows the median step."""
+        if len(self.t) < 2:
+            return np.full(len(self.t), int(1e9), np.int64)
+        d = np.diff(self.t)
+        first = int(np.median(d)) if len(d) else int(1e9)
+        return np.concatenate(([first], d)).astype(np.int64)
+
+    def clip(self, start_ns, end_ns):
+        keep = (self.t > start_ns) & (self.t <= end_ns)
+        return Series(self.t[keep], self.v[keep])
+
+
+@dataclasses.dataclass
+class RankTrace:
+    ident: dict
+    loader: dict            # DataLoader settings (num_workers ...) or None
+    t_end: np.ndarray       # int64 ns
+    wait: np.ndarray        # int64 ns
+    interval: np.ndarray    # int64 ns
+    signals: dict           # rank-scoped: name -> Series
+    node_signals: dict      # node-wide: name -> Series
+    gpu_source: str = None  # "nvml", "dcgm", "simulated" ... when GPU samples exist
+
+    @property
+    def n(self):
+        return len(self.t_end)
+
+    def span(self):
+        """(start, end) ns covered by the batch events, or None when there are none."""
+        if not self.n:
+            return None
+        return int(self.t_end[0] - self.interval[0]), int(self.t_end[-1])
+
+    def signal(self, name, scopes=("rank", "node")):
+        """(scope, Series) of the first scope that has the signal, else (None, None)."""
+        for scope in scopes:
+            s = (self.signals if scope == "rank" else self.node_signals).get(name)
+            if s is not None and len(s):
+                return scope, s
+        return None, None
+
+    def gpu(self, prefer=GPU_BUSY_SIGNALS):
+        """(signal name, Series) of the rank's GPU activity, or (None, None)."""
+        for name in prefer:
+            s = self.signals.get(name)
+            if s is not None and len(s) >= 2:
+                return name, s
+        return None, None
+
+    @classmethod
+    def from_events(cls, ident, loader, events, signals=None, node_signals=None, gpu_source=None):
+        ev = np.asarray(events, dtype=np.int64).reshape(-1, 3)
+        if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
+            ev = ev[np.argsort(ev[:, 0], kind="stable")]
+        return cls(ident=ident, loader=loader, t_end=ev[:, 0].copy(), wait=ev[:, 1].copy(),
+                   interval=ev[:, 2].copy(), signals=signals or {},
+                   node_signals=node_signals or {}, gpu_source=gpu_source)
+
+    @classmethod
+    def from_timeline(cls, body):
+        """From a ``/api/v1/timeline`` body (or a stored trace's ``timeline``)."""
+        batches = body.get("batches") or []
+        events = [(b["t_end_ns"], b["wait_ns"], b["interval_ns"]) for b in batches]
+        signals = {k: Series.from_points(v) for k, v in (body.get("signals") or {}).items()}
+        node = {k: Series.from_points(v) for k, v in (body.get("node_signals") or {}).items()}
+        gpu = body.get("gpu") if isinstance(body.get("gpu"), dict) else {}
+        return cls.from_events(body.get("rank") or {}, body.get("loader"), events, signals, node,
+                               gpu.get("source") or body.get("gpu_source"))
+
+    @classmethod
+    def from_agent(cls, agent, rank, seconds):
+        """From the live agent: the same data the timeline route serves, without JSON."""
+        events = agent.table.timeline(rank, seconds)
+        signals = {sig: Series.from_points(agent.samples.series(rank.key, sig, seconds))
+                   for sig in agent.samples.signals(rank.key)}
+        node = {sig: Series.from_points(agent.samples.series("node", sig, seconds))
+                for sig in agent.samples.signals("node")}
+        with agent.table.lock:
+            ident, loader = dict(rank.ident), rank.loader
+            source = rank.extra.get("gpu_source")
+        return cls.from_events(ident, loader, events, signals, node, source)
+
+
+class WaitIndex:
+    """Answers "how much data-wait time fell in (a, b]?" for many intervals at once.
+
+    The loop waits in one thread, so the wait intervals do not overlap; a prefix sum over
+    them and two binary searches per query give the answer in O(log n).
+    """
+
+    def __init__(self, t_end, wait):
+        self.ends = np.asarray(t_end, np.int64)
+        self.wait = np.asarray(wait, np.int64)
+        self.starts = self.ends - self.wait
+        self.cum = np.concatenate(([0], np.cumsum(self.wait)))
+
+    def before(self, t):
+        t = np.asarray(t, np.int64)
+        k = np.searchsorted(self.ends, t, side="right")  # intervals finished by t
+        done = self.cum[k]
+        kk = np.minimum(k, len(self.ends) - 1) if len(self.ends) else k
+        if not len(self.ends):
+            return done.astype(np.float64)
+        partial = np.where(k < len(self.ends),
+                           np.clip(t - self.starts[kk], 0, self.wait[kk]), 0)
+        return (done + partial).astype(np.float64)
+
+    def between(self, a, b):
+        return self.before(b) - self.before(a)
