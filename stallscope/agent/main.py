@@ -16,7 +16,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from .. import exporters
+from .. import correlate, exporters
 from ..hook import wire
 from . import http, ingest, loader, metrics, samples, shards, state
 
@@ -52,21 +52,25 @@ class Agent:
         self.ingest = None
         self.server = None
         self.add_timeline_part("signals", self._signals_part)
+        self.add_timeline_part("node_signals", self._node_signals_part)
         self.every(2.0, self._expire)
         self.exporters = exporters.install(self)
         self.loader = loader.install(self)   # batch load time, worker sizing
         self.shards = shards.install(self)   # shard reads, cache lookups
+        self.correlator = correlate.install(self)
 
     def _expire(self):
         for key in self.table.expire():
             self.samples.drop_scope(key)
 
-    def _signals_part(self, rank, seconds):
-        out = {}
-        for scope in (rank.key, "node"):
-            for sig in self.samples.signals(scope):
-                out[sig] = [[t, v] for t, v in self.samples.series(scope, sig, seconds)]
-        return out
+    def _signals_part(self, rank, seconds, scope=None):
+        # Rank-scoped and node-wide signals share names (psi_*): each gets its own part.
+        scope = rank.key if scope is None else scope
+        return {sig: [[t, v] for t, v in self.samples.series(scope, sig, seconds)]
+                for sig in self.samples.signals(scope)}
+
+    def _node_signals_part(self, rank, seconds):
+        return self._signals_part(rank, seconds, "node")
 
     def add_route(self, path, fn):
         self.routes[path] = fn

@@ -4,6 +4,7 @@ fixtures and the DaemonSet at /host/... mounts.
 """
 import click
 
+from ..correlate import options as correlate_options
 from ..exporters import options as exporter_options
 from ..hook import wire
 from .main import Config
@@ -31,7 +32,7 @@ OPTIONS = [
                  metavar="PATH", help="cgroup filesystem root."),
     click.option("--path.rootfs", "rootfs", default="/", show_default=True, metavar="PATH",
                  help="The host's root filesystem (/host/root in a DaemonSet)."),
-] + exporter_options.OPTIONS
+] + exporter_options.OPTIONS + correlate_options.OPTIONS
 
 
 def add_options(fn):

@@ -5,7 +5,8 @@ every signal sample covers an interval; the loop's data-wait inside that interva
 from the hook's events. Then:
 
 - explained: the share of all data-wait time that fell in samples where the signal was
-  past its threshold ("would this cause account for most of the wait?");
+  past its threshold, or was in the sample before ("would this cause account for most
+  of the wait?"; a cause leads its stalls a little, see score_probe);
 - false alarm: the share of *quiet* time (samples with little waiting) in which the
   signal was past its threshold too. A high-but-flat signal is active in quiet time as
   well, so it does not move with the stalls, whatever its average;
@@ -117,13 +118,17 @@ def score_probe(probe, scope, series, wait_index, span):
     dtf = dt.astype(np.float64)
     v = s.v
     active = v > probe.threshold if probe.above else v < probe.threshold
-    explained = float(waited[active].sum() / total_wait)
+    # A cause may lead its stalls by one sample: the prefetched batches hide its start,
+    # and batches begun under it arrive late after it ends.
+    led = active | np.concatenate(([False], active[:-1]))
+    explained = float(waited[led].sum() / total_wait)
     share = waited / dtf
     typical = float((share * waited).sum() / total_wait)
     quiet = share <= QUIET_SHARE * typical
     quiet_time = dtf[quiet].sum()
     if quiet_time >= MIN_QUIET_TIME * dtf.sum() and quiet.sum() >= 2:
-        false_alarm = float(dtf[quiet & active].sum() / quiet_time)
+        leading = np.concatenate((~quiet[1:], [False]))  # the stall follows next sample
+        false_alarm = float(dtf[quiet & active & ~leading].sum() / quiet_time)
         factor = 1.0 - false_alarm
     else:
         false_alarm = None

@@ -116,7 +116,7 @@ def analyse(trace, peers=(), node="", window_seconds=None):
     if verdict == "input_bound":
         scored, missing = causes_mod.score_signal_causes(trace, wi)
         others = max((c["score"] for c in scored), default=0.0)
-        tfw = workers.score(trace, per, others)
+        tfw = workers.score(trace, per, others, wi)
         if tfw is None:
             missing.append("too_few_workers")
         else:

@@ -4,69 +4,104 @@ outside it to blame.
 With W workers each taking T_l per batch, the loader delivers one batch every T_l / W;
 when that exceeds the compute time per batch T_c the loop waits about T_l / W - T_c per
 batch, and, because the workers take batches in turn, the waits come every W batches.
-The evidence is therefore (1) the measured T_l (``batch_load_seconds`` from the
-workers) predicting the observed wait, (2) a stall period of exactly W, and (3) the
-workers being busy on the CPU (``workers_cpu_ratio``): slow per-sample work, not waiting
-on storage or a throttled quota. Whatever the other causes explain is taken off, since
-a throttled or I/O-starved worker is slow too, and there the fix is elsewhere.
+The evidence:
+1. the measured T_l (``batch_load_seconds`` from the workers) predicts the observed wait;
+   or, without it, the stalls come every W batches (any loader slower than the compute
+   does that, so this alone is weaker evidence);
+2. the stalls persist through the window: a structural shortfall does not come and go,
+   while stalls in episodes mean something changed (a fault, recorded or not);
+3. the workers are busy on the CPU while the loop stalls (``workers_cpu_ratio``): slow
+   per-sample work, not waiting on storage or a throttled quota.
+Whatever the other causes explain is taken off: a throttled or I/O-starved worker is
+slow too, and there the fix is elsewhere.
 """
 import numpy as np
+
+from .trace import WaitIndex
 
 BUSY_LOW, BUSY_HIGH = 0.3, 0.7   # workers' CPU share: idle-ish .. clearly busy
 NO_CPU_SIGNAL = 0.75             # factor when the workers' CPU use is unknown
 PERIOD_WEIGHT = 0.9              # a matching period alone is slightly weaker evidence
+ROUNDS_PER_SEGMENT = 4           # persistence: segments of ~4 worker rounds, 5..40 of them
 
 
-def _time_mean(series, span):
+def _mean(series, span, wait_index=None):
+    """Time-weighted mean over the span, or wait-weighted ("during stalls") when a
+    wait index is given and there was any waiting."""
     s = series.clip(*span)
     if not len(s):
         return None
-    dt = s.dt().astype(np.float64)
-    return float((s.v * dt).sum() / dt.sum())
+    dt = s.dt()
+    weight = dt.astype(np.float64)
+    if wait_index is not None:
+        waited = wait_index.between(s.t - dt, s.t)
+        if waited.sum() > 0:
+            weight = waited
+    return float((s.v * weight).sum() / weight.sum())
 
 
-def score(trace, period, others_best=0.0):
+def persistence(trace, workers=1):
+    """Share of the window's segments whose data-wait share is at least half the
+    window's: ~1 for a steady shortfall, the episodes' share for intermittent stalls."""
+    segments = int(np.clip(trace.n // (ROUNDS_PER_SEGMENT * max(workers or 1, 1)), 5, 40))
+    edges = np.linspace(trace.t_end[0], trace.t_end[-1] + 1, segments + 1).astype(np.int64)
+    k = np.searchsorted(trace.t_end, edges)
+    wait = np.add.reduceat(trace.wait, k[:-1]) if len(trace.wait) else np.zeros(segments)
+    step = np.add.reduceat(trace.interval, k[:-1]) if len(trace.wait) else np.zeros(segments)
+    empty = k[:-1] >= k[1:]
+    ratio = np.where(empty | (step <= 0), 0.0, wait / np.maximum(step, 1))
+    overall = trace.wait.sum() / max(trace.interval.sum(), 1)
+    return float(np.mean(ratio >= 0.5 * overall)) if overall > 0 else 0.0
+
+
+def score(trace, period, others_best=0.0, wait_index=None):
     """{cause, score, summary, evidence} or None when nothing bears on it."""
-    loader = trace.loader or {}
-    workers = loader.get("num_workers")
+    workers = (trace.loader or {}).get("num_workers")
     span = trace.span()
-    if span is None or not trace.n:
+    if span is None or trace.n < 2:
         return None
+    wi = wait_index or WaitIndex(trace.t_end, trace.wait)
     compute = float(np.median(np.maximum(trace.interval - trace.wait, 0))) / 1e9
     mean_wait = float(trace.wait.mean()) / 1e9
     evidence, reasons = [], []
-    throughput = 0.0
+    base = 0.0
     if workers == 0:
-        throughput = 1.0
+        base = 1.0
         reasons.append("num_workers=0 loads every batch inside the training loop")
         evidence.append({"signal": "num_workers", "during_stalls": 0, "outside_stalls": None,
                          "threshold": 1, "direction": "below"})
-    else:
+    elif workers:
         scope, load = trace.signal("batch_load_seconds", ("rank",))
-        t_load = _time_mean(load, span) if load is not None else None
-        if t_load is not None and workers:
+        t_load = _mean(load, span) if load is not None else None
+        if t_load is not None:
             per_batch = t_load / workers
             predicted = max(0.0, per_batch - compute)
-            throughput = min(1.0, predicted / mean_wait) if mean_wait > 0 else 0.0
+            base = min(1.0, predicted / mean_wait) if mean_wait > 0 else 0.0
             evidence.append({"signal": "batch_load_seconds / num_workers", "scope": scope,
                              "during_stalls": round(per_batch, 6), "outside_stalls": None,
                              "threshold": round(compute, 6), "direction": "above",
-                             "explained_wait_share": round(throughput, 4)})
+                             "explained_wait_share": round(base, 4)})
             if predicted > 0:
                 reasons.append("each of the %d workers takes %.3gs per batch, one batch every "
                                "%.3gs against %.3gs of compute" % (workers, t_load, per_batch, compute))
-    period_fit = 0.0
-    if workers and workers >= 2 and period.period_steps:
-        if period.period_steps == workers:
-            period_fit = period.support
-            reasons.append("the loop stalls every %d batches, once per worker round" % workers)
-        evidence.append({"signal": "stall_period_steps", "during_stalls": period.period_steps,
-                         "outside_stalls": None, "threshold": workers, "direction": "equal"})
-    base = max(throughput, PERIOD_WEIGHT * period_fit)
+        if workers >= 2 and period.period_steps:
+            if period.period_steps == workers:
+                base = max(base, PERIOD_WEIGHT * period.support)
+                reasons.append("the loop stalls every %d batches, once per worker round of %.3gs "
+                               "against %.3gs of compute per round" % (
+                                   workers, period.period_seconds, workers * compute))
+            evidence.append({"signal": "stall_period_steps", "during_stalls": period.period_steps,
+                             "outside_stalls": None, "threshold": workers, "direction": "equal"})
     if not evidence:
         return None
+    steady = persistence(trace, workers)
+    evidence.append({"signal": "stall_persistence", "during_stalls": round(steady, 3),
+                     "outside_stalls": None, "threshold": 0.7, "direction": "above"})
+    if steady < 0.7:
+        reasons.append("but the stalls come and go (in %.0f%% of the window), so something "
+                       "changed over time" % (100 * steady))
     scope, busy = trace.signal("workers_cpu_ratio", ("rank",))
-    busy_mean = _time_mean(busy, span) if busy is not None else None
+    busy_mean = _mean(busy, span, wi) if busy is not None else None
     if busy_mean is None:
         factor = NO_CPU_SIGNAL
     else:
@@ -77,14 +112,14 @@ def score(trace, period, others_best=0.0):
         if busy_mean >= BUSY_HIGH:
             reasons.append("the workers are busy on the CPU (%.0f%%)" % (100 * busy_mean))
         elif base:
-            reasons.append("but the workers are mostly off the CPU (%.0f%%), waiting on "
-                           "something else" % (100 * busy_mean))
-    value = base * factor * (1.0 - 0.5 * others_best)
+            reasons.append("but the workers are mostly off the CPU during stalls (%.0f%%), "
+                           "waiting on something else" % (100 * busy_mean))
+    value = base * factor * min(1.0, steady / 0.7) * (1.0 - 0.5 * others_best)
     if reasons:
         text = "The loader is too slow for the compute: %s." % "; ".join(reasons)
         if value >= 0.5:
             text += " More workers or cheaper per-sample work would close the gap."
     else:
         text = "No sign that the workers are too few: the stall period and load times do not fit."
-    return {"cause": "too_few_workers", "score": round(value, 4), "summary": text[0].upper() + text[1:],
+    return {"cause": "too_few_workers", "score": round(value, 4), "summary": text,
             "evidence": evidence}
