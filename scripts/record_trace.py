@@ -65,6 +65,7 @@ def trainer(argv):
     p.add_argument("--dist", type=int, default=0)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--port", type=int, default=29500)
+    p.add_argument("--job", default="eval")
     a = p.parse_args(argv)
     import torch
     from torch.utils.data import DataLoader, Dataset
@@ -91,7 +92,7 @@ def trainer(argv):
                                 rank=a.rank, world_size=a.dist)
     loader = stallscope.watch(DataLoader(Work(), batch_size=a.batch_size, num_workers=a.workers,
                                          persistent_workers=a.workers > 0),
-                              rank=a.rank, world_size=max(1, a.dist), job="eval")
+                              rank=a.rank, world_size=max(1, a.dist), job=a.job)
     it = iter(loader)
     if a.worker_cgroup:
         for w in it._workers:

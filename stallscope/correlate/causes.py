@@ -127,7 +127,10 @@ def score_probe(probe, scope, series, wait_index, span):
     quiet = share <= QUIET_SHARE * typical
     quiet_time = dtf[quiet].sum()
     if quiet_time >= MIN_QUIET_TIME * dtf.sum() and quiet.sum() >= 2:
-        leading = np.concatenate((~quiet[1:], [False]))  # the stall follows next sample
+        # A signal that just rose and is followed by a stall is leading it, not a false
+        # alarm; a signal that was already up is not excused.
+        rose = active & ~np.concatenate(([False], active[:-1]))
+        leading = rose & np.concatenate((~quiet[1:], [False]))
         false_alarm = float(dtf[quiet & active & ~leading].sum() / quiet_time)
         factor = 1.0 - false_alarm
     else:

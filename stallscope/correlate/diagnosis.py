@@ -16,7 +16,7 @@ of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
 """
 from . import causes as causes_mod
 from . import workers
-from .overlap import data_wait_ratio, input_bound
+from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
 from .trace import WaitIndex
@@ -39,7 +39,7 @@ def _pct(x):
 def decide(ib, peer_ratios):
     """(verdict, reason) from the input-bound numbers and [(ident, ratio)] of the job's
     other ranks on this node."""
-    wr = ib.data_wait_ratio
+    wr = ib.steady_data_wait_ratio
     gpu = ib.gpu_idle_ratio is not None
     if wr >= INPUT_BOUND_RATIO:
         if gpu and ib.gpu_idle_ratio < GPU_BUSY_THROUGH:
@@ -61,7 +61,12 @@ def decide(ib, peer_ratios):
             "This rank's loader keeps up (data-wait %s), but rank %s of the same job on this "
             "node waits %s on its loader; synchronous steps make this rank wait for it "
             "(inferred: no GPU signal)." % (_pct(wr), worst[0].get("rank"), _pct(worst[1])))
-    return "healthy", "The loop waited %s of its step time for data." % _pct(wr)
+    text = "The loop waited %s of its step time for data." % _pct(wr)
+    if ib.iterator_start_wait_seconds > INPUT_BOUND_RATIO * ib.step_seconds:
+        text += (" Not counted: %.3gs waiting for the first batch of %d iterator(s) (worker "
+                 "startup; persistent_workers=True avoids it at every epoch)." % (
+                     ib.iterator_start_wait_seconds, ib.iterator_starts))
+    return "healthy", text
 
 
 def straggler(trace, ratio, peer_ratios, node):
@@ -104,6 +109,8 @@ def analyse(trace, peers=(), node="", window_seconds=None):
     verdict, reason = decide(ib, peer_ratios)
     out.update(verdict=verdict, reason=reason, data_wait_ratio=round(ib.data_wait_ratio, 6),
                data_wait_seconds=round(ib.data_wait_seconds, 6),
+               steady_data_wait_ratio=round(ib.steady_data_wait_ratio, 6),
+               iterator_start_wait_seconds=round(ib.iterator_start_wait_seconds, 6),
                step_seconds=round(ib.step_seconds, 6),
                compute_seconds_per_batch=round(ib.compute_seconds, 6),
                gpu={"signal": ib.gpu_signal, "source": trace.gpu_source if ib.gpu_signal else None,
@@ -114,9 +121,11 @@ def analyse(trace, peers=(), node="", window_seconds=None):
                stall_period_seconds=round(per.period_seconds, 6), sawtooth=saw.as_json(),
                straggler=straggler(trace, ib.data_wait_ratio, peer_ratios, out["node"]))
     if verdict == "input_bound":
-        scored, missing = causes_mod.score_signal_causes(trace, wi)
+        steady = ~iterator_starts(trace)
+        swi = wi if steady.all() else WaitIndex(trace.t_end[steady], trace.wait[steady])
+        scored, missing = causes_mod.score_signal_causes(trace, swi)
         others = max((c["score"] for c in scored), default=0.0)
-        tfw = workers.score(trace, per, others, wi)
+        tfw = workers.score(trace, per, others, swi)
         if tfw is None:
             missing.append("too_few_workers")
         else:

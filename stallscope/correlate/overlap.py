@@ -19,7 +19,10 @@ class InputBound:
     batches: int
     data_wait_seconds: float
     step_seconds: float          # sum of intervals
-    data_wait_ratio: float       # data_wait / step time
+    data_wait_ratio: float       # data_wait / step time (as the alert computes it)
+    steady_data_wait_ratio: float  # the same without iterators' first batches
+    iterator_starts: int         # first batches of an iterator (interval == wait)
+    iterator_start_wait_seconds: float  # their wait: worker startup, first shard fetch
     compute_seconds: float       # median per batch of interval - wait
     gpu_signal: str = None       # gpu_busy_ratio / gpu_sm_active_ratio when samples exist
     gpu_samples: int = 0
@@ -33,17 +36,33 @@ class InputBound:
 
 
 def data_wait_ratio(trace):
-    step = float(trace.interval.sum())
-    return float(trace.wait.sum()) / step if step > 0 else 0.0
+    """Steady data-wait share (iterator starts left out), as the verdict uses it."""
+    steady = ~iterator_starts(trace)
+    step = float(trace.interval[steady].sum())
+    return float(trace.wait[steady].sum()) / step if step > 0 else 0.0
+
+
+def iterator_starts(trace):
+    """Mask of batches that start an iterator: the hook gives them interval == wait.
+    Their wait is startup (workers spawning, a first shard fetched), not the loader's
+    steady pace, so the verdict and the cause scores leave them out."""
+    return trace.interval == trace.wait
 
 
 def input_bound(trace, wait_index=None):
     wait_s = float(trace.wait.sum()) / 1e9
     step_s = float(trace.interval.sum()) / 1e9
+    starts = iterator_starts(trace)
+    start_wait = float(trace.wait[starts].sum()) / 1e9
+    steady_step = step_s - start_wait
     compute = np.maximum(trace.interval - trace.wait, 0)
     out = InputBound(batches=trace.n, data_wait_seconds=wait_s, step_seconds=step_s,
                      data_wait_ratio=wait_s / step_s if step_s > 0 else 0.0,
-                     compute_seconds=float(np.median(compute)) / 1e9 if trace.n else 0.0)
+                     steady_data_wait_ratio=(wait_s - start_wait) / steady_step
+                     if steady_step > 0 else 0.0,
+                     iterator_starts=int(starts.sum()), iterator_start_wait_seconds=start_wait,
+                     compute_seconds=float(np.median(compute[~starts])) / 1e9
+                     if (~starts).any() else 0.0)
     name, gpu = trace.gpu(("gpu_busy_ratio", "gpu_sm_active_ratio"))
     span = trace.span()
     if gpu is None or span is None:

@@ -1,0 +1,30 @@
+"""Small builders shared by the correlator's unit tests."""
+import numpy as np
+
+from stallscope.correlate import synth
+from stallscope.correlate.trace import RankTrace
+
+SEC = synth.SEC
+
+
+def events_from_waits(waits_s, compute_s=0.1, t0_s=100.0):
+    """Batch events for a loop that waits waits_s[k] then computes compute_s."""
+    t = int(t0_s * SEC)
+    out, prev = [], None
+    for w in waits_s:
+        end = t + int(w * SEC)
+        out.append((end, end - t, end - prev if prev is not None else end - t))
+        prev = end
+        t = end + int(compute_s * SEC)
+    return out
+
+
+def trace_of(events, workers=4, signals=None, node_signals=None, gpu=None, rank=0, job="t"):
+    return RankTrace.from_timeline(synth.body(events, rank=rank, job=job, workers=workers,
+                                              signals=signals, node_signals=node_signals, gpu=gpu))
+
+
+def simulated(seed, workers, load, compute, n=800, **kw):
+    rng = np.random.default_rng(seed)
+    j = synth.jitter(rng, 0.05)
+    return synth.simulate(n, workers, lambda k, t: j(load), lambda k, t: j(compute), **kw)
