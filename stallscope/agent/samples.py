@@ -12,7 +12,10 @@ Conventions, so that every consumer reads every producer the same way:
   ``shm_used_ratio``, ``fuse_probe_seconds``, ``gpu_busy_ratio``.
 - value: a level or a rate over the interval since the previous reading (e.g. throttled
   seconds per second), never a raw cumulative counter, so any window can be averaged.
+- time: each (scope, signal) is recorded in time order (``series`` cuts its window by
+  binary search).
 """
+import bisect
 import collections
 import threading
 import time
@@ -40,8 +43,10 @@ class SampleStore:
         with self.lock:
             points = list(self.data.get((scope, signal), ()))
         if seconds is not None:
+            # Points are (t_ns, value) tuples in time order: (horizon,) sorts before any
+            # point at or after the horizon.
             horizon = time.monotonic_ns() - int(seconds * 1e9)
-            points = [p for p in points if p[0] >= horizon]
+            points = points[bisect.bisect_left(points, (horizon,)):]
         return points
 
     def signals(self, scope):

@@ -193,4 +193,6 @@ class RankTable:
             tl = list(rank.timeline)
         # Hook timestamps are CLOCK_MONOTONIC (perf_counter_ns), the clock of monotonic_ns.
         horizon = time.monotonic_ns() - int(seconds * 1e9)
+        if tl and tl[0][0] >= horizon:
+            return tl
         return [e for e in tl if e[0] >= horizon]

@@ -10,9 +10,10 @@ import dataclasses
 
 import numpy as np
 
-from .trace import WaitIndex
+from .trace import Series, WaitIndex
 
 MIN_SAMPLES = 16
+MAX_SAMPLES = 4096   # the latest ~7 min at 10 Hz: alignment needs no more, and it bounds cost
 MAX_LAG_S = 3.0
 PERIOD_MATCH = 0.2   # relative difference at which two periods still "match"
 
@@ -46,8 +47,9 @@ def dominant_period(x, min_lag=2, min_r=0.3):
     n = len(x)
     if n < 4 * min_lag or not np.any(x):
         return 0
-    f = np.fft.rfft(x, 2 * n)
-    acf = np.fft.irfft(f * np.conj(f))[: n // 2]
+    size = 1 << int(2 * n - 1).bit_length()  # zero-padded to a power of two: no wrap-around
+    f = np.fft.rfft(x, size)
+    acf = np.fft.irfft(f * np.conj(f), size)[: n // 2]
     acf = acf / acf[0]
     if len(acf) < min_lag + 2:
         return 0
@@ -67,6 +69,8 @@ def sawtooth(trace, stall_period_seconds=0.0, wait_index=None):
         out.note = "no GPU samples for this rank"
         return out
     gpu = gpu.clip(*span)
+    if len(gpu) > MAX_SAMPLES:
+        gpu = Series(gpu.t[-MAX_SAMPLES:], gpu.v[-MAX_SAMPLES:])
     out.signal, out.samples = name, len(gpu)
     if len(gpu) < MIN_SAMPLES:
         out.note = "too few GPU samples in the window"

@@ -45,11 +45,11 @@ class Correlator:
     def analyse(self, ranks, seconds, peers_of=None):
         """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here."""
         table = self.agent.table
-        pool = peers_of if peers_of is not None else ranks
-        traces = {r.key: RankTrace.from_agent(self.agent, r, seconds) for r in pool}
-        for r in ranks:
+        node = RankTrace.scope_from_agent(self.agent, "node", seconds)
+        traces = {}
+        for r in list(ranks) + list(peers_of if peers_of is not None else ()):
             if r.key not in traces:
-                traces[r.key] = RankTrace.from_agent(self.agent, r, seconds)
+                traces[r.key] = RankTrace.from_agent(self.agent, r, seconds, node)
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=table.node,
                                          window_seconds=seconds) for r in ranks}
 
