@@ -35,9 +35,14 @@ SCENARIOS = {
     "too_few_workers_sleep": ("input_bound", "too_few_workers", 0, [[
         "--workers", "2", "--sample-sleep", "0.04", "--batch-size", "8", "--compute", "0.05"]],
         "2 workers, 320 ms per batch (per-sample sleep) vs 50 ms compute."),
-    "too_few_workers_cpu": ("input_bound", "too_few_workers", 0, [[
-        "--workers", "2", "--sample-cpu", "0.02", "--batch-size", "8", "--compute", "0.03"]],
-        "2 workers, ~160 ms of CPU per batch vs 30 ms compute."),
+    "too_few_workers_3": ("input_bound", "too_few_workers", 0, [[
+        "--workers", "3", "--sample-sleep", "0.03", "--batch-size", "8", "--compute", "0.04"]],
+        "3 workers, 240 ms per batch (per-sample sleep): one batch every 80 ms vs 40 ms compute."),
+    "cpu_crowded": ("input_bound", "cpu_throttle", 0, [[
+        "--workers", "2", "--sample-cpu", "0.01", "--batch-size", "8", "--compute", "0.05",
+        "--hogs", "3"]],
+        "2 workers with 80 ms of CPU per batch would keep up with 50 ms of compute, but three "
+        "busy loops crowd the node's CPUs: the workers are runnable, not running."),
     "cpu_throttle": ("input_bound", "cpu_throttle", 0, [[
         "--workers", "4", "--sample-cpu", "0.004", "--batch-size", "8", "--compute", "0.05",
         "--worker-cgroup", "QUOTA:0.1"]],
@@ -66,7 +71,9 @@ def trainer(argv):
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--port", type=int, default=29500)
     p.add_argument("--job", default="eval")
+    p.add_argument("--hogs", type=int, default=0, help="busy loops crowding the CPUs")
     a = p.parse_args(argv)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.hogs)]
     import torch
     from torch.utils.data import DataLoader, Dataset
 
@@ -108,6 +115,9 @@ def trainer(argv):
             dist.all_reduce(acc)
         if time.monotonic() > end:
             break
+    for h in hogs:
+        h.kill()
+        h.wait()
     time.sleep(1.0)  # let the hook flush
 
 

@@ -28,6 +28,8 @@ def agent(**kwargs):
       /healthz            liveness
       /api/v1/ranks       live ranks on this node (JSON)
       /api/v1/timeline    ?rank=R[&job=J][&pod=P][&seconds=S] batch events (JSON)
+      /api/v1/diagnosis   ?pod=P | rank=R[&job=J][&seconds=S] the correlator's verdict,
+                          ranked causes with evidence, the straggler on this node (JSON)
     Stops cleanly on SIGTERM.
     """
     from .agent.main import run

@@ -1,8 +1,8 @@
 import numpy as np
 
 from stallscope.correlate import synth
-from stallscope.correlate.period import stall_period
-from stallscope.correlate.sawtooth import dominant_period, sawtooth
+from stallscope.correlate.period import dominant_period, stall_period
+from stallscope.correlate.sawtooth import sawtooth
 from tests.correlate_helpers import simulated, trace_of
 
 

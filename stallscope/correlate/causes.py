@@ -45,9 +45,12 @@ class Cause:
 
 
 CAUSES = (
-    Cause("cpu_throttle", "CFS throttled the rank's cgroup", (
+    # Workers waiting on a run queue are starved of CPU whether the quota or crowded
+    # CPUs did it (node-wide CPU pressure cannot say whose tasks waited: not used).
+    Cause("cpu_throttle", "The loader was short of CPU (CFS quota or crowded CPUs)", (
         Probe("cfs_throttled_ratio", 0.1, scopes=("rank",)),
-        Probe("cfs_throttled_seconds_rate", 0.05, scopes=("rank",), unit="count"))),
+        Probe("cfs_throttled_seconds_rate", 0.05, scopes=("rank",), unit="count"),
+        Probe("workers_runqueue_ratio", 0.2, scopes=("rank",)))),
     Cause("storage_latency", "Shard reads were slow", (
         Probe("shard_read_seconds", 0.05, scopes=("rank",), unit="seconds"),
         Probe("workers_dstate", 0.5, scopes=("rank",), unit="count"))),

@@ -124,6 +124,8 @@ def analyse(trace, peers=(), node="", window_seconds=None):
         steady = ~iterator_starts(trace)
         swi = wi if steady.all() else WaitIndex(trace.t_end[steady], trace.wait[steady])
         scored, missing = causes_mod.score_signal_causes(trace, swi)
+        _, share = workers.busy_share(trace, swi)
+        scored = [workers.contradict_cpu_shortage(c, share) for c in scored]
         others = max((c["score"] for c in scored), default=0.0)
         tfw = workers.score(trace, per, others, swi)
         if tfw is None:

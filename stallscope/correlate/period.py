@@ -17,6 +17,8 @@ CONTINUOUS_SHARE = 0.8       # this share of batches stalling = every batch stal
 MIN_CLUSTERS = 4             # at least three full periods
 MIN_SUPPORT = 0.6            # share of gaps that must fit the period
 MAX_CANDIDATES = 24
+ACF_BATCHES = 4096            # the latest batches are enough for an alternation
+MAX_ACF_LAG = 64              # alternations longer than this are not a worker round
 PRINCIPAL_SHARE = 0.3         # spikes above 30% of the typical large stall
 
 
@@ -90,6 +92,14 @@ def stall_period(trace, mask=None):
         p, support = period_of(spikes)
         if p:
             return _with_seconds(out, trace, spikes, p, support)
+        # ... or as a regular alternation of long and short waits (workers out of step).
+        recent = w[-ACF_BATCHES:]
+        recent = np.minimum(recent, np.percentile(recent, 99))
+        p = dominant_period(recent, max_lag=MAX_ACF_LAG)
+        if p:
+            out.period_steps, out.support = p, _acf_at(recent, p)
+            out.period_seconds = float(np.median(trace.interval)) * p / 1e9
+            return out
         out.period_steps, out.support = 1, n_stall / trace.n
         out.period_seconds = float(np.median(trace.interval)) / 1e9
         return out
@@ -112,3 +122,36 @@ def _with_seconds(out, trace, idx, p, support):
     out.period_steps, out.support = p, support
     out.period_seconds = float(np.median(dt)) / 1e9 if len(dt) else 0.0
     return out
+
+
+def _acf(x):
+    x = np.asarray(x, np.float64) - np.mean(x)
+    n = len(x)
+    size = 1 << int(2 * n - 1).bit_length()  # zero-padded to a power of two: no wrap-around
+    f = np.fft.rfft(x, size)
+    acf = np.fft.irfft(f * np.conj(f), size)[: n // 2]
+    return acf / acf[0] if acf[0] > 0 else acf
+
+
+def _acf_at(x, lag):
+    acf = _acf(x)
+    return float(acf[lag]) if lag < len(acf) else 0.0
+
+
+def dominant_period(x, min_lag=2, min_r=0.3, max_lag=None):
+    """Smallest lag whose autocorrelation is a local peak near the highest one; 0 if none."""
+    x = np.asarray(x, np.float64) - np.mean(x)
+    n = len(x)
+    if n < 4 * min_lag or not np.any(x):
+        return 0
+    acf = _acf(x)
+    if max_lag:
+        acf = acf[: max_lag + 2]
+    if len(acf) < min_lag + 2:
+        return 0
+    inner = acf[min_lag:-1]
+    peaks = np.flatnonzero((inner >= acf[min_lag - 1:-2]) & (inner >= acf[min_lag + 1:]) & (inner >= min_r))
+    if not len(peaks):
+        return 0
+    top = inner[peaks].max()
+    return int(peaks[inner[peaks] >= 0.8 * top][0] + min_lag)

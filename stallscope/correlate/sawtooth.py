@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 
+from .period import dominant_period
 from .trace import Series, WaitIndex
 
 MIN_SAMPLES = 16
@@ -39,26 +40,6 @@ def _corr(a, b):
     b = b - b.mean()
     den = np.sqrt((a * a).sum() * (b * b).sum())
     return float((a * b).sum() / den) if den > 0 else 0.0
-
-
-def dominant_period(x, min_lag=2, min_r=0.3):
-    """Smallest lag whose autocorrelation is a local peak near the highest one; 0 if none."""
-    x = np.asarray(x, np.float64) - np.mean(x)
-    n = len(x)
-    if n < 4 * min_lag or not np.any(x):
-        return 0
-    size = 1 << int(2 * n - 1).bit_length()  # zero-padded to a power of two: no wrap-around
-    f = np.fft.rfft(x, size)
-    acf = np.fft.irfft(f * np.conj(f), size)[: n // 2]
-    acf = acf / acf[0]
-    if len(acf) < min_lag + 2:
-        return 0
-    inner = acf[min_lag:-1]
-    peaks = np.flatnonzero((inner >= acf[min_lag - 1:-2]) & (inner >= acf[min_lag + 1:]) & (inner >= min_r))
-    if not len(peaks):
-        return 0
-    top = inner[peaks].max()
-    return int(peaks[inner[peaks] >= 0.8 * top][0] + min_lag)
 
 
 def sawtooth(trace, stall_period_seconds=0.0, wait_index=None):

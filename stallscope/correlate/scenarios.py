@@ -5,7 +5,8 @@ stores them in tests/data/traces/ beside the recorded runs.
 
 Faults come in episodes (EPISODE_ON seconds of every EPISODE_EVERY) so that a cause's
 signal can be seen to move with the stalls; exporter signals are sampled every 2 s and
-the simulated GPU every 0.1 s, as in the agent.
+the simulated GPU every 0.1 s, as in the agent; ``workers_cpu_ratio`` sums over the
+workers, as the workers exporter records it.
 """
 import numpy as np
 
@@ -61,30 +62,30 @@ def build():
 
     ev, gpu, span = _run(1, 4, lambda k, t: 0.2, lambda k, t: 0.1)
     add("healthy", "healthy", None, "4 workers at 0.2 s per batch vs 0.1 s compute.", ev, gpu, span,
-        4, signals={"cfs_throttled_ratio": lambda t: 0.01, "workers_cpu_ratio": lambda t: 0.5},
+        4, signals={"cfs_throttled_ratio": lambda t: 0.01, "workers_cpu_ratio": lambda t: 2.0},
         node_signals={"psi_io_some_ratio": lambda t: 0.05})
     ev, gpu, span = _run(2, 2, lambda k, t: 0.1, lambda k, t: 0.3)
     add("compute_bound", "healthy", None, "Compute 0.3 s per batch, loader 0.05 s.", ev, gpu, span, 2,
-        signals={"workers_cpu_ratio": lambda t: 0.2})
+        signals={"workers_cpu_ratio": lambda t: 0.4})
     ev, gpu, span = _run(3, 4, lambda k, t: 0.6, lambda k, t: 0.1)
     add("too_few_workers", "input_bound", "too_few_workers",
         "4 workers at 0.6 s per batch: one batch every 0.15 s vs 0.1 s compute.", ev, gpu, span, 4,
-        signals={"batch_load_seconds": lambda t: 0.6, "workers_cpu_ratio": lambda t: 0.95,
+        signals={"batch_load_seconds": lambda t: 0.6, "workers_cpu_ratio": lambda t: 3.8,
                  "cfs_throttled_ratio": lambda t: 0.0})
     ev, gpu, span = _run(4, 8, _slow_in_episodes(0.3, 6.0), lambda k, t: 0.1)
     add("cpu_throttle", "input_bound", "cpu_throttle",
         "Throttled workers in episodes; a flat-high io pressure is a decoy.", ev, gpu, span, 8,
-        signals={"cfs_throttled_ratio": _episodic(0.02, 0.7), "workers_cpu_ratio": _episodic(0.9, 0.2)},
+        signals={"cfs_throttled_ratio": _episodic(0.02, 0.7), "workers_cpu_ratio": _episodic(7.2, 1.6)},
         node_signals={"psi_io_some_ratio": lambda t: 0.35})
     ev, gpu, span = _run(5, 4, lambda k, t: 1.2, lambda k, t: 0.1)
     add("cpu_throttle_continuous", "input_bound", "cpu_throttle",
         "Workers throttled all the time: stalls on every round, no quiet period.", ev, gpu, span, 4,
-        signals={"cfs_throttled_ratio": lambda t: 0.6, "workers_cpu_ratio": lambda t: 0.1,
+        signals={"cfs_throttled_ratio": lambda t: 0.6, "workers_cpu_ratio": lambda t: 0.4,
                  "batch_load_seconds": lambda t: 1.2})
     ev, gpu, span = _run(6, 4, _slow_in_episodes(0.2, 8.0), lambda k, t: 0.1)
     add("storage_latency", "input_bound", "storage_latency", "Slow shard reads in episodes.",
         ev, gpu, span, 4, signals={"shard_read_seconds": _episodic(0.01, 0.4),
-                                   "workers_cpu_ratio": _episodic(0.6, 0.1)})
+                                   "workers_cpu_ratio": _episodic(2.4, 0.4)})
     stuck = lambda k, t: 2.0 if episode(t) and k % 10 == 0 else 0.0  # noqa: E731
     ev, gpu, span = _run(7, 4, lambda k, t: 0.2, lambda k, t: 0.1, extra=stuck)
     add("fuse_unhealthy", "input_bound", "fuse_unhealthy", "FUSE daemon stopped in episodes.",

@@ -10,8 +10,10 @@ The evidence:
    does that, so this alone is weaker evidence);
 2. the stalls persist through the window: a structural shortfall does not come and go,
    while stalls in episodes mean something changed (a fault, recorded or not);
-3. the workers are busy on the CPU while the loop stalls (``workers_cpu_ratio``): slow
-   per-sample work, not waiting on storage or a throttled quota.
+3. what the workers do while the loop stalls (``workers_cpu_ratio``, the CPU seconds
+   per second of all workers together, divided here by their number): busy on the CPU is
+   slow per-sample work, the clearest case; off the CPU they wait (a sleep, a network
+   fetch), which more workers also overlap, unless a signal shows what they wait on.
 Whatever the other causes explain is taken off: a throttled or I/O-starved worker is
 slow too, and there the fix is elsewhere.
 """
@@ -20,7 +22,7 @@ import numpy as np
 from .trace import WaitIndex
 
 BUSY_LOW, BUSY_HIGH = 0.3, 0.7   # workers' CPU share: idle-ish .. clearly busy
-NO_CPU_SIGNAL = 0.75             # factor when the workers' CPU use is unknown
+OFF_CPU = 0.75                   # factor for workers off the CPU, or CPU use unknown
 PERIOD_WEIGHT = 0.9              # a matching period alone is slightly weaker evidence
 ROUNDS_PER_SEGMENT = 4           # persistence: segments of ~4 worker rounds, 5..40 of them
 
@@ -52,6 +54,39 @@ def persistence(trace, workers=1):
     ratio = np.where(empty | (step <= 0), 0.0, wait / np.maximum(step, 1))
     overall = trace.wait.sum() / max(trace.interval.sum(), 1)
     return float(np.mean(ratio >= 0.5 * overall)) if overall > 0 else 0.0
+
+
+def busy_share(trace, wait_index):
+    """(scope, each worker's CPU share during the stalls) or (None, None)."""
+    workers = (trace.loader or {}).get("num_workers")
+    scope, busy = trace.signal("workers_cpu_ratio", ("rank",))
+    span = trace.span()
+    if busy is None or not workers or span is None:
+        return None, None
+    mean = _mean(busy, span, wait_index)
+    return (scope, mean / workers) if mean is not None else (None, None)  # summed over workers
+
+
+def busy_factor(share):
+    """0 for workers mostly off the CPU .. 1 for workers busy on it."""
+    return float(np.clip((share - BUSY_LOW) / (BUSY_HIGH - BUSY_LOW), 0.0, 1.0))
+
+
+def contradict_cpu_shortage(cause, share):
+    """Workers that ran on their cores during the stalls were not starved of CPU: take
+    that share off a cpu_throttle score (the pressure or throttling hit other tasks)."""
+    if share is None or cause["cause"] != "cpu_throttle":
+        return cause
+    f = busy_factor(share)
+    if f <= 0:
+        return cause
+    out = dict(cause, score=round(cause["score"] * (1.0 - f), 4))
+    out["summary"] = cause["summary"] + (" But the loader workers ran %.0f%% of the time on a "
+                                         "core during the stalls, so they were not starved." % (100 * share))
+    out["evidence"] = list(cause["evidence"]) + [{
+        "signal": "workers_cpu_ratio / num_workers", "during_stalls": round(share, 4),
+        "outside_stalls": None, "threshold": BUSY_LOW, "direction": "below"}]
+    return out
 
 
 def score(trace, period, others_best=0.0, wait_index=None):
@@ -100,20 +135,20 @@ def score(trace, period, others_best=0.0, wait_index=None):
     if steady < 0.7:
         reasons.append("but the stalls come and go (in %.0f%% of the window), so something "
                        "changed over time" % (100 * steady))
-    scope, busy = trace.signal("workers_cpu_ratio", ("rank",))
-    busy_mean = _mean(busy, span, wi) if busy is not None else None
+    scope, busy_mean = busy_share(trace, wi)
     if busy_mean is None:
-        factor = NO_CPU_SIGNAL
+        factor = OFF_CPU
     else:
-        factor = float(np.clip((busy_mean - BUSY_LOW) / (BUSY_HIGH - BUSY_LOW), 0.0, 1.0))
-        evidence.append({"signal": "workers_cpu_ratio", "scope": scope,
+        factor = OFF_CPU + (1.0 - OFF_CPU) * busy_factor(busy_mean)
+        evidence.append({"signal": "workers_cpu_ratio / num_workers", "scope": scope,
                          "during_stalls": round(busy_mean, 4), "outside_stalls": None,
                          "threshold": BUSY_HIGH, "direction": "above"})
         if busy_mean >= BUSY_HIGH:
-            reasons.append("the workers are busy on the CPU (%.0f%%)" % (100 * busy_mean))
+            reasons.append("the workers are busy on the CPU (%.0f%%): slow per-sample work"
+                           % (100 * busy_mean))
         elif base:
-            reasons.append("but the workers are mostly off the CPU during stalls (%.0f%%), "
-                           "waiting on something else" % (100 * busy_mean))
+            reasons.append("the workers are mostly off the CPU (%.0f%%): they wait on "
+                           "something no signal shows (a sleep, a network fetch)" % (100 * busy_mean))
     value = base * factor * min(1.0, steady / 0.7) * (1.0 - 0.5 * others_best)
     if reasons:
         text = "The loader is too slow for the compute: %s." % "; ".join(reasons)

@@ -16,6 +16,8 @@ EXPORTERS = (
     Entry("fuse", "fuse:FuseExporter", True, "Health of the FUSE mounts the ranks read from (stuck, ENOTCONN)."),
     Entry("workers", "workers:WorkersExporter", True, "Loader workers: alive, D state, CPU, RSS, exits."),
     Entry("gpu", "gpu:GpuExporter", True, "GPU busy samples (NVML), SM-active (dcgm-exporter), GPU-to-rank map; see --gpu.*."),
+    Entry("disk", "disk:DiskExporter", True, "Node block-device write rate (checkpoint bursts), a correlator sample only."),
+    Entry("sched", "sched:SchedExporter", True, "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
 )
 
 
