@@ -137,3 +137,48 @@ def test_num_workers_zero_loads_in_the_loop():
     assert d["verdict"] == "input_bound"
     assert d["causes"][0]["cause"] == "too_few_workers"
     assert "num_workers=0" in d["causes"][0]["summary"]
+
+
+def test_on_off_signal_during_continuous_stalls_must_lengthen_the_waits():
+    ev, _ = simulated(9, 4, load=0.8, compute=0.1)  # stalls on every worker round
+    s, e = synth.span_of(ev)
+    flip = synth.sampled(lambda t: 4e8 if int(t / 2) % 2 else 0.0, s, e)  # on/off every 2 s
+    got = scores(trace_of(ev, node_signals={"disk_write_bytes_rate": flip}))
+    cp = got["checkpoint_contention"]
+    assert cp["evidence"][0]["judged_by"] == "intensity"
+    assert cp["score"] < 0.2
+
+    # a slower on/off pattern (10 s), now with the loader slower while it is on
+    def busy(t):
+        return int(t / 10) % 2 == 1
+    rng = np.random.default_rng(10)
+    ev, _ = synth.simulate(1200, 4, lambda k, t: 0.5 * (3.0 if busy(t) else 1.0) * rng.lognormal(0, 0.05),
+                           lambda k, t: 0.1, t0=100 * SEC)
+    s, e = synth.span_of(ev)
+    on = synth.sampled(lambda t: 4e8 if busy(t - 1.0) else 0.0, s, e)  # the sample covers (t-2, t]
+    got = scores(trace_of(ev, node_signals={"disk_write_bytes_rate": on}))
+    assert got["checkpoint_contention"]["evidence"][0]["judged_by"] == "intensity"
+    assert got["checkpoint_contention"]["score"] > 0.3
+
+
+def test_fast_alternating_signal_does_not_explain_episodic_stalls():
+    ev, _ = episodic_run(seed=11)
+    s, e = synth.span_of(ev)
+    flip = synth.sampled(lambda t: 0.9 if int(t / 2) % 2 else 0.0, s, e)
+    got = scores(trace_of(ev, signals={"shm_used_ratio": flip}))
+    assert got["shm_exhaustion"]["score"] < 0.25
+
+
+def test_workers_on_their_cores_contradict_a_cpu_shortage():
+    ev, _ = simulated(12, 4, load=1.0, compute=0.1)
+    s, e = synth.span_of(ev)
+    sig = {"cfs_throttled_ratio": synth.sampled(lambda t: 0.5, s, e)}
+    starved = diagnosis.analyse(trace_of(ev, signals=dict(
+        sig, workers_cpu_ratio=synth.sampled(lambda t: 0.4, s, e))))  # 10% of a core each
+    fed = diagnosis.analyse(trace_of(ev, signals=dict(
+        sig, workers_cpu_ratio=synth.sampled(lambda t: 3.8, s, e))))  # 95% each
+    score = {d["causes"][0]["cause"]: d["causes"][0]["score"] for d in (starved,)}
+    assert score == {"cpu_throttle": causes.LEVEL_ONLY_RANK}
+    throttle = next(c for c in fed["causes"] if c["cause"] == "cpu_throttle")
+    assert throttle["score"] == 0.0 and "not starved" in throttle["summary"]
+    assert fed["causes"][0]["cause"] == "too_few_workers"

@@ -13,9 +13,10 @@ from the hook's events. Then:
 - score = explained x (1 - false alarm), in [0, 1].
 
 When the stalls are continuous (no quiet samples to compare against, e.g. a throttled
-loader stalls on every batch), co-occurrence cannot be judged from time alone; the level
-during the stalls is all there is, and the score is discounted (LEVEL_ONLY_*) and says so.
-A node-wide signal is discounted more than a rank's own: other tenants share it.
+loader stalls on every batch) and the signal goes on and off, the loop must wait more
+while it is on (intensity). When it is on all along too, the level during the stalls is
+all there is: the score is discounted (LEVEL_ONLY_*) and says so. A node-wide signal is
+discounted more than a rank's own: other tenants share it.
 """
 import dataclasses
 
@@ -26,6 +27,7 @@ MIN_QUIET_TIME = 0.1        # co-occurrence needs >= 10% of the window to be qui
 LEVEL_ONLY_RANK = 0.8
 LEVEL_ONLY_NODE = 0.6
 ATTRIBUTE = 0.5             # a cause is named only when its score reaches this
+ALWAYS_ON = 0.9             # a signal past its threshold this share of the time is "always on"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +97,7 @@ class ProbeResult:
     during: float
     outside: float
     score: float
+    mode: str                   # co-occurrence, intensity (stalls throughout) or level
 
     def evidence(self):
         p = self.probe
@@ -102,7 +105,8 @@ class ProbeResult:
                 "during_stalls": _r(self.during), "outside_stalls": _r(self.outside),
                 "threshold": p.threshold, "direction": "above" if p.above else "below",
                 "explained_wait_share": _r(self.explained),
-                "quiet_time_active_share": _r(self.false_alarm), "samples": self.samples}
+                "quiet_time_active_share": _r(self.false_alarm), "samples": self.samples,
+                "judged_by": self.mode}
 
 
 def _r(v):
@@ -129,21 +133,34 @@ def score_probe(probe, scope, series, wait_index, span):
     typical = float((share * waited).sum() / total_wait)
     quiet = share <= QUIET_SHARE * typical
     quiet_time = dtf[quiet].sum()
+    mode = "co-occurrence"
     if quiet_time >= MIN_QUIET_TIME * dtf.sum() and quiet.sum() >= 2:
-        # A signal that just rose and is followed by a stall is leading it, not a false
-        # alarm; a signal that was already up is not excused.
+        # Judged like ``explained`` (active or just active), except that a signal that
+        # just rose and is followed by a stall is leading it, not a false alarm.
         rose = active & ~np.concatenate(([False], active[:-1]))
         leading = rose & np.concatenate((~quiet[1:], [False]))
-        false_alarm = float(dtf[quiet & active & ~leading].sum() / quiet_time)
+        false_alarm = float(dtf[quiet & led & ~leading].sum() / quiet_time)
         factor = 1.0 - false_alarm
     else:
         false_alarm = None
-        factor = LEVEL_ONLY_RANK if scope == "rank" else LEVEL_ONLY_NODE
+        on_time = dtf[active].sum()
+        if on_time >= ALWAYS_ON * dtf.sum():
+            mode = "level"  # always past the threshold while always stalling: level only
+            explained = float(waited[active].sum() / total_wait)
+            factor = LEVEL_ONLY_RANK if scope == "rank" else LEVEL_ONLY_NODE
+        else:
+            # Stalls throughout, the signal on and off: the loop must wait more while it
+            # is on, or it does not move with the stalls.
+            mode = "intensity"
+            explained = float(waited[active].sum() / total_wait)
+            on = waited[active].sum() / on_time if on_time > 0 else 0.0
+            off = waited[~active].sum() / dtf[~active].sum()
+            factor = float(np.clip((on - off) / on, 0.0, 1.0)) if on > 0 else 0.0
     out_w = np.maximum(dtf - waited, 0.0)
     during = float((v * waited).sum() / total_wait)
     outside = float((v * out_w).sum() / out_w.sum()) if out_w.sum() > 0 else None
     return ProbeResult(probe, scope, len(s), explained, false_alarm, during, outside,
-                       explained * factor)
+                       explained * factor, mode)
 
 
 def summary(cause, best):
@@ -151,8 +168,11 @@ def summary(cause, best):
     text = "%s during %.0f%% of the data-wait: %s was %s during stalls vs %s outside (threshold %s)." % (
         cause.what, 100 * best.explained, p.signal, fmt(best.during, p.unit),
         fmt(best.outside, p.unit), fmt(p.threshold, p.unit))
-    if best.false_alarm is None:
+    if best.mode == "level":
         text += " Stalls were continuous, so this rests on the level alone, not on timing."
+    elif best.mode == "intensity":
+        text += (" Stalls were continuous; the waits were %s while it was past the threshold."
+                 % ("longer" if best.score > 0 else "no longer"))
     elif best.false_alarm > 0.2:
         text += " It was also past the threshold in %.0f%% of the quiet time." % (100 * best.false_alarm)
     return text

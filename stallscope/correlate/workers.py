@@ -22,6 +22,7 @@ import numpy as np
 from .trace import WaitIndex
 
 BUSY_LOW, BUSY_HIGH = 0.3, 0.7   # workers' CPU share: idle-ish .. clearly busy
+FED_LOW, FED_HIGH = 0.5, 0.8     # workers' CPU share that starts/ends contradicting a shortage
 OFF_CPU = 0.75                   # factor for workers off the CPU, or CPU use unknown
 PERIOD_WEIGHT = 0.9              # a matching period alone is slightly weaker evidence
 ROUNDS_PER_SEGMENT = 4           # persistence: segments of ~4 worker rounds, 5..40 of them
@@ -77,7 +78,7 @@ def contradict_cpu_shortage(cause, share):
     that share off a cpu_throttle score (the pressure or throttling hit other tasks)."""
     if share is None or cause["cause"] != "cpu_throttle":
         return cause
-    f = busy_factor(share)
+    f = float(np.clip((share - FED_LOW) / (FED_HIGH - FED_LOW), 0.0, 1.0))
     if f <= 0:
         return cause
     out = dict(cause, score=round(cause["score"] * (1.0 - f), 4))
@@ -85,7 +86,7 @@ def contradict_cpu_shortage(cause, share):
                                          "core during the stalls, so they were not starved." % (100 * share))
     out["evidence"] = list(cause["evidence"]) + [{
         "signal": "workers_cpu_ratio / num_workers", "during_stalls": round(share, 4),
-        "outside_stalls": None, "threshold": BUSY_LOW, "direction": "below"}]
+        "outside_stalls": None, "threshold": FED_LOW, "direction": "below"}]
     return out
 
 
