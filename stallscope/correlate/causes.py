@@ -118,7 +118,7 @@ def score_probe(probe, scope, series, wait_index, span):
     if len(s) < 2:
         return None
     dt = s.dt()
-    waited = wait_index.between(s.t - dt, s.t)
+    waited = wait_index.per_sample(s)
     total_wait = waited.sum()
     if total_wait <= 0:
         return None

@@ -35,15 +35,12 @@ class StallPeriod:
                 for k, v in dataclasses.asdict(self).items()}
 
 
-def stall_threshold_ns(wait, interval):
-    if not len(wait):
-        return int(STALL_FLOOR_S * 1e9)
-    compute = np.median(np.maximum(interval - wait, 0))
-    return int(max(STALL_FLOOR_S * 1e9, STALL_COMPUTE_SHARE * compute))
+def stall_threshold_ns(trace):
+    return int(max(STALL_FLOOR_S * 1e9, STALL_COMPUTE_SHARE * trace.compute_ns()))
 
 
 def stall_mask(trace):
-    return trace.wait > stall_threshold_ns(trace.wait, trace.interval)
+    return trace.wait > stall_threshold_ns(trace)
 
 
 def _tolerance(p):
@@ -77,7 +74,7 @@ def period_of(indices):
 
 
 def stall_period(trace, mask=None):
-    thr = stall_threshold_ns(trace.wait, trace.interval)
+    thr = stall_threshold_ns(trace)
     mask = trace.wait > thr if mask is None else mask
     n_stall = int(mask.sum())
     out = StallPeriod(stall_batches=n_stall, threshold_seconds=thr / 1e9)

@@ -58,7 +58,7 @@ def sawtooth(trace, stall_period_seconds=0.0, wait_index=None):
         return out
     wi = wait_index or WaitIndex(trace.t_end, trace.wait)
     dt = gpu.dt()
-    frac = wi.between(gpu.t - dt, gpu.t) / dt
+    frac = wi.per_sample(gpu) / dt
     dip = 1.0 - np.clip(gpu.v, 0.0, 1.0)
     step_s = float(np.median(dt)) / 1e9
     if frac.std() < 1e-6 or dip.std() < 1e-6:

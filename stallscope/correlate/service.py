@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from ..agent.http import ApiError, one
 from ..agent.state import LABELS
 from . import diagnosis
+from .cache import ArrayCache
 from .trace import RankTrace
 
 MAX_CAUSE_SERIES = 3
@@ -35,6 +36,7 @@ class Correlator:
     def __init__(self, agent, window=DEFAULT_WINDOW):
         self.agent = agent
         self.window = window
+        self.cache = ArrayCache()
         self.lock = threading.Lock()
         self.results = []        # [(labels, diagnosis)] from the last scheduled run
         self.runs = 0
@@ -45,11 +47,13 @@ class Correlator:
     def analyse(self, ranks, seconds, peers_of=None):
         """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here."""
         table = self.agent.table
-        node = RankTrace.scope_from_agent(self.agent, "node", seconds)
+        # Only the scheduled window is cached: other windows would evict it every time.
+        cache = self.cache if seconds == self.window else None
+        node = RankTrace.scope_from_agent(self.agent, "node", seconds, cache)
         traces = {}
         for r in list(ranks) + list(peers_of if peers_of is not None else ()):
             if r.key not in traces:
-                traces[r.key] = RankTrace.from_agent(self.agent, r, seconds, node)
+                traces[r.key] = RankTrace.from_agent(self.agent, r, seconds, node, cache)
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=table.node,
                                          window_seconds=seconds) for r in ranks}
 
@@ -58,6 +62,7 @@ class Correlator:
         try:
             ranks = self.agent.table.snapshot()
             found = self.analyse(ranks, self.window)
+            self.cache.prune()
             with self.agent.table.lock:
                 labelled = [(r.labels(), found[r.key]) for r in ranks]
             with self.lock:

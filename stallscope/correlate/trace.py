@@ -29,15 +29,18 @@ class Series:
 
     t: np.ndarray   # int64 ns, sorted
     v: np.ndarray   # float64
+    _dt: np.ndarray = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_points(cls, points):
-        """From [(t_ns, value)] (tuples or JSON lists); fromiter beats np.asarray 2x here."""
-        n = len(points)
+        """From [(t_ns, value)] (tuples or JSON lists)."""
+        return cls.from_array(points_array(points))
+
+    @classmethod
+    def from_array(cls, arr):
+        n = len(arr)
         if not n:
             return cls(np.zeros(0, np.int64), np.zeros(0))
-        rows = points if isinstance(points[0], tuple) else map(tuple, points)
-        arr = np.fromiter(rows, _POINT, n)
         t, v = arr["t"], arr["v"]
         if n > 1 and np.any(t[1:] < t[:-1]):
             order = np.argsort(t, kind="stable")
@@ -49,11 +52,13 @@ class Series:
 
     def dt(self):
         """Each sample's interval length in ns; the first one borrows the median step."""
-        if len(self.t) < 2:
-            return np.full(len(self.t), int(1e9), np.int64)
-        d = np.diff(self.t)
-        first = int(np.median(d)) if len(d) else int(1e9)
-        return np.concatenate(([first], d)).astype(np.int64)
+        if self._dt is None:
+            if len(self.t) < 2:
+                self._dt = np.full(len(self.t), int(1e9), np.int64)
+            else:
+                d = np.diff(self.t)
+                self._dt = np.concatenate(([int(np.median(d))], d)).astype(np.int64)
+        return self._dt
 
     def clip(self, start_ns, end_ns):
         keep = (self.t > start_ns) & (self.t <= end_ns)
@@ -74,6 +79,12 @@ class RankTrace:
     @property
     def n(self):
         return len(self.t_end)
+
+    def compute_ns(self):
+        """Median compute time per batch (interval - wait), ns; several steps need it."""
+        if getattr(self, "_compute_ns", None) is None:
+            self._compute_ns = float(np.median(np.maximum(self.interval - self.wait, 0))) if self.n else 0.0
+        return self._compute_ns
 
     def span(self):
         """(start, end) ns covered by the batch events, or None when there are none."""
@@ -99,8 +110,7 @@ class RankTrace:
 
     @classmethod
     def from_events(cls, ident, loader, events, signals=None, node_signals=None, gpu_source=None):
-        ev = np.fromiter(itertools.chain.from_iterable(events), np.int64,
-                         3 * len(events)).reshape(-1, 3)
+        ev = events if isinstance(events, np.ndarray) else events_array(events)
         if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
             ev = ev[np.argsort(ev[:, 0], kind="stable")]
         return cls(ident=ident, loader=loader, t_end=ev[:, 0].copy(), wait=ev[:, 1].copy(),
@@ -119,22 +129,44 @@ class RankTrace:
                                gpu.get("source") or body.get("gpu_source"))
 
     @staticmethod
-    def scope_from_agent(agent, scope, seconds):
-        return {sig: Series.from_points(agent.samples.series(scope, sig, seconds))
-                for sig in agent.samples.signals(scope)}
+    def scope_from_agent(agent, scope, seconds, cache=None):
+        out = {}
+        for sig in agent.samples.signals(scope):
+            points = agent.samples.series(scope, sig, seconds)
+            arr = cache.array((scope, sig), points, points_array) if cache else points_array(points)
+            out[sig] = Series.from_array(arr)
+        return out
 
     @classmethod
-    def from_agent(cls, agent, rank, seconds, node_signals=None):
+    def from_agent(cls, agent, rank, seconds, node_signals=None, cache=None):
         """From the live agent: the same data the timeline route serves, without JSON.
-        Pass ``node_signals`` (scope_from_agent(agent, "node", s)) to share them."""
+        Pass ``node_signals`` (scope_from_agent(agent, "node", s)) to share them, and an
+        ArrayCache (cache.py) to convert only what is new since the last call."""
         events = agent.table.timeline(rank, seconds)
-        signals = cls.scope_from_agent(agent, rank.key, seconds)
+        if cache is not None:
+            events = cache.array((rank.key, "events"), events, events_array)
+        signals = cls.scope_from_agent(agent, rank.key, seconds, cache)
         node = node_signals if node_signals is not None else cls.scope_from_agent(
-            agent, "node", seconds)
+            agent, "node", seconds, cache)
         with agent.table.lock:
             ident, loader = dict(rank.ident), rank.loader
             source = rank.extra.get("gpu_source")
         return cls.from_events(ident, loader, events, signals, node, source)
+
+
+def points_array(points):
+    """[(t_ns, value)] (tuples or JSON lists) -> a structured array; fromiter beats
+    np.asarray 2x here."""
+    if not len(points):
+        return np.zeros(0, _POINT)
+    rows = points if isinstance(points[0], tuple) else map(tuple, points)
+    return np.fromiter(rows, _POINT, len(points))
+
+
+def events_array(events):
+    """[(t_end, wait, interval)] -> an (n, 3) int64 array."""
+    return np.fromiter(itertools.chain.from_iterable(events), np.int64,
+                       3 * len(events)).reshape(-1, 3)
 
 
 class WaitIndex:
@@ -163,3 +195,11 @@ class WaitIndex:
 
     def between(self, a, b):
         return self.before(b) - self.before(a)
+
+    def per_sample(self, series):
+        """Data-wait (ns, float) inside each sample's interval (t - dt, t] of ``series``:
+        the intervals tile the time line, so one pass over their edges does it."""
+        if not len(series):
+            return np.zeros(0)
+        edges = np.concatenate(([series.t[0] - series.dt()[0]], series.t))
+        return np.diff(self.before(edges))

@@ -37,7 +37,7 @@ def _mean(series, span, wait_index=None):
     dt = s.dt()
     weight = dt.astype(np.float64)
     if wait_index is not None:
-        waited = wait_index.between(s.t - dt, s.t)
+        waited = wait_index.per_sample(s)
         if waited.sum() > 0:
             weight = waited
     return float((s.v * weight).sum() / weight.sum())
@@ -97,7 +97,7 @@ def score(trace, period, others_best=0.0, wait_index=None):
     if span is None or trace.n < 2:
         return None
     wi = wait_index or WaitIndex(trace.t_end, trace.wait)
-    compute = float(np.median(np.maximum(trace.interval - trace.wait, 0))) / 1e9
+    compute = trace.compute_ns() / 1e9
     mean_wait = float(trace.wait.mean()) / 1e9
     evidence, reasons = [], []
     base = 0.0

@@ -36,8 +36,6 @@ NS = "stallscope-test"
 
 # metric prefix -> the part that exports it (not on main yet)
 PENDING = {
-    "stallscope_gpu_idle_overlap_ratio": "issue 6 (correlator)",
-    "stallscope_stall_": "issue 6 (correlator)",
 }
 # metric prefix -> the rig feature it needs (missing without root or cgroups)
 NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse",
