@@ -101,3 +101,20 @@ def test_a_failing_run_is_counted(agent, monkeypatch):
     with pytest.raises(ZeroDivisionError):
         agent.correlator.refresh()
     assert "stallscope_correlator_failures_total 1.0" in generate_latest(agent.registry).decode()
+
+
+def test_schedule_runs_every_interval_and_sooner_while_a_rank_gathers_data(agent):
+    c = agent.correlator
+    c.tick(now=1000.0)
+    assert c.runs == 1  # the first tick runs
+    c.tick(now=1001.0)
+    assert c.runs == 1  # all three ranks have a verdict: wait for the interval
+    agent.table.apply(report("train", 7, "pod-7", []))  # a new rank, no batches yet
+    c.tick(now=1001.5)
+    assert c.runs == 1  # not before GATHERING_S
+    c.tick(now=1000.0 + service.GATHERING_S)
+    assert c.runs == 2
+    c.tick(now=1000.0 + 2 * service.GATHERING_S)
+    assert c.runs == 3  # rank 7 is still "unknown": keep looking
+    c.tick(now=1000.0 + 2 * service.GATHERING_S + c.interval)
+    assert c.runs == 4

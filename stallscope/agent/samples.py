@@ -12,8 +12,10 @@ Conventions, so that every consumer reads every producer the same way:
   ``shm_used_ratio``, ``fuse_probe_seconds``, ``gpu_busy_ratio``.
 - value: a level or a rate over the interval since the previous reading (e.g. throttled
   seconds per second), never a raw cumulative counter, so any window can be averaged.
-- time: each (scope, signal) is recorded in time order (``series`` cuts its window by
-  binary search).
+- time: each (scope, signal) is recorded roughly in time order; per-batch samples from
+  several loader workers (``batch_load_seconds``, ``shard_read_seconds``) interleave
+  within a flush interval. ``series`` cuts its window by binary search, so the window's
+  edge is fuzzy by that much; consumers sort when they need order.
 """
 import bisect
 import collections
@@ -43,8 +45,8 @@ class SampleStore:
         with self.lock:
             points = list(self.data.get((scope, signal), ()))
         if seconds is not None:
-            # Points are (t_ns, value) tuples in time order: (horizon,) sorts before any
-            # point at or after the horizon.
+            # Points are (t_ns, value) tuples, (nearly) in time order: (horizon,) sorts
+            # before any point at or after the horizon.
             horizon = time.monotonic_ns() - int(seconds * 1e9)
             points = points[bisect.bisect_left(points, (horizon,)):]
         return points

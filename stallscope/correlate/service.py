@@ -23,6 +23,7 @@ from .trace import RankTrace
 MAX_CAUSE_SERIES = 3
 DEFAULT_INTERVAL = 15.0
 DEFAULT_WINDOW = 300.0
+GATHERING_S = 2.0   # re-run this often while a rank has no verdict yet
 
 
 def _seconds(v):
@@ -33,9 +34,11 @@ def _seconds(v):
 
 
 class Correlator:
-    def __init__(self, agent, window=DEFAULT_WINDOW):
+    def __init__(self, agent, window=DEFAULT_WINDOW, interval=DEFAULT_INTERVAL):
         self.agent = agent
         self.window = window
+        self.interval = interval
+        self.last_run = float("-inf")
         self.cache = ArrayCache()
         self.lock = threading.Lock()
         self.results = []        # [(labels, diagnosis)] from the last scheduled run
@@ -57,8 +60,25 @@ class Correlator:
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=table.node,
                                          window_seconds=seconds) for r in ranks}
 
-    def refresh(self):
+    def tick(self, now=None):
+        """The scheduled job (every second): a full run every ``interval`` seconds, and
+        sooner (every GATHERING_S) while a live rank has no verdict yet, so a new rank's
+        metrics appear within seconds of its first batches, not a whole interval later."""
+        now = time.monotonic() if now is None else now
+        if now - self.last_run >= self.interval:
+            return self.refresh(now)
+        if now - self.last_run >= GATHERING_S:
+            with self.lock:
+                known = {labels: d["verdict"] for labels, d in self.results}
+            with self.agent.table.lock:
+                gathering = any(known.get(r.labels(), "unknown") == "unknown"
+                                for r in self.agent.table.ranks.values())
+            if gathering:
+                return self.refresh(now)
+
+    def refresh(self, now=None):
         t0 = time.monotonic()
+        self.last_run = t0 if now is None else now
         try:
             ranks = self.agent.table.snapshot()
             found = self.analyse(ranks, self.window)
@@ -155,8 +175,9 @@ def _severity(d):
 def install(agent):
     """Wire the correlator into ``agent``: schedule, metrics, route and timeline part."""
     opts = agent.config.options
-    c = Correlator(agent, window=float(opts.get("correlate_window") or DEFAULT_WINDOW))
-    agent.every(float(opts.get("correlate_interval") or DEFAULT_INTERVAL), c.refresh)
+    c = Correlator(agent, window=float(opts.get("correlate_window") or DEFAULT_WINDOW),
+                   interval=float(opts.get("correlate_interval") or DEFAULT_INTERVAL))
+    agent.every(1.0, c.tick)
     agent.registry.register(c)
     agent.add_route("/api/v1/diagnosis", c.route)
     agent.add_timeline_part("loader", lambda rank, seconds: rank.loader)

@@ -108,7 +108,9 @@ def score(trace, period, others_best=0.0, wait_index=None):
                          "threshold": 1, "direction": "below"})
     elif workers:
         scope, load = trace.signal("batch_load_seconds", ("rank",))
-        t_load = _mean(load, span) if load is not None else None
+        # one sample per batch a worker produced (stallscope/agent/loader.py): a plain mean
+        recent = load.clip(*span) if load is not None else None
+        t_load = float(recent.v.mean()) if recent is not None and len(recent) else None
         if t_load is not None:
             per_batch = t_load / workers
             predicted = max(0.0, per_batch - compute)
