@@ -35,8 +35,7 @@ CFG = dataclasses.replace(
 NS = "stallscope-test"
 
 # metric prefix -> the part that exports it (not on main yet)
-PENDING = {
-}
+PENDING = {}
 # metric prefix -> the rig feature it needs (missing without root or cgroups)
 NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse",
          "stallscope_shard_read_seconds": "fuse", "stallscope_cache_requests_total": "fuse"}
