@@ -140,7 +140,9 @@ def record(name, seconds, out):
     from stallscope.lab.procs import AgentProcess
 
     verdict, cause, target, ranks, note = SCENARIOS[name]
-    agent = AgentProcess(args=["--node", "recorder"]).start()
+    # The simulated GPU (busy while the loop computes) stands in for NVML on machines
+    # without one; its samples carry source "simulated" in the trace.
+    agent = AgentProcess(args=["--node", "recorder", "--gpu.simulated"]).start()
     procs, cgroup = [], None
     try:
         env = dict(os.environ, STALLSCOPE_SOCKET=agent.socket, PYTHONPATH=ROOT)

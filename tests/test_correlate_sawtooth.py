@@ -60,3 +60,11 @@ def test_dominant_period():
     x = np.tile([1.0, 0, 0, 0, 0, 0, 0], 40)
     assert dominant_period(x) == 7
     assert dominant_period(np.ones(100)) == 0
+
+
+def test_nothing_to_line_up_without_stalls():
+    ev, ph = simulated(6, 4, load=0.1, compute=0.1)
+    s, e = synth.span_of(ev)
+    tr = trace_of(ev, gpu=synth.gpu_samples(ph, s, e))
+    got = sawtooth(tr, 0.0, stall_batches=stall_period(tr).stall_batches)
+    assert got.score is None and "no stalls" in got.note

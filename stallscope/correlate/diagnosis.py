@@ -105,7 +105,7 @@ def analyse(trace, peers=(), node="", window_seconds=None):
     wi = WaitIndex(trace.t_end, trace.wait)
     ib = input_bound(trace, wi)
     per = stall_period(trace)
-    saw = sawtooth(trace, per.period_seconds, wi)
+    saw = sawtooth(trace, per.period_seconds, wi, per.stall_batches)
     verdict, reason = decide(ib, peer_ratios)
     out.update(verdict=verdict, reason=reason, data_wait_ratio=round(ib.data_wait_ratio, 6),
                data_wait_seconds=round(ib.data_wait_seconds, 6),

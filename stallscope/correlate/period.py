@@ -75,7 +75,8 @@ def period_of(indices):
 
 def stall_period(trace, mask=None):
     thr = stall_threshold_ns(trace)
-    mask = trace.wait > thr if mask is None else mask
+    if mask is None:  # an iterator's first batch waits for worker startup: not a stall
+        mask = (trace.wait > thr) & (trace.interval != trace.wait)
     n_stall = int(mask.sum())
     out = StallPeriod(stall_batches=n_stall, threshold_seconds=thr / 1e9)
     if trace.n < 2 * MIN_CLUSTERS or n_stall < MIN_CLUSTERS:

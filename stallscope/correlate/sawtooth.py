@@ -42,8 +42,11 @@ def _corr(a, b):
     return float((a * b).sum() / den) if den > 0 else 0.0
 
 
-def sawtooth(trace, stall_period_seconds=0.0, wait_index=None):
+def sawtooth(trace, stall_period_seconds=0.0, wait_index=None, stall_batches=None):
     out = Sawtooth(stall_period_seconds=stall_period_seconds)
+    if stall_batches == 0:
+        out.note = "no stalls in the window to line up with"
+        return out
     name, gpu = trace.gpu(("gpu_sm_active_ratio", "gpu_busy_ratio"))
     span = trace.span()
     if gpu is None or span is None:
