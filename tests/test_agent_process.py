@@ -85,13 +85,19 @@ def test_rank_cap_and_silent_expiry(agent_factory):
         c.close()
 
 
-def test_exited_process_is_evicted(agent, hook_env, tmp_path):
+def test_exited_process_is_kept_for_the_grace_then_evicted(agent_factory, hook_env, tmp_path):
+    agent = agent_factory("--rank-exit-grace", "3")
     env = hook_env(agent, RANK=7)
     subprocess.run([sys.executable, "-c", "import stallscope; list(stallscope.watch(range(5)))"],
                    env=env, check=True, timeout=60)
-    # the process is gone; its last flush at exit delivered the batches first
+    # the process is gone; its last flush at exit delivered the batches, and its series
+    # stay for the grace period so that a scrape gets them
+    ranks = wait_until(lambda: [r for r in agent.api("/api/v1/ranks")["ranks"] if r["exited"]])
+    assert ranks[0]["batches"] == 5
+    assert metric(agent.metrics(), "stallscope_data_wait_seconds_count", rank="7") == 5
     wait_until(lambda: metric(agent.metrics(), "stallscope_agent_rank_evictions_total", reason="exited") == 1)
     assert metric(agent.metrics(), "stallscope_agent_events_total") == 5
+    assert metric(agent.metrics(), "stallscope_data_wait_seconds_count", rank="7") is None
 
 
 def run_agent(*args, timeout=20):

@@ -131,7 +131,8 @@ def test_agent_killed_and_restarted_mid_run(agent_factory, hook_env, tmp_path):
     assert delivered_later > 0 and dropped > 0
 
 
-def test_stopped_agent_never_blocks_the_loop(agent, hook_env, tmp_path):
+def test_stopped_agent_never_blocks_the_loop(agent_factory, hook_env, tmp_path):
+    agent = agent_factory("--rank-exit-grace", "0")
     env = hook_env(agent, RANK=0, STALLSCOPE_JOB="st")
     p = train(env, tmp_path / "st.json", "--plain", "--samples", 10**7, "--compute", 0.001,
               "--duration", 6, wait=False)
@@ -149,3 +150,32 @@ def test_stopped_agent_never_blocks_the_loop(agent, hook_env, tmp_path):
     # A slow agent costs nothing but latency: the events waited in the hook (bounded)
     # and every one of them arrived once the agent ran again.
     assert metric(text, "stallscope_agent_events_total") == stats["batches"]
+
+
+def test_a_rank_hung_in_next_shows_as_waiting_before_its_batch_arrives(agent, hook_env, tmp_path):
+    code = ("import time, stallscope\n"
+            "def data():\n"
+            "    for i in range(20):\n"
+            "        if i == 10:\n"
+            "            time.sleep(4.0)  # a hung read: the loop blocks inside next()\n"
+            "        yield i\n"
+            "for _ in stallscope.watch(data()):\n"
+            "    time.sleep(0.01)\n"
+            "time.sleep(0.6)\n")  # the exited rank's series stay for --rank-exit-grace
+    p = subprocess.Popen([sys.executable, "-c", code], env=hook_env(agent, RANK=0, STALLSCOPE_JOB="hung"))
+    try:
+        def hung_for_a_while():
+            t = agent.metrics()
+            s = metric(t, "stallscope_data_wait_seconds_sum", job="hung")
+            return t if s is not None and s >= 1.5 else None
+        text = wait_until(hung_for_a_while, 10)
+        # the sum grew while no batch arrived: 10 batches counted, the 11th still pending
+        assert metric(text, "stallscope_data_wait_seconds_count", job="hung") == 10
+        assert metric(text, "stallscope_step_seconds_sum", job="hung") >= 1.5
+        assert agent.api("/api/v1/ranks")["ranks"][0]["blocked_in_next_seconds"] >= 1.5
+    finally:
+        assert p.wait(timeout=60) == 0
+    text = wait_until(lambda: (lambda t: t if metric(t, "stallscope_data_wait_seconds_count",
+                                                     job="hung") == 20 else None)(agent.metrics()), 10)
+    # settled: the sum is the real wait (4 s of it in one batch), not counted twice
+    assert 4.0 <= metric(text, "stallscope_data_wait_seconds_sum", job="hung") < 4.5

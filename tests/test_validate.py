@@ -127,3 +127,21 @@ def test_dropped_counter_survives_process_restarts():
     ing.handle(good(dropped_total=9), peer_pid=100)
     ing.handle(good(dropped_total=3), peer_pid=200)  # the rank restarted as a new process
     assert table.snapshot()[0].dropped_total == 12
+
+
+def test_a_wait_in_progress_grows_the_sums_and_the_batch_settles_them():
+    table = state.RankTable()
+    ing = ingest.Ingest(sock=None, table=table)
+    base = 10**12
+    # blocked in next() since base; reports at +1 s and +3 s, the batch arrives at +4 s
+    assert ing.handle(good(events=[], mono_ns=base + 10**9, blocked_since_ns=base))
+    rank = table.snapshot()[0]
+    assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (10**9, 10**9, 0)
+    assert ing.handle(good(events=[], mono_ns=base + 3 * 10**9, blocked_since_ns=base))
+    assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (3 * 10**9, 3 * 10**9, 0)
+    assert ing.handle(good(events=[[base + 4 * 10**9, 4 * 10**9, 5 * 10**9]], mono_ns=base + 4 * 10**9 + 5))
+    # exactly the real wait and interval once it is over, counted once
+    assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (4 * 10**9, 5 * 10**9, 1)
+    assert rank.provisional_ns == 0
+    with pytest.raises(validate.Reject):
+        validate.parse(good(mono_ns=5, blocked_since_ns=6))

@@ -28,6 +28,7 @@ class Config:
     node: str = ""
     max_ranks: int = 256
     rank_ttl: float = 120.0
+    rank_exit_grace: float = 30.0
     timeline_seconds: float = 900.0
     procfs: str = "/proc"
     sysfs: str = "/sys"
@@ -41,6 +42,7 @@ class Agent:
         self.config = config
         node = config.node or os.environ.get("NODE_NAME") or _socket.gethostname()
         self.table = state.RankTable(max_ranks=config.max_ranks, rank_ttl=config.rank_ttl,
+                                     exit_grace=config.rank_exit_grace,
                                      timeline_seconds=config.timeline_seconds,
                                      procfs=config.procfs, node=node)
         self.samples = samples.SampleStore(config.timeline_seconds)

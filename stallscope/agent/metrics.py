@@ -33,10 +33,12 @@ class RankCollector:
         ranks = self.table.snapshot()
         wait = HistogramMetricFamily(
             "stallscope_data_wait_seconds",
-            "Time the training loop blocked in next(loader), per batch.", labels=LABELS)
+            "Time the training loop blocked in next(loader), per batch. _sum includes a wait "
+            "still in progress; _count moves when its batch arrives.", labels=LABELS)
         step = HistogramMetricFamily(
             "stallscope_step_seconds",
-            "Interval between consecutive batches reaching the training loop.", labels=LABELS)
+            "Interval between consecutive batches reaching the training loop (_sum, like "
+            "the data-wait sum, includes a wait still in progress).", labels=LABELS)
         info = GaugeMetricFamily(
             "stallscope_loader_info", "DataLoader configuration of the rank (value 1).",
             labels=LOADER_LABELS)

@@ -21,6 +21,9 @@ OPTIONS = [
                  help="Most ranks tracked at once; reports from more are rejected and counted."),
     click.option("--rank-ttl", default=120.0, show_default=True, type=click.FloatRange(1, 86400),
                  metavar="SECONDS", help="Forget a rank silent for this long (its process gone sooner)."),
+    click.option("--rank-exit-grace", default=30.0, show_default=True,
+                 type=click.FloatRange(0, 3600), metavar="SECONDS",
+                 help="Keep an exited rank's series this long, so the final batches get scraped."),
     click.option("--timeline-seconds", default=900.0, show_default=True,
                  type=click.FloatRange(10, 86400), metavar="SECONDS",
                  help="How much per-rank history to keep for the correlator and the API."),
@@ -44,7 +47,8 @@ def add_options(fn):
 def config_from(kwargs):
     return Config(listen=kwargs.pop("listen"), socket=kwargs.pop("socket_path"),
                   node=kwargs.pop("node"), max_ranks=kwargs.pop("max_ranks"),
-                  rank_ttl=kwargs.pop("rank_ttl"), timeline_seconds=kwargs.pop("timeline_seconds"),
+                  rank_ttl=kwargs.pop("rank_ttl"), rank_exit_grace=kwargs.pop("rank_exit_grace"),
+                  timeline_seconds=kwargs.pop("timeline_seconds"),
                   procfs=kwargs.pop("procfs"), sysfs=kwargs.pop("sysfs"),
                   cgroupfs=kwargs.pop("cgroupfs"), rootfs=kwargs.pop("rootfs"),
                   options=kwargs)

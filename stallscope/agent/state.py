@@ -61,6 +61,10 @@ class RankState:
         self.worker_pids = []    # agent's PID namespace
         self.wait = Histogram(WAIT_BUCKETS)
         self.step = Histogram(STEP_BUCKETS)
+        # Wait already added to both sums for a next() call still in progress; the batch
+        # that ends it adds only the rest (see _add_events and _note_blocked).
+        self.provisional_ns = 0
+        self.exited_at = None    # monotonic time its main process was found gone
         self.timeline = collections.deque(maxlen=timeline_max)
         self.dropped_by_pid = {}
         self.dropped_base = 0
@@ -95,6 +99,8 @@ class RankState:
             "batches": self.wait.count,
             "data_wait_seconds_total": self.wait.sum_ns / 1e9,
             "step_seconds_total": self.step.sum_ns / 1e9,
+            "blocked_in_next_seconds": self.provisional_ns / 1e9,
+            "exited": self.exited_at is not None,
             "dropped_events": self.dropped_total,
             **{k: v for k, v in self.extra.items() if k.startswith("json_")},
         }
@@ -103,10 +109,11 @@ class RankState:
 class RankTable:
     """All live ranks on this node. Every method takes the lock; readers get copies."""
 
-    def __init__(self, max_ranks=256, rank_ttl=120.0, timeline_seconds=900.0,
+    def __init__(self, max_ranks=256, rank_ttl=120.0, exit_grace=30.0, timeline_seconds=900.0,
                  timeline_max=100_000, procfs="/proc", node=""):
         self.max_ranks = max_ranks
         self.rank_ttl = rank_ttl
+        self.exit_grace = exit_grace
         self.timeline_ns = int(timeline_seconds * 1e9)
         self.timeline_max = timeline_max
         self.procfs = procfs
@@ -135,6 +142,7 @@ class RankTable:
             pid = peer_pid or msg["pid"]
             if msg["role"] == "main":
                 if pid != rank.pid:
+                    rank.exited_at = None  # restarted under the same identity
                     rank.pid, rank.ns_pid = pid, msg["pid"]
                     rank.pid_start = pids.start_time(self.procfs, pid)
                     rank.uid = peer_uid
@@ -145,6 +153,8 @@ class RankTable:
                 if msg["mono_ns"] and msg["wall_ns"]:
                     rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
                 self._add_events(rank, msg["events"])
+                if msg.get("blocked_since_ns") is not None:
+                    self._note_blocked(rank, msg["mono_ns"] - msg["blocked_since_ns"])
             rank.note_dropped(pid, msg["dropped_total"])
             for handler in self.handlers:
                 handler(msg, rank, pid)
@@ -155,11 +165,31 @@ class RankTable:
         for end, wait, interval in events:
             rank.wait.observe_ns(wait)
             rank.step.observe_ns(interval)
+            if rank.provisional_ns:
+                # this batch ends the wait already counted in the sums: add only the rest
+                rank.wait.sum_ns -= min(rank.provisional_ns, wait)
+                rank.step.sum_ns -= min(rank.provisional_ns, interval)
+                rank.provisional_ns = 0
             tl.append((end, wait, interval))
         if tl:
             horizon = tl[-1][0] - self.timeline_ns
             while tl and tl[0][0] < horizon:
                 tl.popleft()
+
+    @staticmethod
+    def _note_blocked(rank, blocked_ns):
+        """The loop has been blocked in next() for blocked_ns and the batch has not come.
+
+        A rank hung on a dead mount would otherwise report nothing at all, and its SLI
+        (rate of the wait sum over the step sum) would show no waiting. So the time waited
+        so far goes into both sums now, growing with every report; _count and the buckets
+        move only when the batch arrives. Sums stay monotonic: the batch that ends the wait
+        adds only what was not counted yet."""
+        extra = blocked_ns - rank.provisional_ns
+        if extra > 0:
+            rank.wait.sum_ns += extra
+            rank.step.sum_ns += extra
+            rank.provisional_ns = blocked_ns
 
     def expire(self, now=None):
         """Drop ranks whose main process is gone or that went silent; returns their keys."""
@@ -167,10 +197,17 @@ class RankTable:
         gone = []
         with self.lock:
             for key, rank in list(self.ranks.items()):
-                if now - rank.last_seen > self.rank_ttl:
-                    reason = "silent"
-                elif rank.pid and not pids.alive(self.procfs, rank.pid, rank.pid_start):
+                if rank.exited_at is None and rank.pid and not pids.alive(
+                        self.procfs, rank.pid, rank.pid_start):
+                    rank.exited_at = now
+                if rank.exited_at is not None:
+                    # Kept for a grace period after exit so that Prometheus scrapes the
+                    # final batches (flushed at exit) before the series go away.
+                    if now - rank.exited_at < self.exit_grace:
+                        continue
                     reason = "exited"
+                elif now - rank.last_seen > self.rank_ttl:
+                    reason = "silent"
                 else:
                     continue
                 del self.ranks[key]

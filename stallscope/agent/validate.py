@@ -124,9 +124,21 @@ def parse(data, max_bytes=wire.MAX_MESSAGE_BYTES):
         "dropped_total": _int(raw.get("dropped_total", 0), 0, MAX_NS, "dropped_total"),
         "events": _events(raw.get("events", [])),
         "loader": _loader(raw.get("loader")),
+        "blocked_since_ns": _blocked(raw),
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
     }
     return msg
+
+
+def _blocked(raw):
+    """Start of a next() call still in progress, on the sender's clock (<= mono_ns)."""
+    value = raw.get("blocked_since_ns")
+    if value is None:
+        return None
+    value = _int(value, 0, MAX_NS, "blocked_since_ns")
+    if value > raw.get("mono_ns", 0):
+        raise Reject("bad_schema", "blocked_since_ns is later than mono_ns")
+    return value
 
 
 def _no_constants(name):

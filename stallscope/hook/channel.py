@@ -26,6 +26,7 @@ from . import wire
 
 FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "0.25") or 0.25)
 HEARTBEAT_S = 5.0
+BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
 RECONNECT_S = 1.0
 # Per stream, at most this many batches wait for delivery; past it the oldest are
 # dropped (and counted), so a process that never reaches an agent keeps bounded memory.
@@ -36,7 +37,7 @@ class Stream:
     """The batches of one iterator (one epoch of one watched loader)."""
 
     __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
-                 "last_sent", "__weakref__")
+                 "last_sent", "blocked_since", "__weakref__")
 
     def __init__(self, ident, role="main", owner=None):
         self.buf = []       # flat [start, end, start, end, ...] appended by the loop
@@ -46,6 +47,7 @@ class Stream:
         self.loader = None
         self.cuda = None    # the loop's CUDA device (hook/device.py), when known
         self.prev_end = None
+        self.blocked_since = None  # start of a next() call still in progress
         self.owner = weakref.ref(owner) if owner is not None else None
         self.last_sent = 0.0
 
@@ -126,7 +128,8 @@ class Channel:
         for stream in streams:
             self._drain(stream)
             done = stream.finished() and not stream.buf
-            if stream.pending or now - stream.last_sent >= HEARTBEAT_S or done:
+            blocked = stream.blocked_since is not None and now - stream.last_sent >= BLOCKED_REPORT_S
+            if stream.pending or blocked or now - stream.last_sent >= HEARTBEAT_S or done:
                 self._deliver(stream, now)
             if done and not stream.pending:
                 with self.lock:
@@ -145,6 +148,8 @@ class Channel:
                 msg["loader"] = stream.loader
             if stream.cuda is not None:
                 msg["cuda"] = stream.cuda
+            if stream.blocked_since is not None:
+                msg["blocked_since_ns"] = stream.blocked_since
             status = self._send(msg, len(chunk))
             if status == "busy":
                 return  # the agent is slow: keep the events for the next flush
@@ -160,6 +165,9 @@ class Channel:
         n = len(buf) & ~1
         pairs = buf[:n]
         del buf[:n]
+        # An odd length left means the loop is inside next(): buf[0] is when it began.
+        tail = buf[:1] if len(buf) & 1 else None
+        stream.blocked_since = tail[0] if tail and not stream.finished() else None
         events = stream.pending
         prev = stream.prev_end
         for j in range(0, n, 2):

@@ -34,12 +34,17 @@ class _WatchedIterator:
         return self
 
     def __next__(self, _now=perf_counter_ns):
-        start = _now()
-        item = self._next()  # the loader's own exceptions pass through untouched
-        end = _now()
         append = self._append
-        append(start)
-        append(end)
+        # The start goes in before the loader is asked: a start with no end yet tells the
+        # flush thread the loop is blocked in next() right now, so a rank hung on a dead
+        # mount shows up as waiting instead of going quiet (channel.py, blocked_since).
+        append(_now())
+        try:
+            item = self._next()
+        except BaseException:  # StopIteration or the loader's own error, passed through
+            self._stream.buf.pop()  # keep (start, end) pairs aligned; the flush never
+            raise                   # takes an odd trailing start, so it is still there
+        append(_now())
         return item
 
     def __len__(self):

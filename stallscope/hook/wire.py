@@ -15,6 +15,8 @@ parses input from every process on the node and must not execute any of it.
      "events": [[t_end_ns, wait_ns, interval_ns], ...],   # one per batch (role=main);
                                   #   role=worker: [t_end_ns, load_ns, interval_ns], the
                                   #   time to produce the batch (hook/batches.py)
+     "blocked_since_ns": int,     # optional: the loop is inside next() since then and the
+                                  #   batch has not come (the agent counts the wait so far)
      "io": {...},                 # optional: shard reads, cache lookups (hook/shards.py)
      "loader": {...},             # optional: DataLoader config + worker PIDs
      "cuda": {"index": int, "uuid": "GPU-..."},  # optional: the loop's CUDA device
