@@ -129,6 +129,38 @@ def live(tmp_path_factory):
         yield rig
 
 
+def test_per_rank_series_budget(live):
+    """DESIGN.md: at most 40 series carry a rank's labels, all parts together. (Runs
+    before the tests that kill a trainer and stop the agent.) The live
+    rig's slowed rank has everything switched on (hook, loader workers, shard reads,
+    CFS quota, FUSE, simulated GPU with dcgm SM-active, correlator causes), so it is the
+    worst case this setup can make."""
+    import collections
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # wait until the correlator has published causes for the slowed rank
+    deadline = time.time() + 60
+    while time.time() < deadline and 'stallscope_stall_cause_score{' not in live.agent.metrics():
+        time.sleep(1)
+    per_rank = collections.Counter()
+    names = collections.defaultdict(set)
+    for family in text_string_to_metric_families(live.agent.metrics()):
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("rank", "") == "":
+                continue
+            key = (labels.get("namespace"), labels.get("pod"), labels.get("job"), labels["rank"])
+            per_rank[key] += 1
+            names[key].add(sample.name)
+    slow = (NS, "slow-2", "mixin-slow", "2")
+    assert per_rank[slow] >= 30, names[slow]  # the worst case really has (nearly) everything
+    assert {"stallscope_stall_cause_score", "stallscope_batch_load_seconds_sum",
+            "stallscope_gpu_busy_seconds_total"} <= names[slow], sorted(names[slow])
+    print("series per rank:", dict(per_rank))
+    worst = max(per_rank.values())
+    assert worst <= 40, {k: v for k, v in per_rank.items() if v > 40}
+
+
 @pytest.mark.parametrize("expr", [q for _, q in queries()], ids=[i for i, _ in queries()])
 def test_query_returns_data(live, expr):
     result = live.prometheus.query(expr)  # a malformed query raises here, pending or not
@@ -184,33 +216,3 @@ def test_agent_down_fires_when_the_agent_stops(live):
     [alert] = _wait_alert(live.prometheus, "StallscopeAgentDown", timeout=60)
     assert alert["labels"]["instance"] == "127.0.0.1:%d" % live.agent.port
 
-
-def test_per_rank_series_budget(live):
-    """DESIGN.md: at most 40 series carry a rank's labels, all parts together. The live
-    rig's slowed rank has everything switched on (hook, loader workers, shard reads,
-    CFS quota, FUSE, simulated GPU with dcgm SM-active, correlator causes), so it is the
-    worst case this setup can make."""
-    import collections
-    from prometheus_client.parser import text_string_to_metric_families
-
-    # wait until the correlator has published causes for the slowed rank
-    deadline = time.time() + 60
-    while time.time() < deadline and 'stallscope_stall_cause_score{' not in live.agent.metrics():
-        time.sleep(1)
-    per_rank = collections.Counter()
-    names = collections.defaultdict(set)
-    for family in text_string_to_metric_families(live.agent.metrics()):
-        for sample in family.samples:
-            labels = sample.labels
-            if labels.get("rank", "") == "":
-                continue
-            key = (labels.get("namespace"), labels.get("pod"), labels.get("job"), labels["rank"])
-            per_rank[key] += 1
-            names[key].add(sample.name)
-    slow = (NS, "slow-2", "mixin-slow", "2")
-    assert per_rank[slow] >= 30, names[slow]  # the worst case really has (nearly) everything
-    assert {"stallscope_stall_cause_score", "stallscope_batch_load_seconds_sum",
-            "stallscope_gpu_busy_seconds_total"} <= names[slow], sorted(names[slow])
-    print("series per rank:", dict(per_rank))
-    worst = max(per_rank.values())
-    assert worst <= 40, {k: v for k, v in per_rank.items() if v > 40}
