@@ -102,7 +102,10 @@ def test_slowed_rank_is_named_with_its_pod_and_node(cluster):
     agent = [s for s in doc["sources"] if s["name"] == "agent"][0]
     assert agent == {"name": "agent", "url": cluster.agents["node-b"].url, "ok": True, "node": "node-b"}
     assert doc["loader"]["num_workers"] == 2
-    assert any(s["runbook"] == "runbooks/StallscopeDataWaitHigh.md" for s in doc["next_steps"])
+    # the agent's sizing: ceil(T_load / T_compute) = ceil(4 x 0.09 / 0.15) = 3 workers
+    assert (doc["sizing"]["num_workers"], doc["sizing"]["workers_needed"]) == (2, 3)
+    assert doc["next_steps"][0] == {"step": "Raise num_workers from 2 to 3; set persistent_workers=True.",
+                                    "runbook": "runbooks/StallscopeDataWaitHigh.md"}
 
 
 def test_json_follows_the_contract(cluster):
@@ -201,6 +204,9 @@ def test_given_agent_unreachable_degrades_to_prometheus(cluster):
     assert err.strip().splitlines() == ["stallscope diagnose: warning: " + warning]
     assert doc["sources"][1] == {"name": "agent", "url": url, "ok": False,
                                  "error": "cannot connect: Connection refused"}
+    # the loader's sizing still comes through Prometheus: a level-only candidate
+    tfw = [c for c in doc["causes"] if c["cause"] == "too_few_workers"]
+    assert tfw and tfw[0]["evidence"][0]["value"] == 3 and tfw[0]["evidence"][0]["threshold"] == 2
 
 
 def test_dead_agent_then_empty_window(cluster):

@@ -171,6 +171,25 @@ def cause_scores(prom, who, w):
                   key=lambda c: -c["score"])
 
 
+def loader_sizing(prom, who, w):
+    """num_workers and the agent's advice (issue 4's workers_needed), as Prometheus has
+    them: the loader's side of the story when the agent cannot be asked."""
+    sel = selector(job=who["job"], namespace=who["namespace"], pod=who["pod"], rank=str(who["rank"]))
+    out = {}
+    info = prom.query("last_over_time(stallscope_loader_info%s[%s])" % (sel, w))
+    if info:
+        try:
+            out["num_workers"] = int(info[0][0].get("num_workers", ""))
+        except ValueError:
+            pass
+    for key, metric in (("workers_needed", "stallscope_loader_workers_needed"),
+                        ("quota_limited", "stallscope_loader_workers_quota_limited")):
+        value = prom.scalar("max(last_over_time(%s%s[%s]))" % (metric, sel, w))
+        if value is not None:
+            out[key] = bool(value) if key == "quota_limited" else int(value)
+    return out
+
+
 def view(prom, pod, namespace, window_s, top_k=TOP_K):
     """Everything Prometheus knows about the pod's rank and its job, as one dict."""
     w = window.promql(window_s)
@@ -192,6 +211,7 @@ def view(prom, pod, namespace, window_s, top_k=TOP_K):
         if target is not None and (target["data_wait_ratio"] or 0.0) >= THRESHOLD:
             when = pool.submit(since, prom, target, window_s)
         scores = pool.submit(cause_scores, prom, me, w)
+        sizing = pool.submit(loader_sizing, prom, me, w)
         out = {
             "job": me["job"], "rank": me["rank"], "pod": pod, "namespace": namespace,
             "node": me["node"], "data_wait_ratio": me["data_wait_ratio"],
@@ -208,6 +228,7 @@ def view(prom, pod, namespace, window_s, top_k=TOP_K):
             "agent_url": node_agents[me["node"]].result(),
             "signals": signals.result(),
             "cause_scores": scores.result(),
+            "sizing": sizing.result(),
             "sli_expr": sli(w, job=me["job"], namespace=namespace),
         }
     return out

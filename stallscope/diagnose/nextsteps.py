@@ -64,6 +64,10 @@ def steps(doc):
                 "itself).")
     elif verdict == "input_bound":
         named = [c for c in doc.get("causes") or [] if c["score"] >= ATTRIBUTE] or (doc.get("causes") or [])[:1]
+        z = doc.get("sizing") or {}
+        if z.get("workers_needed") and z.get("num_workers") is not None and \
+                z["workers_needed"] > z["num_workers"] and "too_few_workers" not in [c["cause"] for c in named[:2]]:
+            named = [{"cause": "too_few_workers", "score": 0.0, "evidence": []}] + named
         for c in named[:2]:
             alert, text = ACTIONS.get(c["cause"], ACTIONS["unexplained"])
             if c["cause"] == "fuse_unhealthy":

@@ -91,6 +91,11 @@ def decide(me, cluster, diag, stacks=None, window_s=900.0):
         me.get("rank"), pct(ratio), pct(THRESHOLD))
 
 
+def too_few(sizing):
+    n, need = (sizing or {}).get("num_workers"), (sizing or {}).get("workers_needed")
+    return n is not None and need is not None and need > n
+
+
 def causes_without_agent(cluster):
     """Ranked causes from what Prometheus holds, honestly scored."""
     out = [{"cause": c["cause"], "score": round(c["score"], 4),
@@ -109,6 +114,15 @@ def causes_without_agent(cluster):
                                       "outside_stalls": None, "value": s["value"],
                                       "threshold": s["threshold"], "direction": s["direction"],
                                       "scope": "pod"}]})
+    z = cluster.get("sizing") or {}
+    if "too_few_workers" not in seen and too_few(z):
+        out.append({"cause": "too_few_workers", "score": LEVEL_ONLY_SCORE,
+                    "summary": "The agent's sizing says %d workers keep up, the loader has %d "
+                               "(from Prometheus; without the node's timelines the stall period "
+                               "is unknown)." % (z["workers_needed"], z["num_workers"]),
+                    "evidence": [{"signal": "workers_needed", "value": z["workers_needed"],
+                                  "during_stalls": None, "outside_stalls": None,
+                                  "threshold": z["num_workers"], "direction": "above"}]})
     best = max((c["score"] for c in out), default=0.0)
     out.append({"cause": "unexplained", "score": round(1.0 - best, 4),
                 "summary": "What the candidates above do not account for (no correlator "
@@ -142,13 +156,14 @@ def evidence(me, cluster, diag, rank_info, causes):
             rows.append({"signal": "stall_period_steps", "value": diag["stall_period_steps"],
                          "threshold": workers, "direction": "equal", "source": "agent",
                          "status": "over" if workers and diag["stall_period_steps"] == workers else "info"})
-    sizing = (rank_info or {}).get("json_loader_sizing")
-    if sizing and sizing.get("num_workers") is not None:
+    sizing = (rank_info or {}).get("json_loader_sizing") or (cluster or {}).get("sizing")
+    if sizing and sizing.get("num_workers") is not None and sizing.get("workers_needed") is not None:
         needed = sizing.get("workers_needed")
         rows.append({"signal": "workers_needed", "value": needed, "threshold": sizing["num_workers"],
-                     "direction": "above", "source": "agent",
+                     "direction": "above", "source": "agent" if rank_info else "prometheus",
                      "status": "over" if needed and needed > sizing["num_workers"] else "ok"})
     seen = set()
+    seen.add("workers_needed")
     for c in causes[:3]:
         for e in c.get("evidence") or []:
             value = e.get("during_stalls", e.get("value"))
