@@ -87,7 +87,9 @@ def write(path, doc, timeline=None):
         ax.fill_between(data["x"], data["wait"], step="post", color="tab:red", alpha=0.45,
                         label="data-wait (share of time)")
         if data["gpu"]:
-            ax.plot(data["gpu_x"], data["gpu"], color="tab:green", lw=1.2, label="GPU busy")
+            source = ((doc.get("gpu") or {}).get("source") or "").lower()
+            ax.plot(data["gpu_x"], data["gpu"], color="tab:green", lw=1.2, drawstyle="steps-pre",
+                    label="GPU busy (simulated)" if source == "simulated" else "GPU busy")
         else:
             ax.plot([], [], " ", label="GPU busy: no samples")
         ax.axhline(doc["threshold"], color="grey", ls=":", lw=1, label="alert line")

@@ -92,7 +92,7 @@ def render_text(doc):
     if doc.get("job_scope") == "node":
         out.append("  (job max and median cover this node's ranks only: no cluster view)")
 
-    causes = doc.get("causes") or []
+    causes = [c for c in doc.get("causes") or [] if c["score"] > 0]  # the JSON keeps them all
     if causes:
         out += ["", "Likely causes"]
         for i, c in enumerate(causes[:5], 1):

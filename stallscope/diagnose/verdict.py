@@ -34,6 +34,8 @@ def _who(r):
 def _over(value, threshold, direction="above"):
     if value is None or threshold is None:
         return None
+    if direction == "equal":
+        return value == threshold
     return value > threshold if direction == "above" else value < threshold
 
 
@@ -96,33 +98,43 @@ def too_few(sizing):
     return n is not None and need is not None and need > n
 
 
+def _pod_evidence(signal, value, threshold, direction):
+    return {"signal": signal, "value": value, "during_stalls": None, "outside_stalls": None,
+            "threshold": threshold, "direction": direction, "scope": "pod"}
+
+
 def causes_without_agent(cluster):
-    """Ranked causes from what Prometheus holds, honestly scored."""
+    """Ranked causes from what Prometheus holds, honestly scored: the correlator's
+    published scores (top three of an input-bound rank) with the pod's signals as their
+    evidence; signals over their alert line and the loader sizing as level-only
+    candidates (their timing against the stalls is unknown without the timelines)."""
+    evidence = {}
+    for s in cluster.get("signals") or []:
+        if s["cause"]:
+            evidence.setdefault(s["cause"], []).append(
+                _pod_evidence(s["signal"], s["value"], s["threshold"], s["direction"]))
+    z = cluster.get("sizing") or {}
+    if too_few(z):
+        evidence.setdefault("too_few_workers", []).append(
+            _pod_evidence("workers_needed", z["workers_needed"], z["num_workers"], "above"))
     out = [{"cause": c["cause"], "score": round(c["score"], 4),
-            "summary": "The node's correlator scored %s at %.2f (from Prometheus; the agent's "
-                       "evidence was not available)." % (c["cause"], c["score"]), "evidence": []}
+            "summary": "The node's correlator scored %s at %.2f (from Prometheus; its timing "
+                       "evidence is in the agent, which did not answer)." % (c["cause"], c["score"]),
+            "evidence": evidence.get(c["cause"], [])}
            for c in cluster.get("cause_scores") or []]
     seen = {c["cause"] for c in out}
-    for s in cluster.get("signals") or []:
-        if s["cause"] and s["cause"] not in seen and _over(s["value"], s["threshold"], s["direction"]):
-            seen.add(s["cause"])
-            out.append({"cause": s["cause"], "score": LEVEL_ONLY_SCORE,
-                        "summary": "%s was %s its line (%g) in the window; without the node's "
-                                   "timelines its timing against the stalls is unknown." % (
-                                       s["signal"], s["direction"], s["threshold"]),
-                        "evidence": [{"signal": s["signal"], "during_stalls": None,
-                                      "outside_stalls": None, "value": s["value"],
-                                      "threshold": s["threshold"], "direction": s["direction"],
-                                      "scope": "pod"}]})
-    z = cluster.get("sizing") or {}
-    if "too_few_workers" not in seen and too_few(z):
-        out.append({"cause": "too_few_workers", "score": LEVEL_ONLY_SCORE,
-                    "summary": "The agent's sizing says %d workers keep up, the loader has %d "
-                               "(from Prometheus; without the node's timelines the stall period "
-                               "is unknown)." % (z["workers_needed"], z["num_workers"]),
-                    "evidence": [{"signal": "workers_needed", "value": z["workers_needed"],
-                                  "during_stalls": None, "outside_stalls": None,
-                                  "threshold": z["num_workers"], "direction": "above"}]})
+    for cause, rows in sorted(evidence.items()):
+        over = [e for e in rows if _over(e["value"], e["threshold"], e["direction"])]
+        if cause in seen or not over:
+            continue
+        e = over[0]
+        if e["signal"] == "workers_needed":
+            text = ("The agent's sizing says %d workers keep up, the loader has %d; without the "
+                    "node's timelines the stall period is unknown." % (e["value"], e["threshold"]))
+        else:
+            text = ("%s was %s its line (%g) in the window; without the node's timelines its "
+                    "timing against the stalls is unknown." % (e["signal"], e["direction"], e["threshold"]))
+        out.append({"cause": cause, "score": LEVEL_ONLY_SCORE, "summary": text, "evidence": over})
     best = max((c["score"] for c in out), default=0.0)
     out.append({"cause": "unexplained", "score": round(1.0 - best, 4),
                 "summary": "What the candidates above do not account for (no correlator "
@@ -163,10 +175,11 @@ def evidence(me, cluster, diag, rank_info, causes):
                      "direction": "above", "source": "agent" if rank_info else "prometheus",
                      "status": "over" if needed and needed > sizing["num_workers"] else "ok"})
     seen = set()
-    seen.add("workers_needed")
+    seen.update(("workers_needed", "stall_period_steps"))
     for c in causes[:3]:
         for e in c.get("evidence") or []:
-            value = e.get("during_stalls", e.get("value"))
+            value = e.get("during_stalls")
+            value = e.get("value") if value is None else value
             if e.get("signal") in seen or not isinstance(value, (int, float)):
                 continue
             seen.add(e["signal"])
