@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from stallscope.lab.procs import child_env
-from tests.conftest import need_root
+from stallscope.lab.procs import PrometheusProcess, child_env, free_port
+from tests.conftest import need_prometheus, need_root
 
 TRAINER = os.path.join(os.path.dirname(__file__), "trainers", "stack_trainer.py")
 pytestmark = pytest.mark.slow
@@ -39,7 +39,11 @@ def stuck(tmp_path_factory):
     os.mkfifo(fifo)
     hold = os.open(fifo, os.O_RDWR)
     procs = {}
+    prom = None
     try:
+        need_prometheus()
+        prom = PrometheusProcess([agent.url], workdir=str(d)).start()
+        agent.prom = prom
         for mode in MODES:
             env = child_env({"STALLSCOPE_SOCKET": agent.socket, "STALLSCOPE_JOB": "sj",
                              "RANK": str(MODES.index(mode)), "POD_NAME": "st-" + mode,
@@ -48,13 +52,16 @@ def stuck(tmp_path_factory):
                                            env=env, start_new_session=True)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            ranks = agent.api("/api/v1/ranks")["ranks"]
-            if len(ranks) == len(MODES) and all(len(r["worker_pids"]) == 2 for r in ranks):
+            ranks = {r["pod"]: r for r in agent.api("/api/v1/ranks")["ranks"]}
+            # every stuck loop blocked in next() for longer than diagnose's 5 s line, and
+            # the idle one past its first batch, in its step
+            if len(ranks) == len(MODES) and all(len(r["worker_pids"]) == 2 for r in ranks.values()) \
+                    and all(ranks["st-" + m]["blocked_in_next_seconds"] >= 6 for m in MODES if m != "idle") \
+                    and ranks["st-idle"]["batches"] >= 1:
                 break
             time.sleep(0.5)
         else:
-            pytest.fail("trainers did not register with their workers: %s" % agent.api("/api/v1/ranks"))
-        time.sleep(3)  # workers past start-up and into their dataset code
+            pytest.fail("trainers did not register and block: %s" % agent.api("/api/v1/ranks"))
         yield agent
     finally:
         for p in procs.values():  # the workers never return: end the whole group
@@ -65,6 +72,8 @@ def stuck(tmp_path_factory):
             p.wait()
         os.close(hold)
         agent.stop()
+        if prom is not None:
+            prom.stop()
 
 
 def stacks_of(agent, mode):
@@ -85,9 +94,9 @@ def test_worker_stacks_are_classified(stuck, mode, expected):
     assert st["workers"][expected] == 2
     # the loop is blocked in next() waiting for a batch from the workers
     assert st["main"] == "ipc_wait", st["processes"][0]
-    # no batch ever arrived: stuck, and the stacks put it inside the DataLoader
+    # no batch ever arrived: the hook says the loop is blocked in next(), the stacks agree
     assert doc["verdict"] == "input_bound" and rc == 1, doc["reason"]
-    assert "stuck in next()" in doc["reason"]
+    assert "has been blocked in next() for" in doc["reason"] and doc["blocked_in_next_seconds"] >= 6
     if mode == "read":
         assert all(".read(" in p["line"] for p in workers)
     if mode == "fetch":
@@ -118,8 +127,8 @@ def test_py_spy_missing_is_a_note_not_a_failure(stuck):
     line = [l for l in err.splitlines() if "py-spy" in l]
     assert line == ["stallscope diagnose: warning: stacks: py-spy not found at "
                     "STALLSCOPE_PY_SPY=/nonexistent/py-spy"]
-    # without the stacks a stuck loop cannot be placed: honest "unknown"
-    assert doc["verdict"] == "unknown" and rc == 2 and "Traceback" not in err
+    # the verdict stands on the hook's report alone: blocked in next()
+    assert doc["verdict"] == "input_bound" and rc == 1 and "Traceback" not in err
 
 
 def test_ptrace_denied_says_how_to_grant_it(stuck):
@@ -132,4 +141,20 @@ def test_ptrace_denied_says_how_to_grant_it(stuck):
     notes = [l for l in out.splitlines() if l.startswith("note: stacks:")]
     assert len(notes) == 1, out
     assert "ptrace not permitted for PID" in notes[0] and "SYS_PTRACE" in notes[0]
-    assert rc == 2
+    assert rc == 1
+
+
+def test_prometheus_alone_sees_a_loop_blocked_in_next(stuck):
+    """The agent adds a wait in progress to both sums: in Prometheus a blocked rank waits
+    ~100 % of a window without a batch, even when its agent cannot be asked."""
+    closed = "http://127.0.0.1:%d" % free_port()
+    rc, out, err = diagnose("st-read", "--prometheus", stuck.prom.url, "--agent", closed,
+                            "--window", "5s", "--json")
+    doc = json.loads(out)
+    assert rc == 1 and doc["verdict"] == "input_bound", doc["reason"]
+    assert doc["reason"].startswith("Rank 1 completed no batch in the last 5s and waited in next() all along")
+    assert doc["data_wait_ratio"] > 0.9 and doc["pod"] == "st-read" and doc["node"] == "node-s"
+    # with the agent found in Prometheus, the hook's own report says how long
+    rc, out, _ = diagnose("st-read", "--prometheus", stuck.prom.url, "--window", "5s", "--json")
+    doc = json.loads(out)
+    assert rc == 1 and "has been blocked in next() for" in doc["reason"]

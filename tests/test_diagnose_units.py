@@ -157,3 +157,24 @@ def test_render_text_has_the_verdict_line_and_the_table():
     assert row[3:] == ["25.0%", ">2.0%", "OVER", "prometheus"]
     assert "  1. cpu_throttle          0.91  CFS throttled." in lines
     assert "  - Raise the limit.  [runbooks/StallscopeCPUThrottled.md]" in lines
+
+
+def test_the_hooks_blocked_report_places_a_stuck_loop():
+    me = dict(rank(0, "p", "n", 0.0), job_scope="node",
+              progress={"batches": 0, "last_batch_age_seconds": None, "median_interval_seconds": None},
+              rank_info={"blocked_in_next_seconds": 42.0, "last_seen_seconds_ago": 0.5})
+    v, why = verdict.decide(me, None, None)
+    assert v == "input_bound" and why.startswith("Rank 0 has been blocked in next() for 42s")
+    # batches stopped, the hook reports, the loop is not in next(): stuck elsewhere
+    me["rank_info"] = {"blocked_in_next_seconds": 0.0, "last_seen_seconds_ago": 2.0}
+    assert verdict.decide(me, None, None)[0] == "not_input_bound"
+    # ... unless the hook went quiet too
+    me["rank_info"]["last_seen_seconds_ago"] = 60.0
+    assert verdict.decide(me, None, None)[0] == "unknown"
+    # in next() only briefly (a new epoch's first batch): not placed
+    me["rank_info"] = {"blocked_in_next_seconds": 1.0, "last_seen_seconds_ago": 0.2}
+    assert verdict.decide(me, None, None)[0] == "unknown"
+    # Prometheus alone: no batch, the whole window waited
+    me = dict(rank(0, "p", "n", 0.98), job_scope="cluster", batches=0.0)
+    assert verdict.decide(me, {"straggler": me}, None)[0] == "input_bound"
+    assert verdict.decide(dict(me, data_wait_ratio=None), {"straggler": None}, None)[0] == "unknown"

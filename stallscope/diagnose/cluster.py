@@ -211,10 +211,12 @@ def view(prom, pod, namespace, window_s, top_k=TOP_K):
         if target is not None and (target["data_wait_ratio"] or 0.0) >= THRESHOLD:
             when = pool.submit(since, prom, target, window_s)
         scores = pool.submit(cause_scores, prom, me, w)
+        batches = pool.submit(prom.scalar, "sum(increase(stallscope_step_seconds_count%s[%s]))" % (
+            selector(job=me["job"], namespace=namespace, pod=pod, rank=str(me["rank"])), w))
         sizing = pool.submit(loader_sizing, prom, me, w)
         out = {
             "job": me["job"], "rank": me["rank"], "pod": pod, "namespace": namespace,
-            "node": me["node"], "data_wait_ratio": me["data_wait_ratio"],
+            "node": me["node"], "data_wait_ratio": me["data_wait_ratio"], "batches": batches.result(),
             "pod_ranks": sorted(pod_ranks, key=lambda r: str(r["rank"])),
             "job_ranks": len(job), "job_ranks_with_data": len(finite),
             "job_max_data_wait_ratio": straggler["data_wait_ratio"] if straggler else None,

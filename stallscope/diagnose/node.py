@@ -82,9 +82,14 @@ def progress(tl, rank, now=None):
     return out
 
 
+MIN_BATCHES = 20  # as the correlator: fewer, and the first batch's start-up dominates
+
+
 def timeline_ratio(tl):
     """Data-wait share of step time from a timeline's batch events (the SLI, node-side),
     for an agent that answers no diagnosis."""
     batches = tl.get("batches") or []
+    if len(batches) < MIN_BATCHES:
+        return None
     step = sum(b["interval_ns"] for b in batches)
     return (sum(b["wait_ns"] for b in batches) / step) if step > 0 else None

@@ -68,11 +68,11 @@ def _identity(cl, nd, w):
         return {"job": cl["job"], "rank": cl["rank"], "pod": cl["pod"], "namespace": cl["namespace"],
                 "node": cl["node"], "data_wait_ratio": cl["data_wait_ratio"],
                 "job_max": cl["job_max_data_wait_ratio"], "job_median": cl["job_median_data_wait_ratio"],
-                "job_scope": "cluster", "job_ranks": cl["job_ranks"],
-                "progress": (nd or {}).get("progress")}
+                "job_scope": "cluster", "job_ranks": cl["job_ranks"], "batches": cl.get("batches"),
+                "progress": (nd or {}).get("progress"), "rank_info": (nd or {}).get("rank")}
     r, d = nd["rank"], nd["diagnosis"] or {}
     ratio = d.get("data_wait_ratio")
-    if ratio is None and d.get("verdict") != "unknown" and nd.get("timeline"):
+    if ratio is None and not d and nd.get("timeline"):  # an agent without the correlator
         ratio = node_mod.timeline_ratio(nd["timeline"])
     peers = [p["data_wait_ratio"] for p in d.get("job_ranks_on_node") or [] if p.get("data_wait_ratio") is not None]
     ratios = peers + ([ratio] if ratio is not None else [])
@@ -80,7 +80,8 @@ def _identity(cl, nd, w):
             "node": r.get("node") or nd["node"], "data_wait_ratio": ratio,
             "job_max": max(ratios) if ratios else None,
             "job_median": statistics.median(ratios) if ratios else None,
-            "job_scope": "node", "job_ranks": len(ratios), "progress": nd.get("progress")}
+            "job_scope": "node", "job_ranks": len(ratios), "progress": nd.get("progress"),
+            "rank_info": r}
 
 
 def _straggler(cl, diag):
@@ -141,7 +142,8 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
         "loader": rank_info.get("loader") or (diag or {}).get("loader"),
         "sizing": rank_info.get("json_loader_sizing") or (cl or {}).get("sizing") or {},
         "pids": {"main": rank_info.get("pid"), "workers": rank_info.get("worker_pids") or []} if rank_info else None,
-        "progress": me.get("progress"), "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),
+        "progress": me.get("progress"),
+        "blocked_in_next_seconds": rank_info.get("blocked_in_next_seconds"), "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),
         "agent_verdict": (diag or {}).get("verdict"), "sli_expr": (cl or {}).get("sli_expr"),
         "agent_url": (nd or {}).get("url") or (fetch.base_url(url) if url else None),
         "prometheus_url": fetch.base_url(prometheus_url) if prometheus_url else None,

@@ -7,9 +7,10 @@ job) and the node's (the agent's correlator: timelines, GPU, causes with evidenc
   only the cluster view can name it.
 - Without the agent the cluster's numbers decide: this rank over the line is
   ``input_bound``, another rank over it makes this one ``not_input_bound``.
-- A rank whose batches stopped coming is stuck (stuck()): ``input_bound`` when its
-  stacks show the main thread inside the DataLoader, ``not_input_bound`` when outside
-  it, ``unknown`` without stacks. No data at all: ``unknown``.
+- A rank whose batches stopped coming is stuck (stuck()): ``input_bound`` when the hook
+  says it is blocked in next() (or its stacks show the main thread in the DataLoader),
+  ``not_input_bound`` when its hook still reports and it is not in next() (or its
+  stacks put it outside the loader), else ``unknown``. No data at all: ``unknown``.
 Causes come from the agent; without it, from the correlator's scores that Prometheus
 has (``stallscope_stall_cause_score``) and the pod's signals over their thresholds,
 which are level-only evidence (their timing against the stalls is unknown there).
@@ -20,6 +21,9 @@ from .window import human
 LEVEL_ONLY_SCORE = 0.5  # a signal over its line, timing unknown: a candidate, not a finding
 STUCK_MIN_S = 30.0      # no batch for this long, and for STUCK_STEPS typical steps: stuck
 STUCK_STEPS = 20
+BLOCKED_MIN_S = 5.0     # in next() for this long (and STUCK_STEPS steps): blocked on the loader
+BLOCKED_RATIO = 0.9     # no batch in the window, yet waiting in next() for most of it
+HOOK_FRESH_S = 15.0     # the hook reports at least every 5 s (its heartbeat)
 LOADER_CLASSES = ("ipc_wait", "fetch", "decode", "collate")  # main thread inside the DataLoader
 
 
@@ -40,36 +44,64 @@ def _over(value, threshold, direction="above"):
 
 
 def stuck(me, window_s):
-    """Why the rank looks stuck, or None. A loop blocked in next() reports nothing until
-    next() returns: its data-wait does not grow, its batches just stop coming."""
-    prog = me.get("progress")
-    if prog is not None:
-        if prog["batches"] == 0:
-            return "completed no batch in the last %s" % human(window_s)
-        age, med = prog["last_batch_age_seconds"], prog["median_interval_seconds"] or 0.0
-        if age is not None and age > max(STUCK_MIN_S, STUCK_STEPS * med):
-            return "completed no batch for %s (its steps took %.3gs)" % (human(age), med)
+    """(where, why) when the rank's batches stopped, else None; where is ``next`` (the hook
+    says the loop is blocked in next() right now), ``elsewhere`` (batches stopped, the
+    hook still reports, and the loop is not in next()) or ``unknown``.
+
+    The hook reports a next() call still in progress (blocked_since_ns): the agent
+    shows it as ``blocked_in_next_seconds`` and adds it to the data-wait and step sums,
+    so in Prometheus a blocked rank waits ~100 % of a window with no batch in it."""
+    info = me.get("rank_info") or {}
+    prog = me.get("progress") or {}
+    med = prog.get("median_interval_seconds") or 0.0
+    if info.get("exited"):
+        return "unknown", "has exited (its process is gone)"
+    blocked = info.get("blocked_in_next_seconds") or 0.0
+    if blocked >= max(BLOCKED_MIN_S, STUCK_STEPS * med):
+        return "next", "has been blocked in next() for %s" % human(blocked)
+    halted = None
+    if prog.get("batches") == 0:
+        halted = "completed no batch in the last %s" % human(window_s)
+    elif prog.get("last_batch_age_seconds") is not None and \
+            prog["last_batch_age_seconds"] > max(STUCK_MIN_S, STUCK_STEPS * med):
+        halted = "completed no batch for %s (its steps took %.3gs)" % (
+            human(prog["last_batch_age_seconds"]), med)
+    elif not prog and me.get("batches") == 0:  # the cluster view alone
+        if (me.get("data_wait_ratio") or 0.0) >= BLOCKED_RATIO:
+            return "next", "completed no batch in the last %s and waited in next() all along" % (
+                human(window_s))
+        halted = "completed no batch in the last %s" % human(window_s)
+    elif not prog and me.get("job_scope") == "cluster" and me.get("data_wait_ratio") is None:
+        halted = "completed no batch in the last %s" % human(window_s)
+    if halted is None:
         return None
-    if me.get("job_scope") == "cluster" and me.get("data_wait_ratio") is None:
-        return "completed no batch in the last %s" % human(window_s)
-    return None
+    fresh = info and (info.get("last_seen_seconds_ago") or 0.0) <= HOOK_FRESH_S
+    # in next() for a moment only (a new epoch's first batch): not placed either way
+    return ("elsewhere" if fresh and not blocked else "unknown"), halted
 
 
 def decide(me, cluster, diag, stacks=None, window_s=900.0):
-    """(verdict, reason) for rank ``me`` = {rank, pod, node, data_wait_ratio, progress}."""
+    """(verdict, reason) for rank ``me`` = {rank, pod, node, data_wait_ratio, progress,
+    rank_info (the agent's /api/v1/ranks entry), batches (in the window, Prometheus)}."""
     ratio = me.get("data_wait_ratio")
     halt = stuck(me, window_s)
+    st = stacks or {}
     if halt:
-        text = "Rank %s %s while the agent still tracks it: the loop is stuck" % (me.get("rank"), halt)
-        st = stacks or {}
-        if st.get("main") in LOADER_CLASSES:
-            return "input_bound", "%s in next(): its main process waits in the DataLoader. %s" % (
-                text, st.get("reading") or "")
-        if st.get("main") == "outside_loader":
-            where = (st.get("processes") or [{}])[0].get("where")
-            return "not_input_bound", "%s outside the loader, at %s." % (text, where)
-        return "unknown", ("%s, in next() (a hung mount, dead workers) or elsewhere (a collective, "
-                           "the step): --stacks on node %s shows where." % (text, me.get("node")))
+        where, why = halt
+        text = "Rank %s %s" % (me.get("rank"), why)
+        if where == "next" or st.get("main") in LOADER_CLASSES:
+            text += ": the loop waits on its loader right now (a hung mount, stuck or dead workers)."
+            if st.get("reading"):
+                text += " Stacks: " + st["reading"]
+            return "input_bound", text
+        if where == "elsewhere" or st.get("main") == "outside_loader":
+            at = (st.get("processes") or [{}])[0].get("where") if st.get("main") else None
+            return "not_input_bound", (
+                "%s while not waiting in next(): the loop is stuck outside the loader (%s)." % (
+                    text, "at " + at if at else "a collective waiting for another rank, or the step"))
+        return "unknown", ("%s: stuck in next() (a hung mount, dead workers) or elsewhere (a "
+                           "collective, the step), or no longer reporting; --stacks on node %s "
+                           "shows where." % (text, me.get("node")))
     straggler = (cluster or {}).get("straggler")
     elsewhere = (straggler is not None and (straggler["data_wait_ratio"] or 0.0) >= THRESHOLD
                  and (straggler["rank"], straggler["pod"]) != (me.get("rank"), me.get("pod")))
