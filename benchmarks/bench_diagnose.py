@@ -137,7 +137,7 @@ def main():
     assert slow["straggler"]["rank"] == REAL and slow["verdict"] == "input_bound", slow["reason"]
     assert slow["job_ranks"] == RANKS and ok["verdict"] == "not_input_bound", ok["reason"]
     worst = max(slow_t + ok_t)
-    print("bench_diagnose: job of %d ranks (%d series scraped per second, exposition built in %.0f ms)"
+    print("bench_diagnose: job of %d ranks (%d series scraped every second, exposition built in %.0f ms)"
           % (RANKS, lines + 23, 1000 * gen))
     print("  slowed pod %s-%d (cluster view + its real agent): median %.3f s, max %.3f s over %d runs; "
           "verdict %s, straggler rank %s (%.1f%%), job median %.2f%%"
