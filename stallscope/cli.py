@@ -78,6 +78,8 @@ def dashboards(out, config_path, check):
     from .mixin import commands
 
     sys.exit(commands.dashboards(out, config_path, check))
+
+
 @main.command()
 @click.argument("pod")
 @click.option("-n", "--namespace", default=None, help="The pod's namespace (needed only when the name is in several).")
@@ -120,6 +122,119 @@ def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks,
     sys.exit(run_diagnose(pod, namespace=namespace, prometheus_url=prometheus_url,
                           agent_url=agent_url, window=window, as_json=as_json, stacks=stacks,
                           plot=plot))
+
+
+def _scenario_names():
+    from .lab import scenarios
+
+    return [s.name for s in scenarios.SCENARIOS]
+
+
+class _Scenario(click.ParamType):
+    """A scenario name, checked lazily so that `stallscope --help` imports no lab code."""
+    name = "SCENARIO"
+
+    def convert(self, value, param, ctx):
+        names = _scenario_names()
+        if value not in names:
+            self.fail("%r is not a scenario; `stallscope lab list` shows them: %s" % (value, ", ".join(names)),
+                      param, ctx)
+        return value
+
+
+_RANKS = click.option("--ranks", default=2, show_default=True, type=click.IntRange(2, 16),
+                      help="Training processes (gloo ranks) to run; the fault hits the last one.")
+_PROM = click.option("--prometheus/--no-prometheus", default=None,
+                     help="Evaluate the generated alert rules with a local Prometheus "
+                          "[default: when the prometheus binary is installed].")
+_RECORD = click.option("--record", metavar="DIR", type=click.Path(file_okay=False),
+                       help="Save the agent's per-rank timelines with the scenario's labels to DIR "
+                            "(the correlator's trace format, stallscope-trace/1).")
+
+
+@main.group()
+def lab():
+    """Stall scenarios: a real multi-rank training job with one real injected fault.
+
+    \b
+    Each run starts a stallscope agent (with a clearly labelled SIMULATED GPU per rank:
+    busy while the loop computes), optionally Prometheus with the generated alert rules
+    (short windows), N ranks of a small CPU job (torch.distributed with gloo, so the
+    ranks synchronise every step; each with a DataLoader with worker processes wrapped
+    by stallscope.watch), injects the scenario's fault into the last rank, shows the
+    per-rank data-wait while it runs, then compares what stallscope found with the
+    known answer. Everything it creates (mounts, cgroups, namespaces, processes) is
+    removed afterwards, also on Ctrl-C and SIGTERM.
+
+    \b
+    Exit codes: 0 found what was expected, 1 did not (or the run failed), 2 the machine
+    lacks what the scenario needs (root, /dev/fuse, a cpu cgroup), 128+N on signal N.
+    """
+
+
+@lab.command("list")
+def lab_list():
+    """List the scenarios, their expected cause, and whether this machine can run them."""
+    from .lab import commands
+
+    sys.exit(commands.list_scenarios())
+
+
+@lab.command("run")
+@click.argument("scenario", type=_Scenario())
+@_RANKS
+@click.option("--duration", type=click.FloatRange(5, 3600), metavar="SECONDS",
+              help="Measured window after all ranks started [default: the scenario's, 25 s].")
+@click.option("--keep", is_flag=True,
+              help="After the report, keep the job, the fault, the agent and Prometheus running "
+                   "until Ctrl-C, to explore /metrics, the API and the alerts yourself.")
+@_RECORD
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@_PROM
+@click.option("--workdir", type=click.Path(file_okay=False),
+              help="Put logs, shards and mount points here and keep them [default: a temporary "
+                   "directory, removed afterwards].")
+def lab_run(scenario, ranks, duration, keep, record, as_json, prometheus, workdir):
+    """Run one SCENARIO end to end and say whether stallscope found its cause and rank."""
+    from .lab import commands
+
+    sys.exit(commands.run(scenario, ranks, duration, keep, record, as_json, prometheus, workdir))
+
+
+@lab.command("scoreboard")
+@click.argument("scenarios", nargs=-1, type=_Scenario())
+@_RANKS
+@click.option("--duration", type=click.FloatRange(5, 3600), metavar="SECONDS",
+              help="Measured window per scenario [default: each scenario's].")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@_PROM
+@_RECORD
+def lab_scoreboard(scenarios, ranks, duration, as_json, prometheus, record):
+    """Run SCENARIOS (default: all) in sequence and print, per scenario, the expected and
+    the diagnosed cause, the rank named, and whether the alerts matched. Scenarios this
+    machine cannot run are listed as skipped with the reason."""
+    from .lab import commands
+
+    sys.exit(commands.scoreboard_cmd(list(scenarios), ranks, duration, as_json, prometheus, record))
+
+
+@main.command()
+@click.option("--scenario", default="too-few-workers", show_default=True, type=_Scenario(),
+              help="Which stall to show (the default needs no root, FUSE or cgroup).")
+@click.option("--duration", type=click.FloatRange(5, 3600), default=40.0, show_default=True,
+              metavar="SECONDS", help="Measured window after the ranks started.")
+def demo(scenario, duration):
+    """See stallscope find a real stall in about a minute, on any machine.
+
+    Runs a real 2-rank training job (torch.distributed over gloo, DataLoader workers)
+    with one injected stall, the agent with a SIMULATED GPU per rank, and, where
+    Prometheus is installed, the generated alert rules; shows the per-rank data-wait
+    live, then what stallscope found. Removes everything it started when done or on
+    Ctrl-C.
+    """
+    from .lab import commands
+
+    sys.exit(commands.demo(scenario, duration))
 
 
 if __name__ == "__main__":

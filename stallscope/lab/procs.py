@@ -54,8 +54,9 @@ def _wait(pred, timeout, what, proc=None, log=None):
 class AgentProcess:
     """``python -m stallscope agent`` on a free port and a private socket."""
 
-    def __init__(self, args=(), workdir=None, env=None):
+    def __init__(self, args=(), workdir=None, env=None, popen_kwargs=None):
         self.dir = workdir or tempfile.mkdtemp(prefix="stallscope-agent-")
+        self.popen_kwargs = popen_kwargs or {}  # e.g. the lab's own session + death signal
         self.socket = os.path.join(self.dir, "hook.sock")
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
@@ -68,7 +69,8 @@ class AgentProcess:
         cmd = [sys.executable, "-m", "stallscope", "agent", "--listen", "127.0.0.1:%d" % self.port,
                "--socket", self.socket] + self.args
         self._logf = open(self.log, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._logf, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(cmd, stdout=self._logf, stderr=subprocess.STDOUT, env=self.env,
+                                     **self.popen_kwargs)
         _wait(lambda: http_get(self.url + "/healthz", 1) == "ok\n", timeout, "agent", self.proc, self.log)
         return self
 
@@ -107,8 +109,10 @@ class PrometheusProcess:
     label, which must not be renamed to exported_job by the scrape.
     """
 
-    def __init__(self, targets, rule_files=(), interval="1s", workdir=None, binary=None):
+    def __init__(self, targets, rule_files=(), interval="1s", workdir=None, binary=None,
+                 popen_kwargs=None):
         self.binary = binary or shutil.which("prometheus")
+        self.popen_kwargs = popen_kwargs or {}
         self.dir = workdir or tempfile.mkdtemp(prefix="stallscope-prom-")
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
@@ -138,7 +142,8 @@ class PrometheusProcess:
                "--web.listen-address=127.0.0.1:%d" % self.port, "--log.level=warn",
                "--web.enable-lifecycle"]
         self._logf = open(self.log, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._logf, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self._logf, stderr=subprocess.STDOUT,
+                                     **self.popen_kwargs)
         _wait(lambda: "Ready" in http_get(self.url + "/-/ready", 1), timeout, "prometheus",
               self.proc, self.log)
         return self

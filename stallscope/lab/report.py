@@ -1,0 +1,101 @@
+"""What the lab prints: a progress line per second while the job runs, then the result
+(per-rank data-wait, expected vs found, alerts) and, when the build has it, the
+``stallscope diagnose`` report."""
+import sys
+
+
+def _pct(x):
+    return "  n/a" if x is None else "%4.0f%%" % (100 * x)
+
+
+def _ratios(base, now):
+    out = {}
+    for rank, n in sorted(now.items()):
+        b = base.get(rank) or {}
+        steps = n["step_seconds_total"] - b.get("step_seconds_total", 0)
+        wait = n["data_wait_seconds_total"] - b.get("data_wait_seconds_total", 0)
+        out[rank] = (n["batches"] - b.get("batches", 0), wait / steps if steps > 0 else None)
+    return out
+
+
+class Progress:
+    """One line per tick: elapsed time, and per rank the batches and the share of step
+    time spent waiting for data, measured by the agent since the window started. On a
+    terminal the line is redrawn in place; elsewhere one line every 5 s."""
+
+    WIDTH = 20
+
+    def __init__(self, say, duration, target, live=None, stream=None):
+        self.say, self.duration, self.target = say, duration, target
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.last_print = -1e9
+        self.line = ""
+
+    def render(self, elapsed, base, now):
+        done = min(1.0, elapsed / self.duration) if self.duration else 1.0
+        bar = "#" * int(done * self.WIDTH) + "." * (self.WIDTH - int(done * self.WIDTH))
+        ranks = "  ".join("r%d %4d batches wait%s" % (rank, n, _pct(ratio))
+                          for rank, (n, ratio) in _ratios(base, now).items())
+        return "[%s] %3.0f/%.0fs  %s" % (bar, min(elapsed, self.duration), self.duration, ranks)
+
+    def update(self, elapsed, base, now):
+        self.line = self.render(elapsed, base, now)
+        if self.live:
+            self.stream.write("\r\x1b[2K" + self.line)
+            self.stream.flush()
+        elif elapsed - self.last_print >= 5 or elapsed >= self.duration:
+            self.last_print = elapsed
+            self.say(self.line)
+
+    def done(self):
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _cause(c):
+    return c or "none"
+
+
+def _rank(r):
+    return "-" if r is None else str(r)
+
+
+def render(result):
+    lines = ["", "stallscope lab: %s" % result["scenario"], "  %s" % result["title"]]
+    if result.get("simulated_gpu"):
+        lines.append("  GPU: SIMULATED (no GPU is read; busy while the loop computes)")
+    lines.append("")
+    lines.append("  rank  pod            batches  data-wait  share of step time")
+    for r in result["ranks"]:
+        lines.append("  %4d  %-13s  %7d  %8.2fs  %s%s" % (
+            r["rank"], r["pod"], r["batches"], r.get("data_wait_seconds") or 0.0,
+            _pct(r["data_wait_ratio"]), "   <- fault injected here" if (
+                result["expected"]["rank"] == r["rank"]) else ""))
+    exp, found = result["expected"], result["found"]
+    lines += ["", "  expected: cause %-22s rank %s" % (_cause(exp["cause"]), _rank(exp["rank"])),
+              "  found:    cause %-22s rank %s   (%s)" % (_cause(found["cause"]), _rank(found["rank"]),
+                                                         found["source"])]
+    alerts = result.get("alerts")
+    if alerts is None:
+        lines.append("  alerts:   not checked (Prometheus is not installed)")
+    elif alerts["matched"] is None:
+        lines.append("  alerts:   %s (%s)" % (", ".join(alerts["fired"]) or "none fired", alerts["note"]))
+    else:
+        lines.append("  alerts:   fired %s; expected %s -> %s" % (
+            ", ".join(alerts["fired"]) or "none", ", ".join(alerts["expected"]) or "none",
+            "match" if alerts["matched"] else "MISMATCH"))
+    lines.append("  result:   %s" % ("OK" if result["ok"] else "NOT OK"))
+    if result.get("recorded"):
+        lines.append("  trace:    %s" % result["recorded"])
+    if result.get("report"):
+        lines += ["", result["report"].rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def keeping(lab, result):
+    print(render(result), flush=True)
+    print("Kept running until Ctrl-C:\n  agent       %s/metrics  %s/api/v1/ranks\n%s  work dir    %s" % (
+        lab.agent.url, lab.agent.url,
+        "  prometheus  %s\n" % lab.prom.url if lab.prom else "", lab.workdir), flush=True)

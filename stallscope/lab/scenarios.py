@@ -1,0 +1,82 @@
+"""The lab's stall scenarios, each with its known answer.
+
+Every scenario runs the same small job (lab/trainer.py): N ranks in lockstep through a
+gloo all_reduce per step, each with a 2-worker DataLoader reading 8 samples per batch
+from local shard files, 50 ms of simulated GPU compute per step. On that healthy base
+(per worker ~20 ms a batch, so the loader keeps far ahead) each scenario breaks the
+last rank's input pipeline in one way. The expected answer names the cause (DESIGN.md's
+vocabulary), the rank, and the alerts that must fire with the lab's short-window rules.
+"""
+import dataclasses
+
+from . import faults
+
+BASE = {
+    "workers": 2, "batch_size": 8, "prefetch_factor": 2, "compute_s": 0.05,
+    "sample_sleep_s": 0.002, "sample_cpu_s": 0.0, "sample_bytes": 4096,
+}
+SHARDS = {"kind": "files", "shards": 8, "read_bytes": 65536, "shard_bytes": 4 << 20}
+DATA_WAIT_ALERTS = ("StallscopeDataWaitHigh",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    fault: object = faults.NoFault            # factory of a Fault
+    everyone: dict = dataclasses.field(default_factory=dict)  # plan changes for all ranks
+    target: dict = dataclasses.field(default_factory=dict)    # ... for the target rank only
+    cause: str = None                        # expected top cause (None: no stall)
+    verdict: str = "input_bound"             # expected verdict for the target rank
+    alerts: tuple = ()                       # alerts that must fire
+    duration: float = 25.0
+
+    @property
+    def stalls(self):
+        return self.cause is not None
+
+    def make_fault(self):
+        return self.fault()
+
+
+SCENARIOS = (
+    Scenario("healthy", "No stall: the loader keeps ahead of compute on every rank.",
+             verdict="healthy"),
+    Scenario("compute-bound", "Slow compute (250 ms a step), fast loader: the GPU is the "
+             "bottleneck, not the input pipeline.", everyone={"compute_s": 0.25}, verdict="healthy"),
+    Scenario("too-few-workers", "One rank's per-sample work takes 30 ms: each of its 2 workers "
+             "needs 240 ms a batch, so T_load / W = 120 ms > T_compute = 50 ms; it stalls "
+             "every 2 batches and holds every rank back.",
+             target={"sample_sleep_s": 0.03}, cause="too_few_workers", alerts=DATA_WAIT_ALERTS),
+    Scenario("cpu-throttle", "One rank's loader workers (4 ms of CPU per sample) run in a "
+             "cgroup with a 0.1-CPU CFS quota.", fault=lambda: faults.CpuQuota(0.1),
+             target={"sample_cpu_s": 0.004, "sample_sleep_s": 0.0}, cause="cpu_throttle",
+             alerts=DATA_WAIT_ALERTS + ("StallscopeCPUThrottled",)),
+    Scenario("slow-storage", "One rank reads its shards through a FUSE mount that adds "
+             "20 ms to every operation.", fault=lambda: faults.SlowFuse(0.02),
+             cause="storage_latency", alerts=DATA_WAIT_ALERTS + ("StallscopeShardReadSlow",)),
+    Scenario("dead-fuse", "The FUSE daemon under one rank's shards is killed mid-run: every "
+             "read fails with ENOTCONN; the loader retries, then skips the sample.",
+             fault=faults.DeadFuse, cause="fuse_unhealthy",
+             alerts=DATA_WAIT_ALERTS + ("StallscopeFuseMountDown",)),
+    Scenario("shm-exhaustion", "One rank's /dev/shm (its own mount namespace) is 16 MiB with "
+             "12 MiB held by leftovers: its workers fail to place 1.5 MiB batches in shared "
+             "memory (\"unable to allocate shared memory(shm)\") and retry.", fault=faults.TinyShm, cause="shm_exhaustion",
+             alerts=DATA_WAIT_ALERTS + ("StallscopeShmNearlyFull",)),
+    Scenario("checkpoint-burst", "256 MiB fsync'd checkpoints every 4 s on the disk one rank "
+             "reads its shards from with O_DIRECT.", fault=faults.CheckpointBurst,
+             target={"workers": 1}, cause="checkpoint_contention", alerts=DATA_WAIT_ALERTS),
+    Scenario("cold-cache-straggler", "Every rank reads through a local cache in front of a "
+             "30 ms object store; one rank's cache is cold and cannot fill, so every read "
+             "goes to the slow tier.", fault=faults.ColdCache, cause="cache_miss",
+             alerts=DATA_WAIT_ALERTS + ("StallscopeCacheHitRateLow",)),
+)
+BY_NAME = {s.name: s for s in SCENARIOS}
+DEMO = "too-few-workers"
+
+
+def get(name):
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ValueError("no scenario %r; known: %s" % (name, ", ".join(BY_NAME)))

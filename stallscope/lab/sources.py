@@ -1,0 +1,164 @@
+"""Where a lab rank's samples come from, read inside its DataLoader workers.
+
+- ``FileSource``: shard files in a directory (local disk, or a FUSE mount with injected
+  latency); optionally read with O_DIRECT, so every read goes to the disk as a cold
+  dataset's would (a dataset far larger than the page cache).
+- ``CachedSource``: a local cache directory in front of a slow tier (an HTTP object
+  store with injected latency, objstore.py); a miss reads the slow tier.
+
+Reads are reported with ``stallscope.shard_read`` and lookups with
+``stallscope.cache_lookup`` when the hook has them; both are standard-library only, so
+this module is safe in loader workers.
+"""
+import contextlib
+import mmap
+import os
+import time
+import urllib.request
+
+import stallscope
+
+
+def _timed(shard, tier=None):
+    """``stallscope.shard_read`` when the installed hook has it, else a plain timer."""
+    reader = getattr(stallscope, "shard_read", None)
+    if reader is None:
+        return contextlib.nullcontext(_Read())
+    return reader(shard, tier=tier) if tier else reader(shard)
+
+
+class _Read:
+    bytes = 0
+
+
+def _cache_lookup(tier, hit):
+    lookup = getattr(stallscope, "cache_lookup", None)
+    if lookup is not None:
+        lookup(tier, hit)
+
+
+def shard_name(index):
+    return "shard-%04d.bin" % index
+
+
+def make_shards(directory, count, size):
+    """Write ``count`` shard files of ``size`` bytes (idempotent)."""
+    os.makedirs(directory, exist_ok=True)
+    block = os.urandom(min(size, 1 << 16))
+    for i in range(count):
+        path = os.path.join(directory, shard_name(i))
+        if os.path.exists(path) and os.path.getsize(path) == size:
+            continue
+        with open(path, "wb") as f:
+            left = size
+            while left > 0:
+                left -= f.write(block[:left])
+    return directory
+
+
+class FileSource:
+    def __init__(self, directory, shards, read_bytes, shard_bytes, direct=False,
+                 retries=2, retry_s=0.1, pattern="shard-%04d.bin"):
+        self.directory = directory
+        self.shards = shards
+        self.read_bytes = read_bytes
+        self.shard_bytes = shard_bytes
+        self.direct = direct
+        self.retries = retries
+        self.retry_s = retry_s
+        self.pattern = pattern
+        self.errors = 0
+        self._buf = None
+
+    def read(self, index):
+        shard = index % self.shards
+        span = max(1, (self.shard_bytes - self.read_bytes) // 4096)
+        offset = ((index // self.shards) * 7919 % span) * 4096  # aligned, spread over the file
+        path = os.path.join(self.directory, self.pattern % shard)
+        # Like webdataset's warn_and_continue: a failed read (a dead FUSE daemon answers
+        # ENOTCONN) is retried, then the sample is skipped with a warning. The job keeps
+        # running, slowly, which is the stall stallscope is there to explain.
+        for attempt in range(self.retries + 1):
+            try:
+                return self._read(path, offset)
+            except OSError as e:
+                self.errors += 1
+                if self.errors == 1 or self.errors % 100 == 0:
+                    print("lab rank worker: read %s failed: %s [%d errors]" % (
+                        path, e.strerror or e, self.errors), flush=True)
+                if attempt < self.retries:
+                    time.sleep(self.retry_s)
+        return b""
+
+    def _read(self, path, offset):
+        with _timed(path) as r:
+            if self.direct:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+                if self._buf is None:  # O_DIRECT needs an aligned buffer: mmap's is
+                    self._buf = mmap.mmap(-1, (self.read_bytes + 4095) // 4096 * 4096)
+            else:
+                fd = os.open(path, os.O_RDONLY)
+            try:
+                if self.direct:
+                    n = os.preadv(fd, [self._buf], offset)
+                    data = self._buf[:min(n, self.read_bytes)]
+                else:
+                    data = os.pread(fd, self.read_bytes, offset)
+            finally:
+                os.close(fd)
+            r.bytes = len(data)
+        return data
+
+
+class CachedSource:
+    """A per-rank cache directory in front of an HTTP slow tier. ``fill`` False models a
+    cache that cannot keep what it fetched (a full or misconfigured cache volume), so it
+    stays cold for the whole run."""
+
+    def __init__(self, cache_dir, remote_url, shards, read_bytes, fill=False,
+                 cache_tier="local-cache", remote_tier="object-store"):
+        self.cache_dir = cache_dir
+        self.remote_url = remote_url.rstrip("/")
+        self.shards = shards
+        self.read_bytes = read_bytes
+        self.fill = fill
+        self.cache_tier = cache_tier
+        self.remote_tier = remote_tier
+
+    def read(self, index):
+        name = shard_name(index % self.shards)
+        path = os.path.join(self.cache_dir, name)
+        hit = os.path.exists(path)
+        _cache_lookup(self.cache_tier, hit)
+        if hit:
+            with _timed(path, self.cache_tier) as r:
+                with open(path, "rb") as f:
+                    data = f.read(self.read_bytes)
+                r.bytes = len(data)
+            return data
+        url = "%s/%s" % (self.remote_url, name)
+        with _timed(url, self.remote_tier) as r:
+            req = urllib.request.Request(url, headers={"Range": "bytes=0-%d" % (self.read_bytes - 1)})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                data = resp.read()
+            r.bytes = len(data)
+        if self.fill:
+            tmp = path + ".tmp%d" % os.getpid()
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        return data
+
+
+def from_plan(plan):
+    """The source a rank plan asks for, or None (samples from thin air)."""
+    src = plan.get("source")
+    if not src:
+        return None
+    if src["kind"] == "files":
+        return FileSource(src["dir"], src["shards"], src["read_bytes"], src["shard_bytes"],
+                          direct=src.get("direct", False), pattern=src.get("pattern", "shard-%04d.bin"))
+    if src["kind"] == "cached":
+        return CachedSource(src["cache_dir"], src["remote_url"], src["shards"], src["read_bytes"],
+                            fill=src.get("fill", False))
+    raise ValueError("unknown source kind %r" % src["kind"])

@@ -1,0 +1,156 @@
+"""One rank of the lab's training job: ``python -m stallscope.lab.trainer PLAN.json``.
+
+A small but real synchronous data-parallel job: ``torch.distributed`` with the gloo
+backend, a tiny model whose gradients are all-reduced every step (so the slowest rank's
+loader sets everyone's pace, as in DDP), and a ``torch.utils.data.DataLoader`` with
+worker processes, wrapped by ``stallscope.watch``. The "GPU step" is a sleep of
+``compute_s`` after forward/backward: on a real node the CPU waits on a CUDA sync
+while the GPU computes, and the agent's simulated GPU counts that span as busy.
+
+Per-sample work is configurable: a read from the plan's source (sources.py), CPU work
+(``sample_cpu_s`` of thread CPU time) and waiting (``sample_sleep_s``). Runs until
+SIGTERM or ``max_s``; exits 0 when stopped, whatever the other ranks did by then.
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+_stop = False
+FEATURES = 64
+
+
+def _on_term(signum, frame):
+    global _stop
+    if _stop:  # a second signal: the runner is escalating, do not linger
+        os._exit(0)
+    _stop = True
+
+
+def _busy(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+    return x
+
+
+def _dataset(plan):
+    import torch
+    from torch.utils.data import Dataset
+
+    from . import sources
+
+    class LabDataset(Dataset):
+        def __init__(self):
+            self.source = None
+            self.floats = max(FEATURES, plan.get("sample_bytes", 4096) // 4)
+
+        def __len__(self):
+            return 10 ** 8  # one epoch outlasts any run: no worker restarts
+
+        def __getitem__(self, i):
+            if self.source is None:  # opened in the worker, after the fork
+                self.source = sources.from_plan(plan) or False
+            data = self.source.read(i) if self.source else b""
+            if plan.get("sample_cpu_s"):
+                _busy(plan["sample_cpu_s"])
+            if plan.get("sample_sleep_s"):
+                time.sleep(plan["sample_sleep_s"])
+            return torch.full((self.floats,), float(len(data) % 7))
+
+    return LabDataset()
+
+
+def _retrying_collate(backoff_s):
+    """default_collate, retried while /dev/shm has no room for the batch. Without the
+    retry torch raises "unable to allocate shared memory(shm) ... No space left on
+    device" into the training loop; a retrying loader stalls instead."""
+    from torch.utils.data import default_collate
+
+    state = {"errors": 0}
+
+    def collate(samples):
+        while True:
+            try:
+                return default_collate(samples)
+            except RuntimeError as e:
+                if "shared memory" not in str(e):
+                    raise
+                state["errors"] += 1
+                if state["errors"] == 1 or state["errors"] % 100 == 0:
+                    print("lab rank worker: %s [%d], retrying" % (
+                        str(e).strip().splitlines()[-1], state["errors"]), flush=True)
+                time.sleep(backoff_s)
+    return collate
+
+
+def _join_cgroup(path):
+    # The fault injector made this cgroup (cgroup v1 cpu controller) with a CFS quota;
+    # each loader worker moves itself in, so only the workers are throttled.
+    def init(_worker_id):
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    return init
+
+
+def main(argv):
+    with open(argv[0]) as f:
+        plan = json.load(f)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    import stallscope
+
+    torch.set_num_threads(1)  # ranks share a few cores with their workers
+    torch.manual_seed(0)
+    rank, world = plan["rank"], plan["world_size"]
+    dist.init_process_group("gloo", init_method="tcp://%s" % plan["master"], rank=rank,
+                            world_size=world)
+    workers = plan.get("workers", 2)
+    kw = {}
+    if workers:
+        kw = dict(persistent_workers=True, prefetch_factor=plan.get("prefetch_factor", 2),
+                  multiprocessing_context="fork")
+        if plan.get("worker_cgroup"):
+            kw["worker_init_fn"] = _join_cgroup(plan["worker_cgroup"])
+        if plan.get("shm_retry_s"):
+            kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
+        if plan.get("in_order") is False:
+            kw["in_order"] = False  # torch >= 2.6
+    loader = DataLoader(_dataset(plan), batch_size=plan.get("batch_size", 8),
+                        num_workers=workers, **kw)
+    loader = stallscope.watch(loader)
+    # The same model on every rank whatever its sample size: the all_reduce needs it.
+    model = torch.nn.Linear(FEATURES, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    compute_s = plan.get("compute_s", 0.05)
+    deadline = time.monotonic() + plan.get("max_s", 600)
+    steps = 0
+    print("lab rank %d/%d: pid %d, %d workers, compute %.0f ms" % (
+        rank, world, os.getpid(), workers, compute_s * 1000), flush=True)
+    try:
+        for batch in loader:
+            opt.zero_grad()
+            model(batch[:, :FEATURES]).sum().backward()
+            time.sleep(compute_s)  # the simulated GPU's kernels
+            for p in model.parameters():
+                dist.all_reduce(p.grad)  # one slow rank holds every rank here
+            opt.step()
+            steps += 1
+            if _stop or time.monotonic() > deadline:
+                break
+    except Exception as e:  # a peer that stopped first breaks the collective
+        if not _stop:
+            print("lab rank %d: stopped by %s: %s" % (rank, type(e).__name__, e), flush=True)
+    print("lab rank %d: %d steps" % (rank, steps), flush=True)
+    # Skip process-group teardown: peers may be gone, and gloo's destructor can block.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
