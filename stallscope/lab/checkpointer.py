@@ -1,46 +1,64 @@
-"""Checkpoint bursts: ``python -m stallscope.lab.checkpointer DIR [--mib N] [--every S]``.
+"""Checkpoint bursts: ``python -m stallscope.lab.checkpointer URL [--mib N] [--every S]
+[--streams K]``.
 
-Every ``--every`` seconds writes a ``--mib`` MiB file into DIR in 4 MiB chunks, fsyncs
-it (as torch.save followed by os.fsync, or a checkpoint library's durable write) and
-removes the previous one. The writes go to the disk that holds DIR; readers of that
-disk that miss the page cache queue behind the flush.
+Every ``--every`` seconds uploads a ``--mib`` MiB checkpoint to the lab's object store
+(objstore.py) as ``--streams`` parts in parallel, the way sharded checkpoint writers
+(torch.distributed.checkpoint, multipart uploads) keep many requests in flight. The
+store writes them through to the disk that holds the shards.
 """
 import argparse
+import http.client
 import os
+import threading
 import time
+import urllib.parse
 
-CHUNK = 4 << 20
+CHUNK = 1 << 20
 
 
-def burst(directory, mib, seq):
-    path = os.path.join(directory, "checkpoint-%04d.pt" % seq)
-    block = os.urandom(CHUNK)  # incompressible, like real weights
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def upload(url, name, nbytes, block):
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
     try:
-        for _ in range(max(1, mib * (1 << 20) // CHUNK)):
-            os.write(fd, block)
-        os.fsync(fd)
+        conn.putrequest("PUT", "/checkpoints/" + name)
+        conn.putheader("Content-Length", str(nbytes))
+        conn.endheaders()
+        left = nbytes
+        while left > 0:
+            n = min(CHUNK, left)
+            conn.send(block[:n])
+            left -= n
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
     finally:
-        os.close(fd)
-    return path
+        conn.close()
+
+
+def burst(url, seq, mib, streams, block):
+    part = mib * (1 << 20) // streams
+    threads = [threading.Thread(target=upload, args=(url, "ckpt-%05d.part%d" % (seq, k), part, block))
+               for k in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m stallscope.lab.checkpointer")
-    p.add_argument("directory")
-    p.add_argument("--mib", type=int, default=256)
-    p.add_argument("--every", type=float, default=5.0)
+    p.add_argument("url")
+    p.add_argument("--mib", type=int, default=384)
+    p.add_argument("--every", type=float, default=6.0)
+    p.add_argument("--streams", type=int, default=8)
     a = p.parse_args(argv)
-    os.makedirs(a.directory, exist_ok=True)
-    previous, seq = None, 0
+    block = os.urandom(CHUNK)  # incompressible, like real weights
+    seq = 0
     while True:
         t0 = time.monotonic()
-        path = burst(a.directory, a.mib, seq)
-        if previous:
-            os.unlink(previous)
-        previous, seq = path, seq + 1
-        print("checkpoint %s: %d MiB in %.2fs" % (os.path.basename(path), a.mib,
-                                                 time.monotonic() - t0), flush=True)
+        burst(a.url, seq, a.mib, a.streams, block)
+        print("checkpoint %d: %d MiB in %.2fs" % (seq, a.mib, time.monotonic() - t0), flush=True)
+        seq += 1
         time.sleep(max(0.0, a.every - (time.monotonic() - t0)))
 
 

@@ -9,7 +9,7 @@ Teardown *before* it is created, so an interrupt between the two still undoes it
 - SlowFuse      the target reads its shards through FUSE with injected latency
 - DeadFuse      ... and the FUSE daemon is SIGKILLed mid-run (reads fail with ENOTCONN)
 - TinyShm       the target runs in its own mount namespace with a tiny /dev/shm
-- CheckpointBurst  fsync'd bursts of writes hit the disk the target reads with O_DIRECT
+- CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
 - ColdCache     the target's cache tier is cold; misses go to a slow HTTP object store
 """
 import os
@@ -35,11 +35,43 @@ class Fault:
     def prepare(self, run):
         pass
 
-    def command(self, rank, cmd):
-        return cmd
+    def setup_lines(self):
+        """Shell lines run as root in the target rank's mount namespace before it starts."""
+        return []
+
+    def enter(self):
+        """A command prefix that enters an existing mount namespace for the target, or None."""
+        return None
+
+    def own_mounts(self):
+        return ()
 
     def tick(self, run, elapsed):
         pass
+
+
+# Each rank gets a mount namespace of its own when the lab runs as root, as a pod does:
+# the namespace starts as a copy of the host's, so FUSE mounts that other software left
+# there (and other labs or tests on the same machine) are detached from it first; the
+# agent's FUSE exporter then sees only the lab's own mounts. The namespace, and every
+# mount made in it, goes away with the rank's last process.
+_DETACH_FOREIGN_FUSE = (
+    "for m in $(awk '$0 ~ / - fuse[. ]/ {print $5}' /proc/self/mountinfo); do "
+    "case \" %s \" in *\" $m \"*) ;; *) umount -l \"$m\" 2>/dev/null || true;; esac; done")
+
+
+def in_pod_namespace(cmd, fault=None):
+    """``cmd`` wrapped to run in its own mount namespace (root only; else unchanged).
+    ``fault`` is given for the target rank: its setup lines run there first."""
+    lines = fault.setup_lines() if fault else []
+    enter = fault.enter() if fault else None
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return cmd
+    keep = " ".join(fault.own_mounts()) if fault else ""
+    script = "set -e; %s; %s exec \"$@\"" % (_DETACH_FOREIGN_FUSE % keep,
+                                             "".join(line + "; " for line in lines))
+    prefix = enter or ["unshare", "--mount", "--propagation", "private", "--"]
+    return prefix + ["sh", "-c", script, "sh"] + list(cmd)
 
 
 class NoFault(Fault):
@@ -110,13 +142,20 @@ class SlowFuse(Fault):
 
         mnt = os.path.join(run.workdir, "fuse-shards")
         src = run.plans[run.target]["source"]
+        # In a mount namespace of its own (as a pod's mounts are); the target rank enters it.
         self.fs = SlowFS(mnt, latency=self.latency, files=src["shards"], size=src["shard_bytes"],
-                         fsname="lab-objectstore")
+                         fsname="lab-objectstore", private=True)
         run.td.push("unmount %s" % mnt, self.fs.stop)
         run.created("mount", mnt)
         self.fs.start()
         run.created("pid", self.fs.proc.pid)
         src.update(dir=mnt, pattern="file%03d", direct=False)
+
+    def enter(self):
+        return self.fs.enter([])
+
+    def own_mounts(self):
+        return (self.fs.mountpoint,)
 
 
 class DeadFuse(SlowFuse):
@@ -138,59 +177,61 @@ class DeadFuse(SlowFuse):
 class TinyShm(Fault):
     needs = ("root", "unshare")
 
-    def __init__(self, size_mib=16, leftover_mib=12, sample_kib=192):
+    def __init__(self, size_mib=16, leftover_mib=14, sample_kib=96):
         self.size_mib, self.leftover_mib, self.sample_kib = size_mib, leftover_mib, sample_kib
         self.summary = ("the target rank runs in its own mount namespace with a %d MiB /dev/shm, "
                         "%d MiB of it held by leftovers of an earlier crash" % (size_mib, leftover_mib))
 
     def prepare(self, run):
-        # Batches of 8 x 192 KiB = 1.5 MiB: two fit in the 4 MiB left, the loop holds
-        # one while the next is made, so at most one is in flight instead of
-        # workers x prefetch_factor = 4. Out-of-order delivery (in_order=False) keeps a
-        # later batch holding the last slot from deadlocking the pipeline.
+        # Batches of 8 x 96 KiB = 768 KiB: two fit in the 2 MiB left (and /dev/shm
+        # stays over 90% full), the loop holds one while the next is made, so at most
+        # one is in flight instead of workers x prefetch_factor = 4, and a worker gets
+        # its slot only on a retry (0.5 s backoff). Out-of-order delivery (in_order=False)
+        # keeps a later batch that took the last slot from deadlocking the pipeline.
         plan = run.plans[run.target]
-        plan.update(sample_bytes=self.sample_kib * 1024, shm_retry_s=0.2, in_order=False)
+        plan.update(sample_bytes=self.sample_kib * 1024, shm_retry_s=0.5, in_order=False)
 
-    def command(self, rank, cmd):
-        # unshare(1) execs the shell in a new mount namespace (private propagation), which
-        # mounts the tiny tmpfs and execs the rank: the namespace, and the tmpfs with it,
-        # go away with the rank's last process. Nothing changes on the host's /dev/shm.
-        script = ("mount -t tmpfs -o size=%dm,mode=1777 lab-shm /dev/shm && "
-                  "head -c %d /dev/zero > /dev/shm/torch_leftover_of_crashed_run && exec \"$@\"") % (
-            self.size_mib, self.leftover_mib << 20)
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh"] + cmd
+    def setup_lines(self):
+        # In the target's own mount namespace: the host's /dev/shm is not touched.
+        return ["mount -t tmpfs -o size=%dm,mode=1777 lab-shm /dev/shm" % self.size_mib,
+                "head -c %d /dev/zero > /dev/shm/torch_leftover_of_crashed_run" % (self.leftover_mib << 20)]
+
+
+def start_objstore(run, latency=0.0, bandwidth_mbps=0.0):
+    """The lab's object store over the shard directory; returns its URL."""
+    port = procs.free_port()
+    run.spawn("objstore", [sys.executable, "-m", "stallscope.lab.objstore", run.shard_dir, str(port),
+                           "--latency", str(latency), "--bandwidth", str(bandwidth_mbps)])
+    url = "http://127.0.0.1:%d" % port
+    if not teardown.wait_for(lambda: _http_up(url), 15):
+        raise RuntimeError("the lab object store did not start:\n" + run.log_tail("objstore"))
+    return url
 
 
 class CheckpointBurst(Fault):
-    needs = ("disk",)
-
-    def __init__(self, mib=256, every=4.0, read_kib=1024):
-        self.mib, self.every, self.read_kib = mib, every, read_kib
-        self.summary = ("%d MiB fsync'd checkpoint every %gs on the disk the target rank reads its "
-                        "shards from (O_DIRECT)" % (mib, every))
+    def __init__(self, mib=384, every=6.0, bandwidth_mbps=160.0, read_kib=1024):
+        self.mib, self.every, self.bandwidth, self.read_kib = mib, every, bandwidth_mbps, read_kib
+        self.summary = ("%d MiB checkpoints every %gs over 8 streams to the storage server (%g MB/s "
+                        "shared, written through to its disk) the target rank reads its shards from" % (
+                            mib, every, bandwidth_mbps))
 
     def prepare(self, run):
+        url = start_objstore(run, latency=0.002, bandwidth_mbps=self.bandwidth)
         src = run.plans[run.target]["source"]
-        src.update(direct=True, read_bytes=self.read_kib * 1024)
-        ckpt = os.path.join(run.shard_dir, "checkpoints")
-        proc = run.spawn("checkpointer", [sys.executable, "-m", "stallscope.lab.checkpointer", ckpt,
-                                          "--mib", str(self.mib), "--every", str(self.every)])
-        run.td.push("remove %s" % ckpt, shutil.rmtree, ckpt, ignore_errors=True)
-        return proc
+        run.plans[run.target]["source"] = {"kind": "cached", "cache_dir": None, "remote_url": url,
+                                           "shards": src["shards"], "read_bytes": self.read_kib * 1024}
+        run.spawn("checkpointer", [sys.executable, "-m", "stallscope.lab.checkpointer", url,
+                                   "--mib", str(self.mib), "--every", str(self.every)])
 
 
 class ColdCache(Fault):
-    def __init__(self, latency=0.03):
+    def __init__(self, latency=0.05):
         self.latency = latency
         self.summary = ("every rank reads through a local cache in front of an object store with %.0f ms "
                         "latency; the target rank's cache is cold and cannot fill" % (latency * 1000))
 
     def prepare(self, run):
-        port = procs.free_port()
-        run.spawn("objstore", [sys.executable, "-m", "stallscope.lab.objstore", run.shard_dir, str(port),
-                               "--latency", str(self.latency)])
-        url = "http://127.0.0.1:%d" % port
-        teardown.wait_for(lambda: _http_up(url), 15)
+        url = start_objstore(run, latency=self.latency)
         for rank, plan in enumerate(run.plans):
             src = plan["source"]
             cache = os.path.join(run.workdir, "cache-%d" % rank)

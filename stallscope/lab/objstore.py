@@ -1,20 +1,51 @@
-"""A tiny HTTP object store with injected latency, the lab's slow tier:
-``python -m stallscope.lab.objstore DIR PORT [--latency S]``.
+"""A tiny HTTP object store over a directory, the lab's shared storage:
+``python -m stallscope.lab.objstore DIR PORT [--latency S] [--bandwidth MBPS]``.
 
-Serves the files of DIR (``GET /<name>``, with ``Range: bytes=a-b``) after sleeping
-``--latency`` seconds per request, as a remote object store's first-byte latency.
-No root, no FUSE: the cold-cache scenario runs anywhere.
+``GET /<name>`` (with ``Range: bytes=a-b``) serves DIR/<name> after ``--latency``
+seconds, as a remote store's first-byte latency. ``PUT /checkpoints/<name>`` stores a
+body under DIR/checkpoints, flushed to the disk as it arrives (fdatasync every 32 MiB,
+as durable checkpoint writers do) and keeps only the newest checkpoint set.
+
+``--bandwidth`` caps all transfers together, like the provisioned throughput of a
+network volume or a shared file server: every 64 KiB chunk, read or written, reserves
+the next free slot on one timeline. A checkpoint uploaded over 8 streams then holds 8
+of every 9 slots, and a loader's read takes 9 times longer while it lasts. No root, no
+FUSE: the scenarios that use it run anywhere.
 """
 import argparse
 import os
 import re
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+CHUNK = 64 << 10
+SYNC_EVERY = 32 << 20
 
 
-def handler(root, latency):
+class Bandwidth:
+    """One shared timeline of transfer slots (FIFO across all connections)."""
+
+    def __init__(self, bytes_per_s):
+        self.rate = bytes_per_s
+        self.lock = threading.Lock()
+        self.next_free = 0.0
+
+    def take(self, n):
+        if not self.rate:
+            return
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next_free)
+            self.next_free = start + n / self.rate
+            done = self.next_free
+        time.sleep(max(0.0, done - time.monotonic()))
+
+
+def handler(root, latency, bandwidth):
+    ckpt_dir = os.path.join(root, "checkpoints")
+
     class ObjectHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -23,37 +54,83 @@ def handler(root, latency):
 
         def do_GET(self):
             time.sleep(latency)
-            name = os.path.basename(self.path.split("?", 1)[0])
-            path = os.path.join(root, name)
+            path = os.path.join(root, os.path.basename(self.path.split("?", 1)[0]))
             try:
                 with open(path, "rb") as f:
-                    data = f.read()
-            except OSError:
-                return self._send(404, b"no such object\n")
-            m = _RANGE.match(self.headers.get("Range", ""))
-            if m:
-                start = int(m.group(1))
-                end = int(m.group(2)) if m.group(2) else len(data) - 1
-                return self._send(206, data[start:end + 1])
-            return self._send(200, data)
+                    size = os.fstat(f.fileno()).st_size
+                    start, end, status = 0, size - 1, 200
+                    m = _RANGE.match(self.headers.get("Range", ""))
+                    if m:
+                        start = int(m.group(1))
+                        end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
+                        status = 206
+                    f.seek(start)
+                    self._head(status, max(0, end - start + 1))
+                    left = end - start + 1
+                    while left > 0:
+                        chunk = f.read(min(CHUNK, left))
+                        if not chunk:
+                            break
+                        bandwidth.take(len(chunk))
+                        self.wfile.write(chunk)
+                        left -= len(chunk)
+            except (FileNotFoundError, IsADirectoryError):
+                self._head(404, 0)
 
-        def _send(self, status, body):
+        def do_PUT(self):
+            name = os.path.basename(self.path.split("?", 1)[0])
+            left = int(self.headers.get("Content-Length", "0"))
+            os.makedirs(ckpt_dir, exist_ok=True)
+            path = os.path.join(ckpt_dir, name)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                unsynced = 0
+                while left > 0:
+                    chunk = self.rfile.read(min(CHUNK, left))
+                    if not chunk:
+                        break
+                    bandwidth.take(len(chunk))
+                    os.write(fd, chunk)
+                    left -= len(chunk)
+                    unsynced += len(chunk)
+                    if unsynced >= SYNC_EVERY:
+                        os.fdatasync(fd)
+                        unsynced = 0
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _keep_newest(ckpt_dir, name)
+            self._head(201, 0)
+
+        def _head(self, status, length):
             self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(length))
             self.send_header("Content-Type", "application/octet-stream")
             self.end_headers()
-            self.wfile.write(body)
 
     return ObjectHandler
+
+
+def _keep_newest(directory, name):
+    """Remove the parts of older checkpoints ("<set>.partN": keep the newest set)."""
+    current = name.split(".part", 1)[0]
+    for other in os.listdir(directory):
+        if other.split(".part", 1)[0] < current:
+            try:
+                os.unlink(os.path.join(directory, other))
+            except OSError:
+                pass
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m stallscope.lab.objstore")
     p.add_argument("root")
     p.add_argument("port", type=int)
-    p.add_argument("--latency", type=float, default=0.05)
+    p.add_argument("--latency", type=float, default=0.0, help="seconds before each GET answers")
+    p.add_argument("--bandwidth", type=float, default=0.0, help="MB/s shared by all transfers (0: no cap)")
     a = p.parse_args(argv)
-    server = ThreadingHTTPServer(("127.0.0.1", a.port), handler(a.root, a.latency))
+    server = ThreadingHTTPServer(("127.0.0.1", a.port),
+                                 handler(a.root, a.latency, Bandwidth(a.bandwidth * 1e6)))
     server.daemon_threads = True
     server.serve_forever()
 

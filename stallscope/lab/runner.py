@@ -116,8 +116,8 @@ class LabRun:
             path = os.path.join(self.workdir, "rank%d.json" % rank)
             with open(path, "w") as f:
                 json.dump(plan, f, indent=1)
-            cmd = fault.command(rank, [sys.executable, "-m", "stallscope.lab.trainer", path]) \
-                if rank == self.target else [sys.executable, "-m", "stallscope.lab.trainer", path]
+            cmd = faults.in_pod_namespace([sys.executable, "-m", "stallscope.lab.trainer", path],
+                                          fault if rank == self.target else None)
             self.spawn("rank%d" % rank, cmd, env=self.rank_env(rank))
 
     def rank_env(self, rank):

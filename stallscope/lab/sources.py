@@ -4,7 +4,8 @@
   latency); optionally read with O_DIRECT, so every read goes to the disk as a cold
   dataset's would (a dataset far larger than the page cache).
 - ``CachedSource``: a local cache directory in front of a slow tier (an HTTP object
-  store with injected latency, objstore.py); a miss reads the slow tier.
+  store with injected latency, objstore.py); a miss reads the slow tier. Without a
+  cache directory, every read goes to the object store (no cache lookups).
 
 Reads are reported with ``stallscope.shard_read`` and lookups with
 ``stallscope.cache_lookup`` when the hook has them; both are standard-library only, so
@@ -117,6 +118,7 @@ class CachedSource:
 
     def __init__(self, cache_dir, remote_url, shards, read_bytes, fill=False,
                  cache_tier="local-cache", remote_tier="object-store"):
+        # cache_dir None: no cache at all, every read goes to the object store
         self.cache_dir = cache_dir
         self.remote_url = remote_url.rstrip("/")
         self.shards = shards
@@ -127,9 +129,10 @@ class CachedSource:
 
     def read(self, index):
         name = shard_name(index % self.shards)
-        path = os.path.join(self.cache_dir, name)
-        hit = os.path.exists(path)
-        _cache_lookup(self.cache_tier, hit)
+        path = os.path.join(self.cache_dir, name) if self.cache_dir else None
+        hit = bool(path) and os.path.exists(path)
+        if path:
+            _cache_lookup(self.cache_tier, hit)
         if hit:
             with _timed(path, self.cache_tier) as r:
                 with open(path, "rb") as f:
@@ -142,7 +145,7 @@ class CachedSource:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 data = resp.read()
             r.bytes = len(data)
-        if self.fill:
+        if self.fill and path:
             tmp = path + ".tmp%d" % os.getpid()
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -159,6 +162,6 @@ def from_plan(plan):
         return FileSource(src["dir"], src["shards"], src["read_bytes"], src["shard_bytes"],
                           direct=src.get("direct", False), pattern=src.get("pattern", "shard-%04d.bin"))
     if src["kind"] == "cached":
-        return CachedSource(src["cache_dir"], src["remote_url"], src["shards"], src["read_bytes"],
+        return CachedSource(src.get("cache_dir"), src["remote_url"], src["shards"], src["read_bytes"],
                             fill=src.get("fill", False))
     raise ValueError("unknown source kind %r" % src["kind"])
