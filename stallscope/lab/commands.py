@@ -41,6 +41,9 @@ def _one(name, opts):
     except (RuntimeError, TimeoutError, OSError) as e:
         _err("%s failed: %s" % (name, str(e).strip()))
         return 1, None
+    except Exception as e:  # a bug: still one line, and everything was cleaned up
+        _err("%s failed: internal error: %s: %s" % (name, type(e).__name__, e))
+        return 1, None
 
 
 def run(name, ranks, duration, keep, record, as_json, prometheus, workdir):

@@ -12,6 +12,7 @@ Teardown *before* it is created, so an interrupt between the two still undoes it
 - CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
 - ColdCache     the target's cache tier is cold; misses go to a slow HTTP object store
 """
+import inspect
 import os
 import shutil
 import signal
@@ -143,8 +144,11 @@ class SlowFuse(Fault):
         mnt = os.path.join(run.workdir, "fuse-shards")
         src = run.plans[run.target]["source"]
         # In a mount namespace of its own (as a pod's mounts are); the target rank enters it.
+        # (A SlowFS without private mounts mounts on the host; the target's own namespace,
+        # copied from the host's after the mount, still holds it.)
+        private = "private" in inspect.signature(SlowFS).parameters
         self.fs = SlowFS(mnt, latency=self.latency, files=src["shards"], size=src["shard_bytes"],
-                         fsname="lab-objectstore", private=True)
+                         fsname="lab-objectstore", **({"private": True} if private else {}))
         run.td.push("unmount %s" % mnt, self.fs.stop)
         run.created("mount", mnt)
         self.fs.start()
@@ -152,7 +156,7 @@ class SlowFuse(Fault):
         src.update(dir=mnt, pattern="file%03d", direct=False)
 
     def enter(self):
-        return self.fs.enter([])
+        return self.fs.enter([]) if hasattr(self.fs, "enter") else None
 
     def own_mounts(self):
         return (self.fs.mountpoint,)

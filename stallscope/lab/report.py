@@ -79,7 +79,7 @@ def render(result):
                                                          found["source"])]
     alerts = result.get("alerts")
     if alerts is None:
-        lines.append("  alerts:   not checked (Prometheus is not installed)")
+        lines.append("  alerts:   not checked (no Prometheus: not installed, or --no-prometheus)")
     elif alerts["matched"] is None:
         lines.append("  alerts:   %s (%s)" % (", ".join(alerts["fired"]) or "none fired", alerts["note"]))
     else:

@@ -1,0 +1,150 @@
+"""The lab's parts on their own: shard sources, the object store, what a scenario needs,
+and the per-rank mount namespace."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stallscope.lab import faults, needs, objstore, procs, sources, teardown
+from tests.conftest import need_fuse, need_root
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A real object store over 4 shards, bandwidth capped at 20 MB/s."""
+    sources.make_shards(str(tmp_path / "shards"), 4, 1 << 20)
+    port = procs.free_port()
+    p = teardown.popen([sys.executable, "-m", "stallscope.lab.objstore", str(tmp_path / "shards"),
+                        str(port), "--bandwidth", "20"], env=procs.child_env())
+    url = "http://127.0.0.1:%d" % port
+    try:
+        assert teardown.wait_for(lambda: faults._http_up(url), 20)
+        yield url, tmp_path / "shards"
+    finally:
+        teardown.stop_group(p)
+
+
+def test_make_shards_is_idempotent(tmp_path):
+    d = str(tmp_path / "s")
+    sources.make_shards(d, 3, 10000)
+    first = {n: os.stat(os.path.join(d, n)).st_mtime_ns for n in os.listdir(d)}
+    sources.make_shards(d, 3, 10000)
+    assert sorted(first) == ["shard-0000.bin", "shard-0001.bin", "shard-0002.bin"]
+    assert {n: os.stat(os.path.join(d, n)).st_mtime_ns for n in os.listdir(d)} == first
+    assert all(os.path.getsize(os.path.join(d, n)) == 10000 for n in first)
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_file_source_reads_the_asked_bytes(tmp_path, direct):
+    d = sources.make_shards(str(tmp_path / "s"), 2, 1 << 20)
+    src = sources.FileSource(d, 2, 65536, 1 << 20, direct=direct)
+    reads = [src.read(i) for i in range(6)]
+    assert all(len(r) == 65536 for r in reads)
+    with open(os.path.join(d, "shard-0001.bin"), "rb") as f:
+        whole = f.read()
+    assert reads[1] in whole
+
+
+def test_file_source_retries_then_skips_a_failing_read(tmp_path, capsys):
+    src = sources.FileSource(str(tmp_path / "gone"), 2, 4096, 1 << 20, retries=2, retry_s=0.01)
+    assert src.read(0) == b""
+    assert src.errors == 3
+    assert "No such file" in capsys.readouterr().out
+
+
+def test_object_store_serves_ranges_and_caps_bandwidth(store):
+    url, shards = store
+    src = sources.CachedSource(None, url, 4, 1 << 20)
+    t0 = time.monotonic()
+    data = src.read(2)
+    took = time.monotonic() - t0
+    with open(shards / "shard-0002.bin", "rb") as f:
+        assert data == f.read()
+    assert took >= (1 << 20) / 20e6 * 0.95  # 1 MiB at 20 MB/s: a lower bound, load-proof
+
+
+def test_cold_cache_misses_and_a_warm_one_hits(store, tmp_path):
+    url, shards = store
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "shard-0000.bin").write_bytes((shards / "shard-0000.bin").read_bytes())
+    cached = sources.CachedSource(str(warm), url, 4, 4096)
+    lookups = []
+    orig = sources._cache_lookup
+    sources._cache_lookup = lambda tier, hit: lookups.append((tier, hit))
+    try:
+        assert cached.read(0) == (shards / "shard-0000.bin").read_bytes()[:4096]
+        assert cached.read(1) == (shards / "shard-0001.bin").read_bytes()[:4096]
+    finally:
+        sources._cache_lookup = orig
+    assert lookups == [("local-cache", True), ("local-cache", False)]
+    assert sorted(os.listdir(warm)) == ["shard-0000.bin"]  # fill=False: stays cold
+
+
+def test_checkpoint_upload_lands_on_disk_and_only_the_newest_set_is_kept(store):
+    url, shards = store
+    block = os.urandom(1 << 20)
+    for seq in range(2):
+        for part in range(2):
+            assert objstore_upload(url, "ckpt-%05d.part%d" % (seq, part), 300000, block) == 201
+    assert sorted(os.listdir(shards / "checkpoints")) == ["ckpt-00001.part0", "ckpt-00001.part1"]
+    assert os.path.getsize(shards / "checkpoints" / "ckpt-00001.part1") == 300000
+
+
+def objstore_upload(url, name, n, block):
+    from stallscope.lab import checkpointer
+
+    return checkpointer.upload(url, name, n, block)
+
+
+def test_needs_explain_what_is_missing_in_one_line():
+    for name in needs.CHECKS:
+        reason = needs.check(name)
+        assert reason is None or ("\n" not in reason and len(reason) < 160)
+    assert (needs.check("disk") is None) == (needs.disk_dir() is not None)
+    if os.geteuid() == 0:
+        assert needs.check("root") is None
+
+
+def test_a_scenario_needing_root_exits_2_with_one_line_as_another_user():
+    need_root()
+    import shutil
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv (util-linux)")
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-m", "stallscope", "lab", "run", "cpu-throttle"],
+                       capture_output=True, text=True, env=procs.child_env(), timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == "stallscope lab: cpu-throttle needs root (run it with sudo)"
+
+
+def test_pod_namespace_detaches_foreign_fuse_mounts_but_keeps_its_own(tmp_path):
+    need_fuse()
+    from stallscope.lab.slowfs import SlowFS
+
+    with SlowFS(str(tmp_path / "foreign")) as foreign:
+        cmd = faults.in_pod_namespace(["cat", "/proc/self/mountinfo"])
+        seen = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        assert foreign.mountpoint not in seen
+        with open("/proc/self/mountinfo") as f:
+            assert foreign.mountpoint in f.read()  # the host's namespace is untouched
+
+        class Keep(faults.Fault):
+            def own_mounts(self):
+                return (foreign.mountpoint,)
+        seen = subprocess.run(faults.in_pod_namespace(["cat", "/proc/self/mountinfo"], Keep()),
+                              capture_output=True, text=True, check=True).stdout
+        assert foreign.mountpoint in seen
+
+
+def test_tiny_shm_lives_only_in_the_ranks_namespace():
+    need_root()
+    cmd = faults.in_pod_namespace([sys.executable, "-c",
+                                   "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize, "
+                                   "(s.f_blocks - s.f_bavail) * s.f_frsize)"], faults.TinyShm())
+    size, used = map(int, subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split())
+    assert size == 16 << 20 and used >= 14 << 20
+    assert os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize != 16 << 20
+    assert not os.path.exists("/dev/shm/torch_leftover_of_crashed_run")

@@ -1,0 +1,44 @@
+"""Every scenario end to end, as `stallscope lab run SCENARIO --json`: a real 2-rank gloo
+job with DataLoader workers, the real fault, the agent, Prometheus evaluating the
+generated rules (short windows). The expected alerts fire (none for healthy and
+compute-bound), the diagnosis names the injected cause first and the right rank, and
+nothing the run created is left behind. Scenarios run in sequence, 20 s each."""
+import json
+
+import pytest
+
+from stallscope.lab import scenarios
+from tests.conftest import need_prometheus
+from tests.lab.helpers import leftovers, run_lab
+
+pytestmark = pytest.mark.slow
+DURATION = 20
+
+
+@pytest.mark.parametrize("name", [s.name for s in scenarios.SCENARIOS])
+def test_scenario_is_caught_and_named(name, tmp_path):
+    need_prometheus()
+    pytest.importorskip("torch")
+    s = scenarios.get(name)
+    reason = s.make_fault().missing()
+    if reason:
+        pytest.skip(reason)
+    workdir = tmp_path / "run"
+    r = run_lab("run", name, "--duration", DURATION, "--json", "--workdir", workdir, "--prometheus")
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    result = json.loads(r.stdout)
+    assert leftovers(str(workdir)) == []
+
+    ratios = {row["rank"]: row["data_wait_ratio"] for row in result["ranks"]}
+    assert all(row["batches"] > 10 for row in result["ranks"]), result["ranks"]
+    if s.stalls:
+        # The injected rank waits on its loader; the other only waits in the all_reduce.
+        assert ratios[1] > 0.05 and ratios[0] < 0.02, ratios
+    else:
+        assert max(ratios.values()) < 0.02, ratios
+    assert result["found"]["rank"] == result["expected"]["rank"], result["found"]
+    if result["diagnosis"] is not None:  # a build with the correlator names the cause
+        assert result["found"]["cause"] == s.cause, json.dumps(result["diagnosis"], indent=1)[:4000]
+    alerts = result["alerts"]
+    assert alerts["matched"] is True, alerts
+    assert set(s.alerts) <= set(alerts["fired"])
