@@ -12,7 +12,6 @@ Teardown *before* it is created, so an interrupt between the two still undoes it
 - CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
 - ColdCache     the target's cache tier is cold; misses go to a slow HTTP object store
 """
-import inspect
 import os
 import shutil
 import signal
@@ -132,11 +131,12 @@ def remove_cgroup(path, parent):
 class SlowFuse(Fault):
     needs = ("root", "fuse")
 
-    def __init__(self, latency=0.02):
-        self.latency = latency
+    def __init__(self, latency=0.01, tail_every=40, tail_latency=1.0):
+        self.latency, self.tail_every, self.tail_latency = latency, tail_every, tail_latency
         self.fs = None
-        self.summary = "the target rank reads its shards through a FUSE mount that adds %.0f ms per operation" % (
-            latency * 1000)
+        self.summary = ("the target rank reads its shards through a FUSE mount that adds %.0f ms per "
+                        "operation, and %.1f s to every %dth read (an object store's tail)" % (
+                            latency * 1000, tail_latency, tail_every))
 
     def prepare(self, run):
         from .slowfs import SlowFS
@@ -144,19 +144,17 @@ class SlowFuse(Fault):
         mnt = os.path.join(run.workdir, "fuse-shards")
         src = run.plans[run.target]["source"]
         # In a mount namespace of its own (as a pod's mounts are); the target rank enters it.
-        # (A SlowFS without private mounts mounts on the host; the target's own namespace,
-        # copied from the host's after the mount, still holds it.)
-        private = "private" in inspect.signature(SlowFS).parameters
         self.fs = SlowFS(mnt, latency=self.latency, files=src["shards"], size=src["shard_bytes"],
-                         fsname="lab-objectstore", **({"private": True} if private else {}))
+                         fsname="lab-objectstore", private=True, tail_every=self.tail_every,
+                         tail_latency=self.tail_latency, popen_kwargs=teardown.session_kwargs())
         run.td.push("unmount %s" % mnt, self.fs.stop)
         run.created("mount", mnt)
         self.fs.start()
-        run.created("pid", self.fs.proc.pid)
+        run.created("pgid", self.fs.proc.pid)
         src.update(dir=mnt, pattern="file%03d", direct=False)
 
     def enter(self):
-        return self.fs.enter([]) if hasattr(self.fs, "enter") else None
+        return self.fs.enter([])
 
     def own_mounts(self):
         return (self.fs.mountpoint,)
@@ -164,7 +162,7 @@ class SlowFuse(Fault):
 
 class DeadFuse(SlowFuse):
     def __init__(self, latency=0.002, kill_at=0.35):
-        super().__init__(latency)
+        super().__init__(latency, tail_every=0)
         self.kill_at = kill_at
         self.killed = False
         self.summary = ("the FUSE daemon under the target rank's shards is SIGKILLed after %d%% of the run: "

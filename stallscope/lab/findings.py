@@ -100,25 +100,57 @@ def agent_diagnoses(lab):
     return out
 
 
+def via_diagnose(lab):
+    """As on-call would: ``stallscope diagnose`` on a pod of the job (rank 0's); when it
+    names a straggler elsewhere, ``diagnose`` that straggler's pod. Returns (found,
+    details) or None when this build has no diagnose, or it could not answer."""
+    try:
+        from .. import diagnose as dg
+    except ImportError:
+        return None
+    kw = {"namespace": NAMESPACE, "agent_url": lab.agent.url, "window": "%ds" % int(lab.duration),
+          "prometheus_url": lab.prom.url if lab.prom is not None else None}
+    try:
+        first = doc = dg.run(lab.pod(0), **kw)
+        s = first.get("straggler") or {}
+        if first["verdict"] == "not_input_bound" and s.get("pod") and s["pod"] != first["pod"]:
+            doc = dg.run(s["pod"], **kw)
+    except dg.DiagnoseError as e:
+        lab.say("lab: stallscope diagnose could not answer: %s" % e)
+        return None
+    bound = doc["verdict"] == "input_bound"
+    causes = doc.get("causes") or []
+    found = {"cause": causes[0]["cause"] if bound and causes else None,
+             "rank": doc["rank"] if bound else None, "verdict": doc["verdict"],
+             "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
+                                                      " -> straggler " + doc["pod"]),
+             "correlator": doc.get("agent_verdict") is not None}
+    return found, {"first": first if doc is not first else None, "report": doc,
+                   "text": dg.render_text(doc)}
+
+
 def diagnose(lab, rows):
     """(found, details): found = {cause, rank, verdict, source}."""
+    answer = via_diagnose(lab)
+    if answer is not None:
+        return answer
     per_rank = agent_diagnoses(lab)
     if per_rank is None:
         worst = _worst(rows)
         if worst and worst["data_wait_ratio"] > SLI_LINE:
-            return {"cause": None, "rank": worst["rank"], "verdict": "input_bound",
+            return {"cause": None, "rank": worst["rank"], "verdict": "input_bound", "correlator": False,
                     "source": "data-wait only (this build has no correlator)"}, None
-        return {"cause": None, "rank": None, "verdict": "healthy",
+        return {"cause": None, "rank": None, "verdict": "healthy", "correlator": False,
                 "source": "data-wait only (this build has no correlator)"}, None
     bound = [(rank, d) for rank, d in per_rank.items() if d.get("verdict") == "input_bound"]
     if not bound:
         return {"cause": None, "rank": None, "verdict": per_rank[lab.target].get("verdict"),
-                "source": "agent /api/v1/diagnosis"}, per_rank
+                "source": "agent /api/v1/diagnosis", "correlator": True}, per_rank
     ratio = {r["rank"]: r["data_wait_ratio"] or 0 for r in rows}
     rank, d = max(bound, key=lambda rd: ratio.get(rd[0], 0))
     causes = d.get("causes") or [{}]
     return {"cause": causes[0].get("cause"), "rank": rank, "verdict": "input_bound",
-            "source": "agent /api/v1/diagnosis"}, per_rank
+            "source": "agent /api/v1/diagnosis", "correlator": True}, per_rank
 
 
 # -- alerts ------------------------------------------------------------------------------
@@ -156,7 +188,7 @@ def collect(lab, base, now, fired=None):
     return {"scenario": s.name, "title": s.title, "duration_s": lab.duration, "world_size": lab.world,
             "job": lab.job, "target_rank": lab.target, "simulated_gpu": simulated_gpu(),
             "ranks": rows, "expected": expected, "found": found, "diagnosis": details,
-            "alerts": alerts, "ok": ok}
+            "report": (details or {}).get("text"), "alerts": alerts, "ok": ok}
 
 
 # -- recorded traces for the correlator's evaluation set -----------------------------------

@@ -46,7 +46,7 @@ class LabRun:
         self.job = "lab-" + scenario.name
         self.say = opts.say or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.manifest = {"scenario": scenario.name, "runner_pid": os.getpid(), "pgids": [],
-                         "mounts": [], "cgroups": [], "pids": []}
+                         "mounts": [], "cgroups": []}
         self.procs = []
         self.plans = []
         self.workdir = self.shard_dir = None

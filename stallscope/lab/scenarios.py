@@ -55,7 +55,8 @@ SCENARIOS = (
              target={"sample_cpu_s": 0.006, "sample_sleep_s": 0.0}, cause="cpu_throttle",
              alerts=DATA_WAIT_ALERTS + ("StallscopeCPUThrottled",)),
     Scenario("slow-storage", "One rank reads its shards through a FUSE mount that adds "
-             "20 ms to every operation.", fault=lambda: faults.SlowFuse(0.02),
+             "10 ms to every operation and 1 s to every 40th read (an object store's tail "
+             "latency).", fault=faults.SlowFuse,
              cause="storage_latency", alerts=DATA_WAIT_ALERTS + ("StallscopeShardReadSlow",)),
     Scenario("dead-fuse", "The FUSE daemon under one rank's shards is killed mid-run: every "
              "read fails with ENOTCONN; the loader retries, then skips the sample.",

@@ -29,10 +29,12 @@ def _ops_class():
     class SlowOps(mfusepy.Operations):
         use_ns = True
 
-        def __init__(self, files, size, latency):
+        def __init__(self, files, size, latency, tail_every=0, tail_latency=0.0):
             self.names = {"/file%03d" % i for i in range(files)}
             self.size = size
             self.latency = latency
+            self.tail_every, self.tail_latency = tail_every, tail_latency
+            self.reads = 0
             self.t = time.time_ns()
 
         def _wait(self):
@@ -57,7 +59,11 @@ def _ops_class():
             return 0
 
         def read(self, path, size, offset, fh):
-            self._wait()
+            self.reads += 1  # under the GIL; an off-by-one across threads is harmless
+            if self.tail_every and self.reads % self.tail_every == 0:
+                time.sleep(self.tail_latency)  # an object store's tail: a few reads very slow
+            else:
+                self._wait()
             return b"s" * max(0, min(size, self.size - offset))
 
         def statfs(self, path):
@@ -76,13 +82,17 @@ def main(argv=None):
     p.add_argument("--size", type=int, default=1 << 20, help="bytes per file")
     p.add_argument("--fsname", default="slowfs", help="the mount's source (how drivers are named)")
     p.add_argument("--subtype", default=None, help="fstype becomes fuse.SUBTYPE")
+    p.add_argument("--tail-every", type=int, default=0, metavar="N",
+                   help="every Nth read takes --tail-latency instead (0: never)")
+    p.add_argument("--tail-latency", type=float, default=0.0, metavar="S")
     a = p.parse_args(argv)
     import mfusepy
 
     kw = {"fsname": a.fsname}
     if a.subtype:
         kw["subtype"] = a.subtype
-    mfusepy.FUSE(_ops_class()(a.files, a.size, a.latency), a.mountpoint, foreground=True,
+    mfusepy.FUSE(_ops_class()(a.files, a.size, a.latency, a.tail_every, a.tail_latency), a.mountpoint,
+                 foreground=True,
                  nothreads=False, allow_other=True, **kw)
 
 
@@ -104,11 +114,14 @@ FUSECTL = "/sys/fs/fuse/connections"
 
 class SlowFS:
     def __init__(self, mountpoint, latency=0.0, files=8, size=1 << 20, fsname="slowfs", subtype=None,
-                 private=False):
+                 private=False, tail_every=0, tail_latency=0.0, popen_kwargs=None):
         self.mountpoint = os.path.abspath(mountpoint)
         self.args = ["--latency", str(latency), "--files", str(files), "--size", str(size),
                      "--fsname", fsname] + (["--subtype", subtype] if subtype else [])
+        if tail_every:
+            self.args += ["--tail-every", str(tail_every), "--tail-latency", str(tail_latency)]
         self.private = private
+        self.popen_kwargs = popen_kwargs or {}  # e.g. the lab's own session + death signal
         self.proc = None
         self.mount = None
 
@@ -116,7 +129,7 @@ class SlowFS:
         os.makedirs(self.mountpoint, exist_ok=True)
         prefix = ["unshare", "-m", "--propagation", "private"] if self.private else []
         self.proc = subprocess.Popen(prefix + [sys.executable, "-m", "stallscope.lab.slowfs", self.mountpoint]
-                                     + self.args, stderr=subprocess.PIPE)
+                                     + self.args, stderr=subprocess.PIPE, **self.popen_kwargs)
         mountinfo = "/proc/%d/mountinfo" % self.proc.pid
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

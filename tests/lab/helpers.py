@@ -68,9 +68,6 @@ def leftovers(workdir):
         alive = teardown.group_alive(pgid)
         if alive:
             left.append("process group %d: %s" % (pgid, alive))
-    for pid in m["pids"]:
-        if _processes_mentioning(str(pid)) and os.path.exists("/proc/%d" % pid):
-            left.append("process %d" % pid)
     for cg in m["cgroups"]:
         if os.path.exists(cg):
             left.append("cgroup %s" % cg)

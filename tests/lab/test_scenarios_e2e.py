@@ -37,8 +37,10 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     else:
         assert max(ratios.values()) < 0.02, ratios
     assert result["found"]["rank"] == result["expected"]["rank"], result["found"]
-    if result["diagnosis"] is not None:  # a build with the correlator names the cause
-        assert result["found"]["cause"] == s.cause, json.dumps(result["diagnosis"], indent=1)[:4000]
+    cause = result["found"]["cause"]
+    if result["found"]["correlator"] or cause not in (None, "unexplained"):
+        assert cause == s.cause, result["report"]
+    # else: a build without the correlator may leave the cause open, never a wrong one
     alerts = result["alerts"]
     assert alerts["matched"] is True, alerts
     assert set(s.alerts) <= set(alerts["fired"])
