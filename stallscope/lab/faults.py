@@ -16,9 +16,9 @@ import os
 import shutil
 import signal
 import sys
-import time
 
 from . import needs, procs, sources, teardown
+from .rig import _rmdir_cgroup
 
 
 class Fault:
@@ -88,7 +88,8 @@ class CpuQuota(Fault):
     def prepare(self, run):
         version, base = needs.cpu_cgroup()
         path = os.path.join(base, "stallscope-lab-%d" % os.getpid())
-        run.td.push("remove cgroup %s" % path, remove_cgroup, path, base)
+        # rig's removal: tasks left are moved to the parent, rmdir retried while they exit
+        run.td.push("remove cgroup %s" % path, _rmdir_cgroup, path)
         os.mkdir(path)
         run.created("cgroup", path)
         period = 100000
@@ -103,29 +104,6 @@ class CpuQuota(Fault):
 def _write(path, value):
     with open(path, "w") as f:
         f.write(str(value))
-
-
-def remove_cgroup(path, parent):
-    """Move any process left to the parent, then remove the cgroup (rmdir can fail with
-    EBUSY while the last tasks exit: retry briefly)."""
-    if not os.path.isdir(path):
-        return
-    for _ in range(50):
-        try:
-            with open(os.path.join(path, "cgroup.procs")) as f:
-                left = f.read().split()
-            for pid in left:
-                try:
-                    _write(os.path.join(parent, "cgroup.procs"), pid)
-                except OSError:
-                    pass
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.1)
-    os.rmdir(path)
 
 
 class SlowFuse(Fault):

@@ -76,28 +76,26 @@ class LabRun:
         self.procs.append((name, p))
         return p
 
+    def _serve(self, what, server):
+        """Start an AgentProcess or PrometheusProcess, stopped by the teardown."""
+        os.makedirs(server.dir, exist_ok=True)
+        self.td.push("stop " + what, server.stop)
+        server.start()
+        self.created("pgid", server.proc.pid)
+        return server
+
     def start_agent(self):
-        a = procs.AgentProcess(args=findings.agent_args(self.duration),
-                               workdir=os.path.join(self.workdir, "agent"),
-                               popen_kwargs=teardown.session_kwargs())
-        os.makedirs(a.dir, exist_ok=True)
-        self.td.push("stop the agent", a.stop)
-        a.start()
-        self.created("pgid", a.proc.pid)
-        return a
+        return self._serve("the agent", procs.AgentProcess(
+            args=findings.agent_args(self.duration), workdir=os.path.join(self.workdir, "agent"),
+            popen_kwargs=teardown.session_kwargs()))
 
     def start_prometheus(self, agent):
         if self.opts.prometheus is False or not procs.shutil.which("prometheus"):
             return None
-        self.rules = rules = findings.rule_files(os.path.join(self.workdir, "rules"))
-        p = procs.PrometheusProcess([agent.url], rule_files=rules, interval="1s",
-                                    workdir=os.path.join(self.workdir, "prometheus"),
-                                    popen_kwargs=teardown.session_kwargs())
-        os.makedirs(p.dir, exist_ok=True)
-        self.td.push("stop prometheus", p.stop)
-        p.start()
-        self.created("pgid", p.proc.pid)
-        return p
+        self.rules = findings.rule_files(os.path.join(self.workdir, "rules"))
+        return self._serve("prometheus", procs.PrometheusProcess(
+            [agent.url], rule_files=self.rules, interval="1s",
+            workdir=os.path.join(self.workdir, "prometheus"), popen_kwargs=teardown.session_kwargs()))
 
     # -- the job ---------------------------------------------------------------------
     def make_plans(self):
