@@ -189,26 +189,33 @@ def start_objstore(run, latency=0.0, bandwidth_mbps=0.0):
 
 
 class CheckpointBurst(Fault):
-    def __init__(self, mib=384, every=6.0, bandwidth_mbps=160.0, read_kib=1024):
-        self.mib, self.every, self.bandwidth, self.read_kib = mib, every, bandwidth_mbps, read_kib
+    def __init__(self, mib=384, every=6.0, bandwidth_mbps=160.0, read_kib=256, reads=4):
+        self.mib, self.every, self.bandwidth = mib, every, bandwidth_mbps
+        self.read_kib, self.reads = read_kib, reads
         self.summary = ("%d MiB checkpoints every %gs over 8 streams to the storage server (%g MB/s "
                         "shared, written through to its disk) the target rank reads its shards from" % (
                             mib, every, bandwidth_mbps))
 
     def prepare(self, run):
         url = start_objstore(run, latency=0.002, bandwidth_mbps=self.bandwidth)
-        src = run.plans[run.target]["source"]
-        run.plans[run.target]["source"] = {"kind": "cached", "cache_dir": None, "remote_url": url,
-                                           "shards": src["shards"], "read_bytes": self.read_kib * 1024}
+        # Samples of 4 reads of 256 KiB: each read stays fast enough (~2 ms, ~16 ms during a
+        # checkpoint), what the checkpoint takes away is the loader's throughput.
+        plan = run.plans[run.target]
+        plan["reads_per_sample"] = self.reads
+        plan["source"] = {"kind": "cached", "cache_dir": None, "remote_url": url,
+                          "shards": plan["source"]["shards"], "read_bytes": self.read_kib * 1024}
         run.spawn("checkpointer", [sys.executable, "-m", "stallscope.lab.checkpointer", url,
                                    "--mib", str(self.mib), "--every", str(self.every)])
 
 
 class ColdCache(Fault):
-    def __init__(self, latency=0.05):
-        self.latency = latency
-        self.summary = ("every rank reads through a local cache in front of an object store with %.0f ms "
-                        "latency; the target rank's cache is cold and cannot fill" % (latency * 1000))
+    RUN = 96  # samples read from one shard in a row (12 batches)
+
+    def __init__(self, latency=0.05, cached_every=3):
+        self.latency, self.cached_every = latency, cached_every
+        self.summary = ("every rank reads shards in sequence through a local cache in front of an "
+                        "object store with %.0f ms latency; the target rank's cache holds only every "
+                        "%dth shard and cannot fill" % (latency * 1000, cached_every))
 
     def prepare(self, run):
         url = start_objstore(run, latency=self.latency)
@@ -216,11 +223,11 @@ class ColdCache(Fault):
             src = plan["source"]
             cache = os.path.join(run.workdir, "cache-%d" % rank)
             os.makedirs(cache)
-            if rank != run.target:  # warm: the shards this rank reads are in its cache
-                for i in range(src["shards"]):
+            for i in range(src["shards"]):
+                if rank != run.target or i % self.cached_every == 0:
                     name = sources.shard_name(i)
                     shutil.copyfile(os.path.join(src["dir"], name), os.path.join(cache, name))
-            plan["source"] = {"kind": "cached", "cache_dir": cache, "remote_url": url,
+            plan["source"] = {"kind": "cached", "cache_dir": cache, "remote_url": url, "run": self.RUN,
                               "shards": src["shards"], "read_bytes": src["read_bytes"], "fill": False}
 
 

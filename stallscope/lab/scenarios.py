@@ -68,11 +68,13 @@ SCENARIOS = (
              alerts=DATA_WAIT_ALERTS + ("StallscopeShmNearlyFull",)),
     Scenario("checkpoint-burst", "Every 6 s a 384 MiB checkpoint is uploaded over 8 streams to "
              "the storage server (160 MB/s shared, written through to its disk) that one rank "
-             "reads its 1 MiB samples from: the reads slow down 9-fold while it lasts.",
+             "reads its samples from (4 reads of 256 KiB each): while it lasts the rank's reads "
+             "get a tenth of the bandwidth.",
              fault=faults.CheckpointBurst, cause="checkpoint_contention", alerts=DATA_WAIT_ALERTS),
-    Scenario("cold-cache-straggler", "Every rank reads through a local cache in front of a "
-             "50 ms object store; one rank's cache is cold and cannot fill, so every read "
-             "goes to the slow tier.", fault=faults.ColdCache, cause="cache_miss",
+    Scenario("cold-cache-straggler", "Every rank reads its shards in sequence through a local "
+             "cache in front of a 50 ms object store; one rank's cache holds only every 3rd shard "
+             "and cannot fill, so 5 of every 8 shards come from the slow tier.",
+             fault=faults.ColdCache, cause="cache_miss",
              alerts=DATA_WAIT_ALERTS + ("StallscopeCacheHitRateLow",)),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -117,8 +117,10 @@ class CachedSource:
     stays cold for the whole run."""
 
     def __init__(self, cache_dir, remote_url, shards, read_bytes, fill=False,
-                 cache_tier="local-cache", remote_tier="object-store"):
-        # cache_dir None: no cache at all, every read goes to the object store
+                 cache_tier="local-cache", remote_tier="object-store", run=1):
+        # cache_dir None: no cache at all, every read goes to the object store.
+        # run: consecutive samples come from one shard (a sequential shard reader), so
+        # a partly cold cache gives runs of hits and runs of misses.
         self.cache_dir = cache_dir
         self.remote_url = remote_url.rstrip("/")
         self.shards = shards
@@ -126,9 +128,10 @@ class CachedSource:
         self.fill = fill
         self.cache_tier = cache_tier
         self.remote_tier = remote_tier
+        self.run = max(1, run)
 
     def read(self, index):
-        name = shard_name(index % self.shards)
+        name = shard_name((index // self.run) % self.shards)
         path = os.path.join(self.cache_dir, name) if self.cache_dir else None
         hit = bool(path) and os.path.exists(path)
         if path:
@@ -163,5 +166,5 @@ def from_plan(plan):
                           direct=src.get("direct", False), pattern=src.get("pattern", "shard-%04d.bin"))
     if src["kind"] == "cached":
         return CachedSource(src.get("cache_dir"), src["remote_url"], src["shards"], src["read_bytes"],
-                            fill=src.get("fill", False))
+                            fill=src.get("fill", False), run=src.get("run", 1))
     raise ValueError("unknown source kind %r" % src["kind"])

@@ -53,7 +53,8 @@ def _dataset(plan):
         def __getitem__(self, i):
             if self.source is None:  # opened in the worker, after the fork
                 self.source = sources.from_plan(plan) or False
-            data = self.source.read(i) if self.source else b""
+            n = plan.get("reads_per_sample", 1)
+            data = b"".join(self.source.read(i * n + k) for k in range(n)) if self.source else b""
             if plan.get("sample_cpu_s"):
                 _busy(plan["sample_cpu_s"])
             if plan.get("sample_sleep_s"):
