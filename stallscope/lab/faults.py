@@ -211,11 +211,11 @@ class CheckpointBurst(Fault):
 class ColdCache(Fault):
     RUN = 96  # samples read from one shard in a row (12 batches)
 
-    def __init__(self, latency=0.05, cached_every=3):
+    def __init__(self, latency=0.03, cached_every=3):
         self.latency, self.cached_every = latency, cached_every
         self.summary = ("every rank reads shards in sequence through a local cache in front of an "
-                        "object store with %.0f ms latency; the target rank's cache holds only every "
-                        "%dth shard and cannot fill" % (latency * 1000, cached_every))
+                        "object store with %.0f ms latency; the target rank's cache holds only one "
+                        "shard in %d and cannot fill" % (latency * 1000, cached_every))
 
     def prepare(self, run):
         url = start_objstore(run, latency=self.latency)

@@ -72,9 +72,10 @@ SCENARIOS = (
              "get a tenth of the bandwidth.",
              fault=faults.CheckpointBurst, cause="checkpoint_contention", alerts=DATA_WAIT_ALERTS),
     Scenario("cold-cache-straggler", "Every rank reads its shards in sequence through a local "
-             "cache in front of a 50 ms object store; one rank's cache holds only every 3rd shard "
-             "and cannot fill, so 5 of every 8 shards come from the slow tier.",
-             fault=faults.ColdCache, cause="cache_miss",
+             "cache in front of a 30 ms object store, with one loader worker (plenty while the "
+             "cache hits); one rank's cache holds only every 3rd shard and cannot fill, so it "
+             "reads 5 of every 8 shards from the slow tier.", fault=faults.ColdCache,
+             everyone={"workers": 1}, cause="cache_miss",
              alerts=DATA_WAIT_ALERTS + ("StallscopeCacheHitRateLow",)),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
