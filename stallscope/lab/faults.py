@@ -50,30 +50,6 @@ class Fault:
         pass
 
 
-# Each rank gets a mount namespace of its own when the lab runs as root, as a pod does:
-# the namespace starts as a copy of the host's, so FUSE mounts that other software left
-# there (and other labs or tests on the same machine) are detached from it first; the
-# agent's FUSE exporter then sees only the lab's own mounts. The namespace, and every
-# mount made in it, goes away with the rank's last process.
-_DETACH_FOREIGN_FUSE = (
-    "for m in $(awk '$0 ~ / - fuse[. ]/ {print $5}' /proc/self/mountinfo); do "
-    "case \" %s \" in *\" $m \"*) ;; *) umount -l \"$m\" 2>/dev/null || true;; esac; done")
-
-
-def in_pod_namespace(cmd, fault=None):
-    """``cmd`` wrapped to run in its own mount namespace (root only; else unchanged).
-    ``fault`` is given for the target rank: its setup lines run there first."""
-    lines = fault.setup_lines() if fault else []
-    enter = fault.enter() if fault else None
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return cmd
-    keep = " ".join(fault.own_mounts()) if fault else ""
-    script = "set -e; %s; %s exec \"$@\"" % (_DETACH_FOREIGN_FUSE % keep,
-                                             "".join(line + "; " for line in lines))
-    prefix = enter or ["unshare", "--mount", "--propagation", "private", "--"]
-    return prefix + ["sh", "-c", script, "sh"] + list(cmd)
-
-
 class NoFault(Fault):
     pass
 
@@ -109,7 +85,7 @@ def _write(path, value):
 class SlowFuse(Fault):
     needs = ("root", "fuse")
 
-    def __init__(self, latency=0.01, tail_every=40, tail_latency=1.0):
+    def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0):
         self.latency, self.tail_every, self.tail_latency = latency, tail_every, tail_latency
         self.fs = None
         self.summary = ("the target rank reads its shards through a FUSE mount that adds %.0f ms per "
@@ -189,7 +165,7 @@ def start_objstore(run, latency=0.0, bandwidth_mbps=0.0):
 
 
 class CheckpointBurst(Fault):
-    def __init__(self, mib=384, every=6.0, bandwidth_mbps=160.0, read_kib=256, reads=4):
+    def __init__(self, mib=512, every=6.0, bandwidth_mbps=200.0, read_kib=256, reads=4):
         self.mib, self.every, self.bandwidth = mib, every, bandwidth_mbps
         self.read_kib, self.reads = read_kib, reads
         self.summary = ("%d MiB checkpoints every %gs over 8 streams to the storage server (%g MB/s "
@@ -198,7 +174,7 @@ class CheckpointBurst(Fault):
 
     def prepare(self, run):
         url = start_objstore(run, latency=0.002, bandwidth_mbps=self.bandwidth)
-        # Samples of 4 reads of 256 KiB: each read stays fast enough (~2 ms, ~16 ms during a
+        # Samples of 4 reads of 256 KiB: each read stays fast enough (~2 ms, ~15 ms during a
         # checkpoint), what the checkpoint takes away is the loader's throughput.
         plan = run.plans[run.target]
         plan["reads_per_sample"] = self.reads

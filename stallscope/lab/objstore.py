@@ -3,7 +3,7 @@
 
 ``GET /<name>`` (with ``Range: bytes=a-b``) serves DIR/<name> after ``--latency``
 seconds, as a remote store's first-byte latency. ``PUT /checkpoints/<name>`` stores a
-body under DIR/checkpoints, flushed to the disk as it arrives (fdatasync every 32 MiB,
+body under DIR/checkpoints, flushed to the disk as it arrives (fdatasync every 8 MiB,
 as durable checkpoint writers do) and keeps only the newest checkpoint set.
 
 ``--bandwidth`` caps all transfers together, like the provisioned throughput of a
@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 CHUNK = 64 << 10
-SYNC_EVERY = 32 << 20
+SYNC_EVERY = 8 << 20
 
 
 class Bandwidth:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from . import faults, findings, needs, procs, report, sources, teardown
+from . import faults, findings, needs, pods, procs, report, sources, teardown
 from .scenarios import BASE, SHARDS
 
 READY_TIMEOUT_S = 120.0  # torch import + gloo rendezvous on a loaded 2-core machine
@@ -114,8 +114,8 @@ class LabRun:
             path = os.path.join(self.workdir, "rank%d.json" % rank)
             with open(path, "w") as f:
                 json.dump(plan, f, indent=1)
-            cmd = faults.in_pod_namespace([sys.executable, "-m", "stallscope.lab.trainer", path],
-                                          fault if rank == self.target else None)
+            cmd = pods.wrap([sys.executable, "-m", "stallscope.lab.trainer", path],
+                            fault if rank == self.target else None, pods.make_cgroup(self, rank))
             self.spawn("rank%d" % rank, cmd, env=self.rank_env(rank))
 
     def rank_env(self, rank):

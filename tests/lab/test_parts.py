@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from stallscope.lab import faults, needs, objstore, procs, sources, teardown
+from stallscope.lab import faults, needs, pods, procs, sources, teardown
 from tests.conftest import need_fuse, need_root
 
 
@@ -125,7 +125,7 @@ def test_pod_namespace_detaches_foreign_fuse_mounts_but_keeps_its_own(tmp_path):
     from stallscope.lab.slowfs import SlowFS
 
     with SlowFS(str(tmp_path / "foreign")) as foreign:
-        cmd = faults.in_pod_namespace(["cat", "/proc/self/mountinfo"])
+        cmd = pods.wrap(["cat", "/proc/self/mountinfo"])
         seen = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         assert foreign.mountpoint not in seen
         with open("/proc/self/mountinfo") as f:
@@ -134,17 +134,39 @@ def test_pod_namespace_detaches_foreign_fuse_mounts_but_keeps_its_own(tmp_path):
         class Keep(faults.Fault):
             def own_mounts(self):
                 return (foreign.mountpoint,)
-        seen = subprocess.run(faults.in_pod_namespace(["cat", "/proc/self/mountinfo"], Keep()),
+        seen = subprocess.run(pods.wrap(["cat", "/proc/self/mountinfo"], Keep()),
                               capture_output=True, text=True, check=True).stdout
         assert foreign.mountpoint in seen
 
 
 def test_tiny_shm_lives_only_in_the_ranks_namespace():
     need_root()
-    cmd = faults.in_pod_namespace([sys.executable, "-c",
+    cmd = pods.wrap([sys.executable, "-c",
                                    "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize, "
                                    "(s.f_blocks - s.f_bavail) * s.f_frsize)"], faults.TinyShm())
     size, used = map(int, subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split())
     assert size == 16 << 20 and used >= 14 << 20
     assert os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize != 16 << 20
     assert not os.path.exists("/dev/shm/torch_leftover_of_crashed_run")
+
+
+def test_a_pod_has_its_own_cgroup_which_goes_with_the_teardown(tmp_path):
+    need_root()
+    if pods.v2_root() is None:
+        pytest.skip("needs a cgroup v2 hierarchy")
+
+    class Run:  # what pods.make_cgroup uses of a LabRun
+        made = []
+
+        def created(self, kind, value):
+            self.made.append(value)
+
+    run = Run()
+    with teardown.Teardown() as run.td:
+        cg = pods.make_cgroup(run, 3)
+        out = subprocess.run(pods.wrap(["cat", "/proc/self/cgroup"], cgroup=cg), capture_output=True,
+                             text=True, check=True).stdout
+        v2 = [line for line in out.splitlines() if line.startswith("0::")][0]
+        assert cg.endswith(v2[3:]) and "rank3" in v2, (cg, v2)
+        assert os.path.exists(os.path.join(cg, "io.pressure"))
+    assert run.made == [cg] and not os.path.exists(cg)

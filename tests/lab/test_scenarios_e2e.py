@@ -24,7 +24,9 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     if reason:
         pytest.skip(reason)
     workdir = tmp_path / "run"
-    r = run_lab("run", name, "--duration", DURATION, "--json", "--workdir", workdir, "--prometheus")
+    traces = tmp_path / "traces"
+    r = run_lab("run", name, "--duration", DURATION, "--json", "--workdir", workdir, "--prometheus",
+                "--record", traces)
     assert r.returncode in (0, 1), r.stderr[-3000:]
     result = json.loads(r.stdout)
     assert leftovers(str(workdir)) == []
@@ -44,3 +46,13 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     alerts = result["alerts"]
     assert alerts["matched"] is True, alerts
     assert set(s.alerts) <= set(alerts["fired"])
+
+    # --record: a trace the correlator's evaluation set can take as it is
+    from stallscope.correlate import evaluate
+    [(path, doc)] = evaluate.load(str(traces))
+    assert path == result["recorded"]
+    assert doc["labels"]["scenario"] == "lab-" + name and doc["labels"]["expected_cause"] == s.cause
+    assert doc["timeline"]["rank"]["rank"] == 1 and [p["rank"]["rank"] for p in doc["peers"]] == [0]
+    assert len(doc["timeline"]["batches"]) >= result["ranks"][1]["batches"]
+    offline = evaluate.row(path, doc)
+    assert offline["verdict"] == s.verdict, offline
