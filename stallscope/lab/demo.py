@@ -7,21 +7,21 @@ data-wait, then what stallscope found; where Prometheus is installed, it also wa
 the headline alert to fire under the lab's short-window copy of the generated rules.
 """
 import sys
+import textwrap
 
 from . import runner, scenarios, teardown
 from .report import render
 
-INTRO = """stallscope demo: a real 2-rank training job (torch.distributed, gloo) with real
-DataLoader workers, a stallscope agent, {prom}and one injected stall. Nothing is
-installed or changed on this machine; everything is removed at the end (also on Ctrl-C).
-"""
+INTRO = ("stallscope demo: a real 2-rank training job (torch.distributed, gloo) with real "
+         "DataLoader workers, a stallscope agent, {prom}and one injected stall. Nothing is "
+         "installed or changed on this machine; everything is removed at the end (also on Ctrl-C).")
 
 
 def demo(name=scenarios.DEMO, duration=None):
     from .procs import shutil
 
     prom = "a Prometheus server evaluating the alert rules, " if shutil.which("prometheus") else ""
-    print(INTRO.format(prom=prom), file=sys.stderr, flush=True)
+    print(textwrap.fill(INTRO.format(prom=prom), 88) + "\n", file=sys.stderr, flush=True)
     opts = runner.Options(ranks=2, duration=duration or 40.0)
     try:
         result = runner.run(scenarios.get(name), opts)

@@ -22,6 +22,7 @@ LAB_MIXIN = {"rate_window": "10s", "data_wait_for": "5s", "straggler_for": "5s",
 # Alerts that may fire along with a stall scenario's expected ones without counting as a
 # mismatch: they restate the stall (worse, or relative to the other ranks).
 ALONGSIDE_STALLS = ("StallscopeDataWaitCritical", "StallscopeStragglerRank")
+HEADLINE = "StallscopeDataWaitHigh"
 
 
 def _agent_flags():
@@ -162,6 +163,19 @@ def firing(prom):
         return set()
 
 
+def headline(prom):
+    """The firing StallscopeDataWaitHigh alerts as Prometheus renders them, for the report."""
+    try:
+        return [{"alert": a["labels"]["alertname"], "job": a["labels"].get("job"),
+                 "active_at": a.get("activeAt"), "summary": a["annotations"].get("summary", "").strip(),
+                 "description": a["annotations"].get("description", "").strip(),
+                 "runbook_url": a["annotations"].get("runbook_url")}
+                for a in prom.alerts()
+                if a.get("state") == "firing" and a["labels"]["alertname"] == HEADLINE]
+    except Exception:
+        return []
+
+
 def judge_alerts(scenario, fired, rules_loaded):
     if not rules_loaded:
         return {"expected": list(scenario.alerts), "fired": sorted(fired), "matched": None,
@@ -182,6 +196,7 @@ def collect(lab, base, now, fired=None):
     alerts = None
     if lab.prom is not None:
         alerts = judge_alerts(s, set(fired or ()) | firing(lab.prom), bool(lab.rules))
+        alerts["headline"] = headline(lab.prom)
     ok = found["cause"] == expected["cause"] and found["rank"] == expected["rank"]
     if alerts and alerts["matched"] is False:
         ok = False

@@ -2,6 +2,7 @@
 (per-rank data-wait, expected vs found, alerts) and, when the build has it, the
 ``stallscope diagnose`` report."""
 import sys
+import textwrap
 
 
 def _pct(x):
@@ -87,6 +88,11 @@ def render(result):
             ", ".join(alerts["fired"]) or "none", ", ".join(alerts["expected"]) or "none",
             "match" if alerts["matched"] else "MISMATCH"))
     lines.append("  result:   %s" % ("OK" if result["ok"] else "NOT OK"))
+    for h in (alerts or {}).get("headline") or []:
+        since = (h.get("active_at") or "")[11:19]
+        lines += ["", "  Prometheus: %s is FIRING (since %s UTC)" % (h["alert"], since)]
+        lines += textwrap.wrap(h["summary"] + " " + h["description"], 88, initial_indent="    ",
+                               subsequent_indent="    ")
     if result.get("recorded"):
         lines.append("  trace:    %s" % result["recorded"])
     if result.get("report"):
