@@ -56,3 +56,24 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     assert len(doc["timeline"]["batches"]) >= result["ranks"][1]["batches"]
     offline = evaluate.row(path, doc)
     assert offline["verdict"] == s.verdict, offline
+
+
+def test_the_demo_scenario_needs_nothing_special(tmp_path, monkeypatch):
+    """What `stallscope demo` runs on a laptop: no root (no pod namespaces or cgroups),
+    no FUSE, no cgroup, no Prometheus; still the right rank and cause."""
+    pytest.importorskip("torch")
+    from stallscope.lab import pods, runner
+
+    s = scenarios.get(scenarios.DEMO)
+    assert s.make_fault().needs == () and s.stalls
+    monkeypatch.setattr(pods, "isolated", lambda: False)  # as a user without root
+    lines = []
+    result = runner.run(s, runner.Options(duration=12, prometheus=False, workdir=str(tmp_path / "run"),
+                                          say=lines.append, live=False))
+    assert leftovers(str(tmp_path / "run")) == []
+    from tests.lab.helpers import manifest
+    assert manifest(str(tmp_path / "run"))["cgroups"] == []
+    assert result["found"]["rank"] == 1 and result["found"]["cause"] == s.cause, result["report"]
+    assert result["alerts"] is None and result["ok"]
+    assert any(line.startswith("[####################]") for line in lines), lines  # progress shown
+    assert "INPUT-BOUND" in result["report"] and "trainer-1" in result["report"]
