@@ -137,6 +137,13 @@ def test_next_steps_follow_the_causes():
     s = nextsteps.steps(d)
     assert s[0] == {"step": "Raise num_workers from 2 to 5; set persistent_workers=True.",
                     "runbook": "runbooks/StallscopeDataWaitHigh.md"}
+    # already persistent, and capped by the CPU quota: the fix is CPU, not only workers
+    d = doc(causes=[{"cause": "too_few_workers", "score": 0.8, "evidence": []}],
+            loader={"num_workers": 2, "persistent_workers": True},
+            sizing={"num_workers": 2, "workers_needed": 3, "workers_to_keep_up": 6, "quota_limited": True})
+    assert nextsteps.steps(d)[0]["step"] == (
+        "Raise num_workers from 2 to 3; that is all the pod's CPU quota allows: raise its CPU "
+        "limit (keeping up needs 6 workers).")
     d = doc(causes=[{"cause": "fuse_unhealthy", "score": 0.9,
                      "evidence": [{"signal": "fuse_probe_seconds"}]}])
     assert nextsteps.steps(d)[0]["runbook"] == "runbooks/StallscopeFuseMountStuck.md"

@@ -73,10 +73,7 @@ def steps(doc):
             if c["cause"] == "fuse_unhealthy":
                 alert = _fuse_alert(c)
             if c["cause"] == "too_few_workers" and doc.get("sizing", {}).get("workers_needed"):
-                z = doc["sizing"]
-                text = "Raise num_workers from %s to %s%s; set persistent_workers=True." % (
-                    z.get("num_workers"), z["workers_needed"],
-                    " (the CPU quota caps it)" if z.get("quota_limited") else "")
+                text = _more_workers(doc)
             add(alert, text)
         add("StallscopeDataWaitHigh", "Compare the worst and the median rank: close means the whole "
             "job starves (shared storage, per-sample cost); far apart means one bad rank or node.")
@@ -86,6 +83,19 @@ def steps(doc):
     if any(r["signal"] == "hook_dropped_events" and r["status"] == "over" for r in doc.get("evidence") or []):
         add("StallscopeHookDroppingEvents", "The hook dropped events: the numbers above undercount.")
     return out
+
+
+def _more_workers(doc):
+    z = doc["sizing"]
+    text = "Raise num_workers from %s to %s" % (z.get("num_workers"), z["workers_needed"])
+    if z.get("quota_limited"):
+        # More workers than the CPU quota can run only share the same throttled CPU time.
+        keep_up = z.get("workers_to_keep_up")
+        text += ("; that is all the pod's CPU quota allows: raise its CPU limit%s" %
+                 (" (keeping up needs %s workers)" % keep_up if keep_up else ""))
+    if not (doc.get("loader") or {}).get("persistent_workers"):
+        text += "; set persistent_workers=True"
+    return text + "."
 
 
 def commands(doc, prometheus_url=None, agent_url=None):
