@@ -182,3 +182,30 @@ def test_workers_on_their_cores_contradict_a_cpu_shortage():
     throttle = next(c for c in fed["causes"] if c["cause"] == "cpu_throttle")
     assert throttle["score"] == 0.0 and "not starved" in throttle["summary"]
     assert fed["causes"][0]["cause"] == "too_few_workers"
+
+
+
+def test_zero_length_samples_do_not_poison_the_score():
+    """Worker samples merged slightly out of order can share a time stamp; the sample of
+    zero length between them waited nothing and must not turn the score into NaN."""
+    import math
+    import warnings
+
+    import numpy as np
+
+    from stallscope.correlate import causes, trace
+
+    probe = causes.Probe("cfs_throttled_ratio", 0.1, scopes=("rank",))
+    s = 10**9
+    # one sample a second, the 4th stamped like the 3rd; the signal is high in 2 and 4
+    series = trace.Series.from_points([(1 * s, 0.0), (2 * s, 0.5), (3 * s, 0.0), (3 * s, 0.5),
+                                       (4 * s, 0.0), (5 * s, 0.0), (6 * s, 0.0)])
+    # stalls of 0.5 s inside seconds 2 and 4 only
+    waits = trace.WaitIndex([int(1.9 * s), int(3.9 * s)], [s // 2, s // 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a division by zero would raise here
+        out = causes.score_probe(probe, "rank", series, waits, (0, 7 * s))
+    assert out is not None
+    for name in ("explained", "score"):
+        value = getattr(out, name)
+        assert not math.isnan(value), (name, out)

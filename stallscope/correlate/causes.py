@@ -129,7 +129,9 @@ def score_probe(probe, scope, series, wait_index, span):
     # and batches begun under it arrive late after it ends.
     led = active | np.concatenate(([False], active[:-1]))
     explained = float(waited[led].sum() / total_wait)
-    share = waited / dtf
+    # Two samples can share a time stamp (worker samples merged slightly out of order):
+    # a zero-length sample waited nothing, and must not turn the typical share into NaN.
+    share = np.divide(waited, dtf, out=np.zeros_like(dtf), where=dtf > 0)
     typical = float((share * waited).sum() / total_wait)
     quiet = share <= QUIET_SHARE * typical
     quiet_time = dtf[quiet].sum()
