@@ -188,3 +188,54 @@ def test_import_loads_only_the_standard_library():
     assert all(m.split(".")[0] in sys.stdlib_module_names or m.startswith("stallscope")
                for m in loaded), sorted(loaded)
     assert not {m for m in loaded if m.split(".")[0] in {"http", "urllib", "email", "ssl"}}, sorted(loaded)
+
+
+def test_blocked_in_next_is_visible_to_the_flush_and_pairs_stay_aligned():
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Flaky:
+        """Yields 1, raises once (the caller catches it), then blocks, then yields 2."""
+        def __init__(self):
+            self.calls = 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.calls += 1
+            if self.calls == 2:
+                raise ValueError("transient")
+            if self.calls == 3:
+                release.wait(10)
+                return 2
+            if self.calls > 3:
+                raise StopIteration
+            return 1
+
+    it = iter(stallscope.watch(Flaky()))
+    ch = channel.Channel(path="/nonexistent/stallscope-test.sock")
+    stream = _detach(it)
+    assert next(it) == 1
+    with pytest.raises(ValueError):
+        next(it)
+    assert len(stream.buf) == 2  # the failed call left no dangling start
+    box = []
+    t = threading.Thread(target=lambda: box.append(next(it)))
+    t.start()
+    time.sleep(0.2)
+    before = time.perf_counter_ns()
+    ch._drain(stream)
+    assert stream.blocked_since is not None and stream.blocked_since < before
+    assert len(stream.pending) == 1  # the first batch; the blocked one is not an event yet
+    release.set()
+    t.join()
+    assert box == [2]
+    ch._drain(stream)
+    assert stream.blocked_since is None
+    assert len(stream.pending) == 2
+    assert stream.pending[1][1] >= 0.2e9  # its wait covers the blocked time
+    assert list(it) == []
+    assert stream.buf == []
