@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from stallscope.lab.procs import AgentProcess, PrometheusProcess
+from stallscope.lab.procs import AgentProcess, PrometheusProcess, child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,7 +78,5 @@ def prometheus_factory(tmp_path):
 def hook_env(tmp_path):
     """Environment for a training subprocess reporting to a given agent."""
     def make(agent, **extra):
-        env = dict(os.environ, STALLSCOPE_SOCKET=agent.socket, PYTHONPATH=ROOT)
-        env.update({k: str(v) for k, v in extra.items()})
-        return env
+        return child_env(dict({k: str(v) for k, v in extra.items()}, STALLSCOPE_SOCKET=agent.socket))
     return make

@@ -10,6 +10,7 @@ import uuid
 from stallscope.agent import samples as samples_mod
 from stallscope.agent import state
 from stallscope.exporters import base
+from stallscope.lab.rig import rmdir_cgroup  # noqa: F401 (tests import it from here too)
 
 
 def rank_message(pid, worker_pids=(), rank=0, job="job1", pod="pod1", namespace="ns1", node="n1"):
@@ -75,19 +76,6 @@ def kill(proc):
 def write(path, text):
     with open(path, "w") as f:
         f.write(text)
-
-
-def rmdir_cgroup(path):
-    """Remove a test cgroup after its processes are gone (retrying while they exit)."""
-    for _ in range(100):
-        try:
-            os.rmdir(path)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.05)
-    os.rmdir(path)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import signal
 import sys
 
 from . import needs, procs, sources, teardown
-from .rig import _rmdir_cgroup
+from .rig import rmdir_cgroup
 
 
 class Fault:
@@ -65,7 +65,7 @@ class CpuQuota(Fault):
         version, base = needs.cpu_cgroup()
         path = os.path.join(base, "stallscope-lab-%d" % os.getpid())
         # rig's removal: tasks left are moved to the parent, rmdir retried while they exit
-        run.td.push("remove cgroup %s" % path, _rmdir_cgroup, path)
+        run.td.push("remove cgroup %s" % path, rmdir_cgroup, path)
         os.mkdir(path)
         run.created("cgroup", path)
         period = 100000

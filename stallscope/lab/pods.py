@@ -16,7 +16,7 @@ Without root the command runs unchanged, in the host's namespace and cgroup.
 import os
 import shutil
 
-from .rig import UNIFIED, _rmdir_cgroup
+from .rig import UNIFIED, rmdir_cgroup
 
 _DETACH_FOREIGN_FUSE = (
     "for m in $(awk '$0 ~ / - fuse[. ]/ {print $5}' /proc/self/mountinfo); do "
@@ -41,7 +41,7 @@ def make_cgroup(run, rank):
     if base is None:
         return None
     path = os.path.join(base, "stallscope-lab-%d-rank%d" % (os.getpid(), rank))
-    run.td.push("remove cgroup %s" % path, _rmdir_cgroup, path)
+    run.td.push("remove cgroup %s" % path, rmdir_cgroup, path)
     os.mkdir(path)
     run.created("cgroup", path)
     return path

@@ -153,7 +153,7 @@ class Rig:
         if self.agent is not None:
             self.agent.stop()
         for path in reversed(self.cgroups):
-            _rmdir_cgroup(path)
+            rmdir_cgroup(path)
 
     def __enter__(self):
         return self
@@ -193,7 +193,7 @@ def _kill_all(pids):
             pass
 
 
-def _rmdir_cgroup(path):
+def rmdir_cgroup(path):
     # A cgroup can be removed once its last process has exited; the kernel may take a
     # moment after the process was reaped. Move stragglers out to the parent first.
     procs = os.path.join(path, "cgroup.procs")
