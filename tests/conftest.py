@@ -37,6 +37,16 @@ def need_cpu_cgroup():
     pytest.skip("needs a writable cpu cgroup")
 
 
+def as_nobody(cmd):
+    """``cmd`` run as uid/gid 65534 with no capability but CAP_DAC_READ_SEARCH: an
+    unprivileged user (not root, no ptrace) that can still read the checkout and its
+    virtualenv wherever they live (CI clones into a mode 0700 directory)."""
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv (util-linux)")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+            "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search"] + list(cmd)
+
+
 @pytest.fixture
 def agent_factory(tmp_path):
     started = []

@@ -3,7 +3,6 @@ classification of each worker's stack, the stuck-rank verdict it supports, and t
 failure paths (py-spy missing, ptrace denied) as one-line notes."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import time
 import pytest
 
 from stallscope.lab.procs import PrometheusProcess, child_env, free_port
-from tests.conftest import need_prometheus, need_root
+from tests.conftest import as_nobody, need_prometheus, need_root
 
 TRAINER = os.path.join(os.path.dirname(__file__), "trainers", "stack_trainer.py")
 pytestmark = pytest.mark.slow
@@ -22,7 +21,8 @@ MODES = ("fetch", "read", "decode", "collate", "idle")
 def diagnose(*args, env=None, user=None, timeout=60):
     cmd = [sys.executable, "-m", "stallscope", "diagnose", *args]
     if user is not None:
-        cmd = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + cmd
+        assert user == 65534, "only nobody is supported (tests.conftest.as_nobody)"
+        cmd = as_nobody(cmd)
     p = subprocess.run(cmd, env=child_env(env), capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
 
@@ -133,8 +133,6 @@ def test_py_spy_missing_is_a_note_not_a_failure(stuck):
 
 def test_ptrace_denied_says_how_to_grant_it(stuck):
     need_root()
-    if not shutil.which("setpriv"):
-        pytest.skip("needs setpriv (util-linux)")
     rc, out, err = diagnose("st-fetch", "--agent", stuck.url, "--window", "30s", "--stacks",
                             user=65534)  # nobody may not ptrace root's trainer
     assert "Traceback" not in err

@@ -110,11 +110,8 @@ def test_needs_explain_what_is_missing_in_one_line():
 
 def test_a_scenario_needing_root_exits_2_with_one_line_as_another_user():
     need_root()
-    import shutil
-    if not shutil.which("setpriv"):
-        pytest.skip("needs setpriv (util-linux)")
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        sys.executable, "-m", "stallscope", "lab", "run", "cpu-throttle"],
+    from tests.conftest import as_nobody
+    r = subprocess.run(as_nobody([sys.executable, "-m", "stallscope", "lab", "run", "cpu-throttle"]),
                        capture_output=True, text=True, env=procs.child_env(), timeout=60)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == "stallscope lab: cpu-throttle needs root (run it with sudo)"
