@@ -25,18 +25,25 @@ class StacksError(Exception):
     pass
 
 
+def _runnable(path):
+    # execve checks the effective credentials (capabilities included); plain access(2)
+    # checks the real ones, which can say no to a binary this process may well run.
+    effective = os.access in os.supports_effective_ids
+    return os.path.isfile(path) and os.access(path, os.X_OK, effective_ids=effective)
+
+
 def find_py_spy():
     """$STALLSCOPE_PY_SPY, else py-spy on PATH, else next to this Python (a venv's bin)."""
     given = os.environ.get(PY_SPY_ENV)
     if given:
-        if os.path.isfile(given) and os.access(given, os.X_OK):
+        if _runnable(given):
             return given
         raise StacksError("py-spy not found at %s=%s" % (PY_SPY_ENV, given))
     found = shutil.which("py-spy")
     if found:
         return found
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+    if _runnable(beside):
         return beside
     raise StacksError("py-spy not found: install it with pip install 'stallscope[stacks]' "
                       "(or set %s)" % PY_SPY_ENV)
