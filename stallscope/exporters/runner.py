@@ -24,6 +24,7 @@ class Slot:
         self.exporter = exporter
         self.explicit = explicit       # the user asked for it with --exporter.NAME
         self.trigger = threading.Event()
+        self.lock = threading.Lock()   # a run's results are published, and read, as one
         self.thread = None
         self.running_since = None      # time.monotonic() of the run in progress
         self.families = []
@@ -75,10 +76,10 @@ class Runner:
         exp = slot.exporter
         start = time.monotonic()
         slot.running_since = start
-        families, error = [], None
+        families, error, reason, checked = [], None, None, False
         try:
             reason = exp.unavailable()
-            self._availability(slot, reason)
+            checked = True
             if reason is None:
                 families = list(exp.collect(self.ranks()) or ())
         except Exception as e:  # an exporter's bug or I/O error fails that exporter only
@@ -87,20 +88,25 @@ class Runner:
         late = duration > self.deadline
         if late and error is None:
             error = "took %.2fs, over the %.2fs deadline" % (duration, self.deadline)
-        if slot.available is False:
-            ok = not slot.explicit
-        else:
-            ok = error is None
-        if error and error != slot.error:
-            base.log("exporter %s failed: %s" % (slot.name, error))
-        slot.families = families
-        slot.error = error
-        slot.success = ok
-        slot.duration = duration
-        slot.runs += 1
-        slot.failures += 0 if ok else 1
-        slot.overdue_noted = False
-        slot.running_since = None
+        # Availability, success and the series are published together, so a reader
+        # (/metrics, /api/v1/exporters) never sees one of them updated without the rest.
+        with slot.lock:
+            if checked:
+                self._availability(slot, reason)
+            if slot.available is False:
+                ok = not slot.explicit
+            else:
+                ok = error is None
+            if error and error != slot.error:
+                base.log("exporter %s failed: %s" % (slot.name, error))
+            slot.families = families
+            slot.error = error
+            slot.success = ok
+            slot.duration = duration
+            slot.runs += 1
+            slot.failures += 0 if ok else 1
+            slot.overdue_noted = False
+            slot.running_since = None
 
     def _availability(self, slot, reason):
         if reason == slot.reason and slot.available is not None:
@@ -136,16 +142,18 @@ class Runner:
                                   "1 if the exporter's signal exists on this node.",
                                   labels=["exporter"])
         for slot in self.slots:
-            since = slot.running_since
+            with slot.lock:
+                since, success, duration = slot.running_since, slot.success, slot.duration
+                families, available = slot.families, slot.available
             if since is not None and now - since > self.deadline:
                 ok.add_metric([slot.name], 0)
                 dur.add_metric([slot.name], now - since)
-            elif slot.success is not None:
-                ok.add_metric([slot.name], 1 if slot.success else 0)
-                dur.add_metric([slot.name], slot.duration)
-                yield from slot.families
-            if slot.available is not None:
-                avail.add_metric([slot.name], 1 if slot.available else 0)
+            elif success is not None:
+                ok.add_metric([slot.name], 1 if success else 0)
+                dur.add_metric([slot.name], duration)
+                yield from families
+            if available is not None:
+                avail.add_metric([slot.name], 1 if available else 0)
         yield ok
         yield dur
         yield avail
@@ -155,13 +163,14 @@ class Runner:
         now = time.monotonic()
         out = []
         for slot in self.slots:
-            since = slot.running_since
-            out.append({
-                "exporter": slot.name, "explicit": slot.explicit, "available": slot.available,
-                "unavailable_reason": slot.reason, "success": slot.success,
-                "duration_seconds": round(slot.duration, 6), "error": slot.error,
-                "running_seconds": None if since is None else round(now - since, 3),
-                "runs": slot.runs, "failures": slot.failures,
-                "notes": list(self.ctx.notes.get(slot.name, ())),
-            })
+            with slot.lock:
+                since = slot.running_since
+                out.append({
+                    "exporter": slot.name, "explicit": slot.explicit, "available": slot.available,
+                    "unavailable_reason": slot.reason, "success": slot.success,
+                    "duration_seconds": round(slot.duration, 6), "error": slot.error,
+                    "running_seconds": None if since is None else round(now - since, 3),
+                    "runs": slot.runs, "failures": slot.failures,
+                    "notes": list(self.ctx.notes.get(slot.name, ())),
+                })
         return out
