@@ -1,0 +1,102 @@
+"""The one vocabulary of stallscope: every metric, label set, correlator signal, cause,
+verdict line and node exporter, declared once (standard library only).
+
+The agent's parts emit what is declared here, the correlator probes the signals and
+lines declared here, the mixin generates its rules and dashboards from it, ``stallscope
+diagnose`` reads its lines, advice and alerts from it, and the docs and the lab name its
+entries. Nothing restates an entry; tests/vocabulary/ fails when an emitted metric is
+not declared, a declared one is never emitted, a signal has no producer, or a cause
+lacks an alert, a runbook or advice.
+
+- entries.py  the kinds of entry (Metric, Signal, Exporter, Line, CauseAlert, Cause)
+- labels.py   label sets (identity in one order)
+- hook.py     what the hook's reports feed: per-rank wait and step, loader, shards, cache
+- node.py     the node exporters (the registry) with their metrics and signals
+- agent.py    the agent's self-health and the correlator's outputs
+- causes.py   verdicts, the verdict lines, every cause with its lines, alerts and advice
+"""
+from typing import Dict, Tuple, TypeVar
+
+from . import agent, causes, hook, labels, node
+from .causes import ATTRIBUTE, DATA_WAIT_CRITICAL, DATA_WAIT_LINE, MIN_BATCHES, STRAGGLER_FACTOR, VERDICTS
+from .entries import KINDS, SCOPES, UNITS, Cause, CauseAlert, Exporter, Line, Metric, Signal
+
+__all__ = ["ATTRIBUTE", "CAUSES", "DATA_WAIT_CRITICAL", "DATA_WAIT_LINE", "EXPORTERS",
+           "MIN_BATCHES", "METRICS", "SIGNALS", "STRAGGLER_FACTOR", "VERDICTS", "Cause",
+           "CauseAlert", "Exporter", "Line", "Metric", "Signal", "cause", "labels", "metric",
+           "signal"]
+
+METRICS: Tuple[Metric, ...] = hook.METRICS + node.METRICS + agent.METRICS
+SIGNALS: Tuple[Signal, ...] = hook.SIGNALS + node.SIGNALS
+EXPORTERS: Tuple[Exporter, ...] = node.EXPORTERS
+CAUSES: Tuple[Cause, ...] = causes.CAUSES
+
+_E = TypeVar("_E", Metric, Signal, Exporter, Cause)
+
+
+def _index(entries: Tuple[_E, ...], what: str) -> Dict[str, _E]:
+    out: Dict[str, _E] = {}
+    for e in entries:
+        if e.name in out:
+            raise ValueError("%s %s is declared twice" % (what, e.name))
+        out[e.name] = e
+    return out
+
+
+METRIC = _index(METRICS, "metric")
+SIGNAL = _index(SIGNALS, "signal")
+CAUSE = _index(CAUSES, "cause")
+EXPORTER = _index(EXPORTERS, "exporter")
+CAUSE_NAMES: Tuple[str, ...] = tuple(c.name for c in CAUSES)
+
+
+def metric(name: str) -> Metric:
+    return METRIC[name]
+
+
+def signal(name: str) -> Signal:
+    return SIGNAL[name]
+
+
+def cause(name: str) -> Cause:
+    return CAUSE[name]
+
+
+def cause_alerts() -> Dict[str, Tuple[Cause, CauseAlert]]:
+    """{alert name: (cause, alert)} of every alert that pages on a cause."""
+    return {a.name: (c, a) for c in CAUSES for a in c.alerts}
+
+
+def check() -> None:
+    """Raise ValueError where the catalog contradicts itself (run at import)."""
+    for m in METRICS:
+        if m.kind not in KINDS:
+            raise ValueError("metric %s: unknown kind %s" % (m.name, m.kind))
+        if (m.kind == "counter") != m.name.endswith("_total"):
+            raise ValueError("metric %s: counters, and only counters, end in _total" % m.name)
+        if not m.name.startswith("stallscope_"):
+            raise ValueError("metric %s: not in the stallscope_ namespace" % m.name)
+        if bool(m.buckets) != (m.kind == "histogram"):
+            raise ValueError("metric %s: buckets go with histograms, and only with them" % m.name)
+        mine = [n for n in m.labels if n in labels.IDENTITY]
+        if mine != [n for n in labels.IDENTITY if n in m.labels]:
+            raise ValueError("metric %s: identity labels out of order" % m.name)
+    for s in SIGNALS:
+        if s.unit not in UNITS or not set(s.scopes) <= set(SCOPES):
+            raise ValueError("signal %s: unknown unit or scope" % s.name)
+        if s.query and "$sel" not in s.query:
+            raise ValueError("signal %s: its query has no $sel" % s.name)
+    for c in CAUSES:
+        for line in c.lines:
+            if line.signal not in SIGNAL:
+                raise ValueError("cause %s: undeclared signal %s" % (c.name, line.signal))
+        for a in c.alerts:
+            if a.signal not in SIGNAL or not SIGNAL[a.signal].query:
+                raise ValueError("cause %s: alert %s needs a signal with a query" % (c.name, a.name))
+            if a.op not in (">", "<", "=="):
+                raise ValueError("cause %s: alert %s compares with %r" % (c.name, a.name, a.op))
+        if not c.advice or not c.runbook_alert:
+            raise ValueError("cause %s: needs advice and a runbook" % c.name)
+
+
+check()

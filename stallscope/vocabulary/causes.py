@@ -1,0 +1,124 @@
+"""Verdicts, the lines they are drawn at, and the causes of a stall, each named by its
+fix: the signals the correlator probes for it (co-occurrence lines), the alerts that
+page on it, the runbook and the first thing to do.
+
+One signal has one threshold. Where an alert's line on a signal differs from the
+correlator's co-occurrence line on it, the alert says why, beside it.
+"""
+from .entries import Cause, CauseAlert, Line
+
+VERDICTS = ("healthy", "input_bound", "not_input_bound", "unknown")
+# The SLI line: a rank that waits on its own loader for this share of its step time is
+# input-bound. The headline alert (StallscopeDataWaitHigh), the correlator's verdict,
+# diagnose on both paths and the cause alerts' "waiting rank" gate all draw it here.
+DATA_WAIT_LINE = 0.02
+DATA_WAIT_CRITICAL = 0.10
+# A straggler: its data-wait above this many times the job's median (and over the line).
+STRAGGLER_FACTOR = 3.0
+# A cause is named as the finding when its correlator score reaches this.
+ATTRIBUTE = 0.5
+# Fewer batches than this in a window: no verdict (the first batch's start-up dominates).
+MIN_BATCHES = 20
+
+_WAIT = ("StallscopeDataWaitHigh",)
+
+CAUSES = (
+    Cause("cpu_throttle", "The loader was short of CPU (CFS quota or crowded CPUs)", (
+        Line("cfs_throttled_ratio", 0.1, scopes=("rank",)),
+        Line("cfs_throttled_seconds_rate", 0.05, scopes=("rank",)),
+        Line("workers_runqueue_ratio", 0.2, scopes=("rank",))),
+        (CauseAlert(
+            "StallscopeCPUThrottled", "cfs_throttled_ratio", ">", 0.25,
+            "The CFS quota throttles a waiting rank's loader.",
+            "Container {{ $labels.container }} of <where> was throttled in {{ $value | "
+            "humanizePercentage }} of its CFS periods over the last <window> (threshold <line>).",
+            why="The correlator counts a 2 s sample with 10 % throttled periods as active when it "
+                "lines up with the stalls; a page needs a pod throttled in a quarter of its "
+                "periods for the whole rate window, with a rank waiting."),),
+        "StallscopeCPUThrottled",
+        "Raise the pod's CPU limit so num_workers + 1 cores fit the quota, or lower num_workers "
+        "and set torch.set_num_threads(1) in worker_init_fn."),
+    Cause("too_few_workers", "The loader is too slow for the compute", (), (),
+          "StallscopeDataWaitHigh",
+          "Raise num_workers (up to the CPU quota minus one core), set persistent_workers=True, "
+          "or make per-sample work cheaper (pre-decode, decode on the GPU)."),
+    Cause("storage_latency", "Shard reads were slow", (
+        Line("shard_read_seconds", 0.05, scopes=("rank",)),
+        Line("workers_dstate", 0.5, scopes=("rank",))),
+        (CauseAlert(
+            "StallscopeShardReadSlow", "shard_read_seconds", ">", 0.5,
+            "Shard reads of a waiting rank are slow.",
+            "The p99 latency of shard reads from tier {{ $labels.tier }} in <where> was {{ $value "
+            "| humanizeDuration }} over the last <window> (threshold <line>).",
+            why="The correlator marks each read slower than 50 ms against the stalls it lines up "
+                "with; the page is on the tail (p99 over the rate window), which a healthy "
+                "object store keeps far below 0.5 s."),),
+        "StallscopeShardReadSlow",
+        "Check the storage backend's latency for this node; cache or prefetch shards locally."),
+    Cause("fuse_unhealthy", "The FUSE mount was stuck or down", (
+        Line("fuse_up", 0.5, above=False, scopes=("rank",)),
+        Line("fuse_probe_seconds", 1.0, scopes=("rank",)),
+        Line("fuse_waiting_requests", 9, scopes=("rank",))),
+        (CauseAlert(
+            "StallscopeFuseMountDown", "fuse_up", "==", 0,
+            "A FUSE mount that a waiting rank reads from is down.",
+            "FUSE mount {{ $labels.mountpoint }} ({{ $labels.fstype }}) of <where> does not "
+            "answer: its daemon is dead or the connection was aborted (ENOTCONN)."),
+         CauseAlert(
+            "StallscopeFuseMountStuck", "fuse_probe_seconds", ">", 1.0,
+            "A FUSE mount that a waiting rank reads from is stuck.",
+            "A stat of FUSE mount {{ $labels.mountpoint }} ({{ $labels.fstype }}) of <where> took "
+            "{{ $value | humanizeDuration }} (threshold <line>): the daemon is hung or its "
+            "backend is far too slow.")),
+        "StallscopeFuseMountDown",
+        "Check the FUSE daemon of the mount (alive? stuck?); remount it and restart the rank "
+        "(a dead mount answers ENOTCONN, a stuck one hangs)."),
+    Cause("shm_exhaustion", "/dev/shm was nearly full", (
+        Line("shm_used_ratio", 0.9, scopes=("rank",)),),
+        (CauseAlert(
+            "StallscopeShmNearlyFull", "shm_used_ratio", ">", 0.9,
+            "/dev/shm of a waiting rank's pod is nearly full.",
+            "/dev/shm of <where> is {{ $value | humanizePercentage }} full (threshold <line>); "
+            "DataLoader workers pass every batch through it and die with a bus error when it "
+            "fills."),),
+        "StallscopeShmNearlyFull",
+        "Give the pod a larger /dev/shm (emptyDir medium: Memory with a sizeLimit) or lower "
+        "prefetch_factor x num_workers."),
+    Cause("io_pressure", "Tasks stalled on I/O", (
+        Line("psi_io_some_ratio", 0.2), Line("psi_io_full_ratio", 0.1)),
+        (CauseAlert(
+            "StallscopeIOPressure", "psi_io_some_ratio", ">", 0.2,
+            "I/O pressure stalls a waiting rank's pod.",
+            "Tasks of <where> were stalled on I/O {{ $value | humanizePercentage }} of the time "
+            "over the last <window> (PSI io some; threshold <line>)."),),
+        "StallscopeIOPressure",
+        "Find what else does I/O on the node (checkpoints, other pods); move it off the training "
+        "data's device."),
+    Cause("memory_pressure", "Tasks stalled on memory", (
+        Line("psi_memory_some_ratio", 0.1), Line("psi_memory_full_ratio", 0.05)),
+        (CauseAlert(
+            "StallscopeMemoryPressure", "psi_memory_some_ratio", ">", 0.1,
+            "Memory pressure stalls a waiting rank's pod.",
+            "Tasks of <where> were stalled on memory (reclaim, swap-in, thrashing) {{ $value | "
+            "humanizePercentage }} of the time over the last <window> (PSI memory some; threshold "
+            "<line>)."),),
+        "StallscopeMemoryPressure",
+        "Raise the pod's memory limit or cut the loader's footprint (fewer workers, smaller "
+        "prefetch); check for reclaim of the page cache."),
+    Cause("cache_miss", "The loader's cache missed", (
+        Line("cache_miss_ratio", 0.5, scopes=("rank",)),),
+        (CauseAlert(
+            "StallscopeCacheHitRateLow", "cache_miss_ratio", ">", 0.5,
+            "The data cache of a waiting rank mostly misses.",
+            "{{ $value | humanizePercentage }} of the cache lookups in tier {{ $labels.tier }} of "
+            "<where> missed over the last <window> (threshold <line>); misses go to the slower "
+            "tier."),),
+        "StallscopeCacheHitRateLow",
+        "Prewarm the cache on this node or size it to the working set."),
+    Cause("checkpoint_contention", "Disk write bursts (checkpoints) hit the node", (
+        Line("disk_write_bytes_rate", 50e6, scopes=("node",)),), (),
+        "StallscopeDataWaitHigh",
+        "Write checkpoints to other storage than the training data, or stagger them across ranks."),
+    Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
+          "Sample the workers' stacks (--stacks) to see where they spend the time."),
+)

@@ -1,0 +1,96 @@
+"""The kinds of entry the vocabulary declares (standard library only)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+KINDS = ("counter", "gauge", "histogram")
+UNITS = ("ratio", "seconds", "count", "flag", "bytes", "bytes_rate")
+SCOPES = ("rank", "node", "gpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One metric family as Prometheus sees it (counters end in ``_total``)."""
+    name: str
+    kind: str
+    help: str
+    labels: Tuple[str, ...]
+    producer: str                       # the part that emits it
+    buckets: Tuple[float, ...] = ()     # histograms only
+
+    @property
+    def family_name(self) -> str:
+        """The name client libraries take (without ``_total`` for counters)."""
+        return self.name[:-len("_total")] if self.kind == "counter" else self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """A timeline the correlator can line up with the stalls: samples in the agent's
+    SampleStore, each a level or a rate over its interval, never a raw counter.
+
+    ``query`` is its face in Prometheus where it has one: a PromQL template per pod
+    (``$sel`` is the selector body, ``$w`` the rate window) whose result carries
+    ``query_by``."""
+    name: str
+    unit: str
+    scopes: Tuple[str, ...]
+    producer: str
+    help: str
+    query: str = ""
+    query_by: Tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Exporter:
+    """One node exporter: ``--exporter.NAME``, its class in ``stallscope.exporters``."""
+    name: str
+    target: str          # "module:Class" under stallscope.exporters
+    default: bool
+    help: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """A co-occurrence line: the correlator counts a sample of ``signal`` as active when
+    it is past ``threshold`` (above it, or below it with ``above=False``)."""
+    signal: str
+    threshold: float
+    above: bool = True
+    scopes: Tuple[str, ...] = ("rank", "node")
+
+
+@dataclasses.dataclass(frozen=True)
+class CauseAlert:
+    """An alert that pages on a cause: ``signal``'s query compared with ``line`` for a pod
+    with a waiting rank. ``why`` says why the line differs from the cause's co-occurrence
+    line on the same signal, where it does. ``description`` may use <where> (the pod,
+    job and node), <window> (the rate window) and <line> (the threshold, formatted)."""
+    name: str
+    signal: str
+    op: str
+    line: float
+    summary: str
+    description: str
+    why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    """A reason a rank waits on its input pipeline, named by its fix.
+
+    ``lines``: the signals the correlator probes for it (empty for causes it computes
+    from the loader's own numbers); ``alerts``: the alerts that page on it (empty when
+    the headline alert covers it); ``runbook_alert``: whose runbook it is in;
+    ``advice``: the first thing to do."""
+    name: str
+    what: str
+    lines: Tuple[Line, ...]
+    alerts: Tuple[CauseAlert, ...]
+    runbook_alert: str
+    advice: str
+
+    @property
+    def runbook(self) -> str:
+        return "runbooks/%s.md" % self.runbook_alert

@@ -1,0 +1,65 @@
+"""What the hook's reports feed: per-rank data-wait and step time (part ``ranks``), the
+loader's batch production and sizing (part ``loader``), shard reads and cache lookups
+per pod and tier (part ``shards``)."""
+from .entries import Metric, Signal
+from .labels import LOADER_CONFIG, RANK, TIER
+
+# Data-wait spans 100 µs (a prefetched batch) to tens of seconds (a dead mount): ten
+# buckets keep a rank's histogram at 12 series within the per-rank budget.
+WAIT_BUCKETS = (0.0001, 0.0005, 0.002, 0.01, 0.05, 0.25, 1.0, 5.0, 30.0)
+# Step and batch-load time are read through _sum and _count: three decades of buckets
+# are a rough distribution at 6 series each.
+STEP_BUCKETS = (0.1, 1.0, 10.0)
+LOAD_BUCKETS = (0.01, 0.1, 1.0)
+# A page-cache hit (<1 ms) to a stuck network read (>2.5 s): 8 series per pod and tier.
+READ_BUCKETS = (0.001, 0.01, 0.05, 0.25, 2.5)
+
+METRICS = (
+    Metric("stallscope_data_wait_seconds", "histogram",
+           "Time the training loop blocked in next(loader), per batch. _sum includes a wait "
+           "still in progress; _count moves when its batch arrives.", RANK, "ranks", WAIT_BUCKETS),
+    Metric("stallscope_step_seconds", "histogram",
+           "Interval between consecutive batches reaching the training loop (_sum, like the "
+           "data-wait sum, includes a wait still in progress).", RANK, "ranks", STEP_BUCKETS),
+    Metric("stallscope_loader_info", "gauge", "DataLoader configuration of the rank (value 1).",
+           RANK + LOADER_CONFIG, "ranks"),
+    Metric("stallscope_hook_dropped_events_total", "counter",
+           "Events the rank's hook could not deliver to the agent.", RANK, "ranks"),
+    Metric("stallscope_batch_load_seconds", "histogram",
+           "Time a loader worker took to produce one batch (fetch + collate).", RANK, "loader",
+           LOAD_BUCKETS),
+    Metric("stallscope_loader_workers_needed", "gauge",
+           "Loader workers that would keep up with the loop: ceil(T_load / T_compute) over the "
+           "last minute, capped by the pod's CPU quota.", RANK, "loader"),
+    Metric("stallscope_loader_workers_quota_limited", "gauge",
+           "1 when the CPU quota, not the worker count, limits the loader.", RANK, "loader"),
+    Metric("stallscope_shard_read_seconds", "histogram",
+           "Latency of one shard read (open + reads), per pod and tier.", TIER, "shards",
+           READ_BUCKETS),
+    Metric("stallscope_shard_read_quantile_seconds", "gauge",
+           "Shard read latency quantiles over the last 300 s, per pod and tier.",
+           TIER + ("quantile",), "shards"),
+    Metric("stallscope_cache_requests_total", "counter",
+           "Cache lookups reported by the loaders, per pod and tier.", TIER + ("result",), "shards"),
+    Metric("stallscope_agent_rejected_io_reports_total", "counter",
+           "Shard-read/cache parts of hook reports ignored, by reason.", ("reason",), "shards"),
+)
+
+_BY_RANK = "sum by (namespace, job, rank, pod, node)"
+SIGNALS = (
+    Signal("batch_load_seconds", "seconds", ("rank",), "loader",
+           "Time a loader worker took to produce one batch, one sample per batch.",
+           "%s (rate(stallscope_batch_load_seconds_sum{$sel}[$w]))\n/\n"
+           "%s (rate(stallscope_batch_load_seconds_count{$sel}[$w]))" % (_BY_RANK, _BY_RANK),
+           ("namespace", "job", "rank", "pod", "node")),
+    Signal("shard_read_seconds", "seconds", ("rank",), "shards",
+           "Latency of one shard read, one sample per read; in Prometheus its p99 per tier.",
+           "histogram_quantile(0.99, sum by (namespace, pod, tier, le) "
+           "(rate(stallscope_shard_read_seconds_bucket{$sel}[$w])))",
+           ("namespace", "pod", "tier")),
+    Signal("cache_miss_ratio", "ratio", ("rank",), "shards",
+           "Share of the cache lookups in one report that missed.",
+           "sum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{result=\"miss\", $sel}[$w]))"
+           "\n/\nsum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{$sel}[$w]))",
+           ("namespace", "pod", "tier")),
+)

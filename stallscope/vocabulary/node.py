@@ -1,0 +1,142 @@
+"""The node exporters (the registry: one line each, like node_exporter's collectors),
+their metrics and their correlator signals.
+
+Adding a node signal: ``stallscope/exporters/<name>.py`` with an ``Exporter`` subclass,
+and here its registry line, its metrics and its signals. The ``--exporter.<name>``
+flags, scheduling, deadline and self-health metrics come with the registry line.
+"""
+from .entries import Exporter, Metric, Signal
+from .labels import CONTAINER, GPU, MOUNT, POD, RANK
+
+EXPORTERS = (
+    Exporter("cfs", "cfs:CfsExporter", True, "CFS quota and throttling of the ranks' cgroups."),
+    Exporter("psi", "psi:PsiExporter", True,
+             "Pressure stall information of the node and the ranks' cgroups."),
+    Exporter("shm", "shm:ShmExporter", True, "/dev/shm size and use, as the ranks and the node see it."),
+    Exporter("fuse", "fuse:FuseExporter", True,
+             "Health of the FUSE mounts the ranks read from (stuck, ENOTCONN)."),
+    Exporter("workers", "workers:WorkersExporter", True,
+             "Loader workers: alive, D state, CPU, RSS, exits."),
+    Exporter("gpu", "gpu:GpuExporter", True,
+             "GPU busy samples (NVML), SM-active (dcgm-exporter), GPU-to-rank map; see --gpu.*."),
+    Exporter("disk", "disk:DiskExporter", True,
+             "Node block-device write rate (checkpoint bursts), a correlator sample only."),
+    Exporter("sched", "sched:SchedExporter", True,
+             "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
+)
+
+_PSI = tuple(
+    Metric("stallscope_pressure_%s_%s_seconds_total" % (res, name), "counter",
+           "PSI %s: time %s tasks were stalled on %s (node, or a cgroup with container set)."
+           % (kind, "some" if kind == "some" else "all non-idle", res), CONTAINER, "psi")
+    for res in ("cpu", "io", "memory") for kind, name in (("some", "waiting"), ("full", "stalled")))
+
+METRICS = (
+    Metric("stallscope_cpu_cfs_periods_total", "counter",
+           "CFS enforcement periods elapsed (cpu.stat nr_periods).", CONTAINER, "cfs"),
+    Metric("stallscope_cpu_cfs_throttled_periods_total", "counter",
+           "CFS periods in which the cgroup was throttled.", CONTAINER, "cfs"),
+    Metric("stallscope_cpu_cfs_throttled_seconds_total", "counter",
+           "Time the cgroup's threads spent throttled by its quota.", CONTAINER, "cfs"),
+    Metric("stallscope_cpu_cfs_quota_cores", "gauge",
+           "Effective CFS quota in cores (tightest along the cgroup's ancestors).", CONTAINER, "cfs"),
+    Metric("stallscope_cpu_cfs_quota_oversubscribed", "gauge",
+           "1 if the cgroup runs more rank processes (main + loader workers) than its quota has "
+           "cores (PyTorch sizes workers from CPU affinity, not the quota: pytorch/pytorch#46867).",
+           CONTAINER, "cfs"),
+) + _PSI + (
+    Metric("stallscope_shm_size_bytes", "gauge",
+           "Size of /dev/shm as the pod's processes see it (node-wide: pod empty).", POD, "shm"),
+    Metric("stallscope_shm_used_bytes", "gauge",
+           "Bytes used in /dev/shm (statvfs: includes unlinked PyTorch segments).", POD, "shm"),
+    Metric("stallscope_fuse_up", "gauge", "1 if the FUSE mount answered its last probe (statfs); "
+           "0 if stuck, disconnected (ENOTCONN) or failing.", MOUNT, "fuse"),
+    Metric("stallscope_fuse_probe_seconds", "gauge", "Latency of the last probe; of a stuck "
+           "probe, how long it has been waiting.", MOUNT, "fuse"),
+    Metric("stallscope_fuse_waiting_requests", "gauge", "Requests in flight on the mount's FUSE "
+           "connection (fusectl 'waiting').", MOUNT, "fuse"),
+    Metric("stallscope_fuse_probe_failures_total", "counter", "Failed probes, by reason: stuck or "
+           "the errno (ENOTCONN: the daemon died).", MOUNT + ("reason",), "fuse"),
+    Metric("stallscope_loader_workers_alive", "gauge",
+           "Loader worker processes of the rank that are alive.", RANK, "workers"),
+    Metric("stallscope_loader_workers_dstate", "gauge", "Loader workers in uninterruptible sleep "
+           "(D state: blocked in the kernel, e.g. on a hung mount).", RANK, "workers"),
+    Metric("stallscope_loader_workers_cpu_seconds_total", "counter",
+           "CPU time used by the rank's loader workers, all generations.", RANK, "workers"),
+    Metric("stallscope_loader_worker_max_resident_memory_bytes", "gauge",
+           "RSS of the rank's largest loader worker.", RANK, "workers"),
+    Metric("stallscope_loader_worker_exits_total", "counter",
+           "Loader workers seen ending by a signal.", RANK + ("signal",), "workers"),
+    Metric("stallscope_loader_worker_cpu_seconds_total", "counter",
+           "CPU time of one loader worker (--exporter.workers.per-worker).", RANK + ("worker",),
+           "workers"),
+    Metric("stallscope_loader_worker_resident_memory_bytes", "gauge",
+           "RSS of one loader worker (--exporter.workers.per-worker).", RANK + ("worker",), "workers"),
+    Metric("stallscope_gpu_busy_ratio", "gauge", "Share of the newest sample period(s) during "
+           "which a kernel ran (NVML utilisation samples, or the simulated GPU).", GPU + RANK, "gpu"),
+    Metric("stallscope_gpu_busy_seconds_total", "counter", "Seconds during which a kernel ran: "
+           "rate() is the busy ratio over any window, however slow the scrape.", GPU + RANK, "gpu"),
+    Metric("stallscope_gpu_up", "gauge", "1 while the GPU is read; 0 once lost (fell off the bus) "
+           "or without a utilisation reading (MIG, vGPU).", GPU + ("node",), "gpu"),
+    Metric("stallscope_gpu_sm_active_ratio", "gauge", "SM activity from dcgm-exporter: "
+           "DCGM_FI_PROF_SM_ACTIVE, or the fallback named by `field` (GR_ENGINE_ACTIVE, "
+           "GPU_UTIL/100).", GPU + ("field",) + RANK, "gpu"),
+    Metric("stallscope_gpu_read_errors_total", "counter", "Failed GPU reads, by source and reason.",
+           ("source", "reason"), "gpu"),
+)
+
+
+def _psi(res, kind):
+    name = "waiting" if kind == "some" else "stalled"
+    return Signal(
+        "psi_%s_%s_ratio" % (res, kind), "ratio", ("rank", "node"), "psi",
+        "PSI %s %s: share of time tasks stalled on %s (the rank's cgroup, or the node)."
+        % (res, kind, res),
+        "sum by (namespace, pod) (rate(stallscope_pressure_%s_%s_seconds_total{pod!=\"\", $sel}[$w]))"
+        % (res, name), ("namespace", "pod"))
+
+
+SIGNALS = (
+    Signal("cfs_throttled_ratio", "ratio", ("rank",), "cfs",
+           "Throttled CFS periods per period, worst of the rank's cgroups.",
+           "sum by (namespace, pod, container) (rate(stallscope_cpu_cfs_throttled_periods_total{$sel}[$w]))"
+           "\n/\nsum by (namespace, pod, container) (rate(stallscope_cpu_cfs_periods_total{$sel}[$w]))",
+           ("namespace", "pod", "container")),
+    Signal("cfs_throttled_seconds_rate", "count", ("rank",), "cfs",
+           "Throttled seconds per second of the rank's most throttled cgroup (threads held back)."),
+    Signal("workers_runqueue_ratio", "ratio", ("rank",), "sched",
+           "Run-queue wait per second, averaged over the rank's loader workers: runnable, no CPU."),
+    _psi("cpu", "some"), _psi("io", "some"), _psi("io", "full"),
+    _psi("memory", "some"), _psi("memory", "full"),
+    Signal("shm_used_ratio", "ratio", ("rank", "node"), "shm",
+           "Share of /dev/shm in use, as the rank (or the node) sees it.",
+           "max by (namespace, pod) (stallscope_shm_used_bytes{pod!=\"\", $sel} / "
+           "stallscope_shm_size_bytes{pod!=\"\", $sel})", ("namespace", "pod")),
+    Signal("shm_free_bytes", "bytes", ("rank", "node"), "shm", "Bytes free in /dev/shm."),
+    Signal("fuse_up", "flag", ("rank",), "fuse",
+           "1 when every FUSE mount the rank sees answered its last probe.",
+           "stallscope_fuse_up{$sel}", ("namespace", "pod", "mountpoint")),
+    Signal("fuse_probe_seconds", "seconds", ("rank",), "fuse",
+           "Slowest last probe of the rank's FUSE mounts (of a stuck one, how long so far).",
+           "stallscope_fuse_probe_seconds{$sel}", ("namespace", "pod", "mountpoint")),
+    Signal("fuse_waiting_requests", "count", ("rank",), "fuse",
+           "Requests in flight on the rank's FUSE connections (fusectl).",
+           "stallscope_fuse_waiting_requests{$sel}", ("namespace", "pod", "mountpoint")),
+    Signal("workers_alive", "count", ("rank",), "workers", "Loader workers of the rank alive."),
+    Signal("workers_dstate", "count", ("rank",), "workers",
+           "Loader workers of the rank in D state (blocked in the kernel).",
+           "stallscope_loader_workers_dstate{$sel}", ("namespace", "job", "rank", "pod", "node")),
+    Signal("workers_cpu_ratio", "ratio", ("rank",), "workers",
+           "CPU seconds per second of all the rank's loader workers together.",
+           "rate(stallscope_loader_workers_cpu_seconds_total{$sel}[$w])",
+           ("namespace", "job", "rank", "pod", "node")),
+    Signal("disk_write_bytes_rate", "bytes_rate", ("node",), "disk",
+           "Bytes per second written to the node's physical block devices."),
+    Signal("gpu_busy_ratio", "ratio", ("rank", "gpu"), "gpu",
+           "Share of each GPU sample period in which a kernel ran (NVML or simulated).",
+           "rate(stallscope_gpu_busy_seconds_total{$sel}[$w])",
+           ("namespace", "job", "rank", "pod", "node", "gpu", "uuid", "source")),
+    Signal("gpu_sm_active_ratio", "ratio", ("rank", "gpu"), "gpu",
+           "SM activity from dcgm-exporter.", "stallscope_gpu_sm_active_ratio{$sel}",
+           ("namespace", "job", "rank", "pod", "node", "gpu", "uuid")),
+)
