@@ -32,11 +32,13 @@ test-fast: setup
 bench: setup
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 
-# Dashboards, rules and the PrometheusRule come from stallscope/mixin; CI fails when the
-# checked-in files differ from what it generates.
+# Dashboards, rules and the PrometheusRule come from stallscope/mixin, the metric/signal/
+# cause reference and the exporter table of the docs from stallscope/vocabulary; CI fails
+# when the checked-in files differ from what they generate.
 generate: setup
 	$(VENV)/bin/stallscope alerts --out alerts --prometheusrule deploy/kubernetes/base/prometheusrule.yaml
 	$(VENV)/bin/stallscope dashboards --out dashboards
+	$(PY) -m stallscope.vocabulary.reference docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -5,6 +5,8 @@ stallscope/hook/wire.py). The sender's PID comes from SO_PEERCRED, translated by
 kernel into the agent's PID namespace, so a process cannot claim another's PID.
 Every message is validated; rejects are counted by reason and never stop the loop.
 """
+from __future__ import annotations
+
 import collections
 import os
 import selectors
@@ -68,15 +70,26 @@ def _in_use(path):
         probe.close()
 
 
-class Ingest:
-    def __init__(self, sock, table, max_bytes=wire.MAX_MESSAGE_BYTES):
-        self.sock = sock
-        self.table = table
-        self.max_bytes = max_bytes
+class IngestStats:
+    """What the ingest did, for the agent's self-health series."""
+
+    def __init__(self):
         self.accepted = 0
         self.events = 0
         self.rejected = collections.Counter()
         self.connections = 0
+
+
+class Ingest:
+    """``apply(msg, peer_pid, peer_uid)`` folds one validated message into the agent
+    (the composition root's: the rank table, then the parts); it raises LookupError
+    when the rank table is full."""
+
+    def __init__(self, sock, apply, max_bytes=wire.MAX_MESSAGE_BYTES, stats=None):
+        self.sock = sock
+        self.apply = apply
+        self.max_bytes = max_bytes
+        self.stats = stats or IngestStats()
         self.selector = selectors.DefaultSelector()
         self.stopping = threading.Event()
         self.wake_r, self.wake_w = os.pipe()
@@ -111,10 +124,10 @@ class Ingest:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                self.rejected["accept_error"] += 1
+                self.stats.rejected["accept_error"] += 1
                 return
-            if self.connections >= MAX_CONNECTIONS:
-                self.rejected["too_many_connections"] += 1
+            if self.stats.connections >= MAX_CONNECTIONS:
+                self.stats.rejected["too_many_connections"] += 1
                 conn.close()
                 continue
             try:
@@ -123,7 +136,7 @@ class Ingest:
             except OSError:
                 pid, uid = 0, None
             conn.setblocking(False)
-            self.connections += 1
+            self.stats.connections += 1
             self.selector.register(conn, selectors.EVENT_READ, (pid, uid))
 
     def _read(self, conn, peer):
@@ -137,10 +150,10 @@ class Ingest:
             if not data:  # peer closed
                 self.selector.unregister(conn)
                 conn.close()
-                self.connections -= 1
+                self.stats.connections -= 1
                 return
             if flags & socket.MSG_TRUNC or len(data) > self.max_bytes:
-                self.rejected["oversize"] += 1
+                self.stats.rejected["oversize"] += 1
                 continue
             self.handle(data, peer[0] or None, peer[1])
 
@@ -148,16 +161,16 @@ class Ingest:
         """Validate and apply one message; never raises."""
         try:
             msg = validate.parse(data, self.max_bytes)
-            self.table.apply(msg, peer_pid=peer_pid, peer_uid=peer_uid)
+            self.apply(msg, peer_pid, peer_uid)
         except validate.Reject as r:
-            self.rejected[r.reason] += 1
+            self.stats.rejected[r.reason] += 1
             return False
         except LookupError:
-            self.rejected["rank_limit"] += 1
+            self.stats.rejected["rank_limit"] += 1
             return False
         except Exception:  # a bug in a handler must not stop ingestion
-            self.rejected["internal_error"] += 1
+            self.stats.rejected["internal_error"] += 1
             return False
-        self.accepted += 1
-        self.events += len(msg["events"])
+        self.stats.accepted += 1
+        self.stats.events += len(msg["events"])
         return True

@@ -13,8 +13,10 @@ import time
 import urllib.error
 import urllib.parse
 
+from .. import vocabulary
+
 NAMESPACE = "stallscope-lab"
-SLI_LINE = 0.02  # DESIGN.md's headline threshold: max-rank data-wait over 2% of step time
+SLI_LINE = vocabulary.DATA_WAIT_LINE  # the headline alert's line
 # The mixin config the lab's Prometheus evaluates: same rules, windows short enough for a
 # 20-30 s run (scrape and evaluation every second).
 LAB_MIXIN = {"rate_window": "10s", "data_wait_for": "5s", "straggler_for": "5s",
@@ -25,41 +27,16 @@ ALONGSIDE_STALLS = ("StallscopeDataWaitCritical", "StallscopeStragglerRank")
 HEADLINE = "StallscopeDataWaitHigh"
 
 
-def _agent_flags():
-    """Every long flag ``stallscope agent`` accepts in this build."""
-    from ..agent import options
-
-    names = set()
-    for opt in options.OPTIONS:
-        fn = opt(lambda: None)
-        for p in getattr(fn, "__click_params__", []):
-            names.update(p.opts)
-            names.update(getattr(p, "secondary_opts", []))
-    return names
-
-
 def agent_args(duration):
-    flags = _agent_flags()
-    args = ["--node", "lab-node"]
-    if "--exporter.interval" in flags:
-        args += ["--exporter.interval", "1"]
-    if "--gpu.simulated" in flags:  # no real GPU is read in the lab: simulated, and labelled so
-        args += ["--gpu.simulated"] + (["--no-gpu.nvml"] if "--no-gpu.nvml" in flags else [])
-    if "--correlate.interval" in flags:
-        args += ["--correlate.interval", "2", "--correlate.window", str(max(10, int(duration + 30)))]
-    return args
-
-
-def simulated_gpu():
-    return "--gpu.simulated" in _agent_flags()
+    # No real GPU is read in the lab: simulated, and labelled so.
+    return ["--node", "lab-node", "--exporter.interval", "1", "--gpu.simulated", "--no-gpu.nvml",
+            "--correlate.interval", "2", "--correlate.window", str(max(10, int(duration + 30)))]
 
 
 def rule_files(directory):
-    """Write the generated rules with the lab's short windows; [] before the mixin exists."""
-    try:
-        from ..mixin import config, generate
-    except ImportError:
-        return []
+    """Write the generated rules with the lab's short windows."""
+    from ..mixin import config, generate
+
     cfg = config.load(**LAB_MIXIN)
     return generate.write(generate.alert_files(cfg), directory)
 
@@ -201,7 +178,7 @@ def collect(lab, base, now, fired=None):
     if alerts and alerts["matched"] is False:
         ok = False
     return {"scenario": s.name, "title": s.title, "duration_s": lab.duration, "world_size": lab.world,
-            "job": lab.job, "target_rank": lab.target, "simulated_gpu": simulated_gpu(),
+            "job": lab.job, "target_rank": lab.target, "simulated_gpu": True,
             "ranks": rows, "expected": expected, "found": found, "diagnosis": details,
             "report": (details or {}).get("text"), "alerts": alerts, "ok": ok}
 

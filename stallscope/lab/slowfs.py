@@ -98,7 +98,7 @@ def main(argv=None):
 
 def fuse_mount(mountpoint, mountinfo="/proc/self/mountinfo"):
     """The mountinfo entry of the FUSE mount at ``mountpoint``, read without touching it."""
-    from ..exporters.fuse import parse_mountinfo
+    from ..system.procfs import parse_mountinfo
 
     try:
         with open(mountinfo) as f:
@@ -222,7 +222,7 @@ def ensure_fusectl():
     """Mount fusectl if it is not; returns True when this call mounted it."""
     if os.path.isdir(FUSECTL) and os.listdir(FUSECTL):
         return False
-    from ..exporters.fuse import parse_mountinfo
+    from ..system.procfs import parse_mountinfo
 
     with open("/proc/self/mountinfo") as f:
         if any(m.fstype == "fusectl" for m in parse_mountinfo(f.read())):

@@ -31,7 +31,7 @@ CFG = dataclasses.replace(
     health_for="5s", silent_lookback="5m",
     # Start-up (torch import, worker fork) counts as data-wait in the first windows: the
     # healthy ranks peak near 0.15 on a loaded 2-core machine; the slowed rank sits ~0.8.
-    data_wait_warning=0.3, data_wait_critical=0.97, straggler_min_ratio=0.3, cause_min_wait_ratio=0.3)
+    data_wait_warning=0.3, data_wait_critical=0.97)
 NS = "stallscope-test"
 
 # metric prefix -> the part that exports it (not on main yet)

@@ -2,7 +2,7 @@
 
 Reads ``/proc/<pid>/cgroup`` (cgroups(7)): one ``ID:CONTROLLERS:PATH`` line per v1
 hierarchy and ``0::PATH`` for the v2 (unified) hierarchy. Kubernetes path shapes
-(see shared/FIELD-NOTES.md, "Kubernetes cgroup paths"):
+(kubelet's cgroup drivers; containerd, CRI-O and cri-dockerd scope names):
 
 - systemd driver: ``/kubepods.slice/kubepods-burstable.slice/
   kubepods-burstable-pod<uid with _>.slice/cri-containerd-<id>.scope`` (guaranteed pods
@@ -14,6 +14,8 @@ hierarchy and ``0::PATH`` for the v2 (unified) hierarchy. Kubernetes path shapes
 """
 import os
 import re
+
+from . import procfs as procfs_mod
 
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 _POD_RE = re.compile(r"(?:^|[-/])pod(" + _UID + r")(?:\.slice)?(?:/|$)")
@@ -49,23 +51,6 @@ class Cgroup:
                 "qos": self.qos, "driver": self.driver}
 
 
-def parse(text):
-    """Text of /proc/<pid>/cgroup → (v1 {controller: path}, v2 path or None)."""
-    v1, v2 = {}, None
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hid, controllers, path = parts
-        if hid == "0" and controllers == "":
-            v2 = path
-            continue
-        for c in controllers.split(","):
-            if c:
-                v1[c] = path
-    return v1, v2
-
-
 def k8s_info(path):
     """Pod UID, container ID, runtime, QoS and cgroup driver from a cgroup path."""
     info = {"pod_uid": None, "container_id": None, "runtime": None, "qos": None, "driver": None}
@@ -84,12 +69,8 @@ def k8s_info(path):
 
 def of_pid(procfs, pid):
     """The Cgroup of ``pid``, or None when the process is gone."""
-    try:
-        with open(os.path.join(procfs, str(pid), "cgroup")) as f:
-            text = f.read()
-    except OSError:
-        return None
-    return Cgroup(*parse(text))
+    text = procfs_mod.read_text(procfs_mod.pid_path(procfs, pid, "cgroup"))
+    return None if text is None else Cgroup(*procfs_mod.parse_cgroup(text))
 
 
 def _systemd_expand(name):
