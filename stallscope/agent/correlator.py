@@ -38,7 +38,7 @@ class CorrelatorOptions:
                          lo=10, hi=86400, metavar="SECONDS")
 
 
-def _seconds(v):
+def _seconds(v: str) -> float:
     x = float(v)
     if not 0 < x <= 86400:
         raise ValueError(v)
@@ -196,6 +196,6 @@ class CorrelatorPart(Part):
         return 200, body
 
 
-def _severity(d):
+def _severity(d: Dict[str, Any]) -> Any:
     order = {"input_bound": 3, "not_input_bound": 2, "healthy": 1, "unknown": 0}
     return order[d["verdict"]], d.get("data_wait_ratio") or 0.0

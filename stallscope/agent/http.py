@@ -18,7 +18,7 @@ from ..host import ApiError
 class Handler(BaseHTTPRequestHandler):
     registry: Any = None  # set on the subclass made by make_server()
     routes: Dict[str, Callable[..., Tuple[int, Any]]] = {}
-    healthy: Callable[[], Tuple[bool, str]] = staticmethod(lambda: (True, "ok"))  # type: ignore[assignment]
+    healthy: Callable[[], Tuple[bool, str]] = staticmethod(lambda: (True, "ok"))
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: scrapes every few seconds

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..host import Part
 from ..host.families import buckets, family
@@ -33,12 +33,12 @@ MAX_WORKERS_ADVICE = 1024
 class Window:
     """Sum and count of values (ns) over the last ``seconds``, in slots by event time."""
 
-    def __init__(self, seconds=WINDOW_S, slot=SLOT_S):
+    def __init__(self, seconds: float = WINDOW_S, slot: float = SLOT_S) -> None:
         self.slot_ns = int(slot * 1e9)
         self.n = int(math.ceil(seconds / slot))
-        self.slots = {}  # slot id → [sum_ns, count]
+        self.slots: Dict[int, List[int]] = {}  # slot id -> [sum_ns, count]
 
-    def add(self, t_ns, value_ns):
+    def add(self, t_ns: int, value_ns: int) -> None:
         sid = t_ns // self.slot_ns
         s = self.slots.get(sid)
         if s is None:
@@ -49,7 +49,7 @@ class Window:
         s[0] += value_ns
         s[1] += 1
 
-    def totals(self, now_ns):
+    def totals(self, now_ns: int) -> Tuple[int, int]:
         first = now_ns // self.slot_ns - self.n + 1
         total = count = 0
         for sid, (v, c) in self.slots.items():
@@ -69,7 +69,8 @@ class LoaderState:
         self.sizing: Optional[Dict[str, Any]] = None
 
 
-def sizing(t_load_ns, t_compute_ns, quota_cores=None, quota_ranks=None, workers=None):
+def sizing(t_load_ns: float, t_compute_ns: float, quota_cores: Optional[float] = None,
+           quota_ranks: Optional[int] = None, workers: Optional[int] = None) -> Dict[str, Any]:
     """The advice for one rank, as the API shows it (pure: tested directly)."""
     uncapped = MAX_WORKERS_ADVICE
     if t_compute_ns > 0:

@@ -89,8 +89,8 @@ class Agent:
         self.stats = ingest.IngestStats()
         self.node_exporters, self.runner = exporters.build(
             self.host, config.enabled, config.parts, config.exporters)
-        by_name = {e.name: e for e in self.node_exporters}
-        cfs, gpu = by_name.get("cfs"), by_name.get("gpu")
+        by_name: Dict[str, Any] = {e.name: e for e in self.node_exporters}
+        cfs, gpu = by_name.get("cfs"), by_name.get("gpu")  # their explicit calls, when they run
         self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
         self.correlator = CorrelatorPart(self.host, config.correlator,
                                          gpu_source_of=gpu.source_of if gpu else (lambda _k: None))

@@ -24,7 +24,7 @@ def _toggle(entry: Any) -> Callable[[Any], Any]:
         default=None, help="%s [default: %s]" % (entry.help, "on" if entry.default else "off"))
 
 
-def _classes() -> List[type]:
+def _classes() -> List[Any]:
     return [AgentOptions] + [exporters.ExportersOptions] + exporters.option_classes() + [CorrelatorOptions]
 
 

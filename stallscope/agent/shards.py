@@ -18,7 +18,9 @@ import collections
 import math
 import re
 import time
-from typing import Any, Dict, Iterator
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+
+Parsed = Tuple[List[str], List[List[int]], List[List[int]], List[List[Any]]]
 
 from ..host import Part
 from ..host.families import buckets, family
@@ -45,7 +47,7 @@ class Bad(Exception):
     pass
 
 
-def _ints(row, n, limits):
+def _ints(row: Any, n: int, limits: Sequence[int]) -> List[int]:
     if not isinstance(row, list) or len(row) != n:
         raise Bad("bad_schema")
     for v, hi in zip(row, limits):
@@ -54,7 +56,7 @@ def _ints(row, n, limits):
     return row
 
 
-def parse(io):
+def parse(io: Any) -> Parsed:
     """The hook's ``io`` object → (tiers, reads, cache, slowest), or Bad(reason)."""
     if not isinstance(io, dict):
         raise Bad("bad_schema")
@@ -85,15 +87,15 @@ def parse(io):
 class TierStats:
     __slots__ = ("hist", "recent", "hits", "misses", "quantiles")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.hist = Histogram(READ_BUCKETS)
-        self.recent = collections.deque(maxlen=MAX_RECENT)  # (t_end_ns, dur_ns)
+        self.recent: Deque[Tuple[int, int]] = collections.deque(maxlen=MAX_RECENT)  # (t_end_ns, dur_ns)
         self.hits = 0
         self.misses = 0
-        self.quantiles = None
+        self.quantiles: Optional[List[int]] = None
 
 
-def quantiles(durations, qs=QUANTILES):
+def quantiles(durations: Sequence[int], qs: Sequence[float] = QUANTILES) -> Optional[List[int]]:
     """Nearest-rank quantiles of a list of numbers (None when empty)."""
     if not durations:
         return None
@@ -112,7 +114,7 @@ class ShardPart(Part):
         self.mine: Dict[Any, Any] = {}   # rank key -> {"tiers": {...}, "slowest": [...]}
         self.rejected: "collections.Counter[str]" = collections.Counter()
 
-    def _tier(self, tiers, name):
+    def _tier(self, tiers: Dict[str, TierStats], name: str) -> TierStats:
         t = tiers.get(name)
         if t is None:
             if len(tiers) >= MAX_TIERS:
@@ -179,7 +181,7 @@ class ShardPart(Part):
             return {"shard_reads": self._json(mine, entry[1] if entry else {})}
 
     @staticmethod
-    def _json(mine, pod_tiers):
+    def _json(mine: Dict[str, Any], pod_tiers: Dict[str, TierStats]) -> Dict[str, Any]:
         tiers = {}
         for name, counts in mine["tiers"].items():
             doc = dict(counts)

@@ -14,6 +14,8 @@ Verdicts:
 The agent sees only its own node's ranks, so the straggler it names is the worst rank
 of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
 """
+from typing import Any, Dict
+
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
 from . import workers
@@ -81,7 +83,7 @@ def straggler(trace, ratio, peer_ratios, node):
             "data_wait_ratio": round(worst, 6), "note": note}
 
 
-def analyse(trace, peers=(), node="", window_seconds=None):
+def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = None) -> Dict[str, Any]:
     """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job)."""
     ident = trace.ident or {}
     span = trace.span()
@@ -135,6 +137,6 @@ def analyse(trace, peers=(), node="", window_seconds=None):
     return out
 
 
-def top_cause(diagnosis):
+def top_cause(diagnosis: Dict[str, Any]) -> Any:
     causes = diagnosis.get("causes") or []
     return causes[0]["cause"] if causes else None

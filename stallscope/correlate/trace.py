@@ -16,6 +16,7 @@ the start of the next data-wait.
 """
 import dataclasses
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class Series:
         return cls.from_array(points_array(points))
 
     @classmethod
-    def from_array(cls, arr):
+    def from_array(cls, arr: Any) -> "Series":
         n = len(arr)
         if not n:
             return cls(np.zeros(0, np.int64), np.zeros(0))
@@ -111,7 +112,8 @@ class RankTrace:
         return None, None
 
     @classmethod
-    def from_events(cls, ident, loader, events, signals=None, node_signals=None, gpu_source=None):
+    def from_events(cls, ident: Any, loader: Any, events: Any, signals: Any = None, node_signals: Any = None,
+                    gpu_source: Any = None) -> "RankTrace":
         ev = events if isinstance(events, np.ndarray) else events_array(events)
         if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
             ev = ev[np.argsort(ev[:, 0], kind="stable")]
@@ -130,7 +132,7 @@ class RankTrace:
         return cls.from_events(body.get("rank") or {}, body.get("loader"), events, signals, node,
                                gpu.get("source") or body.get("gpu_source"))
 
-def points_array(points):
+def points_array(points: Any) -> Any:
     """[(t_ns, value)] (tuples or JSON lists) -> a structured array; fromiter beats
     np.asarray 2x here."""
     if not len(points):
@@ -139,7 +141,7 @@ def points_array(points):
     return np.fromiter(rows, _POINT, len(points))
 
 
-def events_array(events):
+def events_array(events: Any) -> Any:
     """[(t_end, wait, interval)] -> an (n, 3) int64 array."""
     return np.fromiter(itertools.chain.from_iterable(events), np.int64,
                        3 * len(events)).reshape(-1, 3)

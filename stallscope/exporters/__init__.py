@@ -12,6 +12,8 @@ from . import registry
 from .base import Exporter
 from .runner import ExportersOptions, Runner
 
+__all__ = ["Exporter", "ExportersOptions", "Runner", "build", "option_classes", "registry"]
+
 
 def option_classes() -> List[Any]:
     """The Options dataclass of every registered exporter that has flags."""

@@ -61,14 +61,38 @@ def no_params(query: Query, allowed: Sequence[str] = ()) -> None:
 
 class Rank(Protocol):
     """What a part may read of a rank (attributes of the rank table's entries)."""
-    key: RankKey
-    ident: Mapping[str, Any]          # job, rank, local_rank, world_size, pod, namespace, node
-    labels: Mapping[str, str]         # the identity labels of its series
-    pid: Optional[int]                # main process, in the agent's PID namespace
-    uid: Optional[int]
-    worker_pids: List[int]            # loader workers, in the agent's PID namespace
-    loader: Optional[Mapping[str, Any]]
-    exited: bool
+
+    @property
+    def key(self) -> RankKey: ...
+
+    @property
+    def ident(self) -> Mapping[str, Any]:
+        """job, rank, local_rank, world_size, pod, namespace, node."""
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The identity labels of its series."""
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The main process, in the agent's PID namespace."""
+
+    @property
+    def uid(self) -> Optional[int]: ...
+
+    @property
+    def cgroup(self) -> Any:
+        """The main process's stallscope.system.cgroups.Cgroup, or None."""
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """Loader workers, in the agent's PID namespace."""
+
+    @property
+    def loader(self) -> Optional[Mapping[str, Any]]: ...
+
+    @property
+    def exited(self) -> bool: ...
 
 
 class Report(Protocol):

@@ -5,7 +5,7 @@ Only declared metrics can be built, so a part cannot emit an undeclared one.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Mapping, Tuple
+from typing import Any, Iterable, List, Mapping, Sequence, Tuple
 
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
@@ -29,7 +29,7 @@ class Family:
     def add(self, labels: Mapping[str, Any], value: float, **extra: Any) -> None:
         self.family.add_metric(values(self.metric.labels, labels, **extra), value)
 
-    def add_histogram(self, labels: Mapping[str, Any], buckets: List[Tuple[str, float]],
+    def add_histogram(self, labels: Mapping[str, Any], buckets: Sequence[Tuple[str, float]],
                       sum_value: float, **extra: Any) -> None:
         self.family.add_metric(values(self.metric.labels, labels, **extra), buckets, sum_value)
 
