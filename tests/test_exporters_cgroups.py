@@ -1,5 +1,6 @@
 """Attribution: /proc/<pid>/cgroup → cgroup paths, pod UID, container ID, over the path
-shapes Kubernetes, container runtimes and hosts really produce (FIELD-NOTES.md)."""
+shapes Kubernetes, container runtimes and hosts really produce (kubelet's systemd and
+cgroupfs drivers; containerd, CRI-O, cri-dockerd; private cgroup namespaces)."""
 import os
 
 import pytest

@@ -1,5 +1,6 @@
 """The node-local diagnosis of one rank: verdict, ranked causes with evidence, and the
-numbers ``stallscope diagnose`` needs (the contract in DESIGN.md, "Verdicts and causes").
+numbers ``stallscope diagnose`` needs (the contract in docs/diagnose.md; verdicts and causes
+are the vocabulary's, stallscope/vocabulary/causes.py).
 
 Verdicts:
 - ``unknown``: fewer than MIN_BATCHES batches in the window.

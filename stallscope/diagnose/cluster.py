@@ -4,7 +4,7 @@ and the node's agent.
 
 The expressions and thresholds are the mixin's (stallscope/mixin/promql.py and
 config.py), so the evidence speaks the language of the alert that paged: the SLI of
-DESIGN.md, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank, evaluated raw over
+the mixin's, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank, evaluated raw over
 ``--window`` rather than read from the 5m recording rule (the window is the user's).
 One query returns every rank of the job and the statistics are taken here, so a
 2,048-rank job costs one evaluation, not one per statistic.

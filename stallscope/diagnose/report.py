@@ -1,6 +1,5 @@
 """``run()``: the cluster view, the node detail and (optionally) the stacks, merged into
-one document, the contract of ``stallscope diagnose --json`` (DESIGN.md, "Verdicts and
-causes"). A source that fails becomes a warning when another one can still answer; only
+one document, the contract of ``stallscope diagnose --json`` (docs/diagnose.md, "--json"). A source that fails becomes a warning when another one can still answer; only
 when nothing can does ``run`` raise DiagnoseError (exit 2).
 """
 import datetime

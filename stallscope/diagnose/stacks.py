@@ -1,6 +1,6 @@
 """``--stacks``: one py-spy dump per PID of the rank (the main process and each loader
-worker; ``py-spy dump --json --subprocesses`` returns only the parent, see
-FIELD-NOTES.md), each main thread classified (classify.py), with counts and a reading.
+worker; ``py-spy dump --json`` ignores ``--subprocesses`` and returns only the parent),
+each main thread classified (classify.py), with counts and a reading.
 
 py-spy pauses each target for a few milliseconds (no ``--nonblocking``: a consistent
 stack matters more here than a few ms of one step). It needs ptrace: root, or

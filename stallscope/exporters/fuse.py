@@ -14,7 +14,8 @@ call fail with ENOTCONN ("Transport endpoint is not connected"); an aborted conn
 with ECONNABORTED.
 
 Implementations: Mountpoint for S3 and blobfuse2 mount as plain ``fuse`` with their
-name as source; gcsfuse, s3fs, JuiceFS, Alluxio use ``fuse.<name>`` (FIELD-NOTES.md).
+name as source; gcsfuse, s3fs, JuiceFS, Alluxio use ``fuse.<name>`` (as their mount
+helpers register them).
 """
 from __future__ import annotations
 

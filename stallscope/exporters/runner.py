@@ -1,8 +1,8 @@
 """Runs the exporters off the scrape path, each in its own thread, and serves their
 last results to /metrics.
 
-Isolation (DESIGN.md: "one that fails or hangs never fails the scrape or stalls the
-others"): a tick of the agent's scheduler only wakes each exporter's thread; a scrape
+Isolation (one that fails or hangs never fails the scrape or stalls the
+others): a tick of the agent's scheduler only wakes each exporter's thread; a scrape
 only reads what the threads left. An exporter still running when the next tick comes
 is not started again; once past its deadline it reports success 0 and its series are
 withheld until it returns. A dead FUSE mount can hold a thread in D state forever; it

@@ -5,8 +5,8 @@ gloo all_reduce per step, each with a 2-worker DataLoader reading 8 samples per 
 from local shard files, 150 ms of simulated GPU compute per step. On that healthy base
 (per worker ~20 ms a batch, so the loader keeps far ahead; a prefetched batch still
 costs 1-2 ms of IPC on a busy 2-core machine, about 1% of a step, under the 2% alert
-line) each scenario breaks the last rank's input pipeline in one way. The expected answer names the cause (DESIGN.md's
-vocabulary), the rank, and the alerts that must fire with the lab's short-window rules.
+line) each scenario breaks the last rank's input pipeline in one way. The expected answer
+names the cause (stallscope/vocabulary/causes.py), the rank, and the alerts that must fire with the lab's short-window rules.
 """
 import dataclasses
 

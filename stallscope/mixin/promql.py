@@ -4,7 +4,7 @@ Each signal is written once here, as a function of the config and of extra label
 matchers (the dashboards pass their template variables, the rules pass none), so a
 panel and the alert about the same thing can never drift apart.
 
-Labels: per-rank series carry job, rank, pod, namespace and node (DESIGN.md). The SLI
+Labels: per-rank series carry job, rank, pod, namespace and node (stallscope/vocabulary/labels.py). The SLI
 rules aggregate onto exactly those five, dropping whatever the scrape adds (instance,
 a PodMonitor's container/endpoint), so every join below can name its labels.
 """

@@ -130,7 +130,8 @@ def live(tmp_path_factory):
 
 
 def test_per_rank_series_budget(live):
-    """DESIGN.md: at most 40 series carry a rank's labels, all parts together. (Runs
+    """The per-rank budget (stallscope/vocabulary/labels.py): at most 40 series carry a
+    rank's labels, all parts together. (Runs
     before the tests that kill a trainer and stop the agent.) The live
     rig's slowed rank has everything switched on (hook, loader workers, shard reads,
     CFS quota, FUSE, simulated GPU with dcgm SM-active, correlator causes), so it is the
