@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot
 
-.PHONY: setup system demo test test-fast bench generate clean
+.PHONY: setup system demo test test-fast lint bench generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ test: setup system
 test-fast: setup
 	$(PY) -m pytest -q -ra -m 'not slow'
 
+# ruff on the whole repository; mypy --strict on the packages listed in pyproject.toml's
+# [tool.mypy] files (the hook for now). `test` runs it as soon as `ruff check .` passes
+# on the whole repository; until then `test` does not depend on it.
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
 bench: setup
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 
@@ -39,4 +46,4 @@ generate: setup
 	$(VENV)/bin/stallscope dashboards --out dashboards
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
