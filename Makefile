@@ -35,6 +35,7 @@ test-fast: setup
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy --python-version 3.9
+	$(PY) -m mypy -p stallscope.agent
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
