@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot
 
-.PHONY: setup system demo test test-fast lint bench generate clean
+.PHONY: setup system demo test test-fast lint bench fuzz soak generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ lint: setup
 
 bench: setup
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+# Not in CI: a million hostile messages against a real agent (~15 min), and 30 minutes of
+# 8 ranks x 8 DataLoader workers printing the agent's RSS over time.
+fuzz: setup system
+	STALLSCOPE_FUZZ_MESSAGES=1000000 $(PY) -m pytest -q -s -p no:cacheprovider tests/agent/test_fuzz.py
+
+soak: setup
+	$(PY) benchmarks/soak_agent.py --minutes 30
 
 # Dashboards, rules and the PrometheusRule come from stallscope/mixin, the metric/signal/
 # cause reference and the exporter table of the docs from stallscope/vocabulary; CI fails

@@ -53,7 +53,7 @@ def setup(procs, cgroups_made, fs):
             for p in group:
                 with open(os.path.join(d, "cgroup.procs"), "w") as f:
                     f.write(str(p.pid))
-        table.apply(message(group[0].pid, [p.pid for p in group[1:]], r), peer_pid=group[0].pid)
+        table.apply(message(group[0].pid, [p.pid for p in group[1:]], r))
     return table, use_cgroups
 
 

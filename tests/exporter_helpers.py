@@ -28,7 +28,7 @@ def table_with(*ranks, procfs="/proc"):
     """ranks: dicts of rank_message kwargs. Returns a real RankTable."""
     table = state.RankTable(procfs_root=procfs, node="n1")
     for r in ranks:
-        table.apply(rank_message(**r), peer_pid=r["pid"])
+        table.apply(rank_message(**r))
     return table
 
 

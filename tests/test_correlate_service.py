@@ -18,9 +18,9 @@ def agent(tmp_path):
     t0 = time.monotonic_ns() - 100 * synth.SEC  # within the timelines' horizon
     slow, _ = simulated(1, 2, load=0.5, compute=0.1, n=300, t0=t0)
     fast, _ = simulated(2, 4, load=0.1, compute=0.1, n=300, t0=t0)
-    a.apply(report("train", 0, "pod-0", slow), None, None)
-    a.apply(report("train", 1, "pod-0", fast, workers=4), None, None)  # two ranks in one pod
-    a.apply(report("other", 0, "pod-9", fast, workers=4), None, None)
+    a.apply(report("train", 0, "pod-0", slow))
+    a.apply(report("train", 1, "pod-0", fast, workers=4))  # two ranks in one pod
+    a.apply(report("other", 0, "pod-9", fast, workers=4))
     now = time.monotonic_ns()
     for k in range(5):
         a.samples.record("node", "psi_io_some_ratio", 0.01, now - k * synth.SEC)
@@ -102,7 +102,7 @@ def test_schedule_runs_every_interval_and_sooner_while_a_rank_gathers_data(agent
     assert c.runs == 1  # the first tick runs
     c.tick(now=1001.0)
     assert c.runs == 1  # all three ranks have a verdict: wait for the interval
-    agent.apply(report("train", 7, "pod-7", []), None, None)  # a new rank, no batches yet
+    agent.apply(report("train", 7, "pod-7", []))  # a new rank, no batches yet
     c.tick(now=1001.5)
     assert c.runs == 1  # not before GATHERING_S
     c.tick(now=1000.0 + correlator_mod.GATHERING_S)

@@ -2,6 +2,7 @@
 the agent keeps running."""
 import json
 import random
+import time
 
 import pytest
 
@@ -10,7 +11,10 @@ from stallscope.hook import wire
 
 
 def good(**over):
-    msg = {"v": 1, "kind": "report", "pid": 1234, "role": "main", "mono_ns": 10, "wall_ns": 20,
+    """A valid report. Times given (events' t_end, mono_ns, blocked_since_ns) count from a
+    moment two minutes ago, so the agent's clock bounds hold whenever the test runs."""
+    t0 = time.monotonic_ns() - 120 * 10**9
+    msg = {"v": 1, "kind": "report", "pid": 1234, "role": "main", "mono_ns": 10, "wall_ns": time.time_ns(),
            "dropped_total": 0,
            "id": {"job": "j", "rank": 0, "local_rank": 0, "world_size": 2, "pod": "p",
                   "namespace": "ns", "node": "n"},
@@ -18,7 +22,17 @@ def good(**over):
            "loader": {"num_workers": 2, "prefetch_factor": 2, "pin_memory": False,
                       "persistent_workers": False, "batch_size": 4, "worker_pids": [11, 12]}}
     msg.update(over)
+    shift = (lambda v: v + t0 if type(v) is int and v >= 0 else v)
+    if isinstance(msg["events"], list):
+        msg["events"] = [[shift(e[0])] + e[1:] if isinstance(e, list) and e else e for e in msg["events"]]
+    for key in ("mono_ns", "blocked_since_ns"):
+        if key in msg:
+            msg[key] = shift(msg[key])
     return json.dumps(msg).encode()
+
+
+def ingest_of(table):
+    return ingest.Ingest(sock=None, apply=table.apply, source_of=lambda pid, uid: None)
 
 
 def test_good_message_parses():
@@ -65,6 +79,17 @@ def _ident(**over):
     (good(loader={"pin_memory": 1}), "bad_schema"),
     (good(loader={"worker_pids": list(range(1, 1000))}), "bad_schema"),
     (good(dropped_total=-5), "bad_schema"),
+    (b"", "empty"),
+    # a lone surrogate, as a JSON escape and as the raw (invalid UTF-8) bytes ED A0 80:
+    # accepted, it would make every later scrape fail to encode
+    (good(id=_ident(job="\ud800")), "bad_label"),
+    (good().replace(b'"job": "j"', b'"job": "\xed\xa0\x80"'), "bad_label"),
+    (good(id=_ident(pod="zero\u200bwidth")), "bad_label"),
+    (good(events=[[10**16, 0, 10**9]]), "bad_time"),   # 116 days ahead of the agent's clock
+    (good(events=[[-10**14, 0, 1]]), "bad_schema"),
+    (good(events=[[10, 0, 8 * 86400 * 10**9]]), "bad_time"),  # an interval of 8 days
+    (good(mono_ns=2 ** 61), "bad_time"),
+    (good(wall_ns=5), "bad_time"),
 ])
 def test_rejects_with_reason(data, reason):
     with pytest.raises(validate.Reject) as e:
@@ -74,7 +99,7 @@ def test_rejects_with_reason(data, reason):
 
 def test_ingest_counts_rejects_and_enforces_the_rank_cap():
     table = state.RankTable(max_ranks=2)
-    ing = ingest.Ingest(sock=None, apply=table.apply)
+    ing = ingest_of(table)
     assert ing.handle(good())
     assert ing.handle(good(id=_ident(rank=1)))
     assert not ing.handle(good(id=_ident(rank=2)))  # third rank: over the cap
@@ -89,7 +114,7 @@ def test_ingest_counts_rejects_and_enforces_the_rank_cap():
 def test_ingest_never_raises_on_random_input():
     rng = random.Random(1234)
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, apply=table.apply)
+    ing = ingest_of(table)
     base = good()
     for _ in range(3000):
         kind = rng.random()
@@ -108,7 +133,7 @@ def test_ingest_never_raises_on_random_input():
 
 def test_histograms_and_timeline_from_events():
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, apply=table.apply)
+    ing = ingest_of(table)
     events = [[i * 10_000_000, 5_000_000, 10_000_000] for i in range(1, 11)]
     assert ing.handle(good(events=events))
     rank = table.snapshot()[0]
@@ -122,17 +147,17 @@ def test_histograms_and_timeline_from_events():
 
 def test_dropped_counter_survives_process_restarts():
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, apply=table.apply)
-    ing.handle(good(dropped_total=7), peer_pid=100)
-    ing.handle(good(dropped_total=9), peer_pid=100)
-    ing.handle(good(dropped_total=3), peer_pid=200)  # the rank restarted as a new process
+    ing = ingest_of(table)
+    ing.handle(good(dropped_total=7, pid=100))
+    ing.handle(good(dropped_total=9, pid=100))
+    ing.handle(good(dropped_total=3, pid=200))  # the rank restarted as a new process
     assert table.snapshot()[0].dropped_total == 12
 
 
 def test_a_wait_in_progress_grows_the_sums_and_the_batch_settles_them():
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, apply=table.apply)
-    base = 10**12
+    ing = ingest_of(table)
+    base = 0  # two minutes ago (good())
     # blocked in next() since base; reports at +1 s and +3 s, the batch arrives at +4 s
     assert ing.handle(good(events=[], mono_ns=base + 10**9, blocked_since_ns=base))
     rank = table.snapshot()[0]

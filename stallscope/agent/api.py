@@ -60,7 +60,7 @@ class CoreRoutes:
         body: Dict[str, Any] = {
             "rank": r.ident, "seconds": seconds, "clock": "CLOCK_MONOTONIC ns",
             "clock_offset_ns": r.clock_offset_ns, "loader": r.loader,
-            "batches": [{"t_end_ns": e, "wait_ns": w, "interval_ns": i} for e, w, i in events],
+            "batches": [{"t_end_ns": e, "wait_ns": w, "interval_ns": i} for e, w, i in events.tolist()],
             # Rank-scoped and node-wide signals share names (psi_*): each has its own field.
             "signals": {sig: [[t, v] for t, v in samples.series(r.key, sig, seconds)]
                         for sig in samples.signals(r.key)},

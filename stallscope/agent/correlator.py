@@ -17,12 +17,11 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..correlate import diagnosis
-from ..correlate.trace import RankTrace, Series, events_array, points_array
+from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
 from ..host.families import family
 from ..host.options import flag
-from .arrays import ArrayCache
 
 MAX_CAUSE_SERIES = 3
 GATHERING_S = 2.0   # re-run this often while a rank has no verdict yet
@@ -60,46 +59,35 @@ class CorrelatorPart(Part):
         self.every = options.interval
         self.gpu_source_of = gpu_source_of  # rank key -> "nvml", "dcgm", "simulated" or None
         self.last_run = float("-inf")
-        self.cache = ArrayCache()
         self.results: List[Any] = []        # [(labels, diagnosis)] from the last scheduled run
         self.runs = 0
         self.failures = 0
         self.last_duration = 0.0
 
     # -- inputs ---------------------------------------------------------------------
-    def _scope(self, scope: Any, seconds: float, cache: Optional[ArrayCache]) -> Dict[str, Series]:
+    def _scope(self, scope: Any, seconds: float) -> Dict[str, Series]:
         samples = self.host.samples
-        out = {}
-        for sig in samples.signals(scope):
-            points = samples.series(scope, sig, seconds)
-            arr = cache.array((scope, sig), points, points_array) if cache else points_array(points)
-            out[sig] = Series.from_array(arr)
-        return out
+        return {sig: Series.from_arrays(*samples.window(scope, sig, seconds))
+                for sig in samples.signals(scope)}
 
-    def trace(self, rank: Any, seconds: float, node: Optional[Dict[str, Series]] = None,
-              cache: Optional[ArrayCache] = None) -> RankTrace:
-        """The rank's trace from the host: the data the timeline route serves, without
-        JSON; with an ArrayCache only what is new since the last call is converted.
-        ``node``: the node-wide signals, when several traces share them."""
+    def trace(self, rank: Any, seconds: float, node: Optional[Dict[str, Series]] = None) -> RankTrace:
+        """The rank's trace from the host: the data the timeline route serves, as the
+        arrays the agent keeps (no JSON, no conversion). ``node``: the node-wide
+        signals, when several traces share them."""
         if node is None:
-            node = self._scope("node", seconds, cache)
-        events: Any = self.host.timeline(rank, seconds)
-        if cache is not None:
-            events = cache.array((rank.key, "events"), events, events_array)
-        return RankTrace.from_events(dict(rank.ident), rank.loader, events,
-                                     self._scope(rank.key, seconds, cache), node,
+            node = self._scope("node", seconds)
+        return RankTrace.from_events(dict(rank.ident), rank.loader, self.host.timeline(rank, seconds),
+                                     self._scope(rank.key, seconds), node,
                                      self.gpu_source_of(rank.key))
 
     # -- analysis -------------------------------------------------------------------
     def analyse(self, ranks: List[Any], seconds: float, peers_of: Optional[List[Any]] = None) -> Dict[Any, Any]:
         """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here."""
-        # Only the scheduled window is cached: other windows would evict it every time.
-        cache = self.cache if seconds == self.window else None
-        node = self._scope("node", seconds, cache)
+        node = self._scope("node", seconds)
         traces = {}
         for r in list(ranks) + list(peers_of if peers_of is not None else ()):
             if r.key not in traces:
-                traces[r.key] = self.trace(r, seconds, node, cache)
+                traces[r.key] = self.trace(r, seconds, node)
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
                                          window_seconds=seconds) for r in ranks}
 
@@ -124,7 +112,6 @@ class CorrelatorPart(Part):
         try:
             ranks = self.host.ranks()
             found = self.analyse(ranks, self.window)
-            self.cache.prune()
             labelled = [(dict(r.labels), found[r.key]) for r in ranks]
             with self.lock:
                 self.results = labelled

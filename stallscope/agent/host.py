@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
+from prometheus_client.exposition import generate_latest
+
 from ..host import Part, log
 from ..host.families import family
 from .samples import SampleStore
@@ -35,7 +37,8 @@ class AgentHost:
     def find(self, **match: Any) -> List[RankState]:
         return self.table.find(**match)
 
-    def timeline(self, rank: RankState, seconds: float) -> List[Event]:
+    def timeline(self, rank: RankState, seconds: float) -> Any:
+        """(n, 3) int64 array of (t_end_ns, wait_ns, interval_ns), oldest first."""
         return self.table.timeline(rank, seconds)
 
     def clock(self) -> float:
@@ -102,6 +105,19 @@ class Parts:
     def collectors(self) -> List["PartCollector"]:
         return [PartCollector(self, p) for p in self.parts if not p.isolated]
 
+    def render(self) -> bytes:
+        """The /metrics exposition, rendered part by part: a part whose series cannot be
+        collected or encoded is left out and counted, the others are served."""
+        out = []
+        for c in self.collectors() + [self]:
+            try:
+                out.append(generate_latest(_One(c)))
+            except Exception as e:
+                name = c.part.name if isinstance(c, PartCollector) else "agent"
+                self.errors[name] = self.errors.get(name, 0) + 1
+                log("part %s: its series could not be rendered: %s: %s" % (name, type(e).__name__, e))
+        return b"".join(out)
+
     def describe(self) -> List[Any]:
         return []
 
@@ -111,6 +127,16 @@ class Parts:
         for p in self.parts:
             f.add({}, self.errors.get(p.name, 0), part=p.name)
         yield f.family
+
+
+class _One:
+    """One collector as a registry (what generate_latest takes)."""
+
+    def __init__(self, collector: Any) -> None:
+        self.collector = collector
+
+    def collect(self) -> Any:
+        return self.collector.collect()
 
 
 class PartCollector:

@@ -10,13 +10,13 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Tuple
 
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..host import ApiError
 
 
 class Handler(BaseHTTPRequestHandler):
-    registry: Any = None  # set on the subclass made by make_server()
+    render: Callable[[], bytes] = staticmethod(lambda: b"")  # set by make_server()
     routes: Dict[str, Callable[..., Tuple[int, Any]]] = {}
     healthy: Callable[[], Tuple[bool, str]] = staticmethod(lambda: (True, "ok"))
     protocol_version = "HTTP/1.1"
@@ -28,7 +28,7 @@ class Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         try:
             if url.path == "/metrics":
-                return self._send(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+                return self._send(200, self.render(), CONTENT_TYPE_LATEST)
             if url.path == "/healthz":
                 ok, text = self.healthy()
                 return self._send(200 if ok else 503, (text + "\n").encode(), "text/plain")
@@ -66,10 +66,10 @@ def parse_listen(addr: str) -> Tuple[str, int]:
     return host, port
 
 
-def make_server(addr: str, registry: Any, routes: Dict[str, Any],
+def make_server(addr: str, render: Callable[[], bytes], routes: Dict[str, Any],
                 healthy: Callable[[], Tuple[bool, str]]) -> ThreadingHTTPServer:
     host, port = parse_listen(addr)
-    handler = type("AgentHandler", (Handler,), {"registry": registry, "routes": routes,
+    handler = type("AgentHandler", (Handler,), {"render": staticmethod(render), "routes": routes,
                                                  "healthy": staticmethod(healthy)})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True

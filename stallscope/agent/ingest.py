@@ -1,77 +1,36 @@
 """The hook socket: a unix SOCK_SEQPACKET listener served by one selector thread.
 
 Each hook process holds one connection; each message is one JSON report (see
-stallscope/hook/wire.py). The sender's PID comes from SO_PEERCRED, translated by the
-kernel into the agent's PID namespace, so a process cannot claim another's PID.
-Every message is validated; rejects are counted by reason and never stop the loop.
+stallscope/hook/wire.py). The sender comes from SO_PEERCRED (its PID and UID in the
+agent's namespaces) and that PID's cgroup (identity.py), once per connection, so a
+process cannot claim another's PID, rank or pod. Every message is validated; rejects
+are counted by reason and never stop the loop or the connection: a zero-length message
+is a counted reject (SEQPACKET delivers it as an empty read, which is also what a
+closed peer reads like: poll's POLLRDHUP tells them apart).
 """
 from __future__ import annotations
 
 import collections
 import os
+import select
 import selectors
 import socket
-import stat
 import struct
 import threading
+import time
 from typing import Any, Callable, Optional, Tuple
 
 from ..hook import wire
-from . import validate
+from . import identity, validate
+from .hooksocket import HookSocket
+from .state import Mismatch
 
 MAX_CONNECTIONS = 4096
 _UCRED = struct.Struct("3i")
 
 
-class BindError(Exception):
-    pass
-
-
-def bind(path: str) -> socket.socket:
-    """Create the listening socket, replacing a stale socket file; BindError if not."""
-    directory = os.path.dirname(path) or "."
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as e:
-        raise BindError("cannot create %s: %s" % (directory, e.strerror))
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise BindError("cannot bind hook socket %s: %s" % (path, e.strerror))
-    if st is not None:
-        if not stat.S_ISSOCK(st.st_mode):
-            raise BindError("cannot bind hook socket %s: a non-socket file is in the way" % path)
-        if _in_use(path):
-            raise BindError("cannot bind hook socket %s: another agent is listening on it" % path)
-        os.unlink(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-    try:
-        sock.bind(path)
-        # Trainer pods run as other users; any process that can reach the directory may
-        # report (the hostPath directory is what grants access).
-        os.chmod(path, 0o666)
-        sock.listen(512)
-    except OSError as e:
-        sock.close()
-        raise BindError("cannot bind hook socket %s: %s" % (path, e.strerror))
-    sock.setblocking(False)
-    return sock
-
-
-def _in_use(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
-
-
-Apply = Callable[[Any, Optional[int], Optional[int]], Any]
+Apply = Callable[[Any, Optional[identity.Source]], Any]
+SourceOf = Callable[[int, int], Optional[identity.Source]]
 
 
 class IngestStats:
@@ -82,6 +41,7 @@ class IngestStats:
         self.events = 0
         self.rejected: "collections.Counter[str]" = collections.Counter()
         self.connections = 0
+        self.socket_recreated = 0
 
 
 class Ingest:
@@ -89,10 +49,13 @@ class Ingest:
     (the composition root's: the rank table, then the parts); it raises LookupError
     when the rank table is full."""
 
-    def __init__(self, sock: Any, apply: Apply, max_bytes: int = wire.MAX_MESSAGE_BYTES,
-                 stats: Optional[IngestStats] = None) -> None:
+    def __init__(self, sock: Any, apply: Apply, source_of: SourceOf,
+                 max_bytes: int = wire.MAX_MESSAGE_BYTES, stats: Optional[IngestStats] = None,
+                 hook_socket: Optional[HookSocket] = None) -> None:
         self.sock = sock
+        self.hook_socket = hook_socket   # watched once a second, recreated when gone
         self.apply = apply
+        self.source_of = source_of
         self.max_bytes = max_bytes
         self.stats = stats or IngestStats()
         self.selector = selectors.DefaultSelector()
@@ -115,12 +78,25 @@ class Ingest:
         self.selector.close()
 
     def _loop(self) -> None:
+        next_check = time.monotonic() + 1.0
         while not self.stopping.is_set():
+            if self.hook_socket is not None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + 1.0
+                self._check_socket(self.hook_socket)
             for key, _ in self.selector.select(timeout=1.0):
                 if key.data is None:
                     self._accept()
                 elif key.data != "wake" and isinstance(key.fileobj, socket.socket):
                     self._read(key.fileobj, key.data)
+
+    def _check_socket(self, hook_socket: HookSocket) -> None:
+        fresh = hook_socket.check()
+        if fresh is not None:
+            self.selector.unregister(self.sock)
+            self.sock.close()
+            self.sock = fresh
+            self.selector.register(fresh, selectors.EVENT_READ, None)
+            self.stats.socket_recreated += 1
 
     def _accept(self) -> None:
         while True:
@@ -135,24 +111,33 @@ class Ingest:
                 self.stats.rejected["too_many_connections"] += 1
                 conn.close()
                 continue
+            source: Any = None
             try:
                 creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
                 pid, uid, _gid = _UCRED.unpack(creds)
+                # PID 0: the peer is in a PID namespace the agent cannot see (no hostPID).
+                source = self.source_of(pid, uid) if pid > 0 else None
             except OSError:
-                pid, uid = 0, None
+                pass
             conn.setblocking(False)
             self.stats.connections += 1
-            self.selector.register(conn, selectors.EVENT_READ, (pid, uid))
+            self.selector.register(conn, selectors.EVENT_READ, (source,))
 
-    def _read(self, conn: socket.socket, peer: Tuple[int, Optional[int]]) -> None:
+    @staticmethod
+    def _hung_up(conn: socket.socket) -> bool:
+        p = select.poll()
+        p.register(conn, select.POLLRDHUP | select.POLLHUP)
+        return any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR) for _, ev in p.poll(0))
+
+    def _read(self, conn: socket.socket, peer: Tuple[Optional[identity.Source]]) -> None:
         for _ in range(64):  # bounded per wake-up so one chatty peer cannot starve others
             try:
                 data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                data, flags = b"", 0
-            if not data:  # peer closed
+                data, flags = None, 0
+            if data is None or (not data and self._hung_up(conn)):  # peer closed
                 self.selector.unregister(conn)
                 conn.close()
                 self.stats.connections -= 1
@@ -160,15 +145,21 @@ class Ingest:
             if flags & socket.MSG_TRUNC or len(data) > self.max_bytes:
                 self.stats.rejected["oversize"] += 1
                 continue
-            self.handle(data, peer[0] or None, peer[1])
+            self.handle(data, peer[0], checked=True)
 
-    def handle(self, data: bytes, peer_pid: Optional[int] = None, peer_uid: Optional[int] = None) -> bool:
-        """Validate and apply one message; never raises."""
+    def handle(self, data: bytes, source: Optional[identity.Source] = None, checked: bool = False) -> bool:
+        """Validate and apply one message; never raises. ``checked``: from a connection,
+        whose sender the kernel named (or could not name: then it is refused)."""
         try:
+            if checked and source is None:
+                raise validate.Reject("no_credentials")
             msg = validate.parse(data, self.max_bytes)
-            self.apply(msg, peer_pid, peer_uid)
+            self.apply(msg, source)
         except validate.Reject as r:
             self.stats.rejected[r.reason] += 1
+            return False
+        except Mismatch as m:
+            self.stats.rejected[m.reason] += 1
             return False
         except LookupError:
             self.stats.rejected["rank_limit"] += 1

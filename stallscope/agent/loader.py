@@ -118,14 +118,14 @@ class LoaderPart(Part):
     def handle(self, report: Any, rank: Any) -> None:
         events = report["events"]
         if report["role"] == "worker":
-            record = self.host.samples.record
             with self.lock:
                 st = self._state(rank.key)
                 for end, load, _interval in events:
                     st.hist.observe_ns(load)
                     st.load.add(end, load)
-            for end, load, _interval in events:
-                record(rank.key, BATCH_LOAD, load / 1e9, end)
+            if events:
+                self.host.samples.record_many(rank.key, BATCH_LOAD, [e[0] for e in events],
+                                              [e[1] / 1e9 for e in events])
         elif events:
             with self.lock:
                 st = self._state(rank.key)

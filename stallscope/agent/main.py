@@ -15,7 +15,7 @@ import socket as _socket
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from prometheus_client import CollectorRegistry
 
@@ -23,9 +23,11 @@ from .. import exporters
 from ..host import Part, log
 from ..host.options import flag
 from ..hook import wire
-from . import http, ingest
+from . import http, identity, ingest
 from .api import CoreRoutes
+from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
+from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
 from .host import AgentHost, Parts
 from .loader import LoaderPart, no_quota
 from .ranks import RanksPart
@@ -39,12 +41,20 @@ class AgentOptions:
     listen: str = flag(":9478", "--listen", "Address for /metrics, /healthz and /api/v1/*.",
                        metavar="HOST:PORT")
     socket: str = flag(wire.DEFAULT_SOCKET, "--socket",
-                       "Unix socket the training processes report to (env STALLSCOPE_SOCKET).",
+                       "Unix socket the training processes report to (env STALLSCOPE_SOCKET). Its "
+                       "directory must not be writable by other users.",
                        metavar="PATH", envvar="STALLSCOPE_SOCKET")
+    socket_mode: str = flag("0666", "--socket-mode",
+                            "Permissions of the socket file (octal): who may connect. Every "
+                            "connection is identified by the kernel either way.", metavar="MODE")
+    socket_group: str = flag("", "--socket-group",
+                             "Group of the socket file (name or GID), e.g. one the trainer pods "
+                             "run with, together with --socket-mode 0660.", metavar="GROUP")
     node: str = flag("", "--node", "Node name for ranks that do not report one (env NODE_NAME; "
                      "default hostname).", envvar="NODE_NAME")
-    max_ranks: int = flag(256, "--max-ranks", "Most ranks tracked at once; reports from more are "
-                          "rejected and counted.", lo=1, hi=65536)
+    max_ranks: int = flag(64, "--max-ranks", "Most ranks tracked at once; reports from more are "
+                          "rejected and counted. With --timeline-seconds it sets the memory "
+                          "ceiling the agent prints at start.", lo=1, hi=65536)
     rank_ttl: float = flag(120.0, "--rank-ttl", "Forget a rank silent for this long (its process "
                            "gone sooner).", lo=1, hi=86400, metavar="SECONDS")
     rank_exit_grace: float = flag(30.0, "--rank-exit-grace", "Keep an exited rank's series this "
@@ -82,7 +92,8 @@ class Agent:
         self.table = RankTable(max_ranks=o.max_ranks, rank_ttl=o.rank_ttl,
                                exit_grace=o.rank_exit_grace, timeline_seconds=o.timeline_seconds,
                                procfs_root=o.procfs, node=node)
-        self.samples = SampleStore(o.timeline_seconds)
+        self.budget = Budget(o.max_ranks, o.timeline_seconds)
+        self.samples = SampleStore(o.timeline_seconds, self.budget)
         self.stopping = threading.Event()
         self.host = AgentHost(self.table, self.samples, procfs=o.procfs, sysfs=o.sysfs,
                               cgroupfs=o.cgroupfs, rootfs=o.rootfs, stopping=self.stopping)
@@ -106,32 +117,41 @@ class Agent:
         self.routes.update(self.parts.routes())
         self.jobs = [(2.0, self._expire)] + self.parts.jobs()
         self.ingest: Optional[ingest.Ingest] = None
+        self.hook_socket: Optional[HookSocket] = None
         self.server: Any = None
 
-    def apply(self, msg: Any, peer_pid: Optional[int], peer_uid: Optional[int]) -> Any:
-        """One validated hook message: the rank table, then every part."""
-        rank = self.table.apply(msg, peer_pid=peer_pid, peer_uid=peer_uid)
+    def apply(self, msg: Any, source: Optional[identity.Source] = None) -> Any:
+        """One validated hook message: the rank table, then every part. ``source``: the
+        sender as the kernel names it (None: an in-process caller)."""
+        rank = self.table.apply(msg, source)
         self.parts.handle(msg, rank)
         return rank
+
+    def source_of(self, pid: int, uid: int) -> Optional[identity.Source]:
+        return identity.of_peer(self.config.agent.procfs, pid, uid)
 
     def _expire(self) -> None:
         self.parts.forget(self.table.expire())
 
-    def healthy(self) -> Any:
-        return True, "ok"
+    def healthy(self) -> Tuple[bool, str]:
+        problem = self.hook_socket.problem if self.hook_socket is not None else None
+        return (False, problem) if problem else (True, "ok")
 
     def start(self) -> None:
-        """Bind both sockets (raising BindError / OSError with a clear message) and serve."""
+        """Bind both sockets (raising BindError / ValueError with a clear message) and serve."""
         o = self.config.agent
         http.parse_listen(o.listen)  # a bad address fails before anything binds
-        sock = ingest.bind(o.socket)
+        spec = SocketSpec(o.socket, parse_mode(o.socket_mode), parse_group(o.socket_group))
+        self.hook_socket = HookSocket(spec)
+        sock = self.hook_socket.bind()
         try:
-            self.server = http.make_server(o.listen, self.registry, self.routes, self.healthy)
+            self.server = http.make_server(o.listen, self.parts.render, self.routes, self.healthy)
         except OSError as e:
             sock.close()
-            os.unlink(o.socket)
-            raise ingest.BindError("cannot listen on %s: %s" % (o.listen, e.strerror)) from None
-        self.ingest = ingest.Ingest(sock, self.apply, stats=self.stats)
+            self.hook_socket.remove()
+            raise BindError("cannot listen on %s: %s" % (o.listen, e.strerror)) from None
+        self.ingest = ingest.Ingest(sock, self.apply, self.source_of, stats=self.stats,
+                                    hook_socket=self.hook_socket)
         self.ingest.start()
         threading.Thread(target=self.server.serve_forever, name="stallscope-http", daemon=True).start()
         threading.Thread(target=self._scheduler, name="stallscope-jobs", daemon=True).start()
@@ -164,28 +184,29 @@ class Agent:
         if self.ingest is not None:
             self.ingest.stop()
             self.ingest.sock.close()
-            try:
-                os.unlink(self.config.agent.socket)
-            except OSError:
-                pass
+        if self.hook_socket is not None:
+            self.hook_socket.remove()
 
 
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT. Returns the process exit code."""
     agent = Agent(config)
+    done = threading.Event()
+    # Before anything answers: a SIGTERM right after /healthz first says ok must stop
+    # the agent cleanly, not kill it.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
     try:
         agent.start()
-    except ingest.BindError as e:
+    except BindError as e:
         print("stallscope agent: %s" % e, file=sys.stderr)
         return 1
     except ValueError as e:
         print("stallscope agent: %s" % e, file=sys.stderr)
         return 2
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
     o = config.agent
     log("listening on %s, hook socket %s, node %s" % (o.listen, o.socket, agent.table.node))
+    log(agent.budget.describe())
     while not done.wait(1.0):
         pass
     agent.stop()

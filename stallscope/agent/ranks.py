@@ -56,7 +56,9 @@ class RanksPart(Part):
                             ("stallscope_agent_events_total", s.events),
                             ("stallscope_agent_ranks", n_ranks),
                             ("stallscope_agent_max_ranks", self.table.max_ranks),
-                            ("stallscope_agent_connections", s.connections)):
+                            ("stallscope_agent_connections", s.connections),
+                            ("stallscope_agent_socket_recreated_total", s.socket_recreated),
+                            ("stallscope_agent_refused_worker_pids_total", self.table.refused_worker_pids)):
             f = family(name)
             f.add({}, value)
             yield f.family

@@ -10,7 +10,8 @@ the correlator: ``shard_read_seconds`` (one per read, at its end) and
 reads with their shard IDs in /api/v1/ranks (``shard_reads``) as evidence.
 
 The sliding-window quantiles (p50/p95/p99 over the last WINDOW_S, at most
-MAX_RECENT reads per tier) are computed every few seconds off the scrape path.
+SHARD_READS_PER_TIER reads per tier, budget.py) are computed every few seconds off the
+scrape path and shown in /api/v1/ranks; Prometheus computes its own from the histogram.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import collections
 import math
 import re
 import time
+
+import numpy as np
 from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 Parsed = Tuple[List[str], List[List[int]], List[List[int]], List[List[Any]]]
@@ -25,16 +28,17 @@ Parsed = Tuple[List[str], List[List[int]], List[List[int]], List[List[Any]]]
 from ..host import Part
 from ..host.families import buckets, family
 from ..vocabulary import signal
+from .budget import SHARD_READS_PER_TIER, TIERS_PER_POD
 from .histogram import Histogram
-from .validate import MAX_NS
+from .rings import Ring
+from .validate import MAX_AGE_NS, MAX_AHEAD_NS, MAX_INTERVAL_NS, MAX_NS, printable
 
 READ_BUCKETS = buckets("stallscope_shard_read_seconds")
 SHARD_READ = signal("shard_read_seconds").name
 CACHE_MISS = signal("cache_miss_ratio").name
 QUANTILES = (0.5, 0.95, 0.99)
 WINDOW_S = 300.0
-MAX_RECENT = 20_000
-MAX_TIERS = 8
+MAX_TIERS = TIERS_PER_POD
 MAX_READS = 1000
 MAX_BYTES = 1 << 53
 MAX_COUNT = 1 << 40
@@ -56,8 +60,8 @@ def _ints(row: Any, n: int, limits: Sequence[int]) -> List[int]:
     return row
 
 
-def parse(io: Any) -> Parsed:
-    """The hook's ``io`` object → (tiers, reads, cache, slowest), or Bad(reason)."""
+def parse(io: Any, now_ns: int) -> Parsed:
+    """The hook's ``io`` object -> (tiers, reads, cache, slowest), or Bad(reason)."""
     if not isinstance(io, dict):
         raise Bad("bad_schema")
     tiers = io.get("tiers", [])
@@ -73,11 +77,14 @@ def parse(io: Any) -> Parsed:
     if not isinstance(cache, list) or len(cache) > MAX_TIERS or \
             not isinstance(slowest, list) or len(slowest) > MAX_TIERS:
         raise Bad("bad_schema")
-    reads = [_ints(r, 4, (MAX_NS, MAX_NS, MAX_BYTES, nt)) for r in reads]
+    reads = [_ints(r, 4, (MAX_NS, MAX_INTERVAL_NS, MAX_BYTES, nt)) for r in reads]
+    if any(not now_ns - MAX_AGE_NS <= r[0] <= now_ns + MAX_AHEAD_NS for r in reads):
+        raise Bad("bad_time")
     cache = [_ints(c, 3, (nt, MAX_COUNT, MAX_COUNT)) for c in cache]
     out = []
     for s in slowest:
-        if not isinstance(s, list) or len(s) != 3 or not isinstance(s[2], str) or not _SHARD.match(s[2]):
+        if not isinstance(s, list) or len(s) != 3 or not isinstance(s[2], str) \
+                or not _SHARD.match(s[2]) or not printable(s[2]):
             raise Bad("bad_schema")
         _ints(s[:2], 2, (nt, MAX_NS))
         out.append(s)
@@ -89,7 +96,7 @@ class TierStats:
 
     def __init__(self) -> None:
         self.hist = Histogram(READ_BUCKETS)
-        self.recent: Deque[Tuple[int, int]] = collections.deque(maxlen=MAX_RECENT)  # (t_end_ns, dur_ns)
+        self.recent = Ring(SHARD_READS_PER_TIER, 2)  # (t_end_ns, dur_ns)
         self.hits = 0
         self.misses = 0
         self.quantiles: Optional[List[int]] = None
@@ -130,7 +137,7 @@ class ShardPart(Part):
         if io is None:
             return
         try:
-            names, reads, cache, slowest = parse(io)
+            names, reads, cache, slowest = parse(io, time.monotonic_ns())
         except Bad as e:
             with self.lock:
                 self.rejected[e.args[0]] += 1
@@ -151,7 +158,7 @@ class ShardPart(Part):
             for end, dur, nbytes, ti in reads:
                 t = stats[ti]
                 t.hist.observe_ns(dur)
-                t.recent.append((end, dur))
+                t.recent.extend(np.array([[end, dur]], np.int64))
                 per_tier[ti]["reads"] += 1
                 per_tier[ti]["bytes"] += nbytes
             hits = misses = 0
@@ -166,8 +173,9 @@ class ShardPart(Part):
                 kept = mine["slowest"] + [[d, names[ti], s, now] for ti, d, s in slowest]
                 kept.sort(key=lambda x: -x[0])
                 mine["slowest"] = kept[:SLOWEST_KEPT]
-        for end, dur, _nbytes, _ti in reads:
-            record(rank.key, SHARD_READ, dur / 1e9, end)
+        if reads:
+            record_many = self.host.samples.record_many
+            record_many(rank.key, SHARD_READ, [r[0] for r in reads], [r[1] / 1e9 for r in reads])
         if hits + misses:
             record(rank.key, CACHE_MISS, misses / (hits + misses), report["mono_ns"] or None)
 
@@ -205,16 +213,12 @@ class ShardPart(Part):
             for key in [k for k in self.pods if k not in live]:
                 del self.pods[key]
             work = [t for _node, tiers in self.pods.values() for t in tiers.values()]
-            for t in work:
-                while t.recent and t.recent[0][0] < horizon:
-                    t.recent.popleft()
-            snapshot = [(t, [d for _e, d in t.recent]) for t in work]
+            snapshot = [(t, t.recent.since(horizon)[:, 1].tolist()) for t in work]
         for t, durations in snapshot:  # sorting outside the lock
             t.quantiles = quantiles(durations)
 
     def collect(self) -> Iterator[Any]:
         hist = family("stallscope_shard_read_seconds")
-        quant = family("stallscope_shard_read_quantile_seconds")
         cache = family("stallscope_cache_requests_total")
         with self.lock:
             for (ns, pod, job), (node, tiers) in sorted(self.pods.items()):
@@ -222,9 +226,6 @@ class ShardPart(Part):
                 for name, t in sorted(tiers.items()):
                     if t.hist.count:
                         hist.add_histogram(pod_labels, t.hist.cumulative(), t.hist.sum_ns / 1e9, tier=name)
-                    if t.quantiles is not None:
-                        for q, v in zip(QUANTILES, t.quantiles):
-                            quant.add(pod_labels, v / 1e9, tier=name, quantile=repr(q))
                     if t.hits or t.misses:
                         cache.add(pod_labels, t.hits, tier=name, result="hit")
                         cache.add(pod_labels, t.misses, tier=name, result="miss")
@@ -232,4 +233,4 @@ class ShardPart(Part):
         rej = family("stallscope_agent_rejected_io_reports_total")
         for reason, n in rejected:
             rej.add({}, n, reason=reason)
-        yield from (hist.family, quant.family, cache.family, rej.family)
+        yield from (hist.family, cache.family, rej.family)

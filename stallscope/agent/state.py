@@ -4,31 +4,52 @@ through the host (never by reaching into it).
 
 A rank is keyed by (namespace, pod, job, rank). Histograms are accumulated here, in the
 agent, so a restarted training process continues the same counters. Timelines keep the
-last ``timeline_seconds`` of batch events for the correlator and the API.
+last ``timeline_seconds`` of batch events (a ring of fixed capacity: budget.py) for the
+correlator and the API.
+
+Identity (identity.py): a rank, and the pod name it claims, belong to the domain (pod,
+or cgroup and uid) of the process that first reported them, while any of the pod's
+ranks lives. Only that domain may report for them; a live rank's reports come from its
+own main process (or a restart of it in the same domain) and its loader workers, which
+must descend from it. Anything else is an ``identity_mismatch``.
 """
 from __future__ import annotations
 
 import collections
 import threading
 import time
-from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
 
 from ..system import cgroups, procfs
 from ..vocabulary import labels as label_sets
 from ..vocabulary import metric
-from . import pids
+from . import identity, pids
+from .budget import Budget
 from .histogram import Histogram
+from .rings import Ring
 
 WAIT_BUCKETS = metric("stallscope_data_wait_seconds").buckets
 STEP_BUCKETS = metric("stallscope_step_seconds").buckets
 MAX_DROP_PIDS = 64
 MAX_PID_MAP = 256
+MAX_VERIFIED = 256
 Event = Tuple[int, int, int]
 RankKey = Tuple[str, str, str, int]
 
 
+class Mismatch(Exception):
+    """A report speaks for a rank or pod of another domain (counted, never applied)."""
+
+    def __init__(self, reason: str = "identity_mismatch") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class RankState:
-    def __init__(self, key: RankKey, ident: Dict[str, Any], now: float, timeline_max: int) -> None:
+    def __init__(self, key: RankKey, ident: Dict[str, Any], now: float, timeline_max: int,
+                 domain: Optional[identity.Domain] = None) -> None:
         self.key = key
         self.ident = ident
         self.labels: Dict[str, str] = {}
@@ -38,6 +59,8 @@ class RankState:
         self.ns_pid: Optional[int] = None    # main process as the trainer sees itself
         self.pid_start: Optional[int] = None  # /proc/<pid>/stat starttime: tells PID reuse apart
         self.uid: Optional[int] = None
+        self.domain = domain                  # what may report for it (identity.py)
+        self.verified: Dict[int, int] = {}  # worker PID -> starttime, seen to descend
         self.cgroup: Optional[cgroups.Cgroup] = None  # of the main process
         self.loader: Optional[Dict[str, Any]] = None
         self.reported_workers: List[int] = []  # worker PIDs as the trainer reported them
@@ -49,7 +72,7 @@ class RankState:
         # that ends it adds only the rest (see _add_events and _note_blocked).
         self.provisional_ns = 0
         self.exited_at: Optional[float] = None  # monotonic time its main process was found gone
-        self.timeline: Deque[Event] = collections.deque(maxlen=timeline_max)
+        self.timeline = Ring(timeline_max, 3)
         self.dropped_by_pid: Dict[int, int] = {}
         self.dropped_base = 0
         self.clock_offset_ns = 0  # wall_ns - mono_ns as the hook last reported it
@@ -98,44 +121,84 @@ class RankTable:
     """All live ranks on this node. Every method takes the lock; readers get copies."""
 
     def __init__(self, max_ranks: int = 256, rank_ttl: float = 120.0, exit_grace: float = 30.0,
-                 timeline_seconds: float = 900.0, timeline_max: int = 100_000,
+                 timeline_seconds: float = 900.0, timeline_max: Optional[int] = None,
                  procfs_root: str = "/proc", node: str = "") -> None:
         self.max_ranks = max_ranks
         self.rank_ttl = rank_ttl
         self.exit_grace = exit_grace
         self.timeline_ns = int(timeline_seconds * 1e9)
-        self.timeline_max = timeline_max
+        self.timeline_max = timeline_max or Budget(max_ranks, timeline_seconds).events
         self.procfs = procfs_root
         self.node = node
         self.lock = threading.RLock()
         self.ranks: Dict[RankKey, RankState] = {}
+        self.pods: Dict[Tuple[str, str], Tuple[identity.Domain, int]] = {}  # -> (domain, ranks)
         self.evictions: "collections.Counter[str]" = collections.Counter()
+        self.refused_worker_pids = 0
 
-    def apply(self, msg: Mapping[str, Any], peer_pid: Optional[int] = None,
-              peer_uid: Optional[int] = None, now: Optional[float] = None) -> RankState:
-        """Fold one validated message into the table. Returns the RankState, or raises
-        LookupError when the table is full (the caller counts the reject)."""
+    def apply(self, msg: Mapping[str, Any], source: Optional[identity.Source] = None,
+              now: Optional[float] = None) -> RankState:
+        """Fold one validated message into the table. Returns the RankState; raises
+        LookupError when the table is full and Mismatch when the sender may not speak
+        for the rank (the caller counts both). ``source`` is the sender as the kernel
+        names it; None only for in-process callers (tests, benchmarks)."""
         now = time.monotonic() if now is None else now
         ident = dict(msg["id"])
         if not ident["node"]:
             ident["node"] = self.node
         key = (ident["namespace"], ident["pod"], ident["job"], ident["rank"])
+        main = msg["role"] == "main"
         with self.lock:
             rank = self.ranks.get(key)
+            if source is not None:
+                self._check(rank, key, source, main)
             if rank is None:
+                if not main:
+                    raise Mismatch("unknown_rank")  # a worker speaks only for a rank its trainer made
                 if len(self.ranks) >= self.max_ranks:
                     raise LookupError("rank_limit")
-                rank = self.ranks[key] = RankState(key, ident, now, self.timeline_max)
+                domain = source.domain if source is not None else None
+                rank = self.ranks[key] = RankState(key, ident, now, self.timeline_max, domain)
+                self._bind_pod(key, domain)
             elif ident != rank.ident:
                 rank.set_ident(ident)
             rank.last_seen = now
-            pid = peer_pid or msg["pid"]
-            if msg["role"] == "main":
-                self._main(rank, msg, pid, peer_uid)
+            pid = source.pid if source is not None else msg["pid"]
+            if main:
+                self._main(rank, msg, pid, source.uid if source is not None else None)
             else:
                 self._worker(rank, msg["pid"], pid)
             rank.note_dropped(pid, msg["dropped_total"])
             return rank
+
+    def _bind_pod(self, key: RankKey, domain: Optional[identity.Domain]) -> None:
+        pod = (key[0], key[1])
+        bound, n = self.pods.get(pod, (domain, 0))
+        self.pods[pod] = (bound if bound is not None else domain, n + 1)  # type: ignore[assignment]
+
+    def _unbind_pod(self, key: RankKey) -> None:
+        pod = (key[0], key[1])
+        bound, n = self.pods.get(pod, (None, 1))
+        if n <= 1:
+            self.pods.pop(pod, None)
+        else:
+            self.pods[pod] = (bound, n - 1)  # type: ignore[assignment]
+
+    def _check(self, rank: Optional[RankState], key: RankKey, source: identity.Source, main: bool) -> None:
+        """Raise Mismatch unless ``source`` may report for ``key`` (docs/deploy.md)."""
+        bound = self.pods.get((key[0], key[1]))
+        if bound is not None and bound[0] is not None and bound[0] != source.domain:
+            raise Mismatch()  # the pod name is another domain's while its ranks live
+        if rank is None:
+            return
+        if rank.domain is not None and rank.domain != source.domain:
+            raise Mismatch()
+        if main:
+            return  # its own process, or a restart of it in the same domain
+        if rank.pid is None:
+            raise Mismatch("unknown_rank")
+        if not self._descends(rank, source.pid):
+            raise Mismatch()  # a loader worker descends from its trainer
 
     def _main(self, rank: RankState, msg: Mapping[str, Any], pid: int, uid: Optional[int]) -> None:
         if pid != rank.pid:
@@ -144,6 +207,7 @@ class RankTable:
             rank.pid_start = procfs.start_time(self.procfs, pid)
             rank.cgroup = cgroups.of_pid(self.procfs, pid)
             rank.uid = uid
+            rank.verified.clear()
         if msg["loader"] is not None:
             rank.loader = {k: v for k, v in msg["loader"].items() if k != "worker_pids"}
             rank.reported_workers = list(msg["loader"]["worker_pids"])
@@ -170,28 +234,42 @@ class RankTable:
         else:
             rank.worker_map.move_to_end(reported)
 
-    @staticmethod
-    def _map_workers(rank: RankState) -> None:
-        if rank.worker_map:
-            mapped = [rank.worker_map.get(p, h) for p, h in zip(rank.reported_workers, rank.worker_pids)]
-            if mapped != rank.worker_pids:
-                rank.worker_pids = mapped
+    def _map_workers(self, rank: RankState) -> None:
+        mapped = [rank.worker_map.get(p, h) for p, h in zip(rank.reported_workers, rank.worker_pids)]
+        if rank.domain is not None and rank.pid is not None:
+            # Only PIDs that descend from the trainer are its workers: a report naming
+            # another process (PID 1, a neighbour's) must not make the agent read it.
+            kept = [p for p in mapped if self._descends(rank, p)]
+            self.refused_worker_pids += len(mapped) - len(kept)
+            mapped = kept
+        if mapped != rank.worker_pids:
+            rank.worker_pids = mapped
+
+    def _descends(self, rank: RankState, pid: int) -> bool:
+        start = procfs.start_time(self.procfs, pid)
+        if start is None:
+            return False
+        if rank.verified.get(pid, -1) == start:
+            return True
+        if rank.pid is None or not identity.descends(self.procfs, pid, rank.pid):
+            return False
+        if len(rank.verified) >= MAX_VERIFIED:
+            rank.verified.pop(next(iter(rank.verified)))
+        rank.verified[pid] = start
+        return True
 
     def _add_events(self, rank: RankState, events: List[Event]) -> None:
-        tl = rank.timeline
-        for end, wait, interval in events:
-            rank.wait.observe_ns(wait)
-            rank.step.observe_ns(interval)
-            if rank.provisional_ns:
-                # this batch ends the wait already counted in the sums: add only the rest
-                rank.wait.sum_ns -= min(rank.provisional_ns, wait)
-                rank.step.sum_ns -= min(rank.provisional_ns, interval)
-                rank.provisional_ns = 0
-            tl.append((end, wait, interval))
-        if tl:
-            horizon = tl[-1][0] - self.timeline_ns
-            while tl and tl[0][0] < horizon:
-                tl.popleft()
+        if not events:
+            return
+        arr = np.asarray(events, np.int64).reshape(-1, 3)
+        rank.wait.observe_many_ns(arr[:, 1])
+        rank.step.observe_many_ns(arr[:, 2])
+        if rank.provisional_ns:
+            # the first batch ends the wait already counted in the sums: add only the rest
+            rank.wait.sum_ns -= min(rank.provisional_ns, int(arr[0, 1]))
+            rank.step.sum_ns -= min(rank.provisional_ns, int(arr[0, 2]))
+            rank.provisional_ns = 0
+        rank.timeline.extend(arr)
 
     @staticmethod
     def _note_blocked(rank: RankState, blocked_ns: int) -> None:
@@ -231,6 +309,7 @@ class RankTable:
                 else:
                     continue
                 del self.ranks[key]
+                self._unbind_pod(key)
                 self.evictions[reason] += 1
                 gone.append(key)
         return gone
@@ -245,11 +324,10 @@ class RankTable:
             return [r for r in self.ranks.values()
                     if all(str(r.ident.get(k)) == str(v) for k, v in match.items())]
 
-    def timeline(self, rank: RankState, seconds: float) -> List[Event]:
-        with self.lock:
-            tl = list(rank.timeline)
+    def timeline(self, rank: RankState, seconds: float) -> np.ndarray:
+        """The rank's batch events of the last ``seconds``: an (n, 3) int64 array of
+        (t_end_ns, wait_ns, interval_ns), oldest first."""
         # Hook timestamps are CLOCK_MONOTONIC (perf_counter_ns), the clock of monotonic_ns.
-        horizon = time.monotonic_ns() - int(seconds * 1e9)
-        if tl and tl[0][0] >= horizon:
-            return tl
-        return [e for e in tl if e[0] >= horizon]
+        horizon = time.monotonic_ns() - int(min(seconds * 1e9, self.timeline_ns))
+        with self.lock:
+            return rank.timeline.since(horizon)

@@ -1,14 +1,21 @@
-"""Validation of hook messages. Every datagram is untrusted input from any local process.
+"""Validation of hook messages. Every message is untrusted input from any local process.
 
 ``parse(data)`` returns a normalised message dict or raises ``Reject(reason)``; the reason
 is a short fixed string used as a label on the agent's reject counter, so its cardinality
 is bounded by this module.
+
+What a real hook cannot send is refused here, before it reaches any part: strings that
+become label values must be valid UTF-8 and printable (a lone surrogate would make every
+later scrape fail to encode); times must lie within the agent's own clock (the hook's
+CLOCK_MONOTONIC is the agent's) give or take what delivery can delay, and durations
+within what a step can last, so no report can make a part expand a time span into
+unbounded work or memory.
 """
 from __future__ import annotations
 
 import json
 import math
-import re
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..hook import wire
@@ -17,9 +24,16 @@ MAX_LABEL_LEN = 128
 MAX_RANK = 1 << 20
 MAX_PIDS = 256
 MAX_NS = 1 << 62  # ~146 years of nanoseconds: anything larger is garbage
-# Prometheus label values may be any UTF-8; we still refuse control characters and
-# absurd lengths so one bad sender cannot poison dashboards or blow up memory.
-_LABEL_RE = re.compile(r"^[^\x00-\x1f\x7f]*$")
+SEC = 1_000_000_000
+# A report is built at most this long before it arrives (a slow agent, a full socket).
+MAX_DELAY_NS = 600 * SEC
+# ... and a batch it carries ended at most this long before it was sent (the hook
+# holds batches while the agent is slow; older ones it drops and counts).
+MAX_AGE_NS = 86400 * SEC
+MAX_AHEAD_NS = 60 * SEC          # a clock read on another CPU may run slightly ahead
+MAX_INTERVAL_NS = 7 * 86400 * SEC  # one batch interval (a hang that ends) at most a week
+MAX_WALL_SKEW_NS = 86400 * SEC   # the hook's wall clock is this node's
+MAX_COUNT = 1 << 53
 ROLES = ("main", "worker")
 LOADER_INT_FIELDS = ("num_workers", "prefetch_factor", "batch_size")
 LOADER_BOOL_FIELDS = ("pin_memory", "persistent_workers")
@@ -38,11 +52,23 @@ def _int(value: Any, lo: int, hi: int, what: str) -> int:
     return value
 
 
+def printable(value: str) -> bool:
+    """Valid UTF-8 (no lone surrogates, which json decodes from \\ud800 or raw ED A0 80)
+    and printable: what Prometheus exposition and dashboards can show."""
+    if not value.isprintable():
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _label(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise Reject("bad_schema", "%s must be a string" % what)
-    if len(value) > MAX_LABEL_LEN or not _LABEL_RE.match(value):
-        raise Reject("bad_label", "%s is too long or holds control characters" % what)
+    if len(value) > MAX_LABEL_LEN or not printable(value):
+        raise Reject("bad_label", "%s is too long, not UTF-8 or not printable" % what)
     return value
 
 
@@ -63,9 +89,10 @@ def _identity(raw: Any) -> Dict[str, Any]:
     }
 
 
-def _events(raw: Any) -> List[Tuple[int, int, int]]:
+def _events(raw: Any, now_ns: int) -> List[Tuple[int, int, int]]:
     if not isinstance(raw, list) or len(raw) > wire.MAX_EVENTS_PER_MESSAGE:
         raise Reject("bad_schema", "events must be a list of at most %d" % wire.MAX_EVENTS_PER_MESSAGE)
+    lo, hi = now_ns - MAX_AGE_NS, now_ns + MAX_AHEAD_NS
     out = []
     for ev in raw:
         if not isinstance(ev, list) or len(ev) != 3:
@@ -76,6 +103,8 @@ def _events(raw: Any) -> List[Tuple[int, int, int]]:
                 raise Reject("bad_schema", "event fields must be non-negative integers")
         if wait > interval:
             raise Reject("bad_schema", "an event's wait exceeds its interval")
+        if not lo <= end <= hi or interval > MAX_INTERVAL_NS:
+            raise Reject("bad_time", "an event's time is not within the agent's clock")
         out.append((end, wait, interval))
     return out
 
@@ -101,8 +130,13 @@ def _loader(raw: Any) -> Optional[Dict[str, Any]]:
     return out
 
 
-def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -> Dict[str, Any]:
-    """Bytes of one datagram → normalised message dict, or Reject."""
+def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
+          now_ns: Optional[int] = None) -> Dict[str, Any]:
+    """Bytes of one message -> normalised message dict, or Reject. ``now_ns``: the
+    agent's CLOCK_MONOTONIC (tests pass one)."""
+    now_ns = time.monotonic_ns() if now_ns is None else now_ns
+    if not data:
+        raise Reject("empty", "a zero-length message")
     if len(data) > max_bytes:
         raise Reject("oversize", "message of %d bytes exceeds %d" % (len(data), max_bytes))
     try:
@@ -122,25 +156,43 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -> Dict[str, Any
         "id": _identity(raw.get("id")),
         "pid": _int(raw.get("pid"), 1, 1 << 31, "pid"),
         "role": role,
-        "mono_ns": _int(raw.get("mono_ns", 0), 0, MAX_NS, "mono_ns"),
-        "wall_ns": _int(raw.get("wall_ns", 0), 0, MAX_NS, "wall_ns"),
-        "dropped_total": _int(raw.get("dropped_total", 0), 0, MAX_NS, "dropped_total"),
-        "events": _events(raw.get("events", [])),
+        "mono_ns": _clock(raw.get("mono_ns", 0), now_ns),
+        "wall_ns": _wall(raw.get("wall_ns", 0)),
+        "dropped_total": _int(raw.get("dropped_total", 0), 0, MAX_COUNT, "dropped_total"),
+        "events": _events(raw.get("events", []), now_ns),
         "loader": _loader(raw.get("loader")),
-        "blocked_since_ns": _blocked(raw),
+        "blocked_since_ns": None,
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
     }
+    msg["blocked_since_ns"] = _blocked(raw, msg["mono_ns"])
     return msg
 
 
-def _blocked(raw: Dict[str, Any]) -> Optional[int]:
+def _clock(raw: Any, now_ns: int) -> int:
+    """The hook's CLOCK_MONOTONIC when it built the report (0: not given)."""
+    value = _int(raw, 0, MAX_NS, "mono_ns")
+    if value and not now_ns - MAX_DELAY_NS <= value <= now_ns + MAX_AHEAD_NS:
+        raise Reject("bad_time", "mono_ns is not within the agent's clock")
+    return value
+
+
+def _wall(raw: Any) -> int:
+    value = _int(raw, 0, MAX_NS, "wall_ns")
+    if value and abs(value - time.time_ns()) > MAX_WALL_SKEW_NS:
+        raise Reject("bad_time", "wall_ns is not this node's wall clock")
+    return value
+
+
+def _blocked(raw: Dict[str, Any], mono_ns: int) -> Optional[int]:
     """Start of a next() call still in progress, on the sender's clock (<= mono_ns)."""
     value = raw.get("blocked_since_ns")
     if value is None:
         return None
     value = _int(value, 0, MAX_NS, "blocked_since_ns")
-    if value > raw.get("mono_ns", 0):
+    if value > mono_ns:
         raise Reject("bad_schema", "blocked_since_ns is later than mono_ns")
+    if mono_ns - value > MAX_INTERVAL_NS:
+        raise Reject("bad_time", "blocked_since_ns is further back than a step can last")
     return value
 
 

@@ -40,6 +40,14 @@ class Series:
         return cls.from_array(points_array(points))
 
     @classmethod
+    def from_arrays(cls, t: Any, v: Any) -> "Series":
+        """From int64 times and float64 values (the agent's rings), sorted if needed."""
+        if len(t) > 1 and np.any(t[1:] < t[:-1]):
+            order = np.argsort(t, kind="stable")
+            t, v = t[order], v[order]
+        return cls(t, v)
+
+    @classmethod
     def from_array(cls, arr: Any) -> "Series":
         n = len(arr)
         if not n:

@@ -19,7 +19,7 @@ from typing import Dict, Tuple, TypeVar
 
 from . import agent, causes, hook, labels, node
 from .causes import ATTRIBUTE, DATA_WAIT_CRITICAL, DATA_WAIT_LINE, MIN_BATCHES, STRAGGLER_FACTOR, VERDICTS
-from .entries import KINDS, SCOPES, UNITS, Cause, CauseAlert, Exporter, Line, Metric, Signal
+from .entries import CADENCES, KINDS, SCOPES, UNITS, Cause, CauseAlert, Exporter, Line, Metric, Signal
 
 __all__ = ["ATTRIBUTE", "CAUSES", "DATA_WAIT_CRITICAL", "DATA_WAIT_LINE", "EXPORTERS",
            "MIN_BATCHES", "METRICS", "SIGNALS", "STRAGGLER_FACTOR", "VERDICTS", "Cause",
@@ -90,8 +90,8 @@ def check() -> None:
         if mine != [n for n in labels.IDENTITY if n in m.labels]:
             raise ValueError("metric %s: identity labels out of order" % m.name)
     for s in SIGNALS:
-        if s.unit not in UNITS or not set(s.scopes) <= set(SCOPES):
-            raise ValueError("signal %s: unknown unit or scope" % s.name)
+        if s.unit not in UNITS or not set(s.scopes) <= set(SCOPES) or s.cadence not in CADENCES:
+            raise ValueError("signal %s: unknown unit, scope or cadence" % s.name)
         if s.query and "$sel" not in s.query:
             raise ValueError("signal %s: its query has no $sel" % s.name)
     for c in CAUSES:

@@ -7,6 +7,10 @@ from typing import Tuple
 KINDS = ("counter", "gauge", "histogram")
 UNITS = ("ratio", "seconds", "count", "flag", "bytes", "bytes_rate")
 SCOPES = ("rank", "node", "gpu")
+# How often a signal is sampled, which sizes its history in the agent: once per batch or
+# read (as fast as the loader), a GPU's sample period (10 Hz at most), or once per
+# exporter collection (1 Hz at most).
+CADENCES = ("batch", "gpu", "collection")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Signal:
     help: str
     query: str = ""
     query_by: Tuple[str, ...] = ()
+    cadence: str = "collection"
 
 
 @dataclasses.dataclass(frozen=True)

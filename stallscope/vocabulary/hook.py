@@ -36,9 +36,6 @@ METRICS = (
     Metric("stallscope_shard_read_seconds", "histogram",
            "Latency of one shard read (open + reads), per pod and tier.", TIER, "shards",
            READ_BUCKETS),
-    Metric("stallscope_shard_read_quantile_seconds", "gauge",
-           "Shard read latency quantiles over the last 300 s, per pod and tier.",
-           TIER + ("quantile",), "shards"),
     Metric("stallscope_cache_requests_total", "counter",
            "Cache lookups reported by the loaders, per pod and tier.", TIER + ("result",), "shards"),
     Metric("stallscope_agent_rejected_io_reports_total", "counter",
@@ -51,15 +48,15 @@ SIGNALS = (
            "Time a loader worker took to produce one batch, one sample per batch.",
            "%s (rate(stallscope_batch_load_seconds_sum{$sel}[$w]))\n/\n"
            "%s (rate(stallscope_batch_load_seconds_count{$sel}[$w]))" % (_BY_RANK, _BY_RANK),
-           ("namespace", "job", "rank", "pod", "node")),
+           ("namespace", "job", "rank", "pod", "node"), cadence="batch"),
     Signal("shard_read_seconds", "seconds", ("rank",), "shards",
            "Latency of one shard read, one sample per read; in Prometheus its p99 per tier.",
            "histogram_quantile(0.99, sum by (namespace, pod, tier, le) "
            "(rate(stallscope_shard_read_seconds_bucket{$sel}[$w])))",
-           ("namespace", "pod", "tier")),
+           ("namespace", "pod", "tier"), cadence="batch"),
     Signal("cache_miss_ratio", "ratio", ("rank",), "shards",
            "Share of the cache lookups in one report that missed.",
            "sum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{result=\"miss\",$sel}[$w]))"
            "\n/\nsum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{$sel}[$w]))",
-           ("namespace", "pod", "tier")),
+           ("namespace", "pod", "tier"), cadence="batch"),
 )

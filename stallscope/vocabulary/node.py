@@ -135,8 +135,8 @@ SIGNALS = (
     Signal("gpu_busy_ratio", "ratio", ("rank", "gpu"), "gpu",
            "Share of each GPU sample period in which a kernel ran (NVML or simulated).",
            "rate(stallscope_gpu_busy_seconds_total{$sel}[$w])",
-           ("namespace", "job", "rank", "pod", "node", "gpu", "uuid", "source")),
+           ("namespace", "job", "rank", "pod", "node", "gpu", "uuid", "source"), cadence="gpu"),
     Signal("gpu_sm_active_ratio", "ratio", ("rank", "gpu"), "gpu",
            "SM activity from dcgm-exporter.", "stallscope_gpu_sm_active_ratio{$sel}",
-           ("namespace", "job", "rank", "pod", "node", "gpu", "uuid")),
+           ("namespace", "job", "rank", "pod", "node", "gpu", "uuid"), cadence="gpu"),
 )

@@ -1,0 +1,102 @@
+"""Soak: a real agent under 8 ranks x 8 real DataLoader workers for 30 minutes, printing
+its RSS over time against the memory ceiling it prints at start (issue 14).
+
+    .venv/bin/python benchmarks/soak_agent.py [--minutes 30] [--ranks 8] [--workers 8]
+
+Each rank is a process looping over a torch DataLoader (its workers sleep per sample,
+so the batch rate is set, not CPU-bound) wrapped in stallscope.watch, with a short
+compute sleep per step. The agent runs with the simulated GPU. Every 30 s: the agent's
+RSS and one /metrics scrape's latency. At the end: RSS at 5, 15 and 30 minutes and how
+much it changed from 5 to 30.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from stallscope.lab.procs import AgentProcess, child_env, http_get  # noqa: E402
+
+TRAINER = r"""
+import sys, time, torch, stallscope
+workers, per_sample = int(sys.argv[1]), float(sys.argv[2])
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10**9
+    def __getitem__(self, i):
+        time.sleep(per_sample)
+        return torch.zeros(16)
+loader = stallscope.watch(torch.utils.data.DataLoader(Slow(), batch_size=4, num_workers=workers,
+                                                      persistent_workers=True, prefetch_factor=2))
+for batch in loader:
+    time.sleep(0.005)
+"""
+
+
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) / 1024
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--per-sample", type=float, default=0.02,
+                    help="seconds a worker sleeps per sample (4 samples a batch)")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="stallscope-soak-")
+    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml"], workdir=work).start()
+    with open(agent.log) as f:
+        ceiling = next((line.strip() for line in f if "memory ceiling" in line), "")
+    ranks = []
+    try:
+        for r in range(args.ranks):
+            env = child_env({"STALLSCOPE_SOCKET": agent.socket, "STALLSCOPE_JOB": "soak",
+                             "RANK": str(r), "WORLD_SIZE": str(args.ranks), "POD_NAME": "soak-%d" % r,
+                             "POD_NAMESPACE": "bench", "OMP_NUM_THREADS": "1"})
+            log = open(os.path.join(work, "rank%d.log" % r), "w")
+            ranks.append(subprocess.Popen([sys.executable, "-c", TRAINER, str(args.workers),
+                                           str(args.per_sample)], env=env, stdout=log, stderr=log))
+        print("soak: %d ranks x %d workers, %.0f min; agent pid %d" % (
+            args.ranks, args.workers, args.minutes, agent.proc.pid))
+        print(ceiling or "agent: (no ceiling line in its log)")
+        print("%8s %10s %12s %10s" % ("minute", "rss_mib", "scrape_ms", "batches"))
+        t0 = time.monotonic()
+        marks = {}
+        while time.monotonic() - t0 < args.minutes * 60:
+            time.sleep(30)
+            minute = (time.monotonic() - t0) / 60
+            s = time.monotonic()
+            text = http_get(agent.url + "/metrics", timeout=30)
+            scrape_ms = (time.monotonic() - s) * 1000
+            batches = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                          if line.startswith("stallscope_data_wait_seconds_count{"))
+            rss = rss_mib(agent.proc.pid)
+            print("%8.1f %10.1f %12.1f %10.0f" % (minute, rss, scrape_ms, batches), flush=True)
+            for mark in (5, 15, 30):
+                if minute >= mark and mark not in marks:
+                    marks[mark] = rss
+        if 5 in marks and len(marks) > 1:
+            last = max(marks)
+            print("RSS at %s min: %s; change %d -> %d min: %+.1f%%" % (
+                ", ".join(str(m) for m in sorted(marks)),
+                ", ".join("%.1f MiB" % marks[m] for m in sorted(marks)), 5, last,
+                100 * (marks[last] - marks[5]) / marks[5]))
+    finally:
+        for p in ranks:
+            p.terminate()
+        for p in ranks:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        agent.stop()
+
+
+if __name__ == "__main__":
+    main()

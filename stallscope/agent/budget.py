@@ -1,0 +1,71 @@
+"""The agent's memory ceiling, from ``--max-ranks`` and ``--timeline-seconds``.
+
+Every per-rank history is a fixed-capacity ring (rings.py) sized here, so the bytes the
+agent can hold for its ranks are known before the first report arrives: the agent prints
+the figure at start, and the DaemonSet's memory limit is set from it (docs/deploy.md).
+
+Rates behind the capacities: a rank's batch timeline and its per-batch signals keep
+``timeline_seconds x BATCHES_PER_S`` entries (a faster loop keeps a shorter history, not
+more memory); GPU signals ``x GPU_SAMPLES_PER_S``; exporter signals one per second (they
+are collected every 2 s by default).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import vocabulary
+
+BATCHES_PER_S = 20.0
+GPU_SAMPLES_PER_S = 10.0
+COLLECTIONS_PER_S = 1.0
+EVENT_BYTES = 24          # (t_end, wait, interval) int64
+POINT_BYTES = 16          # (t, value) int64 + float64
+SHARD_READS_PER_TIER = 4096   # the window for a tier's read-latency quantiles
+TIERS_PER_POD = 8
+GPU_RING = 2048           # a GPU's (t, period, ratio) samples kept for the timeline API
+# The correlator copies a window (up to the whole history) of the ranks it analyses at
+# once; the HTTP server and prometheus_client build /metrics per scrape.
+ANALYSIS_FACTOR = 1.5
+BASELINE_MIB = 80         # interpreter, numpy, prometheus_client, threads (measured idle RSS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    max_ranks: int
+    timeline_seconds: float
+
+    def capacity(self, cadence: str) -> int:
+        rate = {"batch": BATCHES_PER_S, "gpu": GPU_SAMPLES_PER_S, "collection": COLLECTIONS_PER_S}[cadence]
+        return max(16, int(self.timeline_seconds * rate))
+
+    @property
+    def events(self) -> int:
+        return self.capacity("batch")
+
+    def signal_capacity(self, name: str) -> int:
+        return self.capacity(vocabulary.signal(name).cadence)
+
+    def rank_bytes(self) -> int:
+        """History of one rank: its batch timeline and every rank-scoped signal, with the
+        simulated GPU's scope when there is one, and its pod's shard-read windows."""
+        signals = sum(self.capacity(s.cadence) for s in vocabulary.SIGNALS if "rank" in s.scopes)
+        gpu = sum(self.capacity(s.cadence) for s in vocabulary.SIGNALS if "gpu" in s.scopes)
+        shards = SHARD_READS_PER_TIER * TIERS_PER_POD * 16
+        return (self.events * EVENT_BYTES + (signals + gpu) * POINT_BYTES + shards
+                + GPU_RING * 80)
+
+    def node_bytes(self) -> int:
+        return sum(self.capacity(s.cadence) for s in vocabulary.SIGNALS if "node" in s.scopes) * POINT_BYTES
+
+    def history_bytes(self) -> int:
+        return int((self.max_ranks * self.rank_bytes() + self.node_bytes()) * ANALYSIS_FACTOR)
+
+    def limit_mib(self) -> int:
+        """What a memory limit must allow: the history's ceiling plus the baseline."""
+        return int(self.history_bytes() / 2**20) + BASELINE_MIB
+
+    def describe(self) -> str:
+        return ("memory ceiling: %d MiB of history (%d ranks x %.0f KiB, %.0f s timelines, %d "
+                "batches each) plus ~%d MiB baseline: set the memory limit to at least %d MiB"
+                % (self.history_bytes() / 2**20, self.max_ranks, self.rank_bytes() / 1024,
+                   self.timeline_seconds, self.events, BASELINE_MIB, self.limit_mib()))

@@ -1,0 +1,51 @@
+"""Who is on the other end of a hook connection, from the kernel, never from the message.
+
+``SO_PEERCRED`` gives the peer's PID and UID in the agent's namespaces; the PID's
+cgroup gives its pod (the pod UID in a Kubernetes cgroup path) and container. A
+connection's **domain** is what its reports may speak for: its pod under Kubernetes,
+else its cgroup and UID (bare metal, Slurm, the lab). The rank table binds every rank,
+and every pod name the ranks claim, to the domain that first reported them while they
+live, and only that domain may report for them again (threat model: docs/deploy.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple
+
+from ..system import cgroups, procfs
+
+Domain = Tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    pid: int                 # in the agent's PID namespace
+    uid: int
+    start: Optional[int]     # /proc/<pid>/stat starttime: tells a reused PID apart
+    pod_uid: Optional[str]
+    container_id: Optional[str]
+    cgroup: str              # the v2 path, else the v1 cpu (or first) path
+
+    @property
+    def domain(self) -> Domain:
+        if self.pod_uid:
+            return ("pod", self.pod_uid)
+        return ("cgroup", self.cgroup, str(self.uid))
+
+    def alive(self, root: str) -> bool:
+        return procfs.alive(root, self.pid, self.start)
+
+
+def of_peer(root: str, pid: int, uid: int) -> Optional[Source]:
+    """The Source of a connected peer, or None when its process is already gone."""
+    start = procfs.start_time(root, pid)
+    cg = cgroups.of_pid(root, pid)
+    if start is None or cg is None:
+        return None
+    path = cg.v2 if cg.v2 is not None else (cg.v1.get("cpu") or next(iter(sorted(cg.v1.values())), "/"))
+    return Source(pid, uid, start, cg.pod_uid, cg.container_id, path or "/")
+
+
+def descends(root: str, pid: int, ancestor: int) -> bool:
+    """Whether ``pid`` is ``ancestor`` or one of its descendants (the ppid chain)."""
+    return procfs.is_descendant(root, pid, ancestor)

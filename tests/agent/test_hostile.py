@@ -1,0 +1,193 @@
+"""Issue 14's weaknesses, each reproduced against a real agent process over its real
+socket: what any process on the node could do to it, and what it must not achieve."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from stallscope.lab.procs import child_env, http_get
+from tests.conftest import as_nobody, need_root
+
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(path)
+    return s
+
+
+def report(rank=0, job="j", pod="victim", events=(), **more):
+    msg = {"v": 1, "kind": "report", "pid": os.getpid(), "role": "main", "dropped_total": 0,
+           "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(),
+           "id": {"job": job, "rank": rank, "pod": pod, "namespace": "ns", "node": "n"},
+           "events": [list(e) for e in events]}
+    msg.update(more)
+    return json.dumps(msg).encode()
+
+
+def batch(wait_s, interval_s, ago_s=0.0):
+    end = time.monotonic_ns() - int(ago_s * 1e9)
+    return (end, int(wait_s * 1e9), int(interval_s * 1e9))
+
+
+def wait_until(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in %.0fs" % timeout)
+
+
+def samples(agent, name, **labels):
+    text = agent.metrics()
+    return [s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == name and set(labels.items()) <= set(s.labels.items())]
+
+
+def rejected(agent, reason):
+    return sum(samples(agent, "stallscope_agent_rejected_messages_total", reason=reason))
+
+
+def test_a_lone_surrogate_is_refused_and_metrics_stay_up(agent):
+    escaped = report(job="\ud800")                                  # JSON escape
+    raw = report(job="PLACEHOLDER").replace(b"PLACEHOLDER", b"\xed\xa0\x80")  # raw bytes
+    s = connect(agent.socket)
+    s.send(escaped)
+    s.send(raw)
+    s.send(report(rank=1, events=[batch(0.001, 0.01)]))
+    wait_until(lambda: rejected(agent, "bad_label") == 2)
+    text = http_get(agent.url + "/metrics")  # 200, and every line parses
+    assert list(text_string_to_metric_families(text))
+    assert samples(agent, "stallscope_data_wait_seconds_count", rank="1") == [1]
+    s.close()
+
+
+def test_a_zero_length_message_is_a_counted_reject_and_the_connection_goes_on(agent):
+    s = connect(agent.socket)
+    s.send(b"")
+    for rank in range(5):
+        s.send(report(rank=rank, events=[batch(0.001, 0.01)]))
+    wait_until(lambda: samples(agent, "stallscope_agent_messages_total") == [5])
+    assert rejected(agent, "empty") == 1
+    assert len(samples(agent, "stallscope_data_wait_seconds_count")) == 5
+    s.close()
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+
+
+def test_huge_event_times_are_refused_and_cost_no_memory(agent_factory):
+    agent = agent_factory("--gpu.simulated", "--no-gpu.nvml", "--exporter.interval", "0.2")
+    s = connect(agent.socket)
+    s.send(report(events=[batch(0.001, 0.01)]))  # a real rank, with its simulated GPU
+    wait_until(lambda: samples(agent, "stallscope_agent_messages_total") == [1])
+    before = rss_kib(agent.proc.pid)
+    for _ in range(200):
+        s.send(report(events=[(2**62, 0, 2**62)]))
+        s.send(report(events=[(time.monotonic_ns(), 0, 2**61)]))
+    wait_until(lambda: rejected(agent, "bad_time") == 400, timeout=20)
+    time.sleep(2.0)  # several GPU sampling rounds
+    grown = rss_kib(agent.proc.pid) - before
+    assert grown < 20 * 1024, "RSS grew %d KiB" % grown  # was ~50 MB a second
+    s.close()
+
+
+ATTACKER = r"""
+import json, os, socket, sys, time
+path, victim_pid = sys.argv[1], int(sys.argv[2])
+def msg(**kw):
+    m = {"v": 1, "kind": "report", "pid": os.getpid(), "role": "main", "dropped_total": 0,
+         "mono_ns": time.monotonic_ns(), "wall_ns": time.time_ns(),
+         "id": {"job": "j", "rank": 0, "pod": "victim", "namespace": "ns", "node": "n"},
+         "events": [[time.monotonic_ns(), 1000 * 10**9, 1000 * 10**9]]}
+    m.update(kw)
+    return json.dumps(m).encode()
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(path)
+s.send(msg())                                                  # impersonate the live rank
+s.send(msg(id={"job": "j", "rank": 7, "pod": "victim", "namespace": "ns", "node": "n"}))
+s.send(msg(role="worker"))                                     # as one of its workers
+s.send(msg(id={"job": "a", "rank": 0, "pod": "mine", "namespace": "ns", "node": "n"},
+           events=[], loader={"num_workers": 1, "worker_pids": [1, victim_pid]}))
+s.close()
+print("sent", flush=True)
+"""
+
+
+def test_an_unprivileged_process_cannot_touch_another_pods_series(agent):
+    need_root()
+    s = connect(agent.socket)  # the victim: root, in this test's cgroup
+    s.send(report(events=[batch(0.002, 0.1)], loader={"num_workers": 0, "worker_pids": []}))
+    wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="victim") == [1])
+    before = samples(agent, "stallscope_data_wait_seconds_sum", pod="victim")
+    out = subprocess.run(as_nobody([sys.executable, "-c", ATTACKER, agent.socket, str(os.getpid())]),
+                         capture_output=True, text=True, timeout=60, env=child_env())
+    assert out.stdout.strip() == "sent", out.stderr
+    wait_until(lambda: rejected(agent, "identity_mismatch") == 3)
+    # Not a sample in the victim's series; no rank 7 in its pod; its own rank kept.
+    assert samples(agent, "stallscope_data_wait_seconds_sum", pod="victim") == before
+    assert samples(agent, "stallscope_data_wait_seconds_count", pod="victim", rank="7") == []
+    ranks = {(r["pod"], r["rank"]): r for r in agent.api("/api/v1/ranks")["ranks"]}
+    assert set(ranks) == {("victim", 0), ("mine", 0)}
+    # Its own rank is its own; the workers it named are not its descendants: never read.
+    assert ranks[("mine", 0)]["worker_pids"] == []
+    assert samples(agent, "stallscope_agent_refused_worker_pids_total") == [2]
+    assert samples(agent, "stallscope_loader_workers_alive", pod="mine") == []
+    s.close()
+
+
+def test_a_trainers_real_workers_are_accepted(agent, tmp_path):
+    """The rules above do not refuse what a real trainer does: its workers descend."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        s = connect(agent.socket)
+        s.send(report(pod="good", events=[batch(0.002, 0.1)],
+                      loader={"num_workers": 1, "worker_pids": [child.pid]}))
+        wait_until(lambda: agent.api("/api/v1/ranks")["ranks"])
+        (r,) = agent.api("/api/v1/ranks")["ranks"]
+        assert r["worker_pids"] == [child.pid]
+        s.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_socket_is_recreated_when_removed_or_replaced(agent):
+    def scrape_count():
+        return sum(samples(agent, "stallscope_agent_socket_recreated_total"))
+
+    os.unlink(agent.socket)
+    wait_until(lambda: os.path.exists(agent.socket) and scrape_count() == 1, timeout=5)
+    assert http_get(agent.url + "/healthz") == "ok\n"
+    # A squatter binds the path (only root can: the directory is the agent's).
+    os.unlink(agent.socket)
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    squatter.bind(agent.socket)
+    squatter.listen(1)
+    wait_until(lambda: scrape_count() == 2, timeout=5)
+    s = connect(agent.socket)  # a new trainer reaches the agent, not the squatter
+    s.send(report(pod="after", events=[batch(0.001, 0.01)]))
+    wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="after") == [1])
+    s.close()
+    squatter.close()
+
+
+def test_a_socket_directory_others_may_write_is_refused(tmp_path):
+    d = tmp_path / "open"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    out = subprocess.run([sys.executable, "-m", "stallscope", "agent", "--listen", "127.0.0.1:0",
+                          "--socket", str(d / "hook.sock")], capture_output=True, text=True,
+                         timeout=60, env=child_env())
+    assert out.returncode == 1
+    assert out.stderr.strip().endswith("writable by other users: anyone could replace the socket "
+                                       "(chmod 755 it, or use a directory of the agent's own)")
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,41 @@
+"""Memory with a ceiling (issue 14): every per-rank history is a fixed-capacity ring sized
+from --max-ranks and --timeline-seconds, so however long or fast ranks report, what the
+agent holds for them stays at the figure it prints at start."""
+import time
+
+import numpy as np
+
+from stallscope.agent.budget import Budget
+from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.agent.rings import Ring
+from tests.correlate_helpers import report
+
+
+def test_a_ring_keeps_the_newest_rows_in_order():
+    r = Ring(5, 3)
+    for k in range(4):
+        r.extend(np.array([[3 * k + i, 0, 0] for i in range(3)], np.int64))
+    assert r.rows()[:, 0].tolist() == [7, 8, 9, 10, 11] and len(r) == 5
+    r.extend(np.array([[100 + i, 0, 0] for i in range(9)], np.int64))  # more than it holds
+    assert r.rows()[:, 0].tolist() == [104, 105, 106, 107, 108]
+    assert r.since(106)[:, 0].tolist() == [106, 107, 108]
+
+
+def test_history_stays_within_the_printed_ceiling(tmp_path):
+    opts = AgentOptions(socket=str(tmp_path / "s.sock"), max_ranks=4, timeline_seconds=60)
+    agent = Agent(Config(agent=opts, enabled={"gpu": False}))
+    budget = Budget(4, 60)
+    assert "memory ceiling" in budget.describe()
+    now = time.monotonic_ns()
+    for rank in range(4):
+        for chunk in range(20):  # 20,000 batches a rank: far more than 60 s x 20/s
+            events = [(now - (20000 - (chunk * 1000 + i)) * 10**6, 10**5, 10**6) for i in range(1000)]
+            agent.apply(report("mem", rank, "p", events))
+            agent.samples.record_many(("mem", rank), "batch_load_seconds",
+                                      [e[0] for e in events], [0.01] * len(events))
+    for r in agent.table.snapshot():
+        assert len(r.timeline) == budget.events == 1200  # capped, the newest kept
+        assert r.timeline.rows()[-1, 0] == now - 10**6
+        assert r.wait.count == 20000  # the histograms still count every batch
+    held = sum(r.timeline.nbytes for r in agent.table.snapshot()) + agent.samples.nbytes()
+    assert held <= budget.history_bytes()
