@@ -95,7 +95,8 @@ class Run:
 # -- hook reports -----------------------------------------------------------------------
 def _report(role: str, ns_pid: int, mono_ns: int, events=(), **extra: Any) -> bytes:
     msg = {"v": 1, "kind": "report", "id": IDENT, "pid": ns_pid, "role": role,
-           "mono_ns": mono_ns, "wall_ns": mono_ns + 1_700_000_000 * S, "dropped_total": 0,
+           "mono_ns": mono_ns, "wall_ns": time.time_ns() - (time.monotonic_ns() - mono_ns),
+           "dropped_total": 0,
            "events": [list(e) for e in events]}
     msg.update(extra)
     return json.dumps(msg).encode()
@@ -158,18 +159,19 @@ def reports(base: int):
 
 # -- recording who records what ---------------------------------------------------------
 class RecordSpy:
-    """Wraps ``agent.samples.record`` to note which part recorded each (scope, signal):
+    """Wraps ``agent.samples.record`` and ``record_many`` to note which part recorded each
+    (scope, signal):
     the first ``Part`` instance up the caller's stack (an exporter through
     ``Exporter.record``, the loader and shard parts in ``handle``, the gpu exporter in
     its samplers' sinks)."""
 
     def __init__(self, samples: Any) -> None:
-        self.inner = samples.record
+        self.inner, self.inner_many = samples.record, samples.record_many
         self.by: Dict[Tuple[Any, str], Set[str]] = collections.defaultdict(set)
-        samples.record = self.record
+        samples.record, samples.record_many = self.record, self.record_many
 
-    def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None:
-        frame = sys._getframe(1)
+    def _note(self, scope: Any, signal: str) -> None:
+        frame = sys._getframe(2)
         part = "?"
         while frame is not None:
             me = frame.f_locals.get("self")
@@ -178,7 +180,14 @@ class RecordSpy:
                 break
             frame = frame.f_back
         self.by[(scope, signal)].add(part)
+
+    def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None:
+        self._note(scope, signal)
         self.inner(scope, signal, value, t_ns)
+
+    def record_many(self, scope: Any, signal: str, t_ns: Any, values: Any) -> None:
+        self._note(scope, signal)
+        self.inner_many(scope, signal, t_ns, values)
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -217,7 +226,7 @@ def _part(agent: Agent, name: str) -> Any:
 
 def _send(handler: ingest.Ingest, batch, accepted: bool = True) -> None:
     for peer_pid, data in batch:
-        if handler.handle(data, peer_pid, 1000) != accepted:
+        if handler.handle(data, handler.source_of(peer_pid, 1000), checked=True) != accepted:
             raise AssertionError("the golden scenario's report was %s: %r" % (
                 "rejected" if accepted else "accepted", data[:200]))
 
@@ -237,7 +246,7 @@ def drive(agent: Agent) -> None:
         gpu.dcgm.poll()
 
     first, second, bad = reports(time.monotonic_ns())
-    handler = ingest.Ingest(None, agent.apply, stats=agent.stats)
+    handler = ingest.Ingest(None, agent.apply, agent.source_of, stats=agent.stats)
     try:
         _send(handler, first)
         poll_gpu()                  # the simulated GPU appears, samples the first half
