@@ -25,6 +25,9 @@ class Source:
     pod_uid: Optional[str]
     container_id: Optional[str]
     cgroup: str              # the v2 path, else the v1 cpu (or first) path
+    # (pid, starttime) of its parent, grandparent ... when it connected: a worker that
+    # reports at exit is judged by the ancestry it had while alive.
+    ancestors: Tuple[Tuple[int, Optional[int]], ...] = ()
 
     @property
     def domain(self) -> Domain:
@@ -43,7 +46,24 @@ def of_peer(root: str, pid: int, uid: int) -> Optional[Source]:
     if start is None or cg is None:
         return None
     path = cg.v2 if cg.v2 is not None else (cg.v1.get("cpu") or next(iter(sorted(cg.v1.values())), "/"))
-    return Source(pid, uid, start, cg.pod_uid, cg.container_id, path or "/")
+    return Source(pid, uid, start, cg.pod_uid, cg.container_id, path or "/", ancestry(root, pid))
+
+
+def ancestry(root: str, pid: int, max_depth: int = 64) -> Tuple[Tuple[int, Optional[int]], ...]:
+    out = []
+    for _ in range(max_depth):
+        st = procfs.stat(root, pid)
+        if st is None or st.ppid <= 0:
+            break
+        pid = st.ppid
+        out.append((pid, procfs.start_time(root, pid)))
+    return tuple(out)
+
+
+def descends_from(source: Source, pid: int, start: Optional[int]) -> bool:
+    """Whether the process ``pid`` (started at ``start``) was an ancestor of ``source``
+    when it connected."""
+    return (pid, start) in source.ancestors
 
 
 def descends(root: str, pid: int, ancestor: int) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from ..hook import wire
 from . import identity, validate
+from .held import HELD
 from .hooksocket import HookSocket
 from .state import Mismatch
 
@@ -154,7 +155,8 @@ class Ingest:
             if checked and source is None:
                 raise validate.Reject("no_credentials")
             msg = validate.parse(data, self.max_bytes)
-            self.apply(msg, source)
+            if self.apply(msg, source) is HELD:
+                return True  # counted when its trainer's report applies it, or refused
         except validate.Reject as r:
             self.stats.rejected[r.reason] += 1
             return False

@@ -31,9 +31,10 @@ from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mo
 from .host import AgentHost, Parts
 from .loader import LoaderPart, no_quota
 from .ranks import RanksPart
+from .held import HELD, Held
 from .samples import SampleStore
 from .shards import ShardPart
-from .state import RankTable
+from .state import Mismatch, RankTable, key_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +99,7 @@ class Agent:
         self.host = AgentHost(self.table, self.samples, procfs=o.procfs, sysfs=o.sysfs,
                               cgroupfs=o.cgroupfs, rootfs=o.rootfs, stopping=self.stopping)
         self.stats = ingest.IngestStats()
+        self.held = Held()
         self.node_exporters, self.runner = exporters.build(
             self.host, config.enabled, config.parts, config.exporters)
         by_name: Dict[str, Any] = {e.name: e for e in self.node_exporters}
@@ -105,7 +107,7 @@ class Agent:
         self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
         self.correlator = CorrelatorPart(self.host, config.correlator,
                                          gpu_source_of=gpu.source_of if gpu else (lambda _k: None))
-        part_list: List[Part] = [RanksPart(self.host, self.table, self.stats), self.loader,
+        part_list: List[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
                                  ShardPart(self.host), *self.node_exporters, self.runner,
                                  self.correlator]
         self.parts = Parts(self.host, part_list)
@@ -122,16 +124,35 @@ class Agent:
 
     def apply(self, msg: Any, source: Optional[identity.Source] = None) -> Any:
         """One validated hook message: the rank table, then every part. ``source``: the
-        sender as the kernel names it (None: an in-process caller)."""
-        rank = self.table.apply(msg, source)
+        sender as the kernel names it (None: an in-process caller). A worker's report
+        that comes before its trainer's first is held until it does (held.py)."""
+        try:
+            rank = self.table.apply(msg, source)
+        except Mismatch as m:
+            if m.reason == "unknown_rank" and msg["role"] == "worker" and \
+                    self.held.hold(key_of(msg), msg, source):
+                return HELD
+            raise
         self.parts.handle(msg, rank)
+        if msg["role"] == "main" and len(self.held):
+            for held_msg, held_source in self.held.take(rank.key):
+                try:
+                    self.parts.handle(held_msg, self.table.apply(held_msg, held_source))
+                    self.stats.accepted += 1
+                    self.stats.events += len(held_msg["events"])
+                except (Mismatch, LookupError) as e:
+                    self.stats.rejected[getattr(e, "reason", "rank_limit")] += 1
         return rank
+
+    def _expire_held(self) -> None:
+        self.stats.rejected["unknown_rank"] += 1
 
     def source_of(self, pid: int, uid: int) -> Optional[identity.Source]:
         return identity.of_peer(self.config.agent.procfs, pid, uid)
 
     def _expire(self) -> None:
         self.parts.forget(self.table.expire())
+        self.held.expire(self._expire_held)
 
     def healthy(self) -> Tuple[bool, str]:
         problem = self.hook_socket.problem if self.hook_socket is not None else None

@@ -27,10 +27,11 @@ def _str(v: Any) -> str:
 class RanksPart(Part):
     name = "ranks"
 
-    def __init__(self, host: Any, table: RankTable, stats: IngestStats) -> None:
+    def __init__(self, host: Any, table: RankTable, stats: IngestStats, held: Any = ()) -> None:
         super().__init__(host)
         self.table = table
         self.stats = stats
+        self.held = held
 
     def collect(self) -> Iterator[Any]:
         wait = family("stallscope_data_wait_seconds")
@@ -57,6 +58,7 @@ class RanksPart(Part):
                             ("stallscope_agent_ranks", n_ranks),
                             ("stallscope_agent_max_ranks", self.table.max_ranks),
                             ("stallscope_agent_connections", s.connections),
+                            ("stallscope_agent_held_messages", len(self.held)),
                             ("stallscope_agent_socket_recreated_total", s.socket_recreated),
                             ("stallscope_agent_refused_worker_pids_total", self.table.refused_worker_pids)):
             f = family(name)

@@ -39,6 +39,11 @@ Event = Tuple[int, int, int]
 RankKey = Tuple[str, str, str, int]
 
 
+def key_of(msg: Mapping[str, Any], node: str = "") -> RankKey:
+    i = msg["id"]
+    return (i["namespace"], i["pod"], i["job"], i["rank"])
+
+
 class Mismatch(Exception):
     """A report speaks for a rank or pod of another domain (counted, never applied)."""
 
@@ -64,6 +69,7 @@ class RankState:
         self.cgroup: Optional[cgroups.Cgroup] = None  # of the main process
         self.loader: Optional[Dict[str, Any]] = None
         self.reported_workers: List[int] = []  # worker PIDs as the trainer reported them
+        self.translated_workers: List[int] = []  # the same, mapped through its children
         self.worker_pids: List[int] = []       # the same, in the agent's PID namespace
         self.worker_map: "collections.OrderedDict[int, int]" = collections.OrderedDict()
         self.wait = Histogram(WAIT_BUCKETS)
@@ -146,7 +152,7 @@ class RankTable:
         ident = dict(msg["id"])
         if not ident["node"]:
             ident["node"] = self.node
-        key = (ident["namespace"], ident["pod"], ident["job"], ident["rank"])
+        key = key_of(msg)
         main = msg["role"] == "main"
         with self.lock:
             rank = self.ranks.get(key)
@@ -197,8 +203,9 @@ class RankTable:
             return  # its own process, or a restart of it in the same domain
         if rank.pid is None:
             raise Mismatch("unknown_rank")
-        if not self._descends(rank, source.pid):
+        if not identity.descends_from(source, rank.pid, rank.pid_start):
             raise Mismatch()  # a loader worker descends from its trainer
+        self._verify(rank, source.pid, source.start)
 
     def _main(self, rank: RankState, msg: Mapping[str, Any], pid: int, uid: Optional[int]) -> None:
         if pid != rank.pid:
@@ -211,8 +218,8 @@ class RankTable:
         if msg["loader"] is not None:
             rank.loader = {k: v for k, v in msg["loader"].items() if k != "worker_pids"}
             rank.reported_workers = list(msg["loader"]["worker_pids"])
-            rank.worker_pids = pids.translate(self.procfs, rank.pid, rank.ns_pid,
-                                              rank.reported_workers)
+            rank.translated_workers = pids.translate(self.procfs, rank.pid, rank.ns_pid,
+                                                     rank.reported_workers)
             self._map_workers(rank)
         if msg["mono_ns"] and msg["wall_ns"]:
             rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
@@ -235,28 +242,42 @@ class RankTable:
             rank.worker_map.move_to_end(reported)
 
     def _map_workers(self, rank: RankState) -> None:
-        mapped = [rank.worker_map.get(p, h) for p, h in zip(rank.reported_workers, rank.worker_pids)]
+        mapped = [rank.worker_map.get(p, h) for p, h in zip(rank.reported_workers, rank.translated_workers)]
         if rank.domain is not None and rank.pid is not None:
             # Only PIDs that descend from the trainer are its workers: a report naming
             # another process (PID 1, a neighbour's) must not make the agent read it.
-            kept = [p for p in mapped if self._descends(rank, p)]
-            self.refused_worker_pids += len(mapped) - len(kept)
+            kept = []
+            for p in mapped:
+                ours = self._descends(rank, p)
+                if ours:
+                    kept.append(p)
+                elif ours is False:
+                    self.refused_worker_pids += 1
             mapped = kept
         if mapped != rank.worker_pids:
             rank.worker_pids = mapped
 
-    def _descends(self, rank: RankState, pid: int) -> bool:
+    def _descends(self, rank: RankState, pid: int) -> Optional[bool]:
+        """True: a worker of the rank (seen to descend, now or when its report came);
+        False: another process; None: gone, never seen (nothing to read, nothing refused)."""
         start = procfs.start_time(self.procfs, pid)
-        if start is None:
-            return False
-        if rank.verified.get(pid, -1) == start:
+        known = rank.verified.get(pid)
+        if known is not None and (start is None or start == known):
             return True
+        if start is None:
+            return None
         if rank.pid is None or not identity.descends(self.procfs, pid, rank.pid):
             return False
-        if len(rank.verified) >= MAX_VERIFIED:
+        self._verify(rank, pid, start)
+        return True
+
+    @staticmethod
+    def _verify(rank: RankState, pid: int, start: Optional[int]) -> None:
+        if start is None:
+            return
+        if pid not in rank.verified and len(rank.verified) >= MAX_VERIFIED:
             rank.verified.pop(next(iter(rank.verified)))
         rank.verified[pid] = start
-        return True
 
     def _add_events(self, rank: RankState, events: List[Event]) -> None:
         if not events:

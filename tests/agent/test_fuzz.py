@@ -114,6 +114,8 @@ def accounted(text):
     for f in text_string_to_metric_families(text):
         if f.name in ("stallscope_agent_messages", "stallscope_agent_rejected_messages"):
             total += sum(s.value for s in f.samples if s.name.endswith("_total"))
+        if f.name == "stallscope_agent_held_messages":  # in flight, counted when settled
+            total += sum(s.value for s in f.samples)
     return int(total)
 
 

@@ -39,3 +39,18 @@ def test_history_stays_within_the_printed_ceiling(tmp_path):
         assert r.wait.count == 20000  # the histograms still count every batch
     held = sum(r.timeline.nbytes for r in agent.table.snapshot()) + agent.samples.nbytes()
     assert held <= budget.history_bytes()
+
+
+def test_a_workers_report_before_its_trainers_first_is_held_then_applied(tmp_path):
+    from stallscope.agent.held import HELD
+
+    agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock")), enabled={"gpu": False}))
+    now = time.monotonic_ns()
+    worker = dict(report("held", 0, "p", [(now - 10**9, 3 * 10**8, 4 * 10**8)]), role="worker")
+    assert agent.apply(worker) is HELD and len(agent.held) == 1
+    agent.apply(report("held", 0, "p", [(now, 10**6, 10**8)]))
+    assert len(agent.held) == 0 and agent.stats.accepted == 1  # the held one, applied
+    assert agent.loader.states[("ns", "p", "held", 0)].hist.count == 1
+    agent.apply(dict(report("held", 1, "p", []), role="worker"))
+    agent.held.expire(agent._expire_held, now=time.monotonic() + 60)  # its trainer never came
+    assert agent.stats.rejected["unknown_rank"] == 1 and len(agent.held) == 0
