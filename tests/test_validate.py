@@ -31,6 +31,29 @@ def good(**over):
     return json.dumps(msg).encode()
 
 
+def v2(events, n=None, wait=10**6, **over):
+    """A version 2 message: the JSON header, then ``events`` as three int64 columns."""
+    import array
+
+    now = time.monotonic_ns()
+    ends = [now - (events - i) * 10**8 for i in range(events)]
+    head = json.loads(good(**over))
+    head.pop("events")
+    head.update(v=2, n=events if n is None else n, mono_ns=now)
+    cols = array.array("q", ends) + array.array("q", [wait] * events) + array.array("q", [10**8] * events)
+    return json.dumps(head).encode() + b"\n" + cols.tobytes()
+
+
+def test_version_2_carries_events_as_binary_columns():
+    msg = validate.parse(v2(3))
+    assert msg["events"].shape == (3, 3) and msg["events"][:, 1].tolist() == [10**6] * 3
+    assert msg["events"][:, 2].tolist() == [10**8] * 3
+    with pytest.raises(validate.Reject) as e:
+        validate.parse(v2(2, wait=2 * 10**8))  # wait longer than its interval
+    assert e.value.reason == "bad_schema"
+    assert len(validate.parse(v2(0))["events"]) == 0
+
+
 def ingest_of(table):
     return ingest.Ingest(sock=None, apply=table.apply, source_of=lambda pid, uid: None)
 
@@ -54,7 +77,12 @@ def _ident(**over):
     (b"[" * 30000 + b"]" * 30000, "bad_json"),  # deep nesting must not crash the parser
     (b"[1,2,3]", "bad_schema"),
     (b'{"v": NaN}', "bad_json"),
-    (good(v=2), "bad_version"),
+    (good(v=3), "bad_version"),
+    (good(v=1.0), "bad_version"),
+    (good() + b"\n" + b"\0" * 24, "bad_json"),           # version 1 is one JSON object
+    (v2(2, n=1), "bad_schema"),                        # a block of 2 events said to hold 1
+    (v2(1, n=1001), "bad_schema"),
+    (v2(1, n=-1), "bad_schema"),
     (good(kind="exec"), "bad_schema"),
     (good(role="root"), "bad_schema"),
     (good(pid=-1), "bad_schema"),

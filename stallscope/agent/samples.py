@@ -49,7 +49,7 @@ class SampleStore:
         with self.lock:
             self._ring(scope, signal).extend(np.array([t], np.int64), np.array([value], np.float64))
 
-    def record_many(self, scope: Any, signal: str, t_ns: Sequence[int], values: Sequence[float]) -> None:
+    def record_many(self, scope: Any, signal: str, t_ns: Any, values: Any) -> None:
         if not len(t_ns):
             return
         with self.lock:

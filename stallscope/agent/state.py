@@ -279,10 +279,10 @@ class RankTable:
             rank.verified.pop(next(iter(rank.verified)))
         rank.verified[pid] = start
 
-    def _add_events(self, rank: RankState, events: List[Event]) -> None:
-        if not events:
-            return
+    def _add_events(self, rank: RankState, events: Any) -> None:
         arr = np.asarray(events, np.int64).reshape(-1, 3)
+        if not len(arr):
+            return
         rank.wait.observe_many_ns(arr[:, 1])
         rank.step.observe_many_ns(arr[:, 2])
         if rank.provisional_ns:

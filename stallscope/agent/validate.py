@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
+
+import numpy as np
 
 from ..hook import wire
 
@@ -89,24 +91,40 @@ def _identity(raw: Any) -> Dict[str, Any]:
     }
 
 
-def _events(raw: Any, now_ns: int) -> List[Tuple[int, int, int]]:
+def _events_v1(raw: Any) -> np.ndarray:
+    """Version 1: a JSON list of [t_end_ns, wait_ns, interval_ns]."""
     if not isinstance(raw, list) or len(raw) > wire.MAX_EVENTS_PER_MESSAGE:
         raise Reject("bad_schema", "events must be a list of at most %d" % wire.MAX_EVENTS_PER_MESSAGE)
-    lo, hi = now_ns - MAX_AGE_NS, now_ns + MAX_AHEAD_NS
-    out = []
     for ev in raw:
-        if not isinstance(ev, list) or len(ev) != 3:
-            raise Reject("bad_schema", "each event is [t_end_ns, wait_ns, interval_ns]")
-        end, wait, interval = ev
-        for v in ev:
-            if type(v) is not int or not 0 <= v <= MAX_NS:
-                raise Reject("bad_schema", "event fields must be non-negative integers")
-        if wait > interval:
-            raise Reject("bad_schema", "an event's wait exceeds its interval")
-        if not lo <= end <= hi or interval > MAX_INTERVAL_NS:
-            raise Reject("bad_time", "an event's time is not within the agent's clock")
-        out.append((end, wait, interval))
-    return out
+        if not isinstance(ev, list) or len(ev) != 3 or any(type(v) is not int for v in ev):
+            raise Reject("bad_schema", "each event is [t_end_ns, wait_ns, interval_ns] of integers")
+    try:
+        return np.array(raw, np.int64).reshape(-1, 3)
+    except OverflowError:
+        raise Reject("bad_schema", "event fields must be 64-bit integers") from None
+
+
+def _events_v2(n: Any, block: bytes) -> np.ndarray:
+    """Version 2: ``n`` events as three native int64 columns after the header."""
+    count = _int(n, 0, wire.MAX_EVENTS_PER_MESSAGE, "n")
+    if len(block) != 24 * count:
+        raise Reject("bad_schema", "the event block holds %d bytes, not 24 x %d" % (len(block), count))
+    return np.frombuffer(block, "=i8").reshape(3, count).T.copy()
+
+
+def _check_events(ev: np.ndarray, now_ns: int) -> np.ndarray:
+    """Every event at once: non-negative, wait <= interval, times within the clock."""
+    if not len(ev):
+        return ev
+    if (ev < 0).any() or (ev > MAX_NS).any():
+        raise Reject("bad_schema", "event fields must be non-negative integers")
+    if (ev[:, 1] > ev[:, 2]).any():
+        raise Reject("bad_schema", "an event's wait exceeds its interval")
+    end = ev[:, 0]
+    if end.min() < now_ns - MAX_AGE_NS or end.max() > now_ns + MAX_AHEAD_NS \
+            or ev[:, 2].max() > MAX_INTERVAL_NS:
+        raise Reject("bad_time", "an event's time is not within the agent's clock")
+    return ev
 
 
 def _loader(raw: Any) -> Optional[Dict[str, Any]]:
@@ -139,14 +157,22 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
         raise Reject("empty", "a zero-length message")
     if len(data) > max_bytes:
         raise Reject("oversize", "message of %d bytes exceeds %d" % (len(data), max_bytes))
+    head, sep, block = data.partition(wire.SEPARATOR)
     try:
-        raw = json.loads(data, parse_constant=_no_constants)
+        raw = json.loads(head, parse_constant=_no_constants)
     except (ValueError, RecursionError) as e:
         raise Reject("bad_json", str(e)[:80])
     if not isinstance(raw, dict):
         raise Reject("bad_schema", "message must be an object")
-    if raw.get("v") != wire.VERSION:
-        raise Reject("bad_version", "unsupported version %r" % (raw.get("v"),))
+    version = raw.get("v")
+    if version not in wire.VERSIONS or type(version) is not int:
+        raise Reject("bad_version", "unsupported version %r" % (version,))
+    if version == 1:
+        if sep:
+            raise Reject("bad_json", "a version 1 message is one JSON object")
+        events = _events_v1(raw.get("events", []))
+    else:
+        events = _events_v2(raw.get("n", 0), block)
     if raw.get("kind") != "report":
         raise Reject("bad_schema", "unknown kind")
     role = raw.get("role", "main")
@@ -159,7 +185,7 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
         "mono_ns": _clock(raw.get("mono_ns", 0), now_ns),
         "wall_ns": _wall(raw.get("wall_ns", 0)),
         "dropped_total": _int(raw.get("dropped_total", 0), 0, MAX_COUNT, "dropped_total"),
-        "events": _events(raw.get("events", []), now_ns),
+        "events": _check_events(events, now_ns),
         "loader": _loader(raw.get("loader")),
         "blocked_since_ns": None,
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys

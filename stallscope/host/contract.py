@@ -106,7 +106,8 @@ class Report(Protocol):
 class Samples(Protocol):
     def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None: ...
 
-    def record_many(self, scope: Any, signal: str, t_ns: Sequence[int], values: Sequence[float]) -> None: ...
+    def record_many(self, scope: Any, signal: str, t_ns: Any, values: Any) -> None:
+        """Many points at once (sequences or numpy arrays of times and values)."""
 
     def window(self, scope: Any, signal: str, seconds: Optional[float] = None) -> Tuple[Any, Any]: ...
 

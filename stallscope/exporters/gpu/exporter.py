@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import collections
 import re
+
+import numpy as np
 from typing import Any, Dict, Optional
 
 from ...vocabulary import signal
@@ -74,8 +76,8 @@ class GpuExporter(Exporter):
     def handle(self, report: Any, rank: Any) -> None:
         if report["role"] != "main":
             return
-        if self.sim is not None and report["events"]:
-            self.sim.feed(rank.key, report["events"])
+        if self.sim is not None and len(report["events"]):
+            self.sim.feed(rank.key, [tuple(e) for e in np.asarray(report["events"]).tolist()])
         cuda = report["raw"].get("cuda")
         if cuda is None:
             return
