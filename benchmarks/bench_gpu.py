@@ -17,7 +17,7 @@ from stallscope.agent.state import RankTable  # noqa: E402
 from stallscope.gpu.nvml import NvmlSource  # noqa: E402
 from stallscope.gpu.sim import SimulatedSource  # noqa: E402
 from stallscope.gpu.source import Sampler  # noqa: E402
-from stallscope.lab.fake_nvml import FakeGpu, FakeNvml, square  # noqa: E402
+from tests.gpu.fake_nvml import FakeGpu, FakeNvml, square  # noqa: E402
 
 GPUS = 8
 SECONDS = 4.0
