@@ -6,7 +6,8 @@ from prometheus_client import generate_latest
 
 from stallscope.agent import http
 from stallscope.agent.main import Agent, Config
-from stallscope.correlate import service, synth
+from stallscope.correlate import service
+from stallscope.lab import synth
 from tests.correlate_helpers import simulated
 
 
