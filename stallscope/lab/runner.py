@@ -5,7 +5,7 @@ progress display, then what stallscope found (lab/findings.py); everything undon
 import dataclasses
 import time
 
-from . import findings, report, teardown
+from . import findings, report, teardown, traces
 from .job import Unavailable
 from .session import Session
 
@@ -49,7 +49,7 @@ def run(scenario, opts):
         now, fired = _window(job, base, opts.live)
         result = findings.collect(job, base, now, fired)
         if opts.record:
-            result["recorded"] = findings.record(job, result, opts.record)
+            result["recorded"] = traces.record(job, result, opts.record)
         if opts.keep:
             report.keeping(job, result)
             while True:

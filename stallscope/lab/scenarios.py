@@ -139,7 +139,7 @@ SCENARIOS = (
              "(\"unable to allocate shared memory(shm)\") and retry.", _cause("shm_exhaustion"),
              real=RealRun(fault=faults.TinyShm, alerts=WAIT + _alerts("StallscopeShmNearlyFull")),
              synthetic=synthetic.shm_full),
-    Scenario("checkpoint-burst", "Every 6 s a 512 MiB checkpoint is uploaded over 8 streams to the "
+    Scenario("checkpoint-burst", "Every 10 s a 512 MiB checkpoint is uploaded over 8 streams to the "
              "storage server (200 MB/s shared, written through to its disk) that one rank reads its "
              "samples from (4 reads of 256 KiB each): while it lasts the rank's reads get a tenth "
              "of the bandwidth.", _cause("checkpoint_contention"),
