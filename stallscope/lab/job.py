@@ -32,7 +32,7 @@ class Unavailable(Exception):
 class Job:
     """Attributes a fault and the findings use: ``td``, ``say``, ``workdir`` (the job's
     own), ``shard_dir``, ``plans``, ``target``, ``world``, ``job`` (its name),
-    ``duration``, ``agent``, ``prom``, ``rules``, ``scenario``; ``spawn``, ``created``,
+    ``duration``, ``agent``, ``prom``, ``scenario``, ``fault``; ``spawn``, ``created``,
     ``log_tail``, ``pod``."""
 
     def __init__(self, session, scenario, world, name=None, pod_prefix="trainer-", duration=None):
@@ -50,7 +50,6 @@ class Job:
 
     agent = property(lambda self: self.session.agent)
     prom = property(lambda self: self.session.prom)
-    rules = property(lambda self: self.session.rules)
 
     def created(self, kind, value):
         self.session.created(kind, value)
