@@ -10,8 +10,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("STALLSCOPE_SOCKET", "/nonexistent/stallscope-bench.sock")
 
-import stallscope  # noqa: E402
-from stallscope.hook import channel  # noqa: E402
+import stallscope
+from stallscope.hook import channel
 
 N = 1_000_000
 ROUNDS = 7

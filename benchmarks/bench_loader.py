@@ -16,12 +16,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("STALLSCOPE_SOCKET", "/nonexistent/stallscope-bench.sock")
 
-import torch  # noqa: E402
-from torch.utils.data._utils.collate import default_collate  # noqa: E402
-from torch.utils.data._utils.fetch import _MapDatasetFetcher  # noqa: E402
+import torch
+from torch.utils.data._utils.collate import default_collate
+from torch.utils.data._utils.fetch import _MapDatasetFetcher
 
-import stallscope  # noqa: E402
-from stallscope.hook import batches, shards  # noqa: E402
+import stallscope
+from stallscope.hook import batches, shards
 
 ROUNDS = 7
 BATCH = 32

@@ -28,3 +28,12 @@ def simulated(seed, workers, load, compute, n=800, **kw):
     rng = np.random.default_rng(seed)
     j = synth.jitter(rng, 0.05)
     return synth.simulate(n, workers, lambda k, t: j(load), lambda k, t: j(compute), **kw)
+
+
+def report(job, rank, pod, events, workers=2):
+    return {"id": {"job": job, "rank": rank, "local_rank": rank, "world_size": 2, "pod": pod,
+                   "namespace": "ns", "node": ""},
+            "role": "main", "pid": 1000 + rank, "mono_ns": 0, "wall_ns": 0, "dropped_total": 0, "raw": {},
+            "loader": {"num_workers": workers, "prefetch_factor": 2, "pin_memory": False,
+                       "persistent_workers": True, "batch_size": 8, "worker_pids": []},
+            "events": [list(e) for e in events]}

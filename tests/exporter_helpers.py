@@ -1,5 +1,6 @@
-"""Helpers for the exporter tests: a real rank table holding ranks for real PIDs, an
-exporter context over real (or fixture) roots, and lookups in collected families."""
+"""Helpers for the exporter tests: a real rank table holding ranks for real PIDs, a host
+over real (or fixture) roots whose rank list a test may fix, and lookups in collected
+families."""
 import contextlib
 import os
 import subprocess
@@ -9,7 +10,7 @@ import uuid
 
 from stallscope.agent import samples as samples_mod
 from stallscope.agent import state
-from stallscope.exporters import base
+from stallscope.agent.host import AgentHost
 from stallscope.lab.teardown import rmdir_cgroup  # noqa: F401 (tests import it from here too)
 
 
@@ -25,15 +26,31 @@ def rank_message(pid, worker_pids=(), rank=0, job="job1", pod="pod1", namespace=
 
 def table_with(*ranks, procfs="/proc"):
     """ranks: dicts of rank_message kwargs. Returns a real RankTable."""
-    table = state.RankTable(procfs=procfs, node="n1")
+    table = state.RankTable(procfs_root=procfs, node="n1")
     for r in ranks:
         table.apply(rank_message(**r), peer_pid=r["pid"])
     return table
 
 
+class FixedHost(AgentHost):
+    """The agent's host over ``table``, whose rank list a test may fix (``rank_list``)."""
+
+    def __init__(self, table=None, **paths):
+        super().__init__(table or state.RankTable(node="n1"), samples_mod.SampleStore(60), **paths)
+        self.rank_list = None
+
+    def ranks(self):
+        return self.table.snapshot() if self.rank_list is None else list(self.rank_list)
+
+
 def context(table=None, **paths):
-    return base.Context(node="n1", samples=samples_mod.SampleStore(60),
-                        lock=table.lock if table else None, **paths)
+    return FixedHost(table, **paths)
+
+
+def collect(exporter, ranks=None):
+    """One collection of ``exporter`` over ``ranks`` (default: its host's table)."""
+    exporter.host.rank_list = ranks
+    return list(exporter.collect())
 
 
 def samples_of(families):

@@ -1,6 +1,6 @@
 import numpy as np
 
-from stallscope.correlate.cache import ArrayCache
+from stallscope.agent.arrays import ArrayCache
 from stallscope.correlate.trace import events_array, points_array
 
 
@@ -46,11 +46,10 @@ def test_prune_forgets_unused_series():
 def test_agent_traces_with_and_without_cache_agree(tmp_path):
     import time
 
-    from stallscope.agent.main import Agent, Config
-    from stallscope.correlate.trace import RankTrace
-    from tests.test_correlate_service import report
+    from stallscope.agent.main import Agent, AgentOptions, Config
+    from tests.correlate_helpers import report
 
-    agent = Agent(Config(socket=str(tmp_path / "s.sock"), node="n"))
+    agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock"), node="n")))
     now = time.monotonic_ns()
     ev = [(now - (300 - i) * 10 ** 8, 10 ** 6, 10 ** 8) for i in range(300)]
     agent.table.apply(report("j", 0, "p", ev[:200]))
@@ -58,11 +57,11 @@ def test_agent_traces_with_and_without_cache_agree(tmp_path):
         agent.samples.record("node", "psi_io_some_ratio", i / 200, now - (200 - i) * 10 ** 8)
     cache = ArrayCache()
     rank = agent.table.snapshot()[0]
-    RankTrace.from_agent(agent, rank, 60, cache=cache)
+    agent.correlator.trace(rank, 60, cache=cache)
     agent.table.apply(report("j", 0, "p", ev[200:]))
     agent.samples.record("node", "psi_io_some_ratio", 0.5, now)
-    warm = RankTrace.from_agent(agent, rank, 60, cache=cache)
-    cold = RankTrace.from_agent(agent, rank, 60)
+    warm = agent.correlator.trace(rank, 60, cache=cache)
+    cold = agent.correlator.trace(rank, 60)
     assert cache.hits >= 2
     assert np.array_equal(warm.t_end, cold.t_end) and np.array_equal(warm.wait, cold.wait)
     a, b = warm.node_signals["psi_io_some_ratio"], cold.node_signals["psi_io_some_ratio"]

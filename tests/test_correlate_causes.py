@@ -194,9 +194,10 @@ def test_zero_length_samples_do_not_poison_the_score():
 
     import numpy as np
 
+    from stallscope import vocabulary
     from stallscope.correlate import causes, trace
 
-    probe = causes.Probe("cfs_throttled_ratio", 0.1, scopes=("rank",))
+    probe = vocabulary.line_of("cpu_throttle", "cfs_throttled_ratio")
     s = 10**9
     # one sample a second, the 4th stamped like the 3rd; the signal is high in 2 and 4
     series = trace.Series.from_points([(1 * s, 0.0), (2 * s, 0.5), (3 * s, 0.0), (3 * s, 0.5),

@@ -1,34 +1,26 @@
-"""The correlator inside an (unstarted) agent: metrics, the diagnosis route, timeline parts."""
+"""The correlator part inside an (unstarted) agent: metrics, the diagnosis route, the
+timeline it reads."""
 import time
 
 import pytest
 from prometheus_client import generate_latest
 
-from stallscope.agent import http
-from stallscope.agent.main import Agent, Config
-from stallscope.correlate import service
+from stallscope.agent import correlator as correlator_mod
+from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.host import ApiError
 from stallscope.lab import synth
-from tests.correlate_helpers import simulated
-
-
-def report(job, rank, pod, events, workers=2):
-    return {"id": {"job": job, "rank": rank, "local_rank": rank, "world_size": 2, "pod": pod,
-                   "namespace": "ns", "node": ""},
-            "role": "main", "pid": 1000 + rank, "mono_ns": 0, "wall_ns": 0, "dropped_total": 0, "raw": {},
-            "loader": {"num_workers": workers, "prefetch_factor": 2, "pin_memory": False,
-                       "persistent_workers": True, "batch_size": 8, "worker_pids": []},
-            "events": [list(e) for e in events]}
+from tests.correlate_helpers import report, simulated
 
 
 @pytest.fixture
 def agent(tmp_path):
-    a = Agent(Config(socket=str(tmp_path / "hook.sock"), node="node-a"))
+    a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
     t0 = time.monotonic_ns() - 100 * synth.SEC  # within the timelines' horizon
     slow, _ = simulated(1, 2, load=0.5, compute=0.1, n=300, t0=t0)
     fast, _ = simulated(2, 4, load=0.1, compute=0.1, n=300, t0=t0)
-    a.table.apply(report("train", 0, "pod-0", slow))
-    a.table.apply(report("train", 1, "pod-0", fast, workers=4))  # two ranks in one pod
-    a.table.apply(report("other", 0, "pod-9", fast, workers=4))
+    a.apply(report("train", 0, "pod-0", slow), None, None)
+    a.apply(report("train", 1, "pod-0", fast, workers=4), None, None)  # two ranks in one pod
+    a.apply(report("other", 0, "pod-9", fast, workers=4), None, None)
     now = time.monotonic_ns()
     for k in range(5):
         a.samples.record("node", "psi_io_some_ratio", 0.01, now - k * synth.SEC)
@@ -36,7 +28,7 @@ def agent(tmp_path):
 
 
 def route(agent, **q):
-    return agent.correlator.route(agent, {k: [str(v)] for k, v in q.items()})
+    return agent.correlator.route({k: [str(v)] for k, v in q.items()})
 
 
 def test_diagnosis_by_pod_picks_the_worst_rank_and_lists_the_others(agent):
@@ -69,7 +61,7 @@ def test_diagnosis_by_rank_and_job(agent):
     ({"rank": 5, "job": "train"}, 404, "no live rank"),
 ])
 def test_bad_requests_say_why(agent, query, status, text):
-    with pytest.raises(http.ApiError) as e:
+    with pytest.raises(ApiError) as e:
         route(agent, **query)
     assert e.value.status == status and text in e.value.message
 
@@ -87,18 +79,18 @@ def test_metrics_stay_within_the_per_rank_budget(agent):
             key = ",".join(p for p in key.strip("{").split(",") if not p.startswith("cause="))
             per_rank[key] = per_rank.get(key, 0) + 1
     assert len(per_rank) == 3
-    assert max(per_rank.values()) <= 2 + service.MAX_CAUSE_SERIES
+    assert max(per_rank.values()) <= 2 + correlator_mod.MAX_CAUSE_SERIES
 
 
 def test_timeline_carries_loader_and_separate_node_signals(agent):
-    status, body = http.timeline_route(agent, {"rank": ["0"], "job": ["train"], "seconds": ["300"]})
+    status, body = agent.routes["/api/v1/timeline"]({"rank": ["0"], "job": ["train"], "seconds": ["300"]})
     assert status == 200
     assert body["loader"]["num_workers"] == 2
     assert "psi_io_some_ratio" in body["node_signals"] and body["signals"] == {}
 
 
 def test_a_failing_run_is_counted(agent, monkeypatch):
-    monkeypatch.setattr(service.diagnosis, "analyse", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(correlator_mod.diagnosis, "analyse", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         agent.correlator.refresh()
     assert "stallscope_correlator_failures_total 1.0" in generate_latest(agent.registry).decode()
@@ -110,12 +102,12 @@ def test_schedule_runs_every_interval_and_sooner_while_a_rank_gathers_data(agent
     assert c.runs == 1  # the first tick runs
     c.tick(now=1001.0)
     assert c.runs == 1  # all three ranks have a verdict: wait for the interval
-    agent.table.apply(report("train", 7, "pod-7", []))  # a new rank, no batches yet
+    agent.apply(report("train", 7, "pod-7", []), None, None)  # a new rank, no batches yet
     c.tick(now=1001.5)
     assert c.runs == 1  # not before GATHERING_S
-    c.tick(now=1000.0 + service.GATHERING_S)
+    c.tick(now=1000.0 + correlator_mod.GATHERING_S)
     assert c.runs == 2
-    c.tick(now=1000.0 + 2 * service.GATHERING_S)
+    c.tick(now=1000.0 + 2 * correlator_mod.GATHERING_S)
     assert c.runs == 3  # rank 7 is still "unknown": keep looking
-    c.tick(now=1000.0 + 2 * service.GATHERING_S + c.interval)
+    c.tick(now=1000.0 + 2 * correlator_mod.GATHERING_S + c.every)
     assert c.runs == 4

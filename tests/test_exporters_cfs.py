@@ -7,7 +7,7 @@ import pytest
 
 from stallscope.exporters import cfs
 from tests.conftest import need_cpu_cgroup
-from tests.exporter_helpers import (context, join_cgroup, spawn, table_with, scratch_cgroup, values,
+from tests.exporter_helpers import (collect, context, join_cgroup, spawn, table_with, scratch_cgroup, values,
                                     wait_until, write)
 
 BUSY = "while True: pass"
@@ -23,7 +23,7 @@ def v1_cpu_cgroup():
 
 
 def stat(path):
-    return cfs.parse_stat(cfs.base.read_keyed(os.path.join(path, "cpu.stat")), 1)
+    return cfs.parse_stat(cfs.read_keyed(os.path.join(path, "cpu.stat")), 1)
 
 
 def test_throttling_of_a_busy_worker_matches_cpu_stat(v1_cpu_cgroup):
@@ -40,10 +40,10 @@ def test_throttling_of_a_busy_worker_matches_cpu_stat(v1_cpu_cgroup):
     ctx = context(table, cgroupfs="/sys/fs/cgroup")
     exp = cfs.CfsExporter(ctx)
     assert exp.unavailable() is None
-    exp.collect([rank])
+    collect(exp, [rank])
     wait_until(lambda: stat(path)[1] >= 3)  # throttled in a few periods
     before = stat(path)
-    fams = exp.collect([rank])
+    fams = collect(exp, [rank])
     after = stat(path)
     container = "/" + os.path.basename(path)
     lab = dict(job="job1", pod="pod1", namespace="ns1", node="n1", container=container)
@@ -60,8 +60,8 @@ def test_throttling_of_a_busy_worker_matches_cpu_stat(v1_cpu_cgroup):
     [(_, ratio)] = ctx.samples.series(rank.key, "cfs_throttled_ratio")
     [(_, rate)] = ctx.samples.series(rank.key, "cfs_throttled_seconds_rate")
     assert 0 < ratio <= 1 and rate > 0
-    assert rank.extra["cfs_quota_cores"] == 0.2
-    assert rank.extra["json_cgroup"]["v1"]["cpu"] == "/"
+    assert exp.quota_of(rank.key)[0] == 0.2
+    assert rank.cgroup.as_json()["v1"]["cpu"] == "/"
 
 
 def test_quota_against_main_plus_workers_and_shared_by_ranks(v1_cpu_cgroup):
@@ -77,14 +77,14 @@ def test_quota_against_main_plus_workers_and_shared_by_ranks(v1_cpu_cgroup):
     table = table_with(r0, r1)
     ranks = table.snapshot()
     exp = cfs.CfsExporter(context(table, cgroupfs="/sys/fs/cgroup"))
-    fams = exp.collect(ranks)
+    fams = collect(exp, ranks)
     assert values(fams, "stallscope_cpu_cfs_quota_cores") == [2.0]
     assert values(fams, "stallscope_cpu_cfs_quota_oversubscribed") == [1]  # 5 processes > 2 cores
-    assert [r.extra["cfs_quota_ranks"] for r in ranks] == [2, 2]
+    assert [exp.quota_of(r.key)[1] for r in ranks] == [2, 2]
     write(os.path.join(path, "cpu.cfs_quota_us"), "800000")  # 8 cores
-    fams = exp.collect(ranks)
+    fams = collect(exp, ranks)
     assert values(fams, "stallscope_cpu_cfs_quota_oversubscribed") == [0]
-    assert [r.extra["cfs_quota_cores"] for r in ranks] == [8.0, 8.0]
+    assert [exp.quota_of(r.key)[0] for r in ranks] == [8.0, 8.0]
 
 
 POD = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice" % (
@@ -110,17 +110,17 @@ def test_cgroup_v2_files_from_fixtures(tmp_path):
     ctx = context(table, cgroupfs=str(cg), procfs=str(proc))
     exp = cfs.CfsExporter(ctx)
     assert exp.unavailable() is None
-    fams = exp.collect(table.snapshot())
+    fams = collect(exp, table.snapshot())
     lab = dict(container=CID, pod="pod1")
     assert values(fams, "stallscope_cpu_cfs_throttled_seconds_total", **lab) == [2.5]
     assert values(fams, "stallscope_cpu_cfs_throttled_periods_total", **lab) == [120]
     assert values(fams, "stallscope_cpu_cfs_quota_cores", **lab) == [3.0]
     assert values(fams, "stallscope_cpu_cfs_quota_oversubscribed", **lab) == [0]  # 2 procs here
     rank = table.snapshot()[0]
-    assert rank.extra["json_cgroup"]["container_id"] == CID
+    assert rank.cgroup.as_json()["container_id"] == CID
     # the cpu controller not enabled for the cgroup: no nr_* keys, no series, a note
     (cdir / "cpu.stat").write_text("usage_usec 9000000\nuser_usec 8000000\nsystem_usec 1000000\n")
-    assert values(exp.collect(table.snapshot()), "stallscope_cpu_cfs_periods_total") == []
+    assert values(collect(exp, table.snapshot()), "stallscope_cpu_cfs_periods_total") == []
     assert any("no CFS counters" in n for n in ctx.notes["cfs"])
 
 

@@ -1,10 +1,11 @@
 """Attribution: /proc/<pid>/cgroup → cgroup paths, pod UID, container ID, over the path
-shapes Kubernetes, container runtimes and hosts really produce (FIELD-NOTES.md)."""
+shapes Kubernetes, container runtimes and hosts really produce (kubelet's systemd and
+cgroupfs drivers; containerd, CRI-O, cri-dockerd; private cgroup namespaces)."""
 import os
 
 import pytest
 
-from stallscope.exporters import cgroups
+from stallscope.system import cgroups, procfs
 
 UID = "6c2a7d5e-6f8e-4c2b-9a1d-3e4f5a6b7c8d"
 UID_ = UID.replace("-", "_")
@@ -46,14 +47,14 @@ def test_k8s_info_over_real_shapes(path, uid, cid, runtime, qos, driver):
 def test_parse_v1_hybrid_and_v2_lines():
     k8s = "/kubepods/burstable/pod%s/%s" % (UID, CID)
     text = ("12:cpu,cpuacct:%s\n11:memory:%s\n3:name=systemd:/kubepods/x\n1:pids:/\n0::/\n" % (k8s, k8s))
-    v1, v2 = cgroups.parse(text)
+    v1, v2 = procfs.parse_cgroup(text)
     assert v1["cpu"] == v1["cpuacct"] == v1["memory"] == k8s
     assert v1["name=systemd"] == "/kubepods/x"
     assert v2 == "/"  # hybrid hosts: the 0:: line is often /
     cg = cgroups.Cgroup(v1, v2)
     assert (cg.pod_uid, cg.container_id, cg.driver) == (UID, CID, "cgroupfs")
     assert cg.path("cpu") == k8s and cg.path("io") == "/"
-    v1, v2 = cgroups.parse("0::/kubepods.slice/x.scope\n")
+    v1, v2 = procfs.parse_cgroup("0::/kubepods.slice/x.scope\n")
     assert v1 == {} and v2 == "/kubepods.slice/x.scope"
 
 

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from stallscope.exporters import disk
-from tests.exporter_helpers import context, write
+from tests.exporter_helpers import collect, context, write
 
 
 def test_only_whole_physical_devices_count(tmp_path):
@@ -23,14 +23,14 @@ def test_only_whole_physical_devices_count(tmp_path):
     ctx.clock = lambda: now[0]
     exp = disk.DiskExporter(ctx)
     assert exp.unavailable() is None
-    assert exp.collect([]) == []
+    assert collect(exp, []) == []
     assert ctx.samples.series("node", "disk_write_bytes_rate") == []  # first reading: no rate
     write(str(tmp_path / "proc" / "diskstats"),
           " 253 0 vda 10 0 80 5 20 0 3000 9 0 10 14 0 0 0 0\n"
           " 253 1 vda1 10 0 80 5 20 0 2900 9 0 10 14 0 0 0 0\n"
           " 252 0 dm-0 1 0 8 0 2 0 9700 0 0 0 0\n")
     now[0] = 102.0
-    exp.collect([])
+    collect(exp, [])
     [(_, rate)] = ctx.samples.series("node", "disk_write_bytes_rate")
     assert rate == 2000 * 512 / 2.0
 
@@ -46,7 +46,7 @@ def test_real_fsynced_writes_show_in_the_rate(tmp_path):
     if not (os.path.exists(dev + "/device") or os.path.exists(dev + "/../device")):
         pytest.skip("the test directory is not on a physical block device (%s)" % dev)
     target = os.path.join(here, ".disk-exporter-test")
-    exp.collect([])
+    collect(exp, [])
     t0 = ctx.clock()
     try:
         with open(target, "wb") as f:
@@ -56,7 +56,7 @@ def test_real_fsynced_writes_show_in_the_rate(tmp_path):
             os.fsync(f.fileno())
     finally:
         os.unlink(target)
-    exp.collect([])
+    collect(exp, [])
     dt = ctx.clock() - t0
     [(_, rate)] = ctx.samples.series("node", "disk_write_bytes_rate")
     assert rate * dt >= 0.9 * 16 * (1 << 20)  # others may write too: a lower bound
@@ -81,9 +81,9 @@ def test_sched_run_queue_wait_of_real_crowded_workers():
         assert exp.unavailable() is None
         rank = table.snapshot()[0]
         time.sleep(0.3)
-        exp.collect([rank])
+        collect(exp, [rank])
         time.sleep(1.0)
-        exp.collect([rank])
+        collect(exp, [rank])
         [(_, ratio)] = ctx.samples.series(rank.key, "workers_runqueue_ratio")
         # two on one CPU: each runnable all the time, running about half of it (other
         # tasks on that CPU only add to the wait)
@@ -97,8 +97,8 @@ def test_sched_run_queue_wait_of_real_crowded_workers():
     ctx2 = context(idle)
     exp2 = sched.SchedExporter(ctx2)
     r = idle.snapshot()[0]
-    exp2.collect([r])
+    collect(exp2, [r])
     time.sleep(0.5)
-    exp2.collect([r])
+    collect(exp2, [r])
     [(_, mine)] = ctx2.samples.series(r.key, "workers_runqueue_ratio")
     assert mine < 0.3

@@ -14,9 +14,10 @@ import urllib.request
 import pytest
 
 from stallscope.exporters import fuse
+from stallscope.system import procfs
 from stallscope.lab import slowfs
 from tests.conftest import need_fuse
-from tests.exporter_helpers import context, kill, scraped, table_with, values, wait_until
+from tests.exporter_helpers import collect, context, kill, scraped, table_with, values, wait_until
 
 MOUNTINFO = (
     "22 1 0:21 / /proc rw,nosuid - proc proc rw\n"
@@ -29,7 +30,7 @@ MOUNTINFO = (
 
 
 def test_mountinfo_and_drivers():
-    ms = {m.mountpoint: m for m in fuse.parse_mountinfo(MOUNTINFO)}
+    ms = {m.mountpoint: m for m in procfs.parse_mountinfo(MOUNTINFO)}
     assert ms["/mnt/my data"].fstype == "fuse.gcsfuse" and ms["/mnt/jfs"].root == "/sub"
     got = {mp: fuse.driver_of(m.fstype, m.source) for mp, m in ms.items() if fuse.is_fuse(m.fstype)}
     assert got == {"/mnt/s3": "mountpoint-s3", "/mnt/my data": "gcsfuse", "/var/lib/lxcfs": "lxcfs",
@@ -78,14 +79,15 @@ def rank_in():
         kill(p)
 
 
-def mine(rank, fs):
-    return [m for m in rank.extra["json_fuse"] if m["mountpoint"] == fs.mountpoint]
+def mine(exp, rank, fs):
+    return [m for m in exp.mounts_of[rank.key] if m["mountpoint"] == fs.mountpoint]
 
 
 def exporter(table, probe_timeout=3.0):
-    ctx = context(table, options={"exporter_fuse_probe_timeout": probe_timeout})
-    ctx.deadline = 2 * probe_timeout + 1
-    return ctx, fuse.FuseExporter(ctx)
+    ctx = context(table)
+    exp = fuse.FuseExporter(ctx, fuse.FuseOptions(probe_timeout=probe_timeout))
+    exp.deadline = 2 * probe_timeout + 1
+    return ctx, exp
 
 
 def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_in):
@@ -95,7 +97,7 @@ def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_in):
     table = table_with(dict(pid=rank_proc.pid))
     ctx, exp = exporter(table)
     lab = dict(mountpoint=fs.mountpoint, fstype="fuse", driver="mountpoint-s3", pod="pod1")
-    idle = exp.collect(table.snapshot())
+    idle = collect(exp, table.snapshot())
     assert values(idle, "stallscope_fuse_up", **lab) == [1]
     assert values(idle, "stallscope_fuse_waiting_requests", **lab) == [0]
     assert values(idle, "stallscope_fuse_probe_seconds", **lab)[0] >= latency
@@ -111,7 +113,7 @@ def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_in):
         t.start()
     try:
         wait_until(lambda: int(open(os.path.join(fs.connection(), "waiting")).read()) >= 4)
-        busy = exp.collect(table.snapshot())
+        busy = collect(exp, table.snapshot())
     finally:
         stop.set()
         for t in readers:
@@ -122,7 +124,7 @@ def test_probe_latency_and_waiting_follow_injected_latency(mounts, rank_in):
     rank = table.snapshot()[0]
     assert ctx.samples.series(rank.key, "fuse_waiting_requests")[-1][1] == w
     assert ctx.samples.series(rank.key, "fuse_probe_seconds")[-1][1] == secs
-    assert [m["state"] for m in mine(rank, fs)] == ["up"]
+    assert [m["state"] for m in mine(exp, rank, fs)] == ["up"]
 
 
 def test_a_killed_daemon_is_reported_enotconn(mounts, rank_in):
@@ -131,19 +133,19 @@ def test_a_killed_daemon_is_reported_enotconn(mounts, rank_in):
     table = table_with(dict(pid=rank_proc.pid))
     ctx, exp = exporter(table)
     lab = dict(mountpoint=fs.mountpoint, fstype="fuse.gcsfuse", driver="gcsfuse")
-    assert values(exp.collect(table.snapshot()), "stallscope_fuse_up", **lab) == [1]
+    assert values(collect(exp, table.snapshot()), "stallscope_fuse_up", **lab) == [1]
     fs.kill(signal.SIGKILL)
     fs.proc.wait()
     with pytest.raises(OSError) as e:
         os.statvfs("/proc/%d/root%s" % (rank_proc.pid, fs.mountpoint))  # the daemon's /proc is gone
     assert e.value.errno == errno.ENOTCONN
-    fams = exp.collect(table.snapshot())
+    fams = collect(exp, table.snapshot())
     assert values(fams, "stallscope_fuse_up", **lab) == [0]
     assert values(fams, "stallscope_fuse_probe_failures_total", reason="ENOTCONN", **lab) == [1]
     rank = table.snapshot()[0]
-    assert [m["state"] for m in mine(rank, fs)] == ["disconnected"]
+    assert [m["state"] for m in mine(exp, rank, fs)] == ["disconnected"]
     assert ctx.samples.series(rank.key, "fuse_up")[-1][1] == 0
-    fams = exp.collect(table.snapshot())  # every failed probe counts
+    fams = collect(exp, table.snapshot())  # every failed probe counts
     assert values(fams, "stallscope_fuse_probe_failures_total", reason="ENOTCONN", **lab) == [2]
 
 
@@ -185,7 +187,7 @@ def test_a_frozen_daemon_is_stuck_and_metrics_still_answer(mounts, agent_factory
         # (read before each collection's probes, so the first stuck report may say 0).
         assert waiting_seen[-1] == 1 and max(waiting_seen) == 1
         ranks = agent.api("/api/v1/ranks")["ranks"]
-        assert [m["state"] for m in ranks[0]["json_fuse"] if m["mountpoint"] == fs.mountpoint] == ["stuck"]
+        assert [m["state"] for m in ranks[0]["fuse"] if m["mountpoint"] == fs.mountpoint] == ["stuck"]
     finally:
         kill(trainer)
         fs.kill(signal.SIGCONT)

@@ -7,7 +7,7 @@ import pytest
 
 from stallscope.exporters import psi
 from tests.conftest import need_cpu_cgroup
-from tests.exporter_helpers import (context, join_cgroup, scratch_cgroup, spawn, table_with,
+from tests.exporter_helpers import (collect, context, join_cgroup, scratch_cgroup, spawn, table_with,
                                     values, wait_until, write)
 
 
@@ -18,12 +18,12 @@ def test_node_pressure_from_the_real_proc_pressure():
     exp = psi.PsiExporter(ctx)
     assert exp.unavailable() is None
     before = psi.read_dir("/proc/pressure", "")
-    fams = exp.collect([])
+    fams = collect(exp, [])
     after = psi.read_dir("/proc/pressure", "")
     for (res, kind), name in (((r, k), n) for r in psi.RESOURCES for k, n in psi.KINDS):
         [v] = values(fams, "stallscope_pressure_%s_%s_seconds_total" % (res, name), node="n1", pod="")
         assert before[(res, kind)] <= v <= after[(res, kind)]
-    exp.collect([])
+    collect(exp, [])
     for signal in psi.SIGNALS.values():
         [(_, ratio)] = ctx.samples.series("node", signal)
         assert 0 <= ratio <= 1.5  # a share of wall time; rounding and scheduling jitter aside
@@ -44,16 +44,16 @@ def test_rank_cgroup_pressure_from_a_real_cgroup2_child():
         rank = table.snapshot()[0]
         ctx = context(table, cgroupfs="/sys/fs/cgroup")
         exp = psi.PsiExporter(ctx)
-        first = exp.collect([rank])
+        first = collect(exp, [rank])
         wait_until(lambda: psi.read_dir(u, ".pressure").get(("cpu", "some"), 0) > 0.05)
-        fams = exp.collect([rank])
+        fams = collect(exp, [rank])
         lab = dict(job="job1", pod="pod1", container="/" + os.path.basename(u))
         [w0] = values(first, "stallscope_pressure_cpu_waiting_seconds_total", **lab)
         [w1] = values(fams, "stallscope_pressure_cpu_waiting_seconds_total", **lab)
         assert w1 > w0 and w1 > 0.05
         [(_, ratio)] = ctx.samples.series(rank.key, "psi_cpu_some_ratio")
         assert ratio > 0
-        assert rank.extra["json_cgroup"]["v2"] == "/" + os.path.basename(u)
+        assert rank.cgroup.as_json()["v2"] == "/" + os.path.basename(u)
 
 
 POD = "/kubepods/burstable/pod6c2a7d5e-6f8e-4c2b-9a1d-3e4f5a6b7c8d"
@@ -82,14 +82,14 @@ def test_pod_cgroup_pressure_from_fixtures_with_exact_rates(tmp_path):
     now = [100.0]
     ctx.clock = lambda: now[0]
     exp = psi.PsiExporter(ctx)
-    fams = exp.collect(table.snapshot())
+    fams = collect(exp, table.snapshot())
     # two ranks, one container: one series per container, plus the node's
     assert values(fams, "stallscope_pressure_io_stalled_seconds_total", container=CID) == [0.5]
     assert values(fams, "stallscope_pressure_io_waiting_seconds_total", pod="") == [1.0]
     assert len(values(fams, "stallscope_pressure_memory_waiting_seconds_total")) == 2
     (cdir / "io.pressure").write_text(pressure(2_000_000 + 300_000, 500_000 + 200_000))
     now[0] += 2.0
-    exp.collect(table.snapshot())
+    collect(exp, table.snapshot())
     for r in table.snapshot():
         assert ctx.samples.series(r.key, "psi_io_some_ratio")[-1][1] == pytest.approx(0.15)
         assert ctx.samples.series(r.key, "psi_io_full_ratio")[-1][1] == pytest.approx(0.10)

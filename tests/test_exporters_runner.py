@@ -16,28 +16,28 @@ from tests.exporter_helpers import context, values, wait_until
 class Fixed(base.Exporter):
     name = "fixed"
 
-    def collect(self, ranks):
+    def collect(self):
         g = GaugeMetricFamily("test_fixed", "x", labels=["n"])
-        g.add_metric([str(len(ranks))], 1)
+        g.add_metric([str(len(self.host.ranks()))], 1)
         return [g]
 
 
 class Raising(base.Exporter):
     name = "raising"
 
-    def collect(self, ranks):
+    def collect(self):
         raise OSError(5, "Input/output error")
 
 
 class Hanging(base.Exporter):
     name = "hanging"
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
+    def __init__(self, host):
+        super().__init__(host)
         self.release = threading.Event()
         self.calls = 0
 
-    def collect(self, ranks):
+    def collect(self):
         self.calls += 1
         self.release.wait(30)
         return [GaugeMetricFamily("test_hanging", "x", value=self.calls)]
@@ -49,16 +49,15 @@ class Missing(base.Exporter):
     def unavailable(self):
         return "no /proc/pressure"
 
-    def collect(self, ranks):
+    def collect(self):
         raise AssertionError("must not be collected")
 
 
 def make(*pairs, deadline=0.2):
     ctx = context()
-    stopping = threading.Event()
-    run = runner.Runner(ctx, [(cls.name, cls(ctx), explicit) for cls, explicit in pairs],
-                        deadline, lambda: [], stopping)
-    return run, stopping
+    run = runner.Runner(ctx, [(cls(ctx), explicit) for cls, explicit in pairs],
+                        runner.ExportersOptions(timeout=deadline))
+    return run, ctx.stopping
 
 
 def test_failures_are_isolated_and_logged_once(capsys):
@@ -126,12 +125,12 @@ def test_flags_choose_exporters():
     names = [e.name for e in registry.EXPORTERS]
     assert "cfs" in names
     ctx = context()
-    all_on = exporters.build(ctx, {}, 1.0, lambda: [])
+    _, all_on = exporters.build(ctx, {}, {})
     assert [s.name for s in all_on.slots] == [e.name for e in registry.EXPORTERS if e.default]
     assert not any(s.explicit for s in all_on.slots)
-    off = exporters.build(ctx, {"exporter_cfs": False}, 1.0, lambda: [])
+    _, off = exporters.build(ctx, {"cfs": False}, {})
     assert "cfs" not in [s.name for s in off.slots]
-    on = exporters.build(ctx, {"exporter_cfs": True}, 1.0, lambda: [])
+    _, on = exporters.build(ctx, {"cfs": True}, {})
     assert [s.explicit for s in on.slots if s.name == "cfs"] == [True]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from stallscope.exporters import shm
 from tests.conftest import need_root
-from tests.exporter_helpers import context, kill, table_with, values
+from tests.exporter_helpers import collect, context, kill, table_with, values
 
 MiB = 1 << 20
 # Write 40 MiB to /dev/shm, unlink the file but keep it open (as PyTorch does), say so.
@@ -41,7 +41,7 @@ def test_a_rank_in_its_own_mount_namespace_sees_its_own_tmpfs(rank_with_own_shm)
     pid = rank_with_own_shm.pid
     table = table_with(dict(pid=pid, rank=0), dict(pid=pid, rank=1, pod="pod1"))
     ctx = context(table)
-    fams = shm.ShmExporter(ctx).collect(table.snapshot())
+    fams = collect(shm.ShmExporter(ctx), table.snapshot())
     assert values(fams, "stallscope_shm_size_bytes", pod="pod1") == [64 * MiB]  # two ranks, one pod
     [used] = values(fams, "stallscope_shm_used_bytes", pod="pod1")
     assert 40 * MiB <= used < 41 * MiB  # invisible to ls/du, visible to statvfs
@@ -69,7 +69,7 @@ def test_the_node_shm_through_rootfs(node_root):
     with open(node_root / "dev" / "shm" / "blob", "wb") as f:
         f.write(b"y" * (4 * MiB))
     ctx = context(rootfs=str(node_root))
-    fams = shm.ShmExporter(ctx).collect([])
+    fams = collect(shm.ShmExporter(ctx), [])
     assert values(fams, "stallscope_shm_size_bytes", node="n1", pod="") == [16 * MiB]
     [used] = values(fams, "stallscope_shm_used_bytes", node="n1", pod="")
     assert 4 * MiB <= used < 5 * MiB
@@ -79,7 +79,7 @@ def test_the_node_shm_through_rootfs(node_root):
 
 def test_missing_shm_is_a_note_not_a_failure(tmp_path):
     ctx = context(rootfs=str(tmp_path))
-    fams = shm.ShmExporter(ctx).collect([])
+    fams = collect(shm.ShmExporter(ctx), [])
     assert values(fams, "stallscope_shm_size_bytes") == []
     assert any("no /dev/shm" in n for n in ctx.notes["shm"])
 
@@ -87,11 +87,11 @@ def test_missing_shm_is_a_note_not_a_failure(tmp_path):
 NO_PTRACE = """
 import sys
 from stallscope.exporters import fuse, shm
-from tests.exporter_helpers import context, table_with, values
+from tests.exporter_helpers import collect, context, table_with, values
 table = table_with(dict(pid=int(sys.argv[1])))
 ctx = context(table)
-fams = shm.ShmExporter(ctx).collect(table.snapshot())
-fuse.FuseExporter(ctx).collect(table.snapshot())
+fams = collect(shm.ShmExporter(ctx))
+collect(fuse.FuseExporter(ctx))
 print(len(values(fams, "stallscope_shm_size_bytes", pod="pod1")), ctx.notes["shm"], ctx.notes["fuse"])
 """
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from stallscope.exporters import workers
-from tests.exporter_helpers import (context, kill, samples_of, scraped, spawn, table_with, values,
+from tests.exporter_helpers import (collect, context, kill, samples_of, scraped, spawn, table_with, values,
                                     wait_until)
 
 BUSY_THEN_SLEEP = "import time\nt = time.process_time() + {secs}\nwhile time.process_time() < t: pass\nprint('done', flush=True)\ntime.sleep(60)\n"
@@ -38,7 +38,7 @@ def test_cpu_accumulates_across_worker_generations_and_series_stay_few(procs):
     rank = table.snapshot()[0]
     ctx = context(table)
     exp = workers.WorkersExporter(ctx)
-    fams = exp.collect([rank])
+    fams = collect(exp, [rank])
     # 4 series per rank: alive, D state, CPU, largest RSS (per-worker ones are opt-in)
     assert len([k for k in samples_of(fams) if ("rank", "0") in k[1]]) == 4
     assert values(fams, "stallscope_loader_workers_alive", rank="0") == [2]
@@ -51,13 +51,13 @@ def test_cpu_accumulates_across_worker_generations_and_series_stay_few(procs):
     gen2 = [busy(procs, 0.3)]
     with table.lock:
         rank.worker_pids = [p.pid for p in gen2]
-    fams = exp.collect([rank])
+    fams = collect(exp, [rank])
     [cpu2] = values(fams, "stallscope_loader_workers_cpu_seconds_total")
     assert cpu2 >= cpu1 + 0.3
     assert values(fams, "stallscope_loader_workers_alive") == [1]
     [(_, ratio)] = ctx.samples.series(rank.key, "workers_cpu_ratio")
     assert ratio > 0
-    assert [w["worker"] for w in rank.extra["json_workers"]] == [0]
+    assert [w["worker"] for w in exp.rows[rank.key]] == [0]
 
 
 ZOMBIE = ("import os, signal, time\n"
@@ -78,11 +78,11 @@ def test_an_exit_by_signal_is_counted_while_the_worker_is_a_zombie(procs):
     ctx = context(table)
     exp = workers.WorkersExporter(ctx)
     for _ in range(2):  # counted once, however often it is seen
-        fams = exp.collect([rank])
+        fams = collect(exp, [rank])
     assert values(fams, "stallscope_loader_worker_exits_total", signal="SIGBUS") == [1]
     assert values(fams, "stallscope_loader_workers_alive") == [0]
-    assert rank.extra["json_workers"][0]["state"] == "zombie"
-    assert rank.extra["json_workers"][0]["exit_signal"] == "SIGBUS"
+    assert exp.rows[rank.key][0]["state"] == "zombie"
+    assert exp.rows[rank.key][0]["exit_signal"] == "SIGBUS"
 
 
 def test_a_worker_blocked_on_a_hung_mount_counts_in_d_state(procs, tmp_path):
@@ -107,7 +107,7 @@ def test_a_worker_blocked_on_a_hung_mount_counts_in_d_state(procs, tmp_path):
         table = table_with(dict(pid=main.pid, worker_pids=[w.pid]))
         rank = table.snapshot()[0]
         ctx = context(table)
-        fams = workers.WorkersExporter(ctx).collect([rank])
+        fams = collect(workers.WorkersExporter(ctx), [rank])
         assert values(fams, "stallscope_loader_workers_dstate") == [1]
         assert values(fams, "stallscope_loader_workers_alive") == [1]
         assert ctx.samples.series(rank.key, "workers_dstate")[-1][1] == 1
@@ -144,7 +144,7 @@ def test_a_real_dataloaders_workers_are_reported_per_worker(agent_factory, hook_
     try:
         def two_busy_workers():
             ranks = agent.api("/api/v1/ranks?job=wk")["ranks"]
-            ws = ranks[0].get("json_workers", []) if ranks else []
+            ws = ranks[0].get("workers", []) if ranks else []
             ok = len(ws) == 2 and all(w.get("cpu_seconds", 0) > 0.05 and w["rss_bytes"] > 0 for w in ws)
             return ok and ws
         ws = wait_until(two_busy_workers, timeout=60)

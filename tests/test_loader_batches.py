@@ -145,7 +145,7 @@ def rank_doc(agent, rank, batches):
     """The rank's /api/v1/ranks entry once every batch's load time has arrived."""
     def ready():
         for r in agent.api("/api/v1/ranks")["ranks"]:
-            s = r.get("json_loader_sizing")
+            s = r.get("sizing")
             if r["rank"] == rank and s and s["batches"] == batches:
                 return r
         return None
@@ -166,7 +166,7 @@ def test_workers_report_directly_under_forkserver_and_spawn(agent, hook_env):
             # own reports (SO_PEERCRED), and the rank identity travelled with the init.
             assert sorted(r["worker_pids"]) == sorted(out["worker_pids"]), runs[rank]
             assert r["pid"] == out["pid"] and r["job"] == "loader-test"
-            assert r["json_loader_sizing"]["num_workers"] == 2
+            assert r["sizing"]["num_workers"] == 2
     finally:
         stop(procs.values())
 
@@ -186,7 +186,7 @@ def test_batch_load_time_and_workers_needed_follow_the_injected_costs(agent, hoo
     try:
         outs = {w: finish(p) for w, p in procs.items()}
         for w, out in outs.items():
-            s = rank_doc(agent, w, out["batches"])["json_loader_sizing"]
+            s = rank_doc(agent, w, out["batches"])["sizing"]
             t_l, t_c = s["batch_load_seconds"], s["compute_seconds"]
             # sleep() never returns early; a loaded machine only adds to it.
             assert injected <= t_l < 2 * injected, (w, t_l)
@@ -236,7 +236,7 @@ def test_the_cfs_quota_caps_the_advice(agent, hook_env, cpu_quota_cgroup):
         out = finish(proc)
 
         def capped():
-            s = rank_doc(agent, 7, out["batches"])["json_loader_sizing"]
+            s = rank_doc(agent, 7, out["batches"])["sizing"]
             return s if s["cfs_quota_cores"] else None
         s = wait_until(capped, timeout=20)  # the cfs exporter reads the quota every 2 s
         assert s["cfs_quota_cores"] == 3.0 and s["workers_cpu_limit"] == 2

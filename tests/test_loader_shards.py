@@ -131,7 +131,7 @@ def test_the_agent_validates_the_io_part_and_counts_rejects(agent):
     assert metric(agent, "stallscope_cache_requests_total", tier="fuse", result="hit") == 3
     assert metric(agent, "stallscope_cache_requests_total", tier="fuse", result="miss") == 1
     (r,) = agent.api("/api/v1/ranks")["ranks"]
-    assert r["json_shard_reads"]["slowest"][0]["shard"] == "shard-1"
+    assert r["shard_reads"]["slowest"][0]["shard"] == "shard-1"
 
 
 def test_quantiles_are_nearest_rank():
@@ -208,8 +208,8 @@ def test_per_tier_p99_reflects_the_injected_latency(hooked, tmp_path, slow_mount
     assert metric(hooked, "stallscope_cache_requests_total", tier="lru", result="hit") == 3
     assert metric(hooked, "stallscope_cache_requests_total", tier="lru", result="miss") == 3
     (r,) = hooked.api("/api/v1/ranks")["ranks"]
-    assert r["rank"] == 5 and r["json_shard_reads"]["tiers"]["fuse"]["bytes"] == 15 * 4096
-    assert r["json_shard_reads"]["slowest"][0]["tier"] == "fuse"
+    assert r["rank"] == 5 and r["shard_reads"]["tiers"]["fuse"]["bytes"] == 15 * 4096
+    assert r["shard_reads"]["slowest"][0]["tier"] == "fuse"
     body = hooked.api("/api/v1/timeline?rank=5&seconds=60")
     assert len(body["signals"]["shard_read_seconds"]) == 27
     assert [v for _t, v in body["signals"]["cache_miss_ratio"]]
@@ -242,7 +242,7 @@ def test_webdataset_shards_through_a_watched_loader(hooked, tmp_path):
         return metric(hooked, "stallscope_shard_read_seconds_count", tier=tier) == 4
     wait_until(counted, timeout=15)  # one read per shard, reported by the workers
     (r,) = [x for x in hooked.api("/api/v1/ranks")["ranks"] if x["rank"] == 5]
-    nbytes = r["json_shard_reads"]["tiers"][tier]["bytes"]
+    nbytes = r["shard_reads"]["tiers"][tier]["bytes"]
     # tarfile stops at the end-of-archive marker, before the last record's padding.
     assert sum(sizes) - 4 * 10240 <= nbytes <= sum(sizes)
     assert len(r["worker_pids"]) == 2

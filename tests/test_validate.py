@@ -74,22 +74,22 @@ def test_rejects_with_reason(data, reason):
 
 def test_ingest_counts_rejects_and_enforces_the_rank_cap():
     table = state.RankTable(max_ranks=2)
-    ing = ingest.Ingest(sock=None, table=table)
+    ing = ingest.Ingest(sock=None, apply=table.apply)
     assert ing.handle(good())
     assert ing.handle(good(id=_ident(rank=1)))
     assert not ing.handle(good(id=_ident(rank=2)))  # third rank: over the cap
     assert ing.handle(good(id=_ident(rank=1)))  # known ranks still report
     assert not ing.handle(b"nonsense")
     assert not ing.handle(good(v=9))
-    assert dict(ing.rejected) == {"rank_limit": 1, "bad_json": 1, "bad_version": 1}
-    assert ing.accepted == 3 and ing.events == 6
+    assert dict(ing.stats.rejected) == {"rank_limit": 1, "bad_json": 1, "bad_version": 1}
+    assert ing.stats.accepted == 3 and ing.stats.events == 6
     assert len(table.ranks) == 2
 
 
 def test_ingest_never_raises_on_random_input():
     rng = random.Random(1234)
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, table=table)
+    ing = ingest.Ingest(sock=None, apply=table.apply)
     base = good()
     for _ in range(3000):
         kind = rng.random()
@@ -102,13 +102,13 @@ def test_ingest_never_raises_on_random_input():
                 b[i] = rng.randrange(256)
             data = bytes(b[: rng.randrange(1, len(b) + 1)]) if kind < 0.7 else bytes(b)
         ing.handle(data)
-    assert ing.accepted + sum(ing.rejected.values()) == 3000
-    assert "internal_error" not in ing.rejected
+    assert ing.stats.accepted + sum(ing.stats.rejected.values()) == 3000
+    assert "internal_error" not in ing.stats.rejected
 
 
 def test_histograms_and_timeline_from_events():
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, table=table)
+    ing = ingest.Ingest(sock=None, apply=table.apply)
     events = [[i * 10_000_000, 5_000_000, 10_000_000] for i in range(1, 11)]
     assert ing.handle(good(events=events))
     rank = table.snapshot()[0]
@@ -122,7 +122,7 @@ def test_histograms_and_timeline_from_events():
 
 def test_dropped_counter_survives_process_restarts():
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, table=table)
+    ing = ingest.Ingest(sock=None, apply=table.apply)
     ing.handle(good(dropped_total=7), peer_pid=100)
     ing.handle(good(dropped_total=9), peer_pid=100)
     ing.handle(good(dropped_total=3), peer_pid=200)  # the rank restarted as a new process
@@ -131,7 +131,7 @@ def test_dropped_counter_survives_process_restarts():
 
 def test_a_wait_in_progress_grows_the_sums_and_the_batch_settles_them():
     table = state.RankTable()
-    ing = ingest.Ingest(sock=None, table=table)
+    ing = ingest.Ingest(sock=None, apply=table.apply)
     base = 10**12
     # blocked in next() since base; reports at +1 s and +3 s, the batch arrives at +4 s
     assert ing.handle(good(events=[], mono_ns=base + 10**9, blocked_since_ns=base))

@@ -5,6 +5,8 @@ stallscope/hook/wire.py). The sender's PID comes from SO_PEERCRED, translated by
 kernel into the agent's PID namespace, so a process cannot claim another's PID.
 Every message is validated; rejects are counted by reason and never stop the loop.
 """
+from __future__ import annotations
+
 import collections
 import os
 import selectors
@@ -12,6 +14,7 @@ import socket
 import stat
 import struct
 import threading
+from typing import Any, Callable, Optional, Tuple
 
 from ..hook import wire
 from . import validate
@@ -24,7 +27,7 @@ class BindError(Exception):
     pass
 
 
-def bind(path):
+def bind(path: str) -> socket.socket:
     """Create the listening socket, replacing a stale socket file; BindError if not."""
     directory = os.path.dirname(path) or "."
     try:
@@ -57,7 +60,7 @@ def bind(path):
     return sock
 
 
-def _in_use(path):
+def _in_use(path: str) -> bool:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         probe.connect(path)
@@ -68,53 +71,68 @@ def _in_use(path):
         probe.close()
 
 
-class Ingest:
-    def __init__(self, sock, table, max_bytes=wire.MAX_MESSAGE_BYTES):
-        self.sock = sock
-        self.table = table
-        self.max_bytes = max_bytes
+Apply = Callable[[Any, Optional[int], Optional[int]], Any]
+
+
+class IngestStats:
+    """What the ingest did, for the agent's self-health series."""
+
+    def __init__(self) -> None:
         self.accepted = 0
         self.events = 0
-        self.rejected = collections.Counter()
+        self.rejected: "collections.Counter[str]" = collections.Counter()
         self.connections = 0
+
+
+class Ingest:
+    """``apply(msg, peer_pid, peer_uid)`` folds one validated message into the agent
+    (the composition root's: the rank table, then the parts); it raises LookupError
+    when the rank table is full."""
+
+    def __init__(self, sock: Any, apply: Apply, max_bytes: int = wire.MAX_MESSAGE_BYTES,
+                 stats: Optional[IngestStats] = None) -> None:
+        self.sock = sock
+        self.apply = apply
+        self.max_bytes = max_bytes
+        self.stats = stats or IngestStats()
         self.selector = selectors.DefaultSelector()
         self.stopping = threading.Event()
         self.wake_r, self.wake_w = os.pipe()
         self.thread = threading.Thread(target=self._loop, name="stallscope-ingest", daemon=True)
 
-    def start(self):
+    def start(self) -> None:
         self.selector.register(self.sock, selectors.EVENT_READ, None)
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.thread.start()
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
         os.write(self.wake_w, b"x")
         self.thread.join(timeout=5)
         for key in list(self.selector.get_map().values()):
-            if isinstance(key.data, tuple):
+            if isinstance(key.data, tuple) and isinstance(key.fileobj, socket.socket):
                 key.fileobj.close()
         self.selector.close()
 
-    def _loop(self):
+    def _loop(self) -> None:
         while not self.stopping.is_set():
             for key, _ in self.selector.select(timeout=1.0):
                 if key.data is None:
                     self._accept()
-                elif key.data != "wake":
+                elif key.data != "wake" and isinstance(key.fileobj, socket.socket):
                     self._read(key.fileobj, key.data)
 
-    def _accept(self):
+    def _accept(self) -> None:
         while True:
             try:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                self.rejected["accept_error"] += 1
+                self.stats.rejected["accept_error"] += 1
                 return
-            if self.connections >= MAX_CONNECTIONS:
-                self.rejected["too_many_connections"] += 1
+            if self.stats.connections >= MAX_CONNECTIONS:
+                self.stats.rejected["too_many_connections"] += 1
                 conn.close()
                 continue
             try:
@@ -123,10 +141,10 @@ class Ingest:
             except OSError:
                 pid, uid = 0, None
             conn.setblocking(False)
-            self.connections += 1
+            self.stats.connections += 1
             self.selector.register(conn, selectors.EVENT_READ, (pid, uid))
 
-    def _read(self, conn, peer):
+    def _read(self, conn: socket.socket, peer: Tuple[int, Optional[int]]) -> None:
         for _ in range(64):  # bounded per wake-up so one chatty peer cannot starve others
             try:
                 data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
@@ -137,27 +155,27 @@ class Ingest:
             if not data:  # peer closed
                 self.selector.unregister(conn)
                 conn.close()
-                self.connections -= 1
+                self.stats.connections -= 1
                 return
             if flags & socket.MSG_TRUNC or len(data) > self.max_bytes:
-                self.rejected["oversize"] += 1
+                self.stats.rejected["oversize"] += 1
                 continue
             self.handle(data, peer[0] or None, peer[1])
 
-    def handle(self, data, peer_pid=None, peer_uid=None):
+    def handle(self, data: bytes, peer_pid: Optional[int] = None, peer_uid: Optional[int] = None) -> bool:
         """Validate and apply one message; never raises."""
         try:
             msg = validate.parse(data, self.max_bytes)
-            self.table.apply(msg, peer_pid=peer_pid, peer_uid=peer_uid)
+            self.apply(msg, peer_pid, peer_uid)
         except validate.Reject as r:
-            self.rejected[r.reason] += 1
+            self.stats.rejected[r.reason] += 1
             return False
         except LookupError:
-            self.rejected["rank_limit"] += 1
+            self.stats.rejected["rank_limit"] += 1
             return False
         except Exception:  # a bug in a handler must not stop ingestion
-            self.rejected["internal_error"] += 1
+            self.stats.rejected["internal_error"] += 1
             return False
-        self.accepted += 1
-        self.events += len(msg["events"])
+        self.stats.accepted += 1
+        self.stats.events += len(msg["events"])
         return True

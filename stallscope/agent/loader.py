@@ -1,47 +1,44 @@
-"""Loader side of a rank, in the agent: batch production time (T_l) reported by the
-loader workers, the loop's compute time (T_c), and the worker count that keeps up.
+"""Part ``loader``: batch production time (T_l) reported by the loader workers, the
+loop's compute time (T_c), and the worker count that keeps up.
 
 The starvation model: W workers each taking T_l per batch deliver a batch every T_l/W;
 a loop that computes for T_c between batches never waits iff T_l/W <= T_c, so the
 workers needed are ceil(T_l / T_c). T_c is interval - wait of the rank's own batch
 events (the first batch of an iterator has no compute before it and is skipped).
-The count is capped by the CPU the pod may use: its CFS quota (``cfs_quota_cores``
-and ``cfs_quota_ranks`` left on the rank by the cfs exporter), less one core per rank
+The count is capped by the CPU the pod may use: its CFS quota (asked of the cfs
+exporter through ``quota_of``, wired by the composition root), less one core per rank
 for the training process itself. Without a quota there is no cap: the node's cores
 are not the pod's to take.
-
-Worker reports (role "worker", see stallscope/hook/batches.py) carry the worker's own
-PID; the kernel's SO_PEERCRED gives its PID in the agent's namespace, which maps the
-PIDs the trainer reported to host PIDs even when workers are not its children
-(forkserver, spawn).
 """
-import collections
+from __future__ import annotations
+
 import math
 import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from ..host import Part
+from ..host.families import buckets, family
+from ..vocabulary import signal
+from .histogram import Histogram
 
-from .state import LABELS, Histogram
-
-# 10 ms (small tabular batch) to seconds (video decode). Read as _sum/_count (T_l) by the sizing, dashboards and diagnose; three decades of
-# buckets keep it at 6 series within the per-rank budget of 40.
-LOAD_BUCKETS = (0.01, 0.1, 1.0)
+# 10 ms (small tabular batch) to seconds (video decode), read as _sum/_count (T_l).
+LOAD_BUCKETS = buckets("stallscope_batch_load_seconds")
+BATCH_LOAD = signal("batch_load_seconds").name
 WINDOW_S = 60.0       # T_l and T_c are means over the last minute
 SLOT_S = 5.0
 MIN_BATCHES = 5       # below this in the window there is no estimate
 MAX_WORKERS_ADVICE = 1024
-MAX_PID_MAP = 256
 
 
 class Window:
     """Sum and count of values (ns) over the last ``seconds``, in slots by event time."""
 
-    def __init__(self, seconds=WINDOW_S, slot=SLOT_S):
+    def __init__(self, seconds: float = WINDOW_S, slot: float = SLOT_S) -> None:
         self.slot_ns = int(slot * 1e9)
         self.n = int(math.ceil(seconds / slot))
-        self.slots = {}  # slot id → [sum_ns, count]
+        self.slots: Dict[int, List[int]] = {}  # slot id -> [sum_ns, count]
 
-    def add(self, t_ns, value_ns):
+    def add(self, t_ns: int, value_ns: int) -> None:
         sid = t_ns // self.slot_ns
         s = self.slots.get(sid)
         if s is None:
@@ -52,7 +49,7 @@ class Window:
         s[0] += value_ns
         s[1] += 1
 
-    def totals(self, now_ns):
+    def totals(self, now_ns: int) -> Tuple[int, int]:
         first = now_ns // self.slot_ns - self.n + 1
         total = count = 0
         for sid, (v, c) in self.slots.items():
@@ -63,24 +60,17 @@ class Window:
 
 
 class LoaderState:
-    __slots__ = ("hist", "load", "compute", "pids", "sizing")
+    __slots__ = ("hist", "load", "compute", "sizing")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.hist = Histogram(LOAD_BUCKETS)
         self.load = Window()
         self.compute = Window()
-        self.pids = collections.OrderedDict()  # worker PID as reported → agent's PID
-        self.sizing = None
+        self.sizing: Optional[Dict[str, Any]] = None
 
 
-def state_of(rank):
-    st = rank.extra.get("loader")
-    if st is None:
-        st = rank.extra["loader"] = LoaderState()
-    return st
-
-
-def sizing(t_load_ns, t_compute_ns, quota_cores=None, quota_ranks=None, workers=None):
+def sizing(t_load_ns: float, t_compute_ns: float, quota_cores: Optional[float] = None,
+           quota_ranks: Optional[int] = None, workers: Optional[int] = None) -> Dict[str, Any]:
     """The advice for one rank, as the API shows it (pure: tested directly)."""
     uncapped = MAX_WORKERS_ADVICE
     if t_compute_ns > 0:
@@ -103,100 +93,91 @@ def sizing(t_load_ns, t_compute_ns, quota_cores=None, quota_ranks=None, workers=
     }
 
 
-class LoaderPart:
-    def __init__(self, agent):
-        self.agent = agent
+QuotaOf = Callable[[Any], Tuple[Optional[float], Optional[int]]]
 
-    def handle(self, msg, rank, pid):
-        """Runs under the table lock for every accepted message."""
-        events = msg["events"]
-        if msg["role"] == "worker":
-            st = state_of(rank)
-            record = self.agent.samples.record
+
+def no_quota(_key: Any) -> Tuple[Optional[float], Optional[int]]:
+    return None, None
+
+
+class LoaderPart(Part):
+    name = "loader"
+    interval = 2.0
+
+    def __init__(self, host: Any, quota_of: QuotaOf = no_quota) -> None:
+        super().__init__(host)
+        self.quota_of = quota_of  # rank key -> (CFS quota in cores, ranks sharing it)
+        self.states: Dict[Any, LoaderState] = {}
+
+    def _state(self, key: Any) -> LoaderState:
+        st = self.states.get(key)
+        if st is None:
+            st = self.states[key] = LoaderState()
+        return st
+
+    def handle(self, report: Any, rank: Any) -> None:
+        events = report["events"]
+        if report["role"] == "worker":
+            record = self.host.samples.record
+            with self.lock:
+                st = self._state(rank.key)
+                for end, load, _interval in events:
+                    st.hist.observe_ns(load)
+                    st.load.add(end, load)
             for end, load, _interval in events:
-                st.hist.observe_ns(load)
-                st.load.add(end, load)
-                record(rank.key, "batch_load_seconds", load / 1e9, end)
-            self._learn_pid(rank, st, msg["pid"], pid)
-        elif events or msg["loader"] is not None:
-            st = state_of(rank)
-            for end, wait, interval in events:
-                if interval > wait:
-                    st.compute.add(end, interval - wait)
-            if msg["loader"] is not None and st.pids:
-                self._map_pids(rank, st)
+                record(rank.key, BATCH_LOAD, load / 1e9, end)
+        elif events:
+            with self.lock:
+                st = self._state(rank.key)
+                for end, wait, interval in events:
+                    if interval > wait:
+                        st.compute.add(end, interval - wait)
 
-    def _learn_pid(self, rank, st, reported, host):
-        if not host or host == rank.pid:
-            return  # num_workers=0: the trainer itself produces the batches
-        if st.pids.get(reported) != host:
-            st.pids[reported] = host
-            while len(st.pids) > MAX_PID_MAP:
-                st.pids.popitem(last=False)
-            self._map_pids(rank, st)
-        else:
-            st.pids.move_to_end(reported)
+    def forget(self, key: Any) -> None:
+        with self.lock:
+            self.states.pop(key, None)
 
-    @staticmethod
-    def _map_pids(rank, st):
-        mapped = [st.pids.get(p, p) for p in rank.worker_pids]
-        if mapped != rank.worker_pids:
-            rank.worker_pids = mapped
-
-    def tick(self):
+    def tick(self) -> None:
         now = time.monotonic_ns()
-        table = self.agent.table
-        with table.lock:
-            for rank in table.ranks.values():
-                st = rank.extra.get("loader")
-                if st is None:
-                    continue
+        loaders = {r.key: r.loader for r in self.host.ranks()}
+        with self.lock:
+            work = [(k, st) for k, st in self.states.items() if k in loaders]
+        for key, st in work:
+            with self.lock:
                 load, n_load = st.load.totals(now)
                 comp, n_comp = st.compute.totals(now)
-                if n_load < MIN_BATCHES or n_comp < MIN_BATCHES:
-                    st.sizing = None
-                    rank.extra.pop("json_loader_sizing", None)
-                    continue
-                workers = (rank.loader or {}).get("num_workers")
-                st.sizing = sizing(load / n_load, comp / n_comp, rank.extra.get("cfs_quota_cores"),
-                                   rank.extra.get("cfs_quota_ranks"), workers)
-                st.sizing["batches"] = n_load
-                rank.extra["json_loader_sizing"] = st.sizing
+            if n_load < MIN_BATCHES or n_comp < MIN_BATCHES:
+                st.sizing = None
+                continue
+            cores, ranks = self.quota_of(key)
+            z = sizing(load / n_load, comp / n_comp, cores, ranks, (loaders[key] or {}).get("num_workers"))
+            z["batches"] = n_load
+            st.sizing = z
 
-    def describe(self):
-        return []
+    def sizing_of(self, key: Any) -> Optional[Dict[str, Any]]:
+        st = self.states.get(key)
+        return st.sizing if st is not None else None
 
-    def collect(self):
-        hist = HistogramMetricFamily(
-            "stallscope_batch_load_seconds",
-            "Time a loader worker took to produce one batch (fetch + collate).", labels=LABELS)
-        needed = GaugeMetricFamily(
-            "stallscope_loader_workers_needed",
-            "Loader workers that would keep up with the loop: ceil(T_load / T_compute) over "
-            "the last minute, capped by the pod's CPU quota.", labels=LABELS)
-        limited = GaugeMetricFamily(
-            "stallscope_loader_workers_quota_limited",
-            "1 when the CPU quota, not the worker count, limits the loader.", labels=LABELS)
-        table = self.agent.table
-        with table.lock:
-            for rank in table.ranks.values():
-                st = rank.extra.get("loader")
+    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+        z = self.sizing_of(rank.key)
+        return {"sizing": z} if z is not None else {}
+
+    def collect(self) -> Iterator[Any]:
+        hist = family("stallscope_batch_load_seconds")
+        needed = family("stallscope_loader_workers_needed")
+        limited = family("stallscope_loader_workers_quota_limited")
+        for rank in self.host.ranks():
+            with self.lock:
+                st = self.states.get(rank.key)
                 if st is None:
                     continue
-                lv = rank.labels()
-                if st.hist.count:
-                    hist.add_metric(lv, st.hist.cumulative(), st.hist.sum_ns / 1e9)
-                if st.sizing is not None:
-                    needed.add_metric(lv, st.sizing["workers_needed"])
-                    limited.add_metric(lv, 1 if st.sizing["quota_limited"] else 0)
-        yield hist
-        yield needed
-        yield limited
-
-
-def install(agent):
-    part = LoaderPart(agent)
-    agent.table.handlers.append(part.handle)
-    agent.registry.register(part)
-    agent.every(2.0, part.tick)
-    return part
+                cumulative, total = st.hist.cumulative(), st.hist.sum_ns / 1e9
+                count, z = st.hist.count, st.sizing
+            if count:
+                hist.add_histogram(rank.labels, cumulative, total)
+            if z is not None:
+                needed.add(rank.labels, z["workers_needed"])
+                limited.add(rank.labels, 1 if z["quota_limited"] else 0)
+        yield hist.family
+        yield needed.family
+        yield limited.family

@@ -17,20 +17,25 @@ Conventions, so that every consumer reads every producer the same way:
   within a flush interval. ``series`` cuts its window by binary search, so the window's
   edge is fuzzy by that much; consumers sort when they need order.
 """
+from __future__ import annotations
+
 import bisect
 import collections
 import threading
 import time
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+Point = Tuple[int, float]
 
 
 class SampleStore:
-    def __init__(self, seconds=900.0, max_points=20_000):
+    def __init__(self, seconds: float = 900.0, max_points: int = 20_000) -> None:
         self.horizon_ns = int(seconds * 1e9)
         self.max_points = max_points
         self.lock = threading.Lock()
-        self.data = {}  # (scope, signal) -> deque[(t_ns, value)]
+        self.data: Dict[Tuple[Any, str], Deque[Point]] = {}  # (scope, signal) -> points
 
-    def record(self, scope, signal, value, t_ns=None):
+    def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None:
         t_ns = time.monotonic_ns() if t_ns is None else t_ns
         with self.lock:
             dq = self.data.get((scope, signal))
@@ -41,7 +46,7 @@ class SampleStore:
             while dq and dq[0][0] < horizon:
                 dq.popleft()
 
-    def series(self, scope, signal, seconds=None):
+    def series(self, scope: Any, signal: str, seconds: Optional[float] = None) -> List[Point]:
         with self.lock:
             points = list(self.data.get((scope, signal), ()))
         if seconds is not None:
@@ -51,11 +56,11 @@ class SampleStore:
             points = points[bisect.bisect_left(points, (horizon,)):]
         return points
 
-    def signals(self, scope):
+    def signals(self, scope: Any) -> List[str]:
         with self.lock:
             return sorted(sig for (sc, sig) in self.data if sc == scope)
 
-    def drop_scope(self, scope):
+    def drop_scope(self, scope: Any) -> None:
         with self.lock:
             for key in [k for k in self.data if k[0] == scope]:
                 del self.data[key]

@@ -1,5 +1,5 @@
-"""Shard reads and cache lookups reported by the hook (``"io"`` in a message, see
-stallscope/hook/shards.py), in the agent.
+"""Part ``shards``: shard reads and cache lookups reported by the hook (``"io"`` in a
+message, see stallscope/hook/shards.py).
 
 Storage is a pod's, not a rank's: the series carry the pod labels and ``tier``
 (job, pod, namespace, node, tier), so 8 ranks reading one FUSE mount make one set of
@@ -7,24 +7,30 @@ series, and none count against the per-rank budget. At most MAX_TIERS tiers per 
 (further names fold into ``other``). Per rank, the agent keeps timeline samples for
 the correlator: ``shard_read_seconds`` (one per read, at its end) and
 ``cache_miss_ratio`` (one per report with lookups), and the rank's slowest recent
-reads with their shard IDs in /api/v1/ranks (``json_shard_reads``) as evidence.
+reads with their shard IDs in /api/v1/ranks (``shard_reads``) as evidence.
 
 The sliding-window quantiles (p50/p95/p99 over the last WINDOW_S, at most
 MAX_RECENT reads per tier) are computed every few seconds off the scrape path.
 """
+from __future__ import annotations
+
 import collections
 import math
 import re
 import time
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+Parsed = Tuple[List[str], List[List[int]], List[List[int]], List[List[Any]]]
 
-from .state import Histogram
+from ..host import Part
+from ..host.families import buckets, family
+from ..vocabulary import signal
+from .histogram import Histogram
 from .validate import MAX_NS
 
-LABELS = ("job", "pod", "namespace", "node", "tier")
-# A page-cache hit (<1 ms) to a stuck network read (>2.5 s): 8 series per pod and tier.
-READ_BUCKETS = (0.001, 0.01, 0.05, 0.25, 2.5)
+READ_BUCKETS = buckets("stallscope_shard_read_seconds")
+SHARD_READ = signal("shard_read_seconds").name
+CACHE_MISS = signal("cache_miss_ratio").name
 QUANTILES = (0.5, 0.95, 0.99)
 WINDOW_S = 300.0
 MAX_RECENT = 20_000
@@ -41,7 +47,7 @@ class Bad(Exception):
     pass
 
 
-def _ints(row, n, limits):
+def _ints(row: Any, n: int, limits: Sequence[int]) -> List[int]:
     if not isinstance(row, list) or len(row) != n:
         raise Bad("bad_schema")
     for v, hi in zip(row, limits):
@@ -50,7 +56,7 @@ def _ints(row, n, limits):
     return row
 
 
-def parse(io):
+def parse(io: Any) -> Parsed:
     """The hook's ``io`` object → (tiers, reads, cache, slowest), or Bad(reason)."""
     if not isinstance(io, dict):
         raise Bad("bad_schema")
@@ -81,15 +87,15 @@ def parse(io):
 class TierStats:
     __slots__ = ("hist", "recent", "hits", "misses", "quantiles")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.hist = Histogram(READ_BUCKETS)
-        self.recent = collections.deque(maxlen=MAX_RECENT)  # (t_end_ns, dur_ns)
+        self.recent: Deque[Tuple[int, int]] = collections.deque(maxlen=MAX_RECENT)  # (t_end_ns, dur_ns)
         self.hits = 0
         self.misses = 0
-        self.quantiles = None
+        self.quantiles: Optional[List[int]] = None
 
 
-def quantiles(durations, qs=QUANTILES):
+def quantiles(durations: Sequence[int], qs: Sequence[float] = QUANTILES) -> Optional[List[int]]:
     """Nearest-rank quantiles of a list of numbers (None when empty)."""
     if not durations:
         return None
@@ -98,13 +104,17 @@ def quantiles(durations, qs=QUANTILES):
     return [xs[min(n - 1, max(0, math.ceil(q * n) - 1))] for q in qs]
 
 
-class ShardPart:
-    def __init__(self, agent):
-        self.agent = agent
-        self.pods = {}   # (namespace, pod, job) → (node, {tier: TierStats})
-        self.rejected = collections.Counter()
+class ShardPart(Part):
+    name = "shards"
+    interval = 2.0
 
-    def _tier(self, tiers, name):
+    def __init__(self, host: Any) -> None:
+        super().__init__(host)
+        self.pods: Dict[Any, Any] = {}   # (namespace, pod, job) -> (node, {tier: TierStats})
+        self.mine: Dict[Any, Any] = {}   # rank key -> {"tiers": {...}, "slowest": [...]}
+        self.rejected: "collections.Counter[str]" = collections.Counter()
+
+    def _tier(self, tiers: Dict[str, TierStats], name: str) -> TierStats:
         t = tiers.get(name)
         if t is None:
             if len(tiers) >= MAX_TIERS:
@@ -115,53 +125,63 @@ class ShardPart:
                 t = tiers[name] = TierStats()
         return t
 
-    def handle(self, msg, rank, pid):
-        """Runs under the table lock for every accepted message."""
-        io = msg["raw"].get("io")
+    def handle(self, report: Any, rank: Any) -> None:
+        io = report["raw"].get("io")
         if io is None:
             return
         try:
             names, reads, cache, slowest = parse(io)
         except Bad as e:
-            self.rejected[e.args[0]] += 1
+            with self.lock:
+                self.rejected[e.args[0]] += 1
             return
         i = rank.ident
         key = (i["namespace"], i["pod"], i["job"])
-        entry = self.pods.get(key)
-        if entry is None:
-            entry = self.pods[key] = (i["node"], {})
-        stats = [self._tier(entry[1], n) for n in names]
-        mine = rank.extra.get("shard_reads")
-        if mine is None:
-            mine = rank.extra["shard_reads"] = {"tiers": {}, "slowest": []}
-        per_tier = [mine["tiers"].setdefault(n, {"reads": 0, "bytes": 0, "cache_hits": 0,
-                                                 "cache_misses": 0}) for n in names]
-        record = self.agent.samples.record
-        for end, dur, nbytes, ti in reads:
-            t = stats[ti]
-            t.hist.observe_ns(dur)
-            t.recent.append((end, dur))
-            per_tier[ti]["reads"] += 1
-            per_tier[ti]["bytes"] += nbytes
-            record(rank.key, "shard_read_seconds", dur / 1e9, end)
-        hits = misses = 0
-        for ti, h, m in cache:
-            stats[ti].hits += h
-            stats[ti].misses += m
-            per_tier[ti]["cache_hits"] += h
-            per_tier[ti]["cache_misses"] += m
-            hits, misses = hits + h, misses + m
+        record = self.host.samples.record
+        with self.lock:
+            entry = self.pods.get(key)
+            if entry is None:
+                entry = self.pods[key] = (i["node"], {})
+            stats = [self._tier(entry[1], n) for n in names]
+            mine = self.mine.get(rank.key)
+            if mine is None:
+                mine = self.mine[rank.key] = {"tiers": {}, "slowest": []}
+            per_tier = [mine["tiers"].setdefault(n, {"reads": 0, "bytes": 0, "cache_hits": 0,
+                                                     "cache_misses": 0}) for n in names]
+            for end, dur, nbytes, ti in reads:
+                t = stats[ti]
+                t.hist.observe_ns(dur)
+                t.recent.append((end, dur))
+                per_tier[ti]["reads"] += 1
+                per_tier[ti]["bytes"] += nbytes
+            hits = misses = 0
+            for ti, h, m in cache:
+                stats[ti].hits += h
+                stats[ti].misses += m
+                per_tier[ti]["cache_hits"] += h
+                per_tier[ti]["cache_misses"] += m
+                hits, misses = hits + h, misses + m
+            if slowest:
+                now = report["mono_ns"]
+                kept = mine["slowest"] + [[d, names[ti], s, now] for ti, d, s in slowest]
+                kept.sort(key=lambda x: -x[0])
+                mine["slowest"] = kept[:SLOWEST_KEPT]
+        for end, dur, _nbytes, _ti in reads:
+            record(rank.key, SHARD_READ, dur / 1e9, end)
         if hits + misses:
-            record(rank.key, "cache_miss_ratio", misses / (hits + misses), msg["mono_ns"] or None)
-        if slowest:
-            now = msg["mono_ns"]
-            kept = mine["slowest"] + [[d, names[ti], s, now] for ti, d, s in slowest]
-            kept.sort(key=lambda x: -x[0])
-            mine["slowest"] = kept[:SLOWEST_KEPT]
-        rank.extra["json_shard_reads"] = self._json(mine, entry[1])
+            record(rank.key, CACHE_MISS, misses / (hits + misses), report["mono_ns"] or None)
+
+    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+        i = rank.ident
+        with self.lock:
+            mine = self.mine.get(rank.key)
+            if mine is None:
+                return {}
+            entry = self.pods.get((i["namespace"], i["pod"], i["job"]))
+            return {"shard_reads": self._json(mine, entry[1] if entry else {})}
 
     @staticmethod
-    def _json(mine, pod_tiers):
+    def _json(mine: Dict[str, Any], pod_tiers: Dict[str, TierStats]) -> Dict[str, Any]:
         tiers = {}
         for name, counts in mine["tiers"].items():
             doc = dict(counts)
@@ -172,13 +192,16 @@ class ShardPart:
         slowest = [{"seconds": d / 1e9, "tier": t, "shard": s, "t_ns": at} for d, t, s, at in mine["slowest"]]
         return {"tiers": tiers, "slowest": slowest}
 
-    def tick(self):
+    def forget(self, key: Any) -> None:
+        with self.lock:
+            self.mine.pop(key, None)
+
+    def tick(self) -> None:
         """Drop pods with no live rank; recompute the window quantiles."""
         now = time.monotonic_ns()
         horizon = now - int(WINDOW_S * 1e9)
-        table = self.agent.table
-        with table.lock:
-            live = {(r.ident["namespace"], r.ident["pod"], r.ident["job"]) for r in table.ranks.values()}
+        live = {(r.ident["namespace"], r.ident["pod"], r.ident["job"]) for r in self.host.ranks()}
+        with self.lock:
             for key in [k for k in self.pods if k not in live]:
                 del self.pods[key]
             work = [t for _node, tiers in self.pods.values() for t in tiers.values()]
@@ -189,43 +212,24 @@ class ShardPart:
         for t, durations in snapshot:  # sorting outside the lock
             t.quantiles = quantiles(durations)
 
-    def describe(self):
-        return []
-
-    def collect(self):
-        hist = HistogramMetricFamily("stallscope_shard_read_seconds",
-                                     "Latency of one shard read (open + reads), per pod and tier.",
-                                     labels=LABELS)
-        quant = GaugeMetricFamily("stallscope_shard_read_quantile_seconds",
-                                  "Shard read latency quantiles over the last %d s, per pod and tier."
-                                  % WINDOW_S, labels=LABELS + ("quantile",))
-        cache = CounterMetricFamily("stallscope_cache_requests",
-                                    "Cache lookups reported by the loaders, per pod and tier.",
-                                    labels=LABELS + ("result",))
-        with self.agent.table.lock:
+    def collect(self) -> Iterator[Any]:
+        hist = family("stallscope_shard_read_seconds")
+        quant = family("stallscope_shard_read_quantile_seconds")
+        cache = family("stallscope_cache_requests_total")
+        with self.lock:
             for (ns, pod, job), (node, tiers) in sorted(self.pods.items()):
+                pod_labels = {"job": job, "pod": pod, "namespace": ns, "node": node or self.host.node}
                 for name, t in sorted(tiers.items()):
-                    lv = (job, pod, ns, node or self.agent.table.node, name)
                     if t.hist.count:
-                        hist.add_metric(lv, t.hist.cumulative(), t.hist.sum_ns / 1e9)
+                        hist.add_histogram(pod_labels, t.hist.cumulative(), t.hist.sum_ns / 1e9, tier=name)
                     if t.quantiles is not None:
                         for q, v in zip(QUANTILES, t.quantiles):
-                            quant.add_metric(lv + (repr(q),), v / 1e9)
+                            quant.add(pod_labels, v / 1e9, tier=name, quantile=repr(q))
                     if t.hits or t.misses:
-                        cache.add_metric(lv + ("hit",), t.hits)
-                        cache.add_metric(lv + ("miss",), t.misses)
+                        cache.add(pod_labels, t.hits, tier=name, result="hit")
+                        cache.add(pod_labels, t.misses, tier=name, result="miss")
             rejected = sorted(self.rejected.items())
-        rej = CounterMetricFamily("stallscope_agent_rejected_io_reports",
-                                  "Shard-read/cache parts of hook reports ignored, by reason.",
-                                  labels=["reason"])
+        rej = family("stallscope_agent_rejected_io_reports_total")
         for reason, n in rejected:
-            rej.add_metric([reason], n)
-        return [hist, quant, cache, rej]
-
-
-def install(agent):
-    part = ShardPart(agent)
-    agent.table.handlers.append(part.handle)
-    agent.registry.register(part)
-    agent.every(2.0, part.tick)
-    return part
+            rej.add({}, n, reason=reason)
+        yield from (hist.family, quant.family, cache.family, rej.family)

@@ -4,9 +4,12 @@
 is a short fixed string used as a label on the agent's reject counter, so its cardinality
 is bounded by this module.
 """
+from __future__ import annotations
+
 import json
 import math
 import re
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..hook import wire
 
@@ -23,19 +26,19 @@ LOADER_BOOL_FIELDS = ("pin_memory", "persistent_workers")
 
 
 class Reject(Exception):
-    def __init__(self, reason, detail=""):
+    def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
 
 
-def _int(value, lo, hi, what):
+def _int(value: Any, lo: int, hi: int, what: str) -> int:
     if type(value) is not int or not lo <= value <= hi:
         raise Reject("bad_schema", "%s must be an integer in [%d, %d]" % (what, lo, hi))
     return value
 
 
-def _label(value, what):
+def _label(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise Reject("bad_schema", "%s must be a string" % what)
     if len(value) > MAX_LABEL_LEN or not _LABEL_RE.match(value):
@@ -43,7 +46,7 @@ def _label(value, what):
     return value
 
 
-def _identity(raw):
+def _identity(raw: Any) -> Dict[str, Any]:
     if not isinstance(raw, dict):
         raise Reject("bad_schema", "id must be an object")
     job = _label(raw.get("job"), "id.job")
@@ -60,7 +63,7 @@ def _identity(raw):
     }
 
 
-def _events(raw):
+def _events(raw: Any) -> List[Tuple[int, int, int]]:
     if not isinstance(raw, list) or len(raw) > wire.MAX_EVENTS_PER_MESSAGE:
         raise Reject("bad_schema", "events must be a list of at most %d" % wire.MAX_EVENTS_PER_MESSAGE)
     out = []
@@ -77,12 +80,12 @@ def _events(raw):
     return out
 
 
-def _loader(raw):
+def _loader(raw: Any) -> Optional[Dict[str, Any]]:
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise Reject("bad_schema", "loader must be an object")
-    out = {}
+    out: Dict[str, Any] = {}
     for field in LOADER_INT_FIELDS:
         v = raw.get(field)
         out[field] = None if v is None else _int(v, 0, 1 << 20, "loader." + field)
@@ -98,7 +101,7 @@ def _loader(raw):
     return out
 
 
-def parse(data, max_bytes=wire.MAX_MESSAGE_BYTES):
+def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES) -> Dict[str, Any]:
     """Bytes of one datagram → normalised message dict, or Reject."""
     if len(data) > max_bytes:
         raise Reject("oversize", "message of %d bytes exceeds %d" % (len(data), max_bytes))
@@ -130,7 +133,7 @@ def parse(data, max_bytes=wire.MAX_MESSAGE_BYTES):
     return msg
 
 
-def _blocked(raw):
+def _blocked(raw: Dict[str, Any]) -> Optional[int]:
     """Start of a next() call still in progress, on the sender's clock (<= mono_ns)."""
     value = raw.get("blocked_since_ns")
     if value is None:
@@ -141,10 +144,10 @@ def _blocked(raw):
     return value
 
 
-def _no_constants(name):
+def _no_constants(name: str) -> Any:
     # json accepts NaN/Infinity by default; they are not valid measurements.
     raise ValueError("non-finite number %s" % name)
 
 
-def finite(value):
+def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -22,57 +22,24 @@ import dataclasses
 
 import numpy as np
 
+from .. import vocabulary
+from ..vocabulary import ATTRIBUTE
+from ..vocabulary.entries import Line
+
 QUIET_SHARE = 0.25          # a sample is quiet when its wait share < 25% of the typical stall's
 MIN_QUIET_TIME = 0.1        # co-occurrence needs >= 10% of the window to be quiet
 LEVEL_ONLY_RANK = 0.8
 LEVEL_ONLY_NODE = 0.6
-ATTRIBUTE = 0.5             # a cause is named only when its score reaches this
 ALWAYS_ON = 0.9             # a signal past its threshold this share of the time is "always on"
 
-
-@dataclasses.dataclass(frozen=True)
-class Probe:
-    signal: str
-    threshold: float
-    above: bool = True              # active when value > threshold (False: < threshold)
-    scopes: tuple = ("rank", "node")
-    unit: str = "ratio"             # ratio, seconds, bytes_rate, count, flag
+# The causes probed through signals, with their co-occurrence lines (the vocabulary's);
+# the others are computed (too_few_workers: workers.py) or what is left (unexplained).
+CAUSES = tuple(c for c in vocabulary.CAUSES if c.lines)
+VOCABULARY = vocabulary.CAUSE_NAMES
 
 
-@dataclasses.dataclass(frozen=True)
-class Cause:
-    name: str
-    what: str                       # sentence subject, e.g. "CFS throttled the rank's cgroup"
-    probes: tuple
-
-
-CAUSES = (
-    # Workers waiting on a run queue are starved of CPU whether the quota or crowded
-    # CPUs did it (node-wide CPU pressure cannot say whose tasks waited: not used).
-    Cause("cpu_throttle", "The loader was short of CPU (CFS quota or crowded CPUs)", (
-        Probe("cfs_throttled_ratio", 0.1, scopes=("rank",)),
-        Probe("cfs_throttled_seconds_rate", 0.05, scopes=("rank",), unit="count"),
-        Probe("workers_runqueue_ratio", 0.2, scopes=("rank",)))),
-    Cause("storage_latency", "Shard reads were slow", (
-        Probe("shard_read_seconds", 0.05, scopes=("rank",), unit="seconds"),
-        Probe("workers_dstate", 0.5, scopes=("rank",), unit="count"))),
-    Cause("fuse_unhealthy", "The FUSE mount was stuck or down", (
-        Probe("fuse_up", 0.5, above=False, scopes=("rank",), unit="flag"),
-        Probe("fuse_probe_seconds", 1.0, scopes=("rank",), unit="seconds"),
-        Probe("fuse_waiting_requests", 9, scopes=("rank",), unit="count"))),
-    Cause("shm_exhaustion", "/dev/shm was nearly full", (
-        Probe("shm_used_ratio", 0.9, scopes=("rank",)),)),
-    Cause("io_pressure", "Tasks stalled on I/O", (
-        Probe("psi_io_some_ratio", 0.2), Probe("psi_io_full_ratio", 0.1))),
-    Cause("memory_pressure", "Tasks stalled on memory", (
-        Probe("psi_memory_some_ratio", 0.1), Probe("psi_memory_full_ratio", 0.05))),
-    Cause("cache_miss", "The loader's cache missed", (
-        Probe("cache_miss_ratio", 0.5, scopes=("rank",)),)),
-    Cause("checkpoint_contention", "Disk write bursts (checkpoints) hit the node", (
-        Probe("disk_write_bytes_rate", 50e6, scopes=("node",), unit="bytes_rate"),)),
-)
-VOCABULARY = tuple(c.name for c in CAUSES[:1]) + ("too_few_workers",) + tuple(
-    c.name for c in CAUSES[1:]) + ("unexplained",)
+def unit(line: Line) -> str:
+    return vocabulary.signal(line.signal).unit
 
 
 def fmt(value, unit):
@@ -89,7 +56,7 @@ def fmt(value, unit):
 
 @dataclasses.dataclass
 class ProbeResult:
-    probe: Probe
+    probe: Line
     scope: str
     samples: int
     explained: float
@@ -167,9 +134,10 @@ def score_probe(probe, scope, series, wait_index, span):
 
 def summary(cause, best):
     p = best.probe
+    u = unit(p)
     text = "%s during %.0f%% of the data-wait: %s was %s during stalls vs %s outside (threshold %s)." % (
-        cause.what, 100 * best.explained, p.signal, fmt(best.during, p.unit),
-        fmt(best.outside, p.unit), fmt(p.threshold, p.unit))
+        cause.what, 100 * best.explained, p.signal, fmt(best.during, u),
+        fmt(best.outside, u), fmt(p.threshold, u))
     if best.mode == "level":
         text += " Stalls were continuous, so this rests on the level alone, not on timing."
     elif best.mode == "intensity":
@@ -187,7 +155,7 @@ def score_signal_causes(trace, wait_index):
     found, missing = [], []
     for cause in CAUSES:
         results = []
-        for probe in cause.probes:
+        for probe in cause.lines:
             scope, series = trace.signal(probe.signal, probe.scopes)
             if series is None or span is None:
                 continue

@@ -1,10 +1,11 @@
 """The node-local diagnosis of one rank: verdict, ranked causes with evidence, and the
-numbers ``stallscope diagnose`` needs (the contract in DESIGN.md, "Verdicts and causes").
+numbers ``stallscope diagnose`` needs (the contract in docs/diagnose.md; verdicts and causes
+are the vocabulary's, stallscope/vocabulary/causes.py).
 
 Verdicts:
 - ``unknown``: fewer than MIN_BATCHES batches in the window.
-- ``input_bound``: the loop waited on its own loader for at least INPUT_BOUND_RATIO of
-  its step time (the StallscopeDataWaitHigh alert's threshold) and the GPU, when it is
+- ``input_bound``: the loop waited on its own loader for at least DATA_WAIT_LINE of
+  its step time (the StallscopeDataWaitHigh alert's line) and the GPU, when it is
   measured, was idle during those waits.
 - ``not_input_bound``: this rank's loader keeps up, yet its GPU sat idle without the
   loop waiting on data (it waits elsewhere, typically in a collective for a straggler),
@@ -14,6 +15,9 @@ Verdicts:
 The agent sees only its own node's ranks, so the straggler it names is the worst rank
 of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
 """
+from typing import Any, Dict
+
+from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
 from . import workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
@@ -21,11 +25,8 @@ from .period import stall_period
 from .sawtooth import sawtooth
 from .trace import WaitIndex
 
-INPUT_BOUND_RATIO = 0.02
-MIN_BATCHES = 20
 GPU_BUSY_THROUGH = 0.05     # GPU idle below this share: queued GPU work hid the waits
 COLLECTIVE_IDLE = 0.15      # GPU idle without data-wait above this share: waiting elsewhere
-VERDICTS = ("healthy", "input_bound", "not_input_bound", "unknown")
 
 
 def _who(ident):
@@ -41,7 +42,7 @@ def decide(ib, peer_ratios):
     other ranks on this node."""
     wr = ib.steady_data_wait_ratio
     gpu = ib.gpu_idle_ratio is not None
-    if wr >= INPUT_BOUND_RATIO:
+    if wr >= DATA_WAIT_LINE:
         if gpu and ib.gpu_idle_ratio < GPU_BUSY_THROUGH:
             return "healthy", ("The loop waited %s of its step time for data, but the GPU stayed "
                                "busy (idle %s): queued GPU work hid the waits." % (
@@ -56,13 +57,13 @@ def decide(ib, peer_ratios):
             "The GPU was idle %s of the time while the loop was not waiting on data (data-wait "
             "%s): this rank waits elsewhere, most likely in a collective for a slower rank." % (
                 _pct(ib.gpu_idle_without_wait_ratio), _pct(wr)))
-    if worst is not None and worst[1] >= INPUT_BOUND_RATIO:
+    if worst is not None and worst[1] >= DATA_WAIT_LINE:
         return "not_input_bound", (
             "This rank's loader keeps up (data-wait %s), but rank %s of the same job on this "
             "node waits %s on its loader; synchronous steps make this rank wait for it "
             "(inferred: no GPU signal)." % (_pct(wr), worst[0].get("rank"), _pct(worst[1])))
     text = "The loop waited %s of its step time for data." % _pct(wr)
-    if ib.iterator_start_wait_seconds > INPUT_BOUND_RATIO * ib.step_seconds:
+    if ib.iterator_start_wait_seconds > DATA_WAIT_LINE * ib.step_seconds:
         text += (" Not counted: %.3gs waiting for the first batch of %d iterator(s) (worker "
                  "startup; persistent_workers=True avoids it at every epoch)." % (
                      ib.iterator_start_wait_seconds, ib.iterator_starts))
@@ -75,7 +76,7 @@ def straggler(trace, ratio, peer_ratios, node):
     ident, worst = max(everyone, key=lambda p: p[1])
     note = ("The agent sees only the ranks on node %s; `stallscope diagnose` adds the "
             "cluster view from Prometheus." % (node or "?"))
-    if worst < INPUT_BOUND_RATIO:
+    if worst < DATA_WAIT_LINE:
         return {"rank": None, "pod": None, "node": None, "data_wait_ratio": None,
                 "note": "No rank of this job on this node waits on its loader: the straggler, "
                         "if any, is on another node. " + note}
@@ -83,7 +84,7 @@ def straggler(trace, ratio, peer_ratios, node):
             "data_wait_ratio": round(worst, 6), "note": note}
 
 
-def analyse(trace, peers=(), node="", window_seconds=None):
+def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = None) -> Dict[str, Any]:
     """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job)."""
     ident = trace.ident or {}
     span = trace.span()
@@ -137,6 +138,6 @@ def analyse(trace, peers=(), node="", window_seconds=None):
     return out
 
 
-def top_cause(diagnosis):
+def top_cause(diagnosis: Dict[str, Any]) -> Any:
     causes = diagnosis.get("causes") or []
     return causes[0]["cause"] if causes else None

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from .trace import WaitIndex
+from .trace import GPU_BUSY_SIGNALS, WaitIndex
 
 
 @dataclasses.dataclass
@@ -63,7 +63,7 @@ def input_bound(trace, wait_index=None):
                      iterator_starts=int(starts.sum()), iterator_start_wait_seconds=start_wait,
                      compute_seconds=float(np.median(compute[~starts])) / 1e9
                      if (~starts).any() else 0.0)
-    name, gpu = trace.gpu(("gpu_busy_ratio", "gpu_sm_active_ratio"))
+    name, gpu = trace.gpu(GPU_BUSY_SIGNALS)
     span = trace.span()
     if gpu is None or span is None:
         return out

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from .period import dominant_period
-from .trace import Series, WaitIndex
+from .trace import GPU_BUSY_SIGNALS, Series, WaitIndex
 
 MIN_SAMPLES = 16
 MAX_SAMPLES = 4096   # the latest ~7 min at 10 Hz: alignment needs no more, and it bounds cost
@@ -47,7 +47,7 @@ def sawtooth(trace, stall_period_seconds=0.0, wait_index=None, stall_batches=Non
     if stall_batches == 0:
         out.note = "no stalls in the window to line up with"
         return out
-    name, gpu = trace.gpu(("gpu_sm_active_ratio", "gpu_busy_ratio"))
+    name, gpu = trace.gpu(GPU_BUSY_SIGNALS[::-1])
     span = trace.span()
     if gpu is None or span is None:
         out.note = "no GPU samples for this rank"

@@ -1,10 +1,10 @@
 """One rank's timelines as numpy arrays: what every correlator function takes as input.
 
 A trace holds the hook's batch events and the signal samples of one rank over a window.
-It is built from the agent's live state (``from_agent``) or from the JSON that
-``GET /api/v1/timeline`` returns (``from_timeline``), which is also the format of the
-stored evaluation traces (tests/data/traces/README.md), so both paths analyse the same
-numbers.
+It is built from the agent's live state (``from_events``, by the agent's correlator
+part) or from the JSON that ``GET /api/v1/timeline`` returns (``from_timeline``), which
+is also the format of the stored evaluation traces (tests/data/traces/README.md), so
+both paths analyse the same numbers.
 
 Clock: CLOCK_MONOTONIC nanoseconds everywhere (the hook's perf_counter_ns and the
 agent's monotonic_ns are the same clock on Linux). A batch event is
@@ -16,10 +16,13 @@ the start of the next data-wait.
 """
 import dataclasses
 import itertools
+from typing import Any
 
 import numpy as np
 
-GPU_BUSY_SIGNALS = ("gpu_busy_ratio", "gpu_sm_active_ratio")
+from ..vocabulary import signal
+
+GPU_BUSY_SIGNALS = (signal("gpu_busy_ratio").name, signal("gpu_sm_active_ratio").name)
 _POINT = np.dtype([("t", np.int64), ("v", np.float64)])
 
 
@@ -37,7 +40,7 @@ class Series:
         return cls.from_array(points_array(points))
 
     @classmethod
-    def from_array(cls, arr):
+    def from_array(cls, arr: Any) -> "Series":
         n = len(arr)
         if not n:
             return cls(np.zeros(0, np.int64), np.zeros(0))
@@ -109,7 +112,8 @@ class RankTrace:
         return None, None
 
     @classmethod
-    def from_events(cls, ident, loader, events, signals=None, node_signals=None, gpu_source=None):
+    def from_events(cls, ident: Any, loader: Any, events: Any, signals: Any = None, node_signals: Any = None,
+                    gpu_source: Any = None) -> "RankTrace":
         ev = events if isinstance(events, np.ndarray) else events_array(events)
         if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
             ev = ev[np.argsort(ev[:, 0], kind="stable")]
@@ -128,33 +132,7 @@ class RankTrace:
         return cls.from_events(body.get("rank") or {}, body.get("loader"), events, signals, node,
                                gpu.get("source") or body.get("gpu_source"))
 
-    @staticmethod
-    def scope_from_agent(agent, scope, seconds, cache=None):
-        out = {}
-        for sig in agent.samples.signals(scope):
-            points = agent.samples.series(scope, sig, seconds)
-            arr = cache.array((scope, sig), points, points_array) if cache else points_array(points)
-            out[sig] = Series.from_array(arr)
-        return out
-
-    @classmethod
-    def from_agent(cls, agent, rank, seconds, node_signals=None, cache=None):
-        """From the live agent: the same data the timeline route serves, without JSON.
-        Pass ``node_signals`` (scope_from_agent(agent, "node", s)) to share them, and an
-        ArrayCache (cache.py) to convert only what is new since the last call."""
-        events = agent.table.timeline(rank, seconds)
-        if cache is not None:
-            events = cache.array((rank.key, "events"), events, events_array)
-        signals = cls.scope_from_agent(agent, rank.key, seconds, cache)
-        node = node_signals if node_signals is not None else cls.scope_from_agent(
-            agent, "node", seconds, cache)
-        with agent.table.lock:
-            ident, loader = dict(rank.ident), rank.loader
-            source = rank.extra.get("gpu_source")
-        return cls.from_events(ident, loader, events, signals, node, source)
-
-
-def points_array(points):
+def points_array(points: Any) -> Any:
     """[(t_ns, value)] (tuples or JSON lists) -> a structured array; fromiter beats
     np.asarray 2x here."""
     if not len(points):
@@ -163,7 +141,7 @@ def points_array(points):
     return np.fromiter(rows, _POINT, len(points))
 
 
-def events_array(events):
+def events_array(events: Any) -> Any:
     """[(t_end, wait, interval)] -> an (n, 3) int64 array."""
     return np.fromiter(itertools.chain.from_iterable(events), np.int64,
                        3 * len(events)).reshape(-1, 3)

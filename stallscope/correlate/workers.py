@@ -19,7 +19,11 @@ slow too, and there the fix is elsewhere.
 """
 import numpy as np
 
+from ..vocabulary import signal
 from .trace import WaitIndex
+
+WORKERS_CPU = signal("workers_cpu_ratio").name
+BATCH_LOAD = signal("batch_load_seconds").name
 
 BUSY_LOW, BUSY_HIGH = 0.3, 0.7   # workers' CPU share: idle-ish .. clearly busy
 FED_LOW, FED_HIGH = 0.5, 0.8     # workers' CPU share that starts/ends contradicting a shortage
@@ -60,7 +64,7 @@ def persistence(trace, workers=1):
 def busy_share(trace, wait_index):
     """(scope, each worker's CPU share during the stalls) or (None, None)."""
     workers = (trace.loader or {}).get("num_workers")
-    scope, busy = trace.signal("workers_cpu_ratio", ("rank",))
+    scope, busy = trace.signal(WORKERS_CPU, ("rank",))
     span = trace.span()
     if busy is None or not workers or span is None:
         return None, None
@@ -107,7 +111,7 @@ def score(trace, period, others_best=0.0, wait_index=None):
         evidence.append({"signal": "num_workers", "during_stalls": 0, "outside_stalls": None,
                          "threshold": 1, "direction": "below"})
     elif workers:
-        scope, load = trace.signal("batch_load_seconds", ("rank",))
+        scope, load = trace.signal(BATCH_LOAD, ("rank",))
         # one sample per batch a worker produced (stallscope/agent/loader.py): a plain mean
         recent = load.clip(*span) if load is not None else None
         t_load = float(recent.v.mean()) if recent is not None and len(recent) else None

@@ -4,7 +4,7 @@ and the node's agent.
 
 The expressions and thresholds are the mixin's (stallscope/mixin/promql.py and
 config.py), so the evidence speaks the language of the alert that paged: the SLI of
-DESIGN.md, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank, evaluated raw over
+the mixin's, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank, evaluated raw over
 ``--window`` rather than read from the 5m recording rule (the window is the user's).
 One query returns every rank of the job and the statistics are taken here, so a
 2,048-rank job costs one evaluation, not one per statistic.
@@ -13,13 +13,14 @@ import concurrent.futures
 import difflib
 import statistics
 
+from .. import vocabulary
 from ..mixin import promql
 from ..mixin.config import DEFAULT as CFG
 from . import fetch, window
 from .errors import DiagnoseError
 from .prom import label, selector
 
-THRESHOLD = CFG.data_wait_warning  # the StallscopeDataWaitHigh line (max-rank data-wait > 2 %)
+THRESHOLD = CFG.data_wait_warning  # the data-wait line (vocabulary.DATA_WAIT_LINE)
 TOP_K = 5
 IDENTITY = ("job", "rank", "pod", "namespace", "node")
 
@@ -124,28 +125,28 @@ def agent_url(prom, node, w):
     return None
 
 
-# The pod's cause signals as Prometheus has them, with the alerts' thresholds: the
-# evidence when the node's agent cannot be asked, and context when it can.
-# (signal, cause, threshold, direction, expression of (matchers, window))
-POD_SIGNALS = (
-    ("cfs_throttled_ratio", "cpu_throttle", CFG.cfs_throttled_ratio, "above",
-     lambda m, w: "max(%s)" % promql.cfs_throttled_ratio(CFG, m, w)),
-    ("psi_io_some_ratio", "io_pressure", CFG.io_pressure_ratio, "above",
-     lambda m, w: "max(%s)" % promql.pressure_ratio(CFG, "io", m, w)),
-    ("psi_memory_some_ratio", "memory_pressure", CFG.memory_pressure_ratio, "above",
-     lambda m, w: "max(%s)" % promql.pressure_ratio(CFG, "memory", m, w)),
-    ("shm_used_ratio", "shm_exhaustion", CFG.shm_used_ratio, "above",
-     lambda m, w: "max(max_over_time((%s)[%s:]))" % (promql.shm_used_ratio(CFG, m), w)),
-    ("fuse_up", "fuse_unhealthy", 0.5, "below",
-     lambda m, w: "min(min_over_time(%s[%s]))" % (promql.fuse_up(CFG, m), w)),
-    ("fuse_probe_seconds", "fuse_unhealthy", CFG.fuse_probe_seconds, "above",
-     lambda m, w: "max(max_over_time(%s[%s]))" % (promql.fuse_probe(CFG, m), w)),
-    ("fuse_waiting_requests", "fuse_unhealthy", CFG.fuse_waiting_requests, "above",
-     lambda m, w: "max(max_over_time(%s[%s]))" % (promql.fuse_waiting(CFG, m), w)),
-    ("shard_read_p99_seconds", "storage_latency", CFG.shard_read_p99_seconds, "above",
-     lambda m, w: "max(%s)" % promql.shard_read_quantile(CFG, 0.99, m, w)),
-    ("cache_hit_ratio", "cache_miss", CFG.cache_hit_ratio, "below",
-     lambda m, w: "min(%s)" % promql.cache_hit_ratio(CFG, m, w)),
+def _pod_signal(cause, line):
+    """(signal, cause, threshold, direction, expression of (matchers, window)) of one of a
+    cause's lines, with the line of the alert on that signal where there is one (the
+    evidence then speaks the language of the page)."""
+    alerts = [a for a in cause.alerts if a.signal == line.signal]
+    threshold = CFG.line(alerts[0].name) if alerts else line.threshold
+    direction = "above" if line.above else "below"
+    agg = "max" if line.above else "min"
+
+    def build(m, w):
+        expr = promql.signal(CFG, line.signal, m, w)
+        if "$w" in vocabulary.signal(line.signal).query:
+            return "%s(%s)" % (agg, expr)
+        return "%s(%s_over_time((%s)[%s:]))" % (agg, agg, expr, w)
+    return (line.signal, cause.name, threshold, direction, build)
+
+
+# The pod's cause signals as Prometheus has them, with the alerts' lines: the evidence
+# when the node's agent cannot be asked, and context when it can. Every cause line
+# whose signal has a Prometheus face (stallscope/vocabulary/), once each.
+POD_SIGNALS = tuple({line.signal: _pod_signal(c, line) for c in reversed(vocabulary.CAUSES)
+                     for line in reversed(c.lines) if vocabulary.signal(line.signal).query}.values())[::-1] + (
     ("hook_dropped_events", None, 0, "above",
      lambda m, w: "sum(increase(%s[%s]))" % (promql.sel(CFG, "stallscope_hook_dropped_events_total", *m), w)),
 )

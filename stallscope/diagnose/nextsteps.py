@@ -2,47 +2,22 @@
 and the exact commands for a deeper look."""
 import shlex
 
+from .. import vocabulary
+from ..vocabulary import ATTRIBUTE
 from . import window
 
 RUNBOOK = "runbooks/%s.md"
-ACTIONS = {  # cause -> (alert whose runbook covers it, the first thing to do)
-    "cpu_throttle": ("StallscopeCPUThrottled",
-                     "Raise the pod's CPU limit so num_workers + 1 cores fit the quota, or lower "
-                     "num_workers and set torch.set_num_threads(1) in worker_init_fn."),
-    "too_few_workers": ("StallscopeDataWaitHigh",
-                        "Raise num_workers (up to the CPU quota minus one core), set "
-                        "persistent_workers=True, or make per-sample work cheaper (pre-decode, "
-                        "decode on the GPU)."),
-    "storage_latency": ("StallscopeShardReadSlow",
-                        "Check the storage backend's latency for this node; cache or prefetch "
-                        "shards locally."),
-    "fuse_unhealthy": ("StallscopeFuseMountDown",
-                       "Check the FUSE daemon of the mount (alive? stuck?); remount it and "
-                       "restart the rank (a dead mount answers ENOTCONN, a stuck one hangs)."),
-    "shm_exhaustion": ("StallscopeShmNearlyFull",
-                       "Give the pod a larger /dev/shm (emptyDir medium: Memory with a sizeLimit) "
-                       "or lower prefetch_factor x num_workers."),
-    "io_pressure": ("StallscopeIOPressure",
-                    "Find what else does I/O on the node (checkpoints, other pods); move it off "
-                    "the training data's device."),
-    "memory_pressure": ("StallscopeMemoryPressure",
-                        "Raise the pod's memory limit or cut the loader's footprint (fewer "
-                        "workers, smaller prefetch); check for reclaim of the page cache."),
-    "cache_miss": ("StallscopeCacheHitRateLow",
-                   "Prewarm the cache on this node or size it to the working set."),
-    "checkpoint_contention": ("StallscopeDataWaitHigh",
-                              "Write checkpoints to other storage than the training data, or "
-                              "stagger them across ranks."),
-    "unexplained": ("StallscopeDataWaitHigh",
-                    "Sample the workers' stacks (--stacks) to see where they spend the time."),
-}
-ATTRIBUTE = 0.5  # causes named as findings (the correlator's line, correlate/causes.py)
 
 
-def _fuse_alert(cause):
-    signals = {e.get("signal") for e in cause.get("evidence") or []}
-    return "StallscopeFuseMountStuck" if signals & {"fuse_probe_seconds", "fuse_waiting_requests"} \
-        and "fuse_up" not in signals else "StallscopeFuseMountDown"
+def runbook_alert(cause):
+    """The alert whose runbook fits a ranked cause: of a cause paged by several alerts,
+    the one on the signal that explained most of the wait (evidence is ranked)."""
+    c = vocabulary.CAUSE.get(cause["cause"]) or vocabulary.cause("unexplained")
+    by_signal = {a.signal: a.name for a in c.alerts}
+    for e in cause.get("evidence") or ():
+        if e.get("signal") in by_signal:
+            return by_signal[e["signal"]]
+    return c.runbook_alert
 
 
 def steps(doc):
@@ -69,9 +44,8 @@ def steps(doc):
                 z["workers_needed"] > z["num_workers"] and "too_few_workers" not in [c["cause"] for c in named[:2]]:
             named = [{"cause": "too_few_workers", "score": 0.0, "evidence": []}] + named
         for c in named[:2]:
-            alert, text = ACTIONS.get(c["cause"], ACTIONS["unexplained"])
-            if c["cause"] == "fuse_unhealthy":
-                alert = _fuse_alert(c)
+            known = vocabulary.CAUSE.get(c["cause"]) or vocabulary.cause("unexplained")
+            alert, text = runbook_alert(c), known.advice
             if c["cause"] == "too_few_workers" and doc.get("sizing", {}).get("workers_needed"):
                 text = _more_workers(doc)
             add(alert, text)

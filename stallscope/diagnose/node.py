@@ -7,6 +7,7 @@ still stands on its own (see report.py).
 import statistics
 import time
 
+from ..vocabulary import MIN_BATCHES
 from . import fetch
 
 
@@ -82,7 +83,6 @@ def progress(tl, rank, now=None):
     return out
 
 
-MIN_BATCHES = 20  # as the correlator: fewer, and the first batch's start-up dominates
 
 
 def timeline_ratio(tl):

@@ -1,6 +1,5 @@
 """``run()``: the cluster view, the node detail and (optionally) the stacks, merged into
-one document, the contract of ``stallscope diagnose --json`` (DESIGN.md, "Verdicts and
-causes"). A source that fails becomes a warning when another one can still answer; only
+one document, the contract of ``stallscope diagnose --json`` (docs/diagnose.md, "--json"). A source that fails becomes a warning when another one can still answer; only
 when nothing can does ``run`` raise DiagnoseError (exit 2).
 """
 import datetime
@@ -72,7 +71,7 @@ def _identity(cl, nd, w):
                 "progress": (nd or {}).get("progress"), "rank_info": (nd or {}).get("rank")}
     r, d = nd["rank"], nd["diagnosis"] or {}
     ratio = d.get("data_wait_ratio")
-    if ratio is None and not d and nd.get("timeline"):  # an agent without the correlator
+    if ratio is None and not d and nd.get("timeline"):  # the agent gave no diagnosis
         ratio = node_mod.timeline_ratio(nd["timeline"])
     peers = [p["data_wait_ratio"] for p in d.get("job_ranks_on_node") or [] if p.get("data_wait_ratio") is not None]
     ratios = peers + ([ratio] if ratio is not None else [])
@@ -140,7 +139,7 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
         "since": (cl or {}).get("since"), "window_seconds": w,
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "loader": rank_info.get("loader") or (diag or {}).get("loader"),
-        "sizing": rank_info.get("json_loader_sizing") or (cl or {}).get("sizing") or {},
+        "sizing": rank_info.get("sizing") or (cl or {}).get("sizing") or {},
         "pids": {"main": rank_info.get("pid"), "workers": rank_info.get("worker_pids") or []} if rank_info else None,
         "progress": me.get("progress"),
         "blocked_in_next_seconds": rank_info.get("blocked_in_next_seconds"), "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),

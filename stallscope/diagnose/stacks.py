@@ -1,6 +1,6 @@
 """``--stacks``: one py-spy dump per PID of the rank (the main process and each loader
-worker; ``py-spy dump --json --subprocesses`` returns only the parent, see
-FIELD-NOTES.md), each main thread classified (classify.py), with counts and a reading.
+worker; ``py-spy dump --json`` ignores ``--subprocesses`` and returns only the parent),
+each main thread classified (classify.py), with counts and a reading.
 
 py-spy pauses each target for a few milliseconds (no ``--nonblocking``: a consistent
 stack matters more here than a few ms of one step). It needs ptrace: root, or
@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 
+from ..system import procfs
 from .classify import CLASSES, classify, where
 
 PY_SPY_ENV = "STALLSCOPE_PY_SPY"
@@ -90,14 +91,10 @@ def is_local(pid, ns_pid=None):
     """Whether ``pid`` here is the trainer's process: the agent's PIDs are host PIDs of
     its node, and on another machine the same number is someone else. The innermost
     NSpid of /proc/PID/status must be the PID the trainer saw itself as."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return ns_pid is None or int(line.split()[-1]) == int(ns_pid)
-    except (OSError, ValueError):
+    if procfs.stat("/proc", pid) is None:
         return False
-    return True
+    inner = procfs.ns_pid("/proc", pid)
+    return ns_pid is None or inner is None or inner == int(ns_pid)
 
 
 def main_thread(threads, pid):

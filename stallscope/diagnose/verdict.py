@@ -200,7 +200,7 @@ def evidence(me, cluster, diag, rank_info, causes):
             rows.append({"signal": "stall_period_steps", "value": diag["stall_period_steps"],
                          "threshold": workers, "direction": "equal", "source": "agent",
                          "status": "over" if workers and diag["stall_period_steps"] == workers else "info"})
-    sizing = (rank_info or {}).get("json_loader_sizing") or (cluster or {}).get("sizing")
+    sizing = (rank_info or {}).get("sizing") or (cluster or {}).get("sizing")
     if sizing and sizing.get("num_workers") is not None and sizing.get("workers_needed") is not None:
         needed = sizing.get("workers_needed")
         rows.append({"signal": "workers_needed", "value": needed, "threshold": sizing["num_workers"],

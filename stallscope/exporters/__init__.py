@@ -1,44 +1,38 @@
-"""Node exporters: one module per node signal (cfs, psi, shm, fuse, workers ...),
-registered in registry.py, run by runner.py off the scrape path, attributed to ranks
-through their PIDs' cgroups (cgroups.py).
-
-The agent wires them with one call: ``exporters.install(agent)``.
+"""Node exporters: one module per node signal (cfs, psi, shm, fuse, workers, gpu ...),
+registered in the vocabulary (stallscope/vocabulary/node.py), run by runner.py off the
+scrape path, attributed to ranks through their PIDs' cgroups (stallscope/system/).
+Each is a part (stallscope.host.Part); the agent's composition root builds them with
+``build``.
 """
-from . import base, registry, runner
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import registry
+from .base import Exporter
+from .runner import ExportersOptions, Runner
+
+__all__ = ["Exporter", "ExportersOptions", "Runner", "build", "option_classes", "registry"]
 
 
-def build(ctx, options, deadline, ranks, stopping=None):
-    """A Runner over the exporters that ``options`` enables."""
-    chosen = []
+def option_classes() -> List[Any]:
+    """The Options dataclass of every registered exporter that has flags."""
+    out = []
     for entry in registry.EXPORTERS:
-        flag = options.get("exporter_" + entry.name)
-        if flag is False or (flag is None and not entry.default):
-            continue
-        chosen.append((entry.name, registry.load(entry)(ctx), flag is True))
-    return runner.Runner(ctx, chosen, deadline, ranks, stopping)
+        cls = registry.load(entry)
+        if cls.Options is not None:
+            out.append(cls.Options)
+    return out
 
 
-def install(agent):
-    """Register the exporters' collector, schedule their collections and add
-    ``/api/v1/exporters``. Returns the Runner."""
-    opts = agent.config.options
-    interval = float(opts.get("exporter_interval") or 2.0)
-    deadline = float(opts.get("exporter_timeout") or 2.0)
-    ctx = base.Context.of_agent(agent, deadline)
-    run = build(ctx, opts, deadline, agent.table.snapshot, agent.stopping)
-    for slot in run.slots:  # exporters that need more of the agent (hook keys, timeline parts)
-        attach = getattr(slot.exporter, "attach", None)
-        if attach is not None:
-            attach(agent)
-    agent.registry.register(run)
-    agent.every(interval, run.tick)
-    agent.add_route("/api/v1/exporters", lambda _agent, query: _status_route(run, query))
-    return run
-
-
-def _status_route(run, query):
-    from ..agent.http import ApiError
-
-    if query:
-        raise ApiError(400, "unknown parameters: %s" % ", ".join(sorted(query)))
-    return 200, {"exporters": run.status()}
+def build(host: Any, enabled: Dict[str, Optional[bool]], options: Dict[type, Any],
+          runner_options: ExportersOptions = ExportersOptions()) -> Tuple[List[Exporter], Runner]:
+    """The exporters that ``enabled`` turns on ({name: True/False/None=default}), each
+    with its options from ``options`` ({Options class: instance}, else its defaults),
+    and the Runner that schedules them."""
+    chosen = []
+    for entry in registry.chosen(enabled):
+        cls = registry.load(entry)
+        opts = options.get(cls.Options) if cls.Options is not None else None
+        chosen.append((cls(host, opts), enabled.get(entry.name) is True))
+    return [e for e, _ in chosen], Runner(host, chosen, runner_options)

@@ -10,20 +10,27 @@ the tightest along its ancestors, since a parent's quota throttles its children.
 PyTorch sizes DataLoader workers from CPU affinity, not the CFS quota
 (pytorch/pytorch#46867), so a 4-CPU pod on a 96-core node may run 90 workers:
 ``stallscope_cpu_cfs_quota_oversubscribed`` flags a cgroup holding more rank processes
-(main + workers) than its quota has cores. The quota is also left on each rank as
-``rank.extra["cfs_quota_cores"]`` (float cores, None without a quota) and the number
-of ranks sharing it as ``rank.extra["cfs_quota_ranks"]``, for loader-sizing advice.
+(main + workers) than its quota has cores. ``quota_of(rank key)`` gives the loader
+sizing each rank's quota (cores, None without one) and the ranks sharing it.
 """
+from __future__ import annotations
+
 import os
+from typing import Any, Dict, Iterator, Optional, Tuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from ..host.families import family
+from ..system import cgroups
+from ..system.procfs import read_keyed, read_text
+from ..vocabulary import signal
+from . import base
 
-from . import base, cgroups
+THROTTLED_RATIO = signal("cfs_throttled_ratio").name
+THROTTLED_RATE = signal("cfs_throttled_seconds_rate").name
 
 
 def _quota_v1(d):
-    q = base.read_text(os.path.join(d, "cpu.cfs_quota_us"))
-    p = base.read_text(os.path.join(d, "cpu.cfs_period_us"))
+    q = read_text(os.path.join(d, "cpu.cfs_quota_us"))
+    p = read_text(os.path.join(d, "cpu.cfs_period_us"))
     try:
         q, p = int(q), int(p)
     except (TypeError, ValueError):
@@ -32,7 +39,7 @@ def _quota_v1(d):
 
 
 def _quota_v2(d):
-    text = (base.read_text(os.path.join(d, "cpu.max")) or "").split()
+    text = (read_text(os.path.join(d, "cpu.max")) or "").split()
     if len(text) != 2 or text[0] == "max":
         return None
     try:
@@ -68,18 +75,26 @@ class Group:
 class CfsExporter(base.Exporter):
     name = "cfs"
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.rates = base.Rates(ctx)
+    def __init__(self, host: Any, options: Any = None) -> None:
+        super().__init__(host, options)
+        self.rates = base.Rates(host)
+        self.quotas: Dict[Any, Tuple[Optional[float], Optional[int]]] = {}
+
+    def quota_of(self, key: Any) -> Tuple[Optional[float], Optional[int]]:
+        """(CFS quota in cores, ranks whose main process shares its cgroup) of a rank."""
+        return self.quotas.get(key, (None, None))
+
+    def forget(self, key: Any) -> None:
+        self.quotas.pop(key, None)
 
     def unavailable(self):
-        layout = cgroups.Layout(self.ctx.cgroupfs)
+        layout = cgroups.Layout(self.host.cgroupfs)
         if "cpu" in layout.v1:
             return None
-        controllers = base.read_text(os.path.join(layout.v2 or "/nonexistent", "cgroup.controllers"))
+        controllers = read_text(os.path.join(layout.v2 or "/nonexistent", "cgroup.controllers"))
         if controllers is not None and "cpu" in controllers.split():
             return None
-        return "no cpu cgroup controller under %s" % self.ctx.cgroupfs
+        return "no cpu cgroup controller under %s" % self.host.cgroupfs
 
     def _locate(self, layout, cg):
         if "cpu" in layout.v1 and "cpu" in cg.v1:
@@ -101,22 +116,22 @@ class CfsExporter(base.Exporter):
                 best = q
         return best
 
-    def collect(self, ranks):
-        ctx = self.ctx
-        layout = cgroups.Layout(ctx.cgroupfs)
+    def collect(self) -> Any:
+        ranks = self.host.ranks()
+        layout = cgroups.Layout(self.host.cgroupfs)
         groups, rank_groups, quota_cache = {}, {}, {}
         for rank in ranks:
-            main_cg = ctx.attribute(rank)
             pids = ([rank.pid] if rank.pid else []) + list(rank.worker_pids)
             mine = rank_groups[rank.key] = []
             for i, pid in enumerate(pids):
-                cg = main_cg if i == 0 and rank.pid else cgroups.of_pid(ctx.procfs, pid)
+                main = i == 0 and rank.pid
+                cg = rank.cgroup if main else cgroups.of_pid(self.host.procfs, pid)
                 where = self._locate(layout, cg) if cg is not None else None
                 if where is None or where[1] == "/":
                     continue  # the root cgroup has no quota to enforce
                 g = groups.get(where[:2])
                 if g is None:
-                    labels = base.pod_labels(ctx, rank) + (cgroups.container_label(cg, where[1]),)
+                    labels = dict(rank.labels, container=cgroups.container_label(cg, where[1]))
                     g = groups[where[:2]] = Group(where[0], where[1], where[2], cg, labels)
                 g.procs += 1
                 if i == 0 and rank.pid:
@@ -126,37 +141,27 @@ class CfsExporter(base.Exporter):
         return self._emit(layout, groups, ranks, rank_groups, quota_cache)
 
     def _emit(self, layout, groups, ranks, rank_groups, quota_cache):
-        L = list(base.CONTAINER)
-        periods = CounterMetricFamily("stallscope_cpu_cfs_periods",
-                                      "CFS enforcement periods elapsed (cpu.stat nr_periods).", labels=L)
-        throttled = CounterMetricFamily("stallscope_cpu_cfs_throttled_periods",
-                                        "CFS periods in which the cgroup was throttled.", labels=L)
-        seconds = CounterMetricFamily("stallscope_cpu_cfs_throttled_seconds",
-                                      "Time the cgroup's threads spent throttled by its quota.", labels=L)
-        quota = GaugeMetricFamily("stallscope_cpu_cfs_quota_cores",
-                                  "Effective CFS quota in cores (tightest along the cgroup's ancestors).",
-                                  labels=L)
-        over = GaugeMetricFamily("stallscope_cpu_cfs_quota_oversubscribed",
-                                 "1 if the cgroup runs more rank processes (main + loader workers) "
-                                 "than its quota has cores (PyTorch sizes workers from CPU affinity, "
-                                 "not the quota: pytorch/pytorch#46867).", labels=L)
+        periods = family("stallscope_cpu_cfs_periods_total")
+        throttled = family("stallscope_cpu_cfs_throttled_periods_total")
+        seconds = family("stallscope_cpu_cfs_throttled_seconds_total")
+        quota = family("stallscope_cpu_cfs_quota_cores")
+        over = family("stallscope_cpu_cfs_quota_oversubscribed")
         for key, g in sorted(groups.items()):
-            g.counters = parse_stat(base.read_keyed(os.path.join(g.dir, "cpu.stat")), g.version)
+            g.counters = parse_stat(read_keyed(os.path.join(g.dir, "cpu.stat")), g.version)
             if g.counters is None:
                 self.note("no CFS counters in %s/cpu.stat (cpu controller not enabled there)" % g.dir)
                 continue
             g.quota = self._quota(layout, g.version, g.path, quota_cache)
-            periods.add_metric(g.labels, g.counters[0])
-            throttled.add_metric(g.labels, g.counters[1])
-            seconds.add_metric(g.labels, g.counters[2])
+            periods.add(g.labels, g.counters[0])
+            throttled.add(g.labels, g.counters[1])
+            seconds.add(g.labels, g.counters[2])
             if g.quota is not None:
-                quota.add_metric(g.labels, g.quota)
-                over.add_metric(g.labels, 1 if g.procs > g.quota else 0)
+                quota.add(g.labels, g.quota)
+                over.add(g.labels, 1 if g.procs > g.quota else 0)
         self._record(groups, ranks, rank_groups)
-        return [periods, throttled, seconds, quota, over]
+        return [f.family for f in (periods, throttled, seconds, quota, over)]
 
     def _record(self, groups, ranks, rank_groups):
-        ctx = self.ctx
         ratio, rate = {}, {}
         for key, g in groups.items():
             if g.counters is None:
@@ -167,15 +172,15 @@ class CfsExporter(base.Exporter):
                 ratio[key] = dthr / dp if dp else 0.0
                 rate[key] = dsec / dt
         self.rates.prune()
+        quotas = {}
         for rank in ranks:
             mine = [g for g in rank_groups.get(rank.key, ()) if g.counters is not None]
             keys = [(g.version, g.path) for g in mine if (g.version, g.path) in ratio]
             if keys:  # the worst of the rank's cgroups: a throttled worker cgroup is enough
-                ctx.record(rank.key, "cfs_throttled_ratio", max(ratio[k] for k in keys))
-                ctx.record(rank.key, "cfs_throttled_seconds_rate", max(rate[k] for k in keys))
-            quotas = [g.quota for g in mine if g.quota is not None]
-            q = min(quotas) if quotas else None
+                self.record(rank.key, THROTTLED_RATIO, max(ratio[k] for k in keys))
+                self.record(rank.key, THROTTLED_RATE, max(rate[k] for k in keys))
+            found = [g.quota for g in mine if g.quota is not None]
+            q = min(found) if found else None
             main = next((g for g in mine if rank in g.ranks), None)
-            if rank.extra.get("cfs_quota_cores") != q:
-                ctx.set_extra(rank, "cfs_quota_cores", q)
-            ctx.set_extra(rank, "cfs_quota_ranks", len(main.ranks) if main and q is not None else None)
+            quotas[rank.key] = (q, len(main.ranks) if main and q is not None else None)
+        self.quotas = quotas

@@ -8,9 +8,16 @@ partitions, device-mapper, md, loop and zram devices would count the same write 
 No metric family: node_exporter's ``node_disk_written_bytes_total`` already exports
 the counters; this only records the node sample ``disk_write_bytes_rate`` (bytes/s).
 """
-import os
+from __future__ import annotations
 
+import os
+from typing import Any
+
+from ..system.procfs import read_text
+from ..vocabulary import signal
 from . import base
+
+WRITE_RATE = signal("disk_write_bytes_rate").name
 
 SECTOR = 512
 
@@ -31,12 +38,12 @@ def parse(text, physical):
 class DiskExporter(base.Exporter):
     name = "disk"
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.rates = base.Rates(ctx)
+    def __init__(self, host: Any, options: Any = None) -> None:
+        super().__init__(host, options)
+        self.rates = base.Rates(host)
 
     def _physical(self):
-        root = os.path.join(self.ctx.sysfs, "block")
+        root = os.path.join(self.host.sysfs, "block")
         try:
             names = os.listdir(root)
         except OSError:
@@ -44,18 +51,18 @@ class DiskExporter(base.Exporter):
         return {n for n in names if os.path.exists(os.path.join(root, n, "device"))}
 
     def unavailable(self):
-        if not os.path.exists(os.path.join(self.ctx.procfs, "diskstats")):
-            return "no %s/diskstats" % self.ctx.procfs
+        if not os.path.exists(os.path.join(self.host.procfs, "diskstats")):
+            return "no %s/diskstats" % self.host.procfs
         return None
 
-    def collect(self, ranks):
+    def collect(self) -> Any:
         physical = self._physical()
         if not physical:
-            self.note("no physical block devices under %s/block" % self.ctx.sysfs)
+            self.note("no physical block devices under %s/block" % self.host.sysfs)
             return []
-        written = parse(base.read_text(os.path.join(self.ctx.procfs, "diskstats")), physical)
+        written = parse(read_text(os.path.join(self.host.procfs, "diskstats")), physical)
         d = self.rates.delta("node", (sum(written.values()),))
         if d is not None:
-            self.ctx.record("node", "disk_write_bytes_rate", d[1][0] * SECTOR / d[0])
+            self.record("node", WRITE_RATE, d[1][0] * SECTOR / d[0])
         self.rates.prune()
         return []

@@ -14,41 +14,41 @@ call fail with ENOTCONN ("Transport endpoint is not connected"); an aborted conn
 with ECONNABORTED.
 
 Implementations: Mountpoint for S3 and blobfuse2 mount as plain ``fuse`` with their
-name as source; gcsfuse, s3fs, JuiceFS, Alluxio use ``fuse.<name>`` (FIELD-NOTES.md).
+name as source; gcsfuse, s3fs, JuiceFS, Alluxio use ``fuse.<name>`` (as their mount
+helpers register them).
 """
+from __future__ import annotations
+
 import collections
+import dataclasses
 import errno
 import os
 import re
 import threading
 import time
+from typing import Any, Dict
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
+from ..host.families import family
+from ..host.options import flag
+from ..system.procfs import mountinfo, read_text
+from ..vocabulary import signal
 from . import base
 from .shm import PTRACE_NOTE
 
-LABELS = base.POD + ("mountpoint", "fstype", "driver")
 DEFAULT_EXCLUDE = r"^fuse\.(lxcfs|portal|gvfsd-fuse|xdg-document-portal)$"
 KNOWN = ("mountpoint-s3", "blobfuse2", "gcsfuse", "s3fs", "juicefs", "alluxio-fuse",
          "goofys", "rclone", "sshfs", "ossfs", "geesefs")
-Mount = collections.namedtuple("Mount", "mount_id dev root mountpoint fstype source")
+UP, PROBE, WAITING = (signal(n).name for n in ("fuse_up", "fuse_probe_seconds", "fuse_waiting_requests"))
 
 
-def _unescape(s):
-    # mountinfo escapes space, tab, newline and backslash as \ooo (octal).
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
-
-
-def parse_mountinfo(text):
-    out = []
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        f, r = left.split(), right.split()
-        if not sep or len(f) < 5 or len(r) < 2:
-            continue
-        out.append(Mount(f[0], f[2], _unescape(f[3]), _unescape(f[4]), r[0], _unescape(r[1])))
-    return out
+@dataclasses.dataclass(frozen=True)
+class FuseOptions:
+    probe_timeout: float = flag(2.0, "--exporter.fuse.probe-timeout",
+                                "A FUSE mount whose statfs probe takes longer is reported stuck; "
+                                "the probe is not re-issued until it returns.",
+                                lo=0.05, hi=600, metavar="SECONDS")
+    exclude_fstypes: str = flag(DEFAULT_EXCLUDE, "--exporter.fuse.exclude-fstypes",
+                                "FUSE filesystem types not to watch.", metavar="REGEX", regex=True)
 
 
 def is_fuse(fstype):
@@ -105,36 +105,38 @@ def outcome(p, probe_timeout, now):
 
 class FuseExporter(base.Exporter):
     name = "fuse"
+    Options = FuseOptions
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.probe_timeout = float(ctx.option("exporter_fuse_probe_timeout", 2.0))
-        self.exclude = re.compile(ctx.option("exporter_fuse_exclude_fstypes", DEFAULT_EXCLUDE))
+    def __init__(self, host: Any, options: Any = None) -> None:
+        super().__init__(host, options)
+        self.probe_timeout = self.options.probe_timeout
+        self.exclude = re.compile(self.options.exclude_fstypes)
+        self.mounts_of: Dict[Any, Any] = {}   # rank key -> [mount state] for /api/v1/ranks
         self.probes = {}      # connection (major:minor) -> latest Probe
         self.last = {}        # connection -> last settled (state, seconds, error)
         self.failures = collections.Counter()  # labels + (reason,) -> n
 
     def _mounts(self, ranks):
         """{connection: {"path": probe path, "series": {labels: Mount}, "ranks": [...]}}"""
-        ctx, by_ns, out = self.ctx, {}, {}
+        by_ns, out = {}, {}
         for rank in ranks:
             if not rank.pid:
                 continue
             try:
-                ns = os.readlink(base.proc_path(ctx, rank.pid, "ns", "mnt"))
+                ns = os.readlink(self.proc(rank.pid, "ns", "mnt"))
             except PermissionError as e:
                 self.note(PTRACE_NOTE % e.strerror + ": the ranks' FUSE mounts are not watched")
                 continue
             except OSError:
                 continue
             if ns not in by_ns:
-                text = base.read_text(base.proc_path(ctx, rank.pid, "mountinfo")) or ""
-                by_ns[ns] = [m for m in parse_mountinfo(text)
+                by_ns[ns] = [m for m in mountinfo(self.host.procfs, rank.pid)
                              if is_fuse(m.fstype) and not self.exclude.search(m.fstype)]
             for m in by_ns[ns]:
-                entry = out.setdefault(m.dev, {"path": base.proc_path(ctx, rank.pid, "root")
-                                               + m.mountpoint, "series": {}, "ranks": []})
-                labels = base.pod_labels(ctx, rank) + (m.mountpoint, m.fstype, driver_of(m.fstype, m.source))
+                entry = out.setdefault(m.dev, {"path": self.proc(rank.pid, "root") + m.mountpoint,
+                                               "series": {}, "ranks": []})
+                labels = (rank.labels["job"], rank.labels["pod"], rank.labels["namespace"],
+                          rank.labels["node"], m.mountpoint, m.fstype, driver_of(m.fstype, m.source))
                 entry["series"].setdefault(labels, m)
                 entry["ranks"].append((rank, labels))
         return out
@@ -144,36 +146,30 @@ class FuseExporter(base.Exporter):
         # fusectl names a connection by the kernel's dev_t, (major << 20) | minor: for
         # the anonymous devices of plain FUSE mounts (major 0), the minor.
         conn = str((int(major) << 20) | int(minor))
-        text = base.read_text(os.path.join(self.ctx.sysfs, "fs", "fuse", "connections", conn, "waiting"))
+        text = read_text(os.path.join(self.host.sysfs, "fs", "fuse", "connections", conn, "waiting"))
         if text is None:
             self.note("fusectl is not mounted at %s/fs/fuse/connections: pending requests "
-                      "unknown (mount -t fusectl none /sys/fs/fuse/connections)" % self.ctx.sysfs)
+                      "unknown (mount -t fusectl none /sys/fs/fuse/connections)" % self.host.sysfs)
             return None
         return int(text)
 
-    def collect(self, ranks):
-        mounts = self._mounts(ranks)
+    def collect(self) -> Any:
+        mounts = self._mounts(self.host.ranks())
         waiting = {dev: self._waiting(dev) for dev in mounts}  # before any probe
         for dev, entry in mounts.items():
             p = self.probes.get(dev)
             if p is None or p.done.is_set():
                 self.probes[dev] = Probe(entry["path"])
-        budget_end = time.monotonic() + min(self.probe_timeout, 0.5 * self.ctx.deadline)
+        budget_end = time.monotonic() + min(self.probe_timeout, 0.5 * self.deadline)
         for dev in mounts:
             self.probes[dev].done.wait(max(0.0, budget_end - time.monotonic()))
         return self._emit(mounts, waiting, time.monotonic())
 
     def _emit(self, mounts, waiting, now):
-        up = GaugeMetricFamily("stallscope_fuse_up", "1 if the FUSE mount answered its last "
-                               "probe (statfs); 0 if stuck, disconnected (ENOTCONN) or failing.",
-                               labels=LABELS)
-        secs = GaugeMetricFamily("stallscope_fuse_probe_seconds", "Latency of the last probe; "
-                                 "of a stuck probe, how long it has been waiting.", labels=LABELS)
-        wait = GaugeMetricFamily("stallscope_fuse_waiting_requests", "Requests in flight on the "
-                                 "mount's FUSE connection (fusectl 'waiting').", labels=LABELS)
-        fails = CounterMetricFamily("stallscope_fuse_probe_failures", "Failed probes, by reason: "
-                                    "stuck or the errno (ENOTCONN: the daemon died).",
-                                    labels=LABELS + ("reason",))
+        up = family("stallscope_fuse_up")
+        secs = family("stallscope_fuse_probe_seconds")
+        wait = family("stallscope_fuse_waiting_requests")
+        fails = family("stallscope_fuse_probe_failures_total")
         per_rank, live = collections.defaultdict(list), set()
         for dev, entry in sorted(mounts.items()):
             p = self.probes[dev]
@@ -183,10 +179,10 @@ class FuseExporter(base.Exporter):
             self.last[dev] = (state, seconds, error)
             for labels, m in entry["series"].items():
                 live.add(labels)
-                up.add_metric(labels, 1 if state == "up" else 0)
-                secs.add_metric(labels, seconds)
+                up.add_values(labels, 1 if state == "up" else 0)
+                secs.add_values(labels, seconds)
                 if waiting[dev] is not None:
-                    wait.add_metric(labels, waiting[dev])
+                    wait.add_values(labels, waiting[dev])
                 if error and not p.counted:
                     self.failures[labels + (error,)] += 1
             if error:
@@ -196,10 +192,10 @@ class FuseExporter(base.Exporter):
         for key in [k for k in self.failures if k[:-1] not in live]:
             del self.failures[key]
         for key, n in sorted(self.failures.items()):
-            fails.add_metric(list(key), n)
+            fails.add_values(key, n)
         self._forget(mounts)
         self._record(per_rank)
-        return [up, secs, wait, fails]
+        return [f.family for f in (up, secs, wait, fails)]
 
     def _forget(self, mounts):
         for dev in [d for d, p in self.probes.items() if d not in mounts and p.done.is_set()]:
@@ -207,15 +203,19 @@ class FuseExporter(base.Exporter):
             self.last.pop(dev, None)
 
     def _record(self, per_rank):
-        ctx = self.ctx
+        mounts_of = {}
         for key, rows in per_rank.items():
-            rank = rows[0][0]
-            ctx.record(key, "fuse_up", min(1 if r[2] == "up" else 0 for r in rows))
-            ctx.record(key, "fuse_probe_seconds", max(r[3] for r in rows))
+            self.record(key, UP, min(1 if r[2] == "up" else 0 for r in rows))
+            self.record(key, PROBE, max(r[3] for r in rows))
             known = [r[4] for r in rows if r[4] is not None]
             if known:
-                ctx.record(key, "fuse_waiting_requests", sum(known))
-            ctx.set_extra(rank, "json_fuse", [
+                self.record(key, WAITING, sum(known))
+            mounts_of[key] = [
                 {"mountpoint": l[4], "fstype": l[5], "driver": l[6], "state": s,
                  "probe_seconds": round(sec, 6), "waiting_requests": w, "error": e}
-                for _, l, s, sec, w, e in rows])
+                for _, l, s, sec, w, e in rows]
+        self.mounts_of = mounts_of
+
+    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+        found = self.mounts_of.get(rank.key)
+        return {"fuse": found} if found is not None else {}

@@ -9,18 +9,23 @@ A rank's cgroup pressure comes from ``<v2 root>/<path>/{cpu,io,memory}.pressure`
 hybrid host whose processes sit at the v2 root (``0::/``) there is none beyond the
 node's, and the rank's samples use the node's figures.
 """
+from __future__ import annotations
+
 import os
+from typing import Any
 
-from prometheus_client.core import CounterMetricFamily
-
-from . import base, cgroups
+from ..host.families import family
+from ..system import cgroups
+from ..system.procfs import read_text
+from ..vocabulary import SIGNAL
+from . import base
 
 RESOURCES = ("cpu", "io", "memory")
 KINDS = (("some", "waiting"), ("full", "stalled"))
-# Samples for the correlator (rates of total µs / 1e6: the share of time stalled).
-SIGNALS = {("cpu", "some"): "psi_cpu_some_ratio", ("io", "some"): "psi_io_some_ratio",
-           ("io", "full"): "psi_io_full_ratio", ("memory", "some"): "psi_memory_some_ratio",
-           ("memory", "full"): "psi_memory_full_ratio"}
+# Samples for the correlator (rates of total µs / 1e6: the share of time stalled), for
+# every (resource, kind) the vocabulary declares a signal of.
+SIGNALS = {(res, kind): "psi_%s_%s_ratio" % (res, kind) for res in RESOURCES for kind, _ in KINDS
+           if "psi_%s_%s_ratio" % (res, kind) in SIGNAL}
 
 
 def parse(text):
@@ -43,7 +48,7 @@ def read_dir(directory, suffix):
     """{(resource, kind): seconds} for ``<directory>/<resource><suffix>``."""
     out = {}
     for res in RESOURCES:
-        for kind, v in parse(base.read_text(os.path.join(directory, res + suffix))).items():
+        for kind, v in parse(read_text(os.path.join(directory, res + suffix))).items():
             out[(res, kind)] = v
     return out
 
@@ -51,15 +56,15 @@ def read_dir(directory, suffix):
 class PsiExporter(base.Exporter):
     name = "psi"
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.rates = base.Rates(ctx)
+    def __init__(self, host: Any, options: Any = None) -> None:
+        super().__init__(host, options)
+        self.rates = base.Rates(host)
 
     def unavailable(self):
-        if os.path.exists(os.path.join(self.ctx.procfs, "pressure", "cpu")):
+        if os.path.exists(os.path.join(self.host.procfs, "pressure", "cpu")):
             return None
         return ("no %s/pressure (a kernel without CONFIG_PSI, or CONFIG_PSI_DEFAULT_DISABLED "
-                "without psi=1 on the kernel command line)" % self.ctx.procfs)
+                "without psi=1 on the kernel command line)" % self.host.procfs)
 
     def _ratios(self, key, readings):
         keys = sorted(readings)
@@ -69,25 +74,22 @@ class PsiExporter(base.Exporter):
         dt, deltas = d
         return {k: v / dt for k, v in zip(keys, deltas)}
 
-    def collect(self, ranks):
-        ctx = self.ctx
-        fams = {(res, kind): CounterMetricFamily(
-            "stallscope_pressure_%s_%s_seconds" % (res, name),
-            "PSI %s: time %s tasks were stalled on %s (node, or a cgroup with container set)."
-            % (kind, "some" if kind == "some" else "all non-idle", res), labels=base.CONTAINER)
-            for res in RESOURCES for kind, name in KINDS}
-        node = read_dir(os.path.join(ctx.procfs, "pressure"), "")
+    def collect(self) -> Any:
+        host = self.host
+        fams = {(res, kind): family("stallscope_pressure_%s_%s_seconds_total" % (res, name))
+                for res in RESOURCES for kind, name in KINDS}
+        node = read_dir(os.path.join(host.procfs, "pressure"), "")
         for k, v in node.items():
-            fams[k].add_metric(base.node_labels(ctx, len(base.CONTAINER)), v)
+            fams[k].add(self.node_labels, v)
         node_ratio = self._ratios("node", node)
         for k, v in node_ratio.items():
             if k in SIGNALS:
-                ctx.record("node", SIGNALS[k], v)
-        layout = cgroups.Layout(ctx.cgroupfs)
+                self.record("node", SIGNALS[k], v)
+        layout = cgroups.Layout(host.cgroupfs)
         done = {}
-        for rank in ranks:
+        for rank in host.ranks():
             ratio = node_ratio
-            cg = ctx.attribute(rank)
+            cg = rank.cgroup
             path = layout.resolve_v2(cg.v2) if cg is not None and layout.v2 else None
             if path in (None, "/"):
                 self.note("no cgroup v2 pressure for the ranks' cgroups (%s): node PSI used"
@@ -97,12 +99,12 @@ class PsiExporter(base.Exporter):
             else:
                 readings = read_dir(layout.v2_dir(path), ".pressure")
                 if readings:
-                    labels = base.pod_labels(ctx, rank) + (cgroups.container_label(cg, path),)
+                    labels = dict(rank.labels, container=cgroups.container_label(cg, path))
                     for k, v in readings.items():
-                        fams[k].add_metric(labels, v)
+                        fams[k].add(labels, v)
                     ratio = done[path] = self._ratios(path, readings) or {}
             for k, v in ratio.items():
                 if k in SIGNALS:
-                    ctx.record(rank.key, SIGNALS[k], v)
+                    self.record(rank.key, SIGNALS[k], v)
         self.rates.prune()
-        return [fams[k] for k in sorted(fams)]
+        return [fams[k].family for k in sorted(fams)]

@@ -1,29 +1,22 @@
-"""The exporters the agent knows, one line each (like node_exporter's collectors).
+"""The exporters the agent knows: the vocabulary's registry (stallscope/vocabulary/node.py,
+one line each, like node_exporter's collectors), and what builds them. Modules are
+imported when their exporter's class is asked for."""
+from __future__ import annotations
 
-Adding a signal: write ``stallscope/exporters/<name>.py`` with an ``Exporter``
-subclass and add its line here; the ``--exporter.<name>/--no-exporter.<name>`` flags,
-scheduling, deadline and self-health metrics come with it. Modules are imported only
-when their exporter is enabled.
-"""
-import collections
+import importlib
+from typing import Any, Dict, List, Optional
 
-Entry = collections.namedtuple("Entry", "name target default help")
-
-EXPORTERS = (
-    Entry("cfs", "cfs:CfsExporter", True, "CFS quota and throttling of the ranks' cgroups."),
-    Entry("psi", "psi:PsiExporter", True, "Pressure stall information of the node and the ranks' cgroups."),
-    Entry("shm", "shm:ShmExporter", True, "/dev/shm size and use, as the ranks and the node see it."),
-    Entry("fuse", "fuse:FuseExporter", True, "Health of the FUSE mounts the ranks read from (stuck, ENOTCONN)."),
-    Entry("workers", "workers:WorkersExporter", True, "Loader workers: alive, D state, CPU, RSS, exits."),
-    Entry("gpu", "gpu:GpuExporter", True, "GPU busy samples (NVML), SM-active (dcgm-exporter), GPU-to-rank map; see --gpu.*."),
-    Entry("disk", "disk:DiskExporter", True, "Node block-device write rate (checkpoint bursts), a correlator sample only."),
-    Entry("sched", "sched:SchedExporter", True, "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
-)
+from ..vocabulary import EXPORTERS
+from ..vocabulary.entries import Exporter as Entry
 
 
-def load(entry):
+def load(entry: Entry) -> Any:
     """The exporter class of ``entry`` (imported on first use)."""
-    import importlib
-
     module, _, cls = entry.target.partition(":")
     return getattr(importlib.import_module("stallscope.exporters." + module), cls)
+
+
+def chosen(enabled: Dict[str, Optional[bool]]) -> List[Entry]:
+    """The entries that ``enabled`` ({name: True/False/None=default}) turns on."""
+    return [e for e in EXPORTERS if enabled.get(e.name) is not False
+            and (enabled.get(e.name) is True or e.default)]

@@ -1,25 +1,43 @@
 """Runs the exporters off the scrape path, each in its own thread, and serves their
 last results to /metrics.
 
-Isolation (DESIGN.md: "one that fails or hangs never fails the scrape or stalls the
-others"): a tick of the agent's scheduler only wakes each exporter's thread; a scrape
+Isolation (one that fails or hangs never fails the scrape or stalls the
+others): a tick of the agent's scheduler only wakes each exporter's thread; a scrape
 only reads what the threads left. An exporter still running when the next tick comes
 is not started again; once past its deadline it reports success 0 and its series are
 withheld until it returns. A dead FUSE mount can hold a thread in D state forever; it
 then holds exactly that one thread.
 """
+from __future__ import annotations
+
+import dataclasses
 import threading
 import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from prometheus_client.core import GaugeMetricFamily
+from ..host import Part, Query
+from ..host.contract import no_params
+from ..host.families import family
+from ..host.options import flag
+from ..host import log
+from .base import Exporter
 
-from . import base
+
+@dataclasses.dataclass(frozen=True)
+class ExportersOptions:
+    interval: float = flag(2.0, "--exporter.interval",
+                           "How often every exporter collects (off the scrape path; /metrics "
+                           "serves the last collection).", lo=0.1, hi=3600, metavar="SECONDS")
+    timeout: float = flag(2.0, "--exporter.timeout",
+                          "Deadline of one collection; an exporter past it reports "
+                          "stallscope_exporter_success 0 and is not started again until it "
+                          "returns.", lo=0.05, hi=3600, metavar="SECONDS")
 
 
 class Slot:
     """One exporter's thread, schedule and last result."""
 
-    def __init__(self, name, exporter, explicit):
+    def __init__(self, name: str, exporter: Exporter, explicit: bool) -> None:
         self.name = name
         self.exporter = exporter
         self.explicit = explicit       # the user asked for it with --exporter.NAME
@@ -38,17 +56,23 @@ class Slot:
         self.overdue_noted = False
 
 
-class Runner:
-    def __init__(self, ctx, exporters, deadline, ranks, stopping=None):
-        """exporters: [(name, Exporter instance, explicit)]; ranks: () -> [RankState]."""
-        self.ctx = ctx
-        self.deadline = deadline
-        self.ranks = ranks
-        self.stopping = stopping or threading.Event()
-        self.slots = [Slot(n, e, x) for n, e, x in exporters]
+class Runner(Part):
+    """Part ``exporters``: the exporters' threads, schedule and self-health."""
+
+    name = "exporters"
+
+    def __init__(self, host: Any, exporters: Sequence[Tuple[Exporter, bool]],
+                 options: ExportersOptions = ExportersOptions()) -> None:
+        """exporters: [(Exporter instance, explicitly enabled)]."""
+        super().__init__(host)
+        self.interval = options.interval
+        self.deadline = options.timeout
+        self.slots = [Slot(e.name, e, x) for e, x in exporters]
+        for e, _ in exporters:
+            e.deadline = self.deadline
 
     # -- scheduling ---------------------------------------------------------------
-    def tick(self):
+    def tick(self) -> None:
         """Wake every idle exporter (called by the agent's scheduler); never blocks."""
         now = time.monotonic()
         for slot in self.slots:
@@ -56,8 +80,8 @@ class Runner:
             if since is not None:
                 if now - since > self.deadline and not slot.overdue_noted:
                     slot.overdue_noted = True
-                    base.log("exporter %s: still running after %.1fs (deadline %.1fs); "
-                             "not started again until it returns" % (slot.name, now - since, self.deadline))
+                    log("exporter %s: still running after %.1fs (deadline %.1fs); "
+                        "not started again until it returns" % (slot.name, now - since, self.deadline))
                 continue
             if slot.thread is None:
                 slot.thread = threading.Thread(target=self._loop, args=(slot,), daemon=True,
@@ -66,7 +90,7 @@ class Runner:
             slot.trigger.set()
 
     def _loop(self, slot):
-        while not self.stopping.is_set():
+        while not self.host.stopping.is_set():
             if slot.trigger.wait(1.0):
                 slot.trigger.clear()
                 self.run_once(slot)
@@ -81,7 +105,7 @@ class Runner:
             reason = exp.unavailable()
             checked = True
             if reason is None:
-                families = list(exp.collect(self.ranks()) or ())
+                families = list(exp.collect() or ())
         except Exception as e:  # an exporter's bug or I/O error fails that exporter only
             error = "%s: %s" % (type(e).__name__, e)
         duration = time.monotonic() - start
@@ -98,7 +122,7 @@ class Runner:
             else:
                 ok = error is None
             if error and error != slot.error:
-                base.log("exporter %s failed: %s" % (slot.name, error))
+                log("exporter %s failed: %s" % (slot.name, error))
             slot.families = families
             slot.error = error
             slot.success = ok
@@ -114,12 +138,12 @@ class Runner:
         slot.available, slot.reason = reason is None, reason
         if reason is not None:
             if slot.explicit:
-                base.log("exporter %s: enabled with --exporter.%s but not available on this "
+                log("exporter %s: enabled with --exporter.%s but not available on this "
                          "node: %s" % (slot.name, slot.name, reason))
             else:
-                base.log("exporter %s: not available on this node (%s); skipped" % (slot.name, reason))
+                log("exporter %s: not available on this node (%s); skipped" % (slot.name, reason))
         elif slot.runs:
-            base.log("exporter %s: available again" % slot.name)
+            log("exporter %s: available again" % slot.name)
 
     def collect_now(self):
         """Run every exporter once, in this thread (tests and the benchmark)."""
@@ -127,38 +151,34 @@ class Runner:
             self.run_once(slot)
 
     # -- serving ------------------------------------------------------------------
-    def describe(self):
-        return []
-
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         now = time.monotonic()
-        ok = GaugeMetricFamily("stallscope_exporter_success",
-                               "1 if the exporter's last collection succeeded within its deadline.",
-                               labels=["exporter"])
-        dur = GaugeMetricFamily("stallscope_exporter_duration_seconds",
-                                "Wall time of the exporter's last collection (of the one "
-                                "in progress, once past its deadline).", labels=["exporter"])
-        avail = GaugeMetricFamily("stallscope_exporter_available",
-                                  "1 if the exporter's signal exists on this node.",
-                                  labels=["exporter"])
+        ok = family("stallscope_exporter_success")
+        dur = family("stallscope_exporter_duration_seconds")
+        avail = family("stallscope_exporter_available")
         for slot in self.slots:
             with slot.lock:
                 since, success, duration = slot.running_since, slot.success, slot.duration
                 families, available = slot.families, slot.available
             if since is not None and now - since > self.deadline:
-                ok.add_metric([slot.name], 0)
-                dur.add_metric([slot.name], now - since)
+                ok.add({}, 0, exporter=slot.name)
+                dur.add({}, now - since, exporter=slot.name)
             elif success is not None:
-                ok.add_metric([slot.name], 1 if success else 0)
-                dur.add_metric([slot.name], duration)
+                ok.add({}, 1 if success else 0, exporter=slot.name)
+                dur.add({}, duration, exporter=slot.name)
                 yield from families
             if available is not None:
-                avail.add_metric([slot.name], 1 if available else 0)
-        yield ok
-        yield dur
-        yield avail
+                avail.add({}, 1 if available else 0, exporter=slot.name)
+        yield from (ok.family, dur.family, avail.family)
 
-    def status(self):
+    def routes(self) -> Dict[str, Any]:
+        return {"/api/v1/exporters": self._status_route}
+
+    def _status_route(self, query: Query) -> Tuple[int, Any]:
+        no_params(query)
+        return 200, {"exporters": self.status()}
+
+    def status(self) -> List[Dict[str, Any]]:
         """State of every exporter for /api/v1/exporters."""
         now = time.monotonic()
         out = []
@@ -171,6 +191,6 @@ class Runner:
                     "duration_seconds": round(slot.duration, 6), "error": slot.error,
                     "running_seconds": None if since is None else round(now - since, 3),
                     "runs": slot.runs, "failures": slot.failures,
-                    "notes": list(self.ctx.notes.get(slot.name, ())),
+                    "notes": list(self.host.notes.get(slot.name, ())),
                 })
         return out

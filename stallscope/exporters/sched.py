@@ -9,14 +9,21 @@ Needs CONFIG_SCHED_INFO (set by distribution kernels).
 
 No metric family (the per-rank series budget is tight); the correlator reads the sample.
 """
-import os
+from __future__ import annotations
 
+import os
+from typing import Any
+
+from ..system.procfs import pid_path, read_text
+from ..vocabulary import signal
 from . import base
 
+RUNQUEUE = signal("workers_runqueue_ratio").name
 
-def run_delay_ns(ctx, pid):
+
+def run_delay_ns(procfs: str, pid: Any) -> Any:
     """The task's accumulated run-queue wait in ns, or None when unreadable."""
-    text = base.read_text(base.proc_path(ctx, pid, "schedstat")) or ""
+    text = read_text(pid_path(procfs, pid, "schedstat")) or ""
     parts = text.split()
     try:
         return int(parts[1])
@@ -27,26 +34,26 @@ def run_delay_ns(ctx, pid):
 class SchedExporter(base.Exporter):
     name = "sched"
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.rates = base.Rates(ctx)
+    def __init__(self, host: Any, options: Any = None) -> None:
+        super().__init__(host, options)
+        self.rates = base.Rates(host)
 
     def unavailable(self):
-        if os.path.exists(base.proc_path(self.ctx, "self", "schedstat")):
+        if os.path.exists(self.proc("self", "schedstat")):
             return None
         return "no /proc/<pid>/schedstat (a kernel without CONFIG_SCHED_INFO)"
 
-    def collect(self, ranks):
-        for rank in ranks:
+    def collect(self) -> Any:
+        for rank in self.host.ranks():
             shares = []
             for pid in list(rank.worker_pids):
-                delay = run_delay_ns(self.ctx, pid)
+                delay = run_delay_ns(self.host.procfs, pid)
                 if delay is None:
                     continue
                 d = self.rates.delta((rank.key, pid), (delay,))  # a new PID starts afresh
                 if d is not None:
                     shares.append(d[1][0] / 1e9 / d[0])
             if shares:
-                self.ctx.record(rank.key, "workers_runqueue_ratio", sum(shares) / len(shares))
+                self.record(rank.key, RUNQUEUE, sum(shares) / len(shares))
         self.rates.prune()
         return []

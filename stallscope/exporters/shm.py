@@ -6,11 +6,17 @@ device"). Measured with statvfs, not by listing files: PyTorch unlinks its shm f
 at once, so the space is used but invisible to ``du``. A rank's view is its mount
 namespace's: ``/proc/<pid>/root/dev/shm`` (containerd's default pod /dev/shm is 64 MiB).
 """
+from __future__ import annotations
+
 import os
+from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
-
+from ..host.families import family
+from ..vocabulary import signal
 from . import base
+
+USED_RATIO = signal("shm_used_ratio").name
+FREE_BYTES = signal("shm_free_bytes").name
 
 
 PTRACE_NOTE = ("cannot follow /proc/<pid>/root into the ranks' mount namespaces (%s; the agent "
@@ -32,40 +38,35 @@ def usage(path):
 class ShmExporter(base.Exporter):
     name = "shm"
 
-    def collect(self, ranks):
-        ctx = self.ctx
-        size = GaugeMetricFamily("stallscope_shm_size_bytes",
-                                 "Size of /dev/shm as the pod's processes see it (node-wide: pod empty).",
-                                 labels=base.POD)
-        used = GaugeMetricFamily("stallscope_shm_used_bytes",
-                                 "Bytes used in /dev/shm (statvfs: includes unlinked PyTorch segments).",
-                                 labels=base.POD)
-        node = usage(os.path.join(ctx.rootfs, "dev", "shm"))
+    def collect(self) -> Any:
+        size = family("stallscope_shm_size_bytes")
+        used = family("stallscope_shm_used_bytes")
+        node = usage(os.path.join(self.host.rootfs, "dev", "shm"))
         if isinstance(node, OSError):
-            self.note("no /dev/shm under --path.rootfs %s" % ctx.rootfs)
+            self.note("no /dev/shm under --path.rootfs %s" % self.host.rootfs)
         else:
-            size.add_metric(base.node_labels(ctx, len(base.POD)), node[0])
-            used.add_metric(base.node_labels(ctx, len(base.POD)), node[1])
+            size.add(self.node_labels, node[0])
+            used.add(self.node_labels, node[1])
             self._record("node", node)
         seen = set()
-        for rank in ranks:
+        for rank in self.host.ranks():
             if not rank.pid:
                 continue
-            u = usage(base.proc_path(ctx, rank.pid, "root", "dev", "shm"))
+            u = usage(self.proc(rank.pid, "root", "dev", "shm"))
             if isinstance(u, PermissionError):
                 self.note(PTRACE_NOTE % u.strerror + ": the pods' /dev/shm is not available")
             if isinstance(u, OSError):
                 continue  # gone, or a namespace without /dev/shm
             self._record(rank.key, u)
-            labels = base.pod_labels(ctx, rank)
-            if labels in seen:
+            pod = (rank.labels["namespace"], rank.labels["pod"], rank.labels["job"])
+            if pod in seen:
                 continue  # ranks of one pod share its /dev/shm
-            seen.add(labels)
-            size.add_metric(labels, u[0])
-            used.add_metric(labels, u[1])
-        return [size, used]
+            seen.add(pod)
+            size.add(rank.labels, u[0])
+            used.add(rank.labels, u[1])
+        return [size.family, used.family]
 
     def _record(self, scope, u):
         size, used_, free, _dev = u
-        self.ctx.record(scope, "shm_used_ratio", used_ / size if size else 0.0)
-        self.ctx.record(scope, "shm_free_bytes", free)
+        self.record(scope, USED_RATIO, used_ / size if size else 0.0)
+        self.record(scope, FREE_BYTES, free)

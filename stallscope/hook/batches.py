@@ -25,21 +25,30 @@ worker's idle time is interval - load). The message's ``pid`` is the worker's ow
 the agent gets its host PID from SO_PEERCRED, which finds workers that are not the
 trainer's children (forkserver, spawn).
 """
+from __future__ import annotations
+
 import sys
 import weakref
 from time import perf_counter_ns
 
 from . import adapters, channel, process
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from .identity import Ident
+
 
 class _TimedFetcher:
     __slots__ = ("_fetcher", "_buf", "__weakref__")
 
-    def __init__(self, fetcher, buf):
-        self._fetcher = fetcher
+    def __init__(self, fetcher: Any, buf: list[int]) -> None:
+        self._fetcher = fetcher  # torch's _BaseDatasetFetcher (untyped internals)
         self._buf = buf
 
-    def fetch(self, possibly_batched_index, _now=perf_counter_ns):
+    def fetch(self, possibly_batched_index: Any, _now: Callable[[], int] = perf_counter_ns) -> Any:
         buf = self._buf
         buf.append(_now())
         try:
@@ -52,13 +61,13 @@ class _TimedFetcher:
         buf.append(_now())
         return data
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in _TimedFetcher.__slots__:
             raise AttributeError(name)
         return getattr(self._fetcher, name)
 
 
-def timed(fetcher):
+def timed(fetcher: Any) -> _TimedFetcher:
     """``fetcher`` wrapped, reporting to this process's channel as a worker stream."""
     stream = channel.Stream(process.get_ident(), role="worker")
     wrapper = _TimedFetcher(fetcher, stream.buf)
@@ -67,24 +76,24 @@ def timed(fetcher):
     return wrapper
 
 
-def _patch_create_fetcher():
+def _patch_create_fetcher() -> None:
     kind = sys.modules["torch.utils.data.dataloader"]._DatasetKind
     original = kind.__dict__["create_fetcher"].__func__
     if getattr(original, "_stallscope", False):
         return
 
-    def create_fetcher(*args, **kwargs):
+    def create_fetcher(*args: Any, **kwargs: Any) -> Any:
         fetcher = original(*args, **kwargs)
         try:
             return timed(fetcher)
         except Exception:
             return fetcher
 
-    create_fetcher._stallscope = True
+    create_fetcher._stallscope = True  # type: ignore[attr-defined]
     kind.create_fetcher = staticmethod(create_fetcher)
 
 
-def start_worker(ident, socket_path):
+def start_worker(ident: Ident, socket_path: str | None) -> None:
     """Runs first in each DataLoader worker; never raises."""
     try:
         process.ident, process.role = ident, "worker"
@@ -101,24 +110,25 @@ def start_worker(ident, socket_path):
 class WorkerInit:
     """The ``worker_init_fn`` lent to a watched DataLoader: ours, then the user's."""
 
-    def __init__(self, user_fn, ident, socket_path):
+    def __init__(self, user_fn: Callable[[int], object] | None, ident: Ident,
+                 socket_path: str | None) -> None:
         self.user_fn = user_fn
         self.ident = ident
         self.socket_path = socket_path
 
-    def __call__(self, worker_id):
+    def __call__(self, worker_id: int) -> object:
         start_worker(self.ident, self.socket_path)
         if self.user_fn is not None:
             return self.user_fn(worker_id)
         return None
 
 
-def _dataloader_type():
+def _dataloader_type() -> type | None:
     data = sys.modules.get("torch.utils.data")
     return getattr(data, "DataLoader", None) if data is not None else None
 
 
-def iterate(loader, ident):
+def iterate(loader: Any, ident: Ident) -> Any:
     """``iter(loader)``, with batch production timed when ``loader`` is a DataLoader."""
     user_fn, lent, is_dl = None, False, False
     try:

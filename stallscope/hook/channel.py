@@ -15,6 +15,8 @@ ECONNREFUSED, EPIPE): the pending events are counted as dropped and the channel
 reconnects on a later flush. When the agent is merely slow (EAGAIN), events stay pending
 up to a bound. Nothing here can raise into, or block, the training loop.
 """
+from __future__ import annotations
+
 import atexit
 import os
 import socket
@@ -23,6 +25,16 @@ import time
 import weakref
 
 from . import wire
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from .identity import Ident
+    from .wire import Message
+
+    # (ident, role, payload) of one message that is not a stream's batches
+    Extra = tuple[Ident, str, Message]
 
 FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "0.25") or 0.25)
 HEARTBEAT_S = 5.0
@@ -39,46 +51,48 @@ class Stream:
     __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
                  "last_sent", "blocked_since", "__weakref__")
 
-    def __init__(self, ident, role="main", owner=None):
-        self.buf = []       # flat [start, end, start, end, ...] appended by the loop
-        self.pending = []   # [end, wait, interval] built from buf, not yet delivered
+    def __init__(self, ident: Ident, role: str = "main", owner: object = None) -> None:
+        self.buf: list[int] = []  # flat [start, end, start, end, ...] appended by the loop
+        self.pending: list[list[int]] = []  # [end, wait, interval] from buf, not yet delivered
         self.ident = ident
         self.role = role
-        self.loader = None
-        self.cuda = None    # the loop's CUDA device (hook/device.py), when known
-        self.prev_end = None
-        self.blocked_since = None  # start of a next() call still in progress
-        self.owner = weakref.ref(owner) if owner is not None else None
+        self.loader: dict[str, object] | None = None  # DataLoader settings (watch.loader_info)
+        self.cuda: dict[str, int | str] | None = None  # the loop's CUDA device (hook/device.py)
+        self.prev_end: int | None = None
+        self.blocked_since: int | None = None  # start of a next() call still in progress
+        # The stream ends when its owner goes away; a weakref.ref, or None for never.
+        self.owner: Callable[[], object] | None = weakref.ref(owner) if owner is not None else None
         self.last_sent = 0.0
 
-    def finished(self):
+    def finished(self) -> bool:
         return self.owner is not None and self.owner() is None
 
 
 class Channel:
-    def __init__(self, path=None):
+    def __init__(self, path: str | None = None) -> None:
         self.path = path or os.environ.get("STALLSCOPE_SOCKET") or wire.DEFAULT_SOCKET
         self.pid = os.getpid()
-        self.streams = []
-        self.extra = []  # (ident, role, payload) messages queued by other hook parts
-        self.sources = []  # callables drained on each flush, returning such messages
+        self.streams: list[Stream] = []
+        self.extra: list[Extra] = []  # messages queued by other hook parts
+        # callables drained on each flush, returning such messages
+        self.sources: list[Callable[[], Iterable[Extra]]] = []
         self.dropped = 0
         self.sent_messages = 0
         self.lock = threading.Lock()
         self.flush_lock = threading.Lock()  # the thread and atexit may both flush
         self.wake = threading.Event()
-        self.thread = None
-        self.sock = None
+        self.thread: threading.Thread | None = None
+        self.sock: socket.socket | None = None
         self.retry_at = 0.0
 
     # -- called from the training process (never on the per-batch path) ---------------
-    def add_stream(self, stream):
+    def add_stream(self, stream: Stream) -> Stream:
         with self.lock:
             self.streams.append(stream)
         self._ensure_thread()
         return stream
 
-    def post(self, ident, role, payload):
+    def post(self, ident: Ident, role: str, payload: Message) -> None:
         """Queue one extra message (e.g. worker samples); sent on the next flush."""
         with self.lock:
             if len(self.extra) >= 1024:
@@ -87,21 +101,21 @@ class Channel:
             self.extra.append((ident, role, payload))
         self._ensure_thread()
 
-    def add_source(self, fn):
+    def add_source(self, fn: Callable[[], Iterable[Extra]]) -> None:
         """Call ``fn()`` on every flush; it returns a list of (ident, role, payload) to send.
         For hook parts that buffer their own samples (shard reads, cache lookups)."""
         with self.lock:
             self.sources.append(fn)
         self._ensure_thread()
 
-    def _ensure_thread(self):
+    def _ensure_thread(self) -> None:
         if self.thread is None or not self.thread.is_alive():
             t = threading.Thread(target=self._run, name="stallscope-flush", daemon=True)
             self.thread = t
             t.start()
 
     # -- the flush thread ---------------------------------------------------------------
-    def _run(self):
+    def _run(self) -> None:
         while True:
             self.wake.wait(FLUSH_INTERVAL_S)
             self.wake.clear()
@@ -110,11 +124,11 @@ class Channel:
             except Exception:  # never let the thread die: the hook must keep working
                 self.dropped += 1
 
-    def flush(self):
+    def flush(self) -> None:
         with self.flush_lock:
             self._flush()
 
-    def _flush(self):
+    def _flush(self) -> None:
         now = time.monotonic()
         with self.lock:
             streams = list(self.streams)
@@ -139,7 +153,7 @@ class Channel:
             if self._send(self._message(ident, role, payload), 1) == "busy":
                 self.dropped += 1
 
-    def _deliver(self, stream, now):
+    def _deliver(self, stream: Stream, now: float) -> None:
         pending = stream.pending
         while True:
             chunk = pending[:wire.MAX_EVENTS_PER_MESSAGE]
@@ -158,7 +172,7 @@ class Channel:
             if not pending:
                 return
 
-    def _drain(self, stream):
+    def _drain(self, stream: Stream) -> None:
         buf = stream.buf
         # Two appends per batch (start, end); the loop may be between them, so take an
         # even count. `del buf[:n]` is one atomic list operation under the GIL.
@@ -184,8 +198,8 @@ class Channel:
             del events[:excess]
             self.dropped += excess
 
-    def _message(self, ident, role, payload):
-        msg = {
+    def _message(self, ident: Ident, role: str, payload: Mapping[str, object]) -> Message:
+        msg: Message = {
             "v": wire.VERSION,
             "kind": "report",
             "id": ident,
@@ -198,19 +212,20 @@ class Channel:
         msg.update(payload)
         return msg
 
-    def _send(self, msg, n_events):
+    def _send(self, msg: Message, n_events: int) -> str:
         """Returns "sent", "busy" (agent slow: retry later) or "dropped" (counted)."""
         try:
             data = wire.encode(msg)
             if len(data) > wire.MAX_MESSAGE_BYTES:
                 self.dropped += n_events
                 return "dropped"
-            if self.sock is None:
+            sock = self.sock
+            if sock is None:
                 if time.monotonic() < self.retry_at:
                     self.dropped += n_events
                     return "dropped"
-                self._connect()
-            self.sock.send(data, socket.MSG_NOSIGNAL)
+                sock = self._connect()
+            sock.send(data, socket.MSG_NOSIGNAL)
             self.sent_messages += 1
             return "sent"
         except BlockingIOError:
@@ -222,7 +237,7 @@ class Channel:
             self.dropped += n_events
             return "dropped"
 
-    def _connect(self):
+    def _connect(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         sock.setblocking(False)
         try:
@@ -231,8 +246,9 @@ class Channel:
             sock.close()
             raise
         self.sock = sock
+        return sock
 
-    def _disconnect(self):
+    def _disconnect(self) -> None:
         self.retry_at = time.monotonic() + RECONNECT_S
         if self.sock is not None:
             try:
@@ -241,18 +257,18 @@ class Channel:
                 pass
             self.sock = None
 
-    def close(self):
+    def close(self) -> None:
         try:
             self.flush()
         except Exception:
             pass
 
 
-_channel = None
+_channel: Channel | None = None
 _channel_lock = threading.Lock()
 
 
-def get():
+def get() -> Channel:
     """The channel of this process (a fresh one after fork: threads do not survive it)."""
     global _channel
     ch = _channel
@@ -264,13 +280,13 @@ def get():
     return ch
 
 
-def _after_fork():
+def _after_fork() -> None:
     global _channel, _channel_lock
     _channel = None
     _channel_lock = threading.Lock()
 
 
-def _at_exit():
+def _at_exit() -> None:
     ch = _channel
     if ch is not None and ch.pid == os.getpid():
         ch.close()

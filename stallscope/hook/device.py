@@ -5,10 +5,12 @@ the current CUDA device is per host thread) and sent with the stream's reports, 
 the per-batch path. Only when torch is already imported and CUDA already initialised:
 the hook never imports torch and never initialises CUDA itself.
 """
+from __future__ import annotations
+
 import sys
 
 
-def cuda_device():
+def cuda_device() -> dict[str, int | str] | None:
     """{"index": int, "uuid": "GPU-..."} of the current CUDA device, or None."""
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None) if torch is not None else None

@@ -5,15 +5,25 @@ SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS and SLURM_JOB_ID; Kubernetes gives the p
 as HOSTNAME and, through the downward API, POD_NAME/POD_NAMESPACE/NODE_NAME.
 Anything can be overridden by keyword in ``stallscope.watch(loader, rank=..., job=...)``.
 """
+from __future__ import annotations
+
 import os
 import socket
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Union
+
+    # job, pod, namespace, node: str; rank, local_rank, world_size: int
+    Ident = dict[str, Union[str, int]]
 
 FIELDS = ("job", "rank", "local_rank", "world_size", "pod", "namespace", "node")
 _INT_FIELDS = ("rank", "local_rank", "world_size")
 _SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-def _first(env, *names):
+def _first(env: Mapping[str, str], *names: str) -> str | None:
     for name in names:
         value = env.get(name)
         if value:
@@ -21,14 +31,14 @@ def _first(env, *names):
     return None
 
 
-def _int(value, default):
+def _int(value: Any, default: int | str) -> int | str:
     try:
         return int(value)
     except (TypeError, ValueError):
         return default
 
 
-def _namespace(env):
+def _namespace(env: Mapping[str, str]) -> str:
     ns = env.get("POD_NAMESPACE")
     if ns:
         return ns
@@ -39,7 +49,7 @@ def _namespace(env):
         return ""
 
 
-def detect(env=None, **overrides):
+def detect(env: Mapping[str, str] | None = None, **overrides: object) -> Ident:
     """Return the identity dict. Unknown override keys are ignored by the caller."""
     env = os.environ if env is None else env
     # An explicit STALLSCOPE_JOB wins; torchrun's run id defaults to the literal "none"
@@ -48,7 +58,7 @@ def detect(env=None, **overrides):
     if run_id == "none":
         run_id = None
     job = env.get("STALLSCOPE_JOB") or run_id or env.get("SLURM_JOB_ID") or "default"
-    ident = {
+    ident: Ident = {
         "job": job,
         "rank": _int(_first(env, "RANK", "SLURM_PROCID"), 0),
         "local_rank": _int(_first(env, "LOCAL_RANK", "SLURM_LOCALID"), 0),

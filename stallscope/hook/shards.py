@@ -19,23 +19,36 @@ Message payload (see wire.py): ``{"io": {"tiers": [name, ...], "reads": [[t_end_
 dur_ns, bytes, tier_index], ...], "cache": [[tier_index, hits, misses], ...],
 "slowest": [[tier_index, dur_ns, shard], ...]}}``.
 """
+from __future__ import annotations
+
 import functools
 import os
 from time import perf_counter_ns
 
 from . import channel, process, tiers
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+    from typing import Any, Literal, TypeVar
+
+    from .channel import Extra
+
+    _F = TypeVar("_F", bound=Callable[..., Any])
+
 MAX_READS_PER_MESSAGE = 1000
 MAX_READS_PER_FLUSH = 4000  # ~16k reads/s per process; beyond that reads are counted as dropped
 SHARD_ID_CHARS = 200
 
-_reads = []         # (t_end_ns, dur_ns, nbytes, tier, shard), appended by readers
-_cache = {}         # tier → [hits, misses], cumulative in this process
-_cache_sent = {}    # tier → [hits, misses] already sent
-_registered_pid = None
+# (t_end_ns, dur_ns, nbytes, tier, shard), appended by readers
+_reads: list[tuple[int, int, int, str, object]] = []
+_cache: dict[str, list[int]] = {}  # tier → [hits, misses], cumulative in this process
+_cache_sent: dict[int, list[int]] = {}  # id() of a _cache list → [hits, misses] already sent
+_registered_pid: int | None = None
 
 
-def _register():
+def _register() -> None:
     global _registered_pid
     pid = os.getpid()
     if _registered_pid != pid:
@@ -45,13 +58,13 @@ def _register():
             process.flush_at_exit()  # a worker of an unwatched loader: batches.py did not
 
 
-def _record(shard, tier, dur_ns, nbytes, end_ns):
+def _record(shard: object, tier: str, dur_ns: int, nbytes: int, end_ns: int) -> None:
     if _registered_pid is None:
         _register()
     _reads.append((end_ns, dur_ns, nbytes, tier, shard))
 
 
-def record_shard_read(shard, tier, seconds, nbytes=0):
+def record_shard_read(shard: object, tier: str | None, seconds: float, nbytes: int | None = 0) -> None:
     """Record a shard read timed elsewhere (for adapters). Never raises."""
     try:
         _record(shard, tiers.bounded(tier), int(seconds * 1e9), int(nbytes or 0), perf_counter_ns())
@@ -59,7 +72,7 @@ def record_shard_read(shard, tier, seconds, nbytes=0):
         pass
 
 
-def cache_lookup(tier, hit):
+def cache_lookup(tier: str, hit: bool) -> None:
     """Count one cache lookup in ``tier`` (e.g. "page", "local-ssd"): a hit or a miss."""
     try:
         counts = _cache.get(tier)
@@ -78,7 +91,7 @@ class shard_read:
 
     __slots__ = ("shard", "tier", "bytes", "_start", "_auto")
 
-    def __init__(self, shard=None, tier=None, bytes=None):
+    def __init__(self, shard: object = None, tier: str | None = None, bytes: int | None = None) -> None:
         self.shard = shard
         self._auto = tier is None  # the tier follows each shard's URL or mount
         if tier is None:
@@ -90,11 +103,12 @@ class shard_read:
         self.bytes = bytes
         self._start = 0
 
-    def __enter__(self):
+    def __enter__(self) -> shard_read:
         self._start = perf_counter_ns()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         end = perf_counter_ns()
         if exc_type is None:  # a failed read has no latency to speak of; the error surfaces
             try:
@@ -104,11 +118,11 @@ class shard_read:
                 pass
         return False
 
-    def __call__(self, fn):
+    def __call__(self, fn: _F) -> _F:
         tier, auto, fixed = self.tier, self._auto, self.shard is not None
 
         @functools.wraps(fn)
-        def timed(*args, **kwargs):
+        def timed(*args: Any, **kwargs: Any) -> Any:
             shard = self.shard if fixed else (args[0] if args else None)
             start = perf_counter_ns()
             result = fn(*args, **kwargs)
@@ -120,17 +134,17 @@ class shard_read:
             except Exception:
                 pass
             return result
-        return timed
+        return timed  # type: ignore[return-value]  # functools.wraps: fn's signature
 
 
-def _shard_id(shard):
+def _shard_id(shard: object) -> str:
     try:
         return str(os.fspath(shard) if isinstance(shard, os.PathLike) else shard)[:SHARD_ID_CHARS]
     except Exception:
         return "?"
 
 
-def _drain():
+def _drain() -> list[Extra]:
     """Called by the channel's flush thread: the messages for what was recorded since."""
     n = len(_reads)
     batch = _reads[:n]
@@ -139,8 +153,10 @@ def _drain():
     if n > MAX_READS_PER_FLUSH:
         ch.dropped += n - MAX_READS_PER_FLUSH
         batch = batch[-MAX_READS_PER_FLUSH:]
-    names, index, slowest = [], {}, {}
-    rows = []
+    names: list[str] = []
+    index: dict[str, int] = {}
+    slowest: dict[int, tuple[int, object]] = {}
+    rows: list[list[int]] = []
     for end, dur, nbytes, tier, shard in batch:
         i = index.get(tier)
         if i is None:
@@ -149,7 +165,7 @@ def _drain():
         rows.append([end, dur, nbytes, i])
         if dur > slowest.get(i, (-1,))[0]:
             slowest[i] = (dur, shard)
-    cache = []
+    cache: list[list[int]] = []
     for tier, counts in list(_cache.items()):
         sent = _cache_sent.setdefault(id(counts), [0, 0])
         hits, misses = counts[0] - sent[0], counts[1] - sent[1]
@@ -164,10 +180,10 @@ def _drain():
             cache.append([i, hits, misses])
     if not rows and not cache:
         return []
-    out = []
+    out: list[Extra] = []
     ident, role = process.get_ident(), process.get_role()
     for k in range(0, max(len(rows), 1), MAX_READS_PER_MESSAGE):
-        io = {"tiers": names, "reads": rows[k:k + MAX_READS_PER_MESSAGE]}
+        io: dict[str, object] = {"tiers": names, "reads": rows[k:k + MAX_READS_PER_MESSAGE]}
         if k == 0:
             io["cache"] = cache
             io["slowest"] = [[i, d, _shard_id(s)] for i, (d, s) in sorted(slowest.items())]
@@ -175,7 +191,7 @@ def _drain():
     return out
 
 
-def _after_fork():
+def _after_fork() -> None:
     # A forked worker must not resend its parent's buffered reads or counts.
     global _registered_pid
     del _reads[:]

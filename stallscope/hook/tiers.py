@@ -7,6 +7,8 @@ through the mount table (/proc/self/mountinfo, proc(5)): the longest mount point
 holds the path decides. Tier names become a Prometheus label, so anything outside the
 vocabulary or past MAX_TIERS distinct names per process is reported as ``other``.
 """
+from __future__ import annotations
+
 import os
 import re
 import time
@@ -22,13 +24,13 @@ _SCHEMES = {"http": "http", "https": "http", "s3": "s3", "s3a": "s3", "gs": "gcs
             "hf": "hf", "ais": "ais", "pipe": "pipe", "hdfs": "hdfs", "memory": "memory"}
 _MOUNTS_TTL_S = 5.0
 
-_seen = []           # tier names this process has used, in first-use order
-_mounts = None       # [(mount point, fstype)] longest first
+_seen: list[str] = []  # tier names this process has used, in first-use order
+_mounts: list[tuple[str, str]] | None = None  # [(mount point, fstype)] longest first
 _mounts_read = 0.0
-_by_dir = {}         # directory → tier, bounded
+_by_dir: dict[str, str] = {}  # directory → tier, bounded
 
 
-def bounded(name):
+def bounded(name: str | None) -> str:
     """``name`` if valid and among this process's first MAX_TIERS - 1 tiers, else
     ``other`` (which makes the MAX_TIERS-th)."""
     if name in _seen:
@@ -39,7 +41,7 @@ def bounded(name):
     return name
 
 
-def of_fstype(fstype):
+def of_fstype(fstype: str) -> str:
     if fstype == "fuse" or fstype == "fuseblk" or fstype.startswith("fuse."):
         return "fuse"
     if fstype.startswith("nfs"):
@@ -51,13 +53,13 @@ def of_fstype(fstype):
     return "local"
 
 
-def _unescape(field):
+def _unescape(field: str) -> str:
     # mountinfo escapes space, tab, newline and backslash as \ooo (proc(5)).
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def read_mounts(path="/proc/self/mountinfo"):
-    out = []
+def read_mounts(path: str = "/proc/self/mountinfo") -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -74,7 +76,7 @@ def read_mounts(path="/proc/self/mountinfo"):
     return out
 
 
-def _fresh_mounts():
+def _fresh_mounts() -> list[tuple[str, str]]:
     global _mounts, _mounts_read
     now = time.monotonic()
     if _mounts is None or now - _mounts_read > _MOUNTS_TTL_S:
@@ -85,14 +87,14 @@ def _fresh_mounts():
     return _mounts
 
 
-def _mount_fstype(path, mounts):
+def _mount_fstype(path: str, mounts: list[tuple[str, str]]) -> str:
     for point, fstype in mounts:
         if path == point or path.startswith(point.rstrip("/") + "/"):
             return fstype
     return ""
 
 
-def of_path(path):
+def of_path(path: str | os.PathLike[str]) -> str:
     """Tier of a local path, by the file system of the mount that holds it. Lexical
     only (no realpath): resolving symlinks would send lookups into the mount itself,
     which hang when its daemon does."""
@@ -106,7 +108,7 @@ def of_path(path):
     return tier
 
 
-def of_url(url):
+def of_url(url: str | os.PathLike[str]) -> str:
     """Tier of a URL or path: its scheme's tier, or the mount's for local paths."""
     scheme, sep, rest = str(url).partition(":")
     if not sep or "/" in scheme or len(scheme) == 1:  # a plain path (or a drive letter)

@@ -9,12 +9,23 @@ idempotent (watching a watched loader returns it) and reversible (``unwatch``).
 Per batch the loop pays for two ``perf_counter_ns`` calls and two list appends; all
 other work happens on the channel's flush thread (channel.py).
 """
+from __future__ import annotations
+
 import os
 import sys
 import warnings
 from time import perf_counter_ns
 
 from . import batches, channel, device, identity
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any, TypeVar
+
+    from .identity import Ident
+
+    _IterableT = TypeVar("_IterableT", bound=Iterable[Any])
 
 _OVERRIDES = set(identity.FIELDS)
 _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
@@ -23,17 +34,17 @@ _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_wo
 class _WatchedIterator:
     __slots__ = ("_it", "_next", "_append", "_stream", "__weakref__")
 
-    def __init__(self, it, stream):
-        self._it = it
+    def __init__(self, it: Any, stream: channel.Stream) -> None:
+        self._it = it  # the loader's own iterator (for a DataLoader: sized, with attributes)
         self._stream = stream
         # Bound methods, looked up once: each saved attribute lookup is ~10 ns per batch.
-        self._next = it.__next__
+        self._next: Callable[[], Any] = it.__next__
         self._append = stream.buf.append
 
-    def __iter__(self):
+    def __iter__(self) -> _WatchedIterator:
         return self
 
-    def __next__(self, _now=perf_counter_ns):
+    def __next__(self, _now: Callable[[], int] = perf_counter_ns) -> Any:
         append = self._append
         # The start goes in before the loader is asked: a start with no end yet tells the
         # flush thread the loop is blocked in next() right now, so a rank hung on a dead
@@ -47,10 +58,10 @@ class _WatchedIterator:
         append(_now())
         return item
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._it)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in _WatchedIterator.__slots__:  # not yet set: avoid recursing into _it
             raise AttributeError(name)
         return getattr(self._it, name)
@@ -59,37 +70,40 @@ class _WatchedIterator:
 class _Watched:
     """Proxy for a watched iterable. Only ``_ss_*`` slots live on the proxy itself."""
 
+    # Set with object.__setattr__: the proxy's own __setattr__ writes to the wrapped object.
+    # Not annotated in the class body, which would give the proxy an __annotations__ of its
+    # own instead of the wrapped one's; mypy types them through __getattr__ (Any).
     __slots__ = ("_ss_wrapped", "_ss_ident", "_ss_iter", "__weakref__")
 
-    def __init__(self, wrapped, ident):
+    def __init__(self, wrapped: Iterable[Any], ident: Ident) -> None:
         object.__setattr__(self, "_ss_wrapped", wrapped)
         object.__setattr__(self, "_ss_ident", ident)
         object.__setattr__(self, "_ss_iter", None)
 
-    @property
-    def __class__(self):
+    @property  # type: ignore[misc]  # read-only: a proxy cannot be re-classed
+    def __class__(self) -> type:
         return type(self._ss_wrapped)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_ss_"):
             raise AttributeError(name)
         return getattr(self._ss_wrapped, name)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._ss_wrapped, name, value)
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> None:
         delattr(self._ss_wrapped, name)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return repr(self._ss_wrapped)
 
-    def __iter__(self):
+    def __iter__(self) -> _WatchedIterator:
         it = batches.iterate(self._ss_wrapped, self._ss_ident)  # + batch production timing
         ch = channel.get()
         wrapper = _WatchedIterator.__new__(_WatchedIterator)
         stream = channel.Stream(self._ss_ident, owner=wrapper)
-        wrapper.__init__(it, stream)
+        _WatchedIterator.__init__(wrapper, it, stream)
         try:
             stream.loader = loader_info(self._ss_wrapped, it)
         except Exception:
@@ -102,11 +116,11 @@ class _Watched:
 class _WatchedSized(_Watched):
     __slots__ = ()
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._ss_wrapped)
 
 
-def _next_of_iterator(self):
+def _next_of_iterator(self: _Watched) -> Any:
     # For watched iterators (generators): keep one wrapped iterator across next() calls.
     it = self._ss_iter
     if it is None:
@@ -116,20 +130,21 @@ def _next_of_iterator(self):
 
 
 _WatchedIter = type("_WatchedIter", (_Watched,), {"__slots__": (), "__next__": _next_of_iterator})
-_WatchedSizedIter = type("_WatchedSizedIter", (_WatchedSized,), {"__slots__": (), "__next__": _next_of_iterator})
+_WatchedSizedIter = type("_WatchedSizedIter", (_WatchedSized,),
+                         {"__slots__": (), "__next__": _next_of_iterator})
 _PROXY_TYPES = (_Watched, _WatchedSized, _WatchedIter, _WatchedSizedIter)
 
 
-def _is_dataloader(obj):
+def _is_dataloader(obj: object) -> bool:
     data = sys.modules.get("torch.utils.data")
     return data is not None and isinstance(obj, data.DataLoader)
 
 
-def loader_info(loader, it=None):
+def loader_info(loader: object, it: object = None) -> dict[str, object] | None:
     """DataLoader settings and this epoch's worker PIDs; None for other iterables."""
     if not _is_dataloader(loader):
         return None
-    info = {}
+    info: dict[str, object] = {}
     for field in _LOADER_FIELDS:
         value = getattr(loader, field, None)
         info[field] = value if isinstance(value, (bool, int, type(None))) else str(value)
@@ -138,7 +153,7 @@ def loader_info(loader, it=None):
     return info
 
 
-def watch(iterable, **overrides):
+def watch(iterable: _IterableT, **overrides: object) -> _IterableT:
     """Wrap ``iterable`` so every rank reports how long it waited for each batch.
 
     Keyword overrides: job, rank, local_rank, world_size, pod, namespace, node.
@@ -150,16 +165,20 @@ def watch(iterable, **overrides):
     if unknown:
         # A typo must not kill a training job: warn and carry on.
         warnings.warn("stallscope.watch: ignoring unknown keywords %s" % sorted(unknown), stacklevel=2)
-    ident = identity.detect(**{k: v for k, v in overrides.items() if k in _OVERRIDES})
+    ident = identity.detect(None, **{k: v for k, v in overrides.items() if k in _OVERRIDES})
     sized = hasattr(type(iterable), "__len__")
     is_iter = hasattr(type(iterable), "__next__")
     cls = {(False, False): _Watched, (True, False): _WatchedSized,
            (False, True): _WatchedIter, (True, True): _WatchedSizedIter}[(sized, is_iter)]
-    return cls(iterable, ident)
+    # The proxy passes for the iterable (its __class__, attributes, len and iteration), so
+    # it is typed as the iterable: a watched DataLoader is still a DataLoader to its caller.
+    proxy: _IterableT = cls(iterable, ident)
+    return proxy
 
 
-def unwatch(iterable):
+def unwatch(iterable: _IterableT) -> _IterableT:
     """Return the original iterable of a watched one (anything else unchanged)."""
     if type(iterable) in _PROXY_TYPES:
-        return object.__getattribute__(iterable, "_ss_wrapped")
+        wrapped: _IterableT = object.__getattribute__(iterable, "_ss_wrapped")
+        return wrapped
     return iterable

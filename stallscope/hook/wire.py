@@ -26,7 +26,16 @@ Timestamps are CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns on Linux), the 
 clock for every process on the node, so the agent can line up hook events with its
 own samples.
 """
+from __future__ import annotations
+
 import json
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    # One message as sent; a payload is the part a hook component adds to it.
+    Message = dict[str, object]
 
 VERSION = 1
 MAX_MESSAGE_BYTES = 65536
@@ -34,5 +43,5 @@ MAX_EVENTS_PER_MESSAGE = 1000
 DEFAULT_SOCKET = "/run/stallscope/hook.sock"
 
 
-def encode(message):
+def encode(message: Mapping[str, object]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode()

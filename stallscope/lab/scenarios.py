@@ -169,4 +169,4 @@ def get(name):
     try:
         return BY_NAME[name]
     except KeyError:
-        raise ValueError("no scenario %r; known: %s" % (name, ", ".join(BY_NAME)))
+        raise ValueError("no scenario %r; known: %s" % (name, ", ".join(BY_NAME))) from None

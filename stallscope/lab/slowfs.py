@@ -98,7 +98,7 @@ def main(argv=None):
 
 def fuse_mount(mountpoint, mountinfo="/proc/self/mountinfo"):
     """The mountinfo entry of the FUSE mount at ``mountpoint``, read without touching it."""
-    from ..exporters.fuse import parse_mountinfo
+    from ..system.procfs import parse_mountinfo
 
     try:
         with open(mountinfo) as f:
@@ -170,7 +170,8 @@ class SlowFS:
                 if p.poll() is not None or time.monotonic() > deadline:
                     p.kill()
                     p.wait()
-                    raise RuntimeError("%s did not enter the mount namespace of %s" % (cmd[0], self.mountpoint))
+                    raise RuntimeError("%s did not enter the mount namespace of %s" % (
+                        cmd[0], self.mountpoint))
                 time.sleep(0.01)
         return p
 
@@ -222,7 +223,7 @@ def ensure_fusectl():
     """Mount fusectl if it is not; returns True when this call mounted it."""
     if os.path.isdir(FUSECTL) and os.listdir(FUSECTL):
         return False
-    from ..exporters.fuse import parse_mountinfo
+    from ..system.procfs import parse_mountinfo
 
     with open("/proc/self/mountinfo") as f:
         if any(m.fstype == "fusectl" for m in parse_mountinfo(f.read())):

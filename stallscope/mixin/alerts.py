@@ -8,7 +8,9 @@ tests require each probe to return data, which proves the metrics exist and the 
 joins match; the threshold itself is proven by the promtool unit tests.
 """
 import dataclasses
+import re
 
+from .. import vocabulary
 from . import promql
 from .promql import indent, num, pct
 
@@ -48,7 +50,7 @@ def _ranks_of_pod(cfg):
     blocked for good (value 0 from the steps series), 'rank 3 made no progress'."""
     n = promql.names(cfg)
     q = _query("sort_desc(%s{namespace=%%q, pod=%%q} >= %s) or %s{namespace=%%q, pod=%%q} == 0" % (
-        n["rank_ratio"], num(cfg.cause_min_wait_ratio), n["rank_steps"]),
+        n["rank_ratio"], num(cfg.data_wait_warning), n["rank_steps"]),
         "$labels.namespace", "$labels.pod", "$labels.namespace", "$labels.pod")
     return ("{{ range $i, $r := %s }}{{ if $i }}, {{ end }}rank {{ $r.Labels.rank }} "
             "{{ if $r.Value }}waits {{ $r.Value | humanizePercentage }}{{ else }}made no progress in %s"
@@ -94,7 +96,7 @@ def _straggler(cfg):
     n = promql.names(cfg)
     expr = ("%s\n> on (namespace, job) group_left ()\n(%s * %s)\nand\n%s > %s" % (
         n["rank_ratio"], num(cfg.straggler_factor), n["job_median"], n["rank_ratio"],
-        num(cfg.straggler_min_ratio)))
+        num(cfg.data_wait_warning)))
     probe = "%s\n* on (namespace, job) group_left ()\n(%s >= 0)" % (n["rank_ratio"], n["job_median"])
     median = _query("%s{namespace=%%q, job=%%q}" % n["job_median"], "$labels.namespace", "$labels.job")
     return Alert(
@@ -124,56 +126,24 @@ def _no_progress(cfg):
         ("stallscope_step_seconds",))
 
 
+def _line_text(signal, value):
+    unit = vocabulary.signal(signal).unit
+    return pct(value) if unit == "ratio" else num(value) + ("s" if unit == "seconds" else "")
+
+
+def _cause_alert(cfg, a):
+    """A cause alert of the vocabulary (stallscope/vocabulary/causes.py)."""
+    line = cfg.line(a.name)
+    description = (a.description.replace("<where>", _pod_where(cfg))
+                   .replace("<window>", cfg.rate_window).replace("<line>", _line_text(a.signal, line)))
+    metrics = tuple(sorted(set(re.findall(r"stallscope_[a-z_]+?(?=_bucket\b|_sum\b|_count\b|\{|\[|\s|\)|$)",
+                                          vocabulary.signal(a.signal).query))))
+    return _cause(cfg, a.name, promql.signal(cfg, a.signal), "%s %s" % (a.op, num(line)), metrics,
+                  a.summary, description)
+
+
 def _causes(cfg):
-    w = cfg.rate_window
-    return [
-        _cause(cfg, "StallscopeCPUThrottled", promql.cfs_throttled_ratio(cfg),
-               "> %s" % num(cfg.cfs_throttled_ratio), ("stallscope_cpu_cfs_periods_total",
-                                                       "stallscope_cpu_cfs_throttled_periods_total"),
-               "The CFS quota throttles a waiting rank's loader.",
-               "Container {{ $labels.container }} of %s was throttled in {{ $value | humanizePercentage }} "
-               "of its CFS periods over the last %s (threshold %s)." % (
-                   _pod_where(cfg), w, pct(cfg.cfs_throttled_ratio))),
-        _cause(cfg, "StallscopeIOPressure", promql.pressure_ratio(cfg, "io"),
-               "> %s" % num(cfg.io_pressure_ratio), ("stallscope_pressure_io_waiting_seconds_total",),
-               "I/O pressure stalls a waiting rank's pod.",
-               "Tasks of %s were stalled on I/O {{ $value | humanizePercentage }} of the time over "
-               "the last %s (PSI io some; threshold %s)." % (_pod_where(cfg), w, pct(cfg.io_pressure_ratio))),
-        _cause(cfg, "StallscopeMemoryPressure", promql.pressure_ratio(cfg, "memory"),
-               "> %s" % num(cfg.memory_pressure_ratio), ("stallscope_pressure_memory_waiting_seconds_total",),
-               "Memory pressure stalls a waiting rank's pod.",
-               "Tasks of %s were stalled on memory (reclaim, swap-in, thrashing) {{ $value | "
-               "humanizePercentage }} of the time over the last %s (PSI memory some; threshold %s)." % (
-                   _pod_where(cfg), w, pct(cfg.memory_pressure_ratio))),
-        _cause(cfg, "StallscopeShmNearlyFull", promql.shm_used_ratio(cfg),
-               "> %s" % num(cfg.shm_used_ratio), ("stallscope_shm_used_bytes", "stallscope_shm_size_bytes"),
-               "/dev/shm of a waiting rank's pod is nearly full.",
-               "/dev/shm of %s is {{ $value | humanizePercentage }} full (threshold %s); DataLoader "
-               "workers pass every batch through it and die with a bus error when it fills." % (
-                   _pod_where(cfg), pct(cfg.shm_used_ratio))),
-        _cause(cfg, "StallscopeFuseMountDown", promql.fuse_up(cfg), "== 0", ("stallscope_fuse_up",),
-               "A FUSE mount that a waiting rank reads from is down.",
-               "FUSE mount {{ $labels.mountpoint }} ({{ $labels.fstype }}) of %s does not answer: "
-               "its daemon is dead or the connection was aborted (ENOTCONN)." % _pod_where(cfg)),
-        _cause(cfg, "StallscopeFuseMountStuck", promql.fuse_probe(cfg),
-               "> %s" % num(cfg.fuse_probe_seconds), ("stallscope_fuse_probe_seconds",),
-               "A FUSE mount that a waiting rank reads from is stuck.",
-               "A stat of FUSE mount {{ $labels.mountpoint }} ({{ $labels.fstype }}) of %s took "
-               "{{ $value | humanizeDuration }} (threshold %ss): the daemon is hung or its backend "
-               "is far too slow." % (_pod_where(cfg), num(cfg.fuse_probe_seconds))),
-        _cause(cfg, "StallscopeShardReadSlow", promql.shard_read_quantile(cfg, 0.99),
-               "> %s" % num(cfg.shard_read_p99_seconds), ("stallscope_shard_read_seconds",),
-               "Shard reads of a waiting rank are slow.",
-               "The p99 latency of shard reads from tier {{ $labels.tier }} in %s was {{ $value | "
-               "humanizeDuration }} over the last %s (threshold %ss)." % (
-                   _pod_where(cfg), w, num(cfg.shard_read_p99_seconds))),
-        _cause(cfg, "StallscopeCacheHitRateLow", promql.cache_hit_ratio(cfg),
-               "< %s" % num(cfg.cache_hit_ratio), ("stallscope_cache_requests_total",),
-               "The data cache of a waiting rank mostly misses.",
-               "Only {{ $value | humanizePercentage }} of cache lookups in tier {{ $labels.tier }} of %s "
-               "hit over the last %s (threshold %s); misses go to the slower tier." % (
-                   _pod_where(cfg), w, pct(cfg.cache_hit_ratio))),
-    ]
+    return [_cause_alert(cfg, a) for c in vocabulary.CAUSES for a in c.alerts]
 
 
 def _health(cfg):

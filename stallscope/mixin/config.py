@@ -9,6 +9,8 @@ import dataclasses
 import json
 import re
 
+from .. import vocabulary
+
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 
 
@@ -28,25 +30,16 @@ class MixinConfig:
     health_for: str = "5m"
     silent_lookback: str = "1h"        # how far back a rank counts as "was reporting"
 
-    # The SLI: share of a rank's step time spent blocked in next(loader).
-    data_wait_warning: float = 0.02
-    data_wait_critical: float = 0.10
-    # Straggler: worst rank above `factor` × the job's median and above `min_ratio`.
-    straggler_factor: float = 3.0
-    straggler_min_ratio: float = 0.02
-    # A cause alert fires only for a pod with a rank waiting at least this much, or a
-    # rank that made no progress at all in the window (blocked in next() for good).
-    cause_min_wait_ratio: float = 0.02
-
-    # Cause thresholds.
-    cfs_throttled_ratio: float = 0.25      # throttled periods / periods
-    io_pressure_ratio: float = 0.20        # PSI io "some": share of time stalled
-    memory_pressure_ratio: float = 0.10    # PSI memory "some"
-    shm_used_ratio: float = 0.90
-    fuse_probe_seconds: float = 1.0
-    fuse_waiting_requests: float = 9       # the kernel's default congestion_threshold
-    shard_read_p99_seconds: float = 0.5
-    cache_hit_ratio: float = 0.50
+    # The SLI: share of a rank's step time spent blocked in next(loader). The warning line
+    # is also the correlator's input_bound line, diagnose's, and the "waiting rank" gate
+    # of the cause alerts and the straggler alert (stallscope/vocabulary/causes.py).
+    data_wait_warning: float = vocabulary.DATA_WAIT_LINE
+    data_wait_critical: float = vocabulary.DATA_WAIT_CRITICAL
+    # Straggler: worst rank above `factor` x the job's median (and over the warning line).
+    straggler_factor: float = vocabulary.STRAGGLER_FACTOR
+    # The cause alerts' lines, by alert name; an alert not named here keeps the
+    # vocabulary's line (stallscope/vocabulary/causes.py).
+    lines: tuple = ()
 
     # Where the alerts' runbook_url points: base + AlertName + ".md".
     runbook_base_url: str = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
@@ -60,6 +53,13 @@ class MixinConfig:
 
     def runbook_url(self, alert):
         return self.runbook_base_url + alert + ".md"
+
+    def line(self, alert):
+        """The threshold of cause alert ``alert``: the configured one, else the vocabulary's."""
+        for name, value in self.lines:
+            if name == alert:
+                return value
+        return vocabulary.cause_alerts()[alert][1].line
 
     def sel(self, *matchers):
         """A selector body joining the configured matchers with extra ones."""
@@ -83,6 +83,12 @@ def validate(cfg):
             raise ValueError("%s: expected a number, got %r" % (f.name, getattr(cfg, f.name)))
     if cfg.topk < 1:
         raise ValueError("topk: must be at least 1")
+    known = vocabulary.cause_alerts()
+    for name, value in cfg.lines:
+        if name not in known:
+            raise ValueError("lines: %s is not a cause alert; known: %s" % (name, ", ".join(sorted(known))))
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("lines: %s: expected a number, got %r" % (name, value))
     return cfg
 
 
@@ -106,4 +112,8 @@ def load(path=None, **overrides):
         raise ValueError("unknown config field(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(known))))
     if "dashboard_tags" in values:
         values["dashboard_tags"] = tuple(values["dashboard_tags"])
+    if "lines" in values:
+        if not isinstance(values["lines"], dict):
+            raise ValueError("lines: expected an object of {alert name: threshold}")
+        values["lines"] = tuple(sorted(values["lines"].items()))
     return validate(dataclasses.replace(DEFAULT, **values))

@@ -4,10 +4,15 @@ Each signal is written once here, as a function of the config and of extra label
 matchers (the dashboards pass their template variables, the rules pass none), so a
 panel and the alert about the same thing can never drift apart.
 
-Labels: per-rank series carry job, rank, pod, namespace and node (DESIGN.md). The SLI
+Labels: per-rank series carry job, rank, pod, namespace and node (stallscope/vocabulary/labels.py). The SLI
 rules aggregate onto exactly those five, dropping whatever the scrape adds (instance,
 a PodMonitor's container/endpoint), so every join below can name its labels.
 """
+import re
+import string
+
+from .. import vocabulary
+
 RANK = ("namespace", "job", "rank", "pod", "node")
 BY_RANK = "namespace, job, rank, pod, node"
 BY_POD = "namespace, pod"
@@ -47,10 +52,10 @@ def steps_rate(cfg, matchers=(), window=None):
 
 
 def waiting_pods(cfg):
-    """Ranks a cause matters to: waiting at least cause_min_wait_ratio, or blocked for
+    """Ranks a cause matters to: waiting at least the data-wait line, or blocked for
     good (no batch in the whole window: a dead mount hangs next() and reports no wait)."""
     n = names(cfg)
-    return "%s >= %s\nor\n%s == 0" % (n["rank_ratio"], num(cfg.cause_min_wait_ratio), n["rank_steps"])
+    return "%s >= %s\nor\n%s == 0" % (n["rank_ratio"], num(cfg.data_wait_warning), n["rank_steps"])
 
 
 def num(x):
@@ -64,48 +69,21 @@ def pct(x):
     return "%s%%" % num(round(float(x) * 100, 6))
 
 
-# -- cause signals (per pod, or per pod and container / mount / tier) ----------------------
-def cfs_throttled_ratio(cfg, matchers=(), window=None):
-    by = "namespace, pod, container"
-    return "sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
-        by, rate(cfg, "stallscope_cpu_cfs_throttled_periods_total", matchers, window),
-        by, rate(cfg, "stallscope_cpu_cfs_periods_total", matchers, window))
-
-
-def pressure_ratio(cfg, resource, matchers=(), window=None):
-    """PSI "some": share of wall time in which some task of the pod's cgroup stalled."""
-    metric = "stallscope_pressure_%s_waiting_seconds_total" % resource
-    return "sum by (namespace, pod) (%s)" % rate(cfg, metric, ('pod!=""',) + tuple(matchers), window)
-
-
-def shm_used_ratio(cfg, matchers=()):
-    return "max by (namespace, pod) (%s / %s)" % (
-        sel(cfg, "stallscope_shm_used_bytes", 'pod!=""', *matchers),
-        sel(cfg, "stallscope_shm_size_bytes", 'pod!=""', *matchers))
-
-
-def fuse_up(cfg, matchers=()):
-    return sel(cfg, "stallscope_fuse_up", *matchers)
-
-
-def fuse_probe(cfg, matchers=()):
-    return sel(cfg, "stallscope_fuse_probe_seconds", *matchers)
-
-
-def fuse_waiting(cfg, matchers=()):
-    return sel(cfg, "stallscope_fuse_waiting_requests", *matchers)
+# -- cause signals: the vocabulary's queries, rendered -------------------------------------
+def signal(cfg, name, matchers=(), window=None):
+    """The Prometheus face of vocabulary signal ``name`` (per pod, or per pod and
+    container / mount / tier), with the configured selector and ``matchers``."""
+    query = vocabulary.signal(name).query
+    if not query:
+        raise ValueError("signal %s has no query in the vocabulary" % name)
+    text = string.Template(query).substitute(sel=cfg.sel(*matchers), w=window or cfg.rate_window)
+    # An empty selector body leaves "{}" or a dangling comma: drop them.
+    return re.sub(r"\{\s*\}", "", re.sub(r",\s*\}", "}", text))
 
 
 def shard_read_quantile(cfg, q, matchers=(), window=None):
     return "histogram_quantile(%s, sum by (namespace, pod, tier, le) (%s))" % (
         num(q), rate(cfg, "stallscope_shard_read_seconds_bucket", matchers, window))
-
-
-def cache_hit_ratio(cfg, matchers=(), window=None):
-    by = "namespace, pod, tier"
-    return "sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
-        by, rate(cfg, "stallscope_cache_requests_total", ('result="hit"',) + tuple(matchers), window),
-        by, rate(cfg, "stallscope_cache_requests_total", matchers, window))
 
 
 def indent(expr, n=2):

@@ -62,6 +62,14 @@ def cause(name: str) -> Cause:
     return CAUSE[name]
 
 
+def line_of(cause_name: str, signal_name: str) -> Line:
+    """The co-occurrence line of ``cause_name`` on ``signal_name``."""
+    for line in CAUSE[cause_name].lines:
+        if line.signal == signal_name:
+            return line
+    raise KeyError("cause %s has no line on %s" % (cause_name, signal_name))
+
+
 def cause_alerts() -> Dict[str, Tuple[Cause, CauseAlert]]:
     """{alert name: (cause, alert)} of every alert that pages on a cause."""
     return {a.name: (c, a) for c in CAUSES for a in c.alerts}

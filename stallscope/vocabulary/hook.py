@@ -59,7 +59,7 @@ SIGNALS = (
            ("namespace", "pod", "tier")),
     Signal("cache_miss_ratio", "ratio", ("rank",), "shards",
            "Share of the cache lookups in one report that missed.",
-           "sum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{result=\"miss\", $sel}[$w]))"
+           "sum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{result=\"miss\",$sel}[$w]))"
            "\n/\nsum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{$sel}[$w]))",
            ("namespace", "pod", "tier")),
 )

@@ -92,7 +92,7 @@ def _psi(res, kind):
         "psi_%s_%s_ratio" % (res, kind), "ratio", ("rank", "node"), "psi",
         "PSI %s %s: share of time tasks stalled on %s (the rank's cgroup, or the node)."
         % (res, kind, res),
-        "sum by (namespace, pod) (rate(stallscope_pressure_%s_%s_seconds_total{pod!=\"\", $sel}[$w]))"
+        "sum by (namespace, pod) (rate(stallscope_pressure_%s_%s_seconds_total{pod!=\"\",$sel}[$w]))"
         % (res, name), ("namespace", "pod"))
 
 
@@ -110,8 +110,8 @@ SIGNALS = (
     _psi("memory", "some"), _psi("memory", "full"),
     Signal("shm_used_ratio", "ratio", ("rank", "node"), "shm",
            "Share of /dev/shm in use, as the rank (or the node) sees it.",
-           "max by (namespace, pod) (stallscope_shm_used_bytes{pod!=\"\", $sel} / "
-           "stallscope_shm_size_bytes{pod!=\"\", $sel})", ("namespace", "pod")),
+           "max by (namespace, pod) (stallscope_shm_used_bytes{pod!=\"\",$sel} / "
+           "stallscope_shm_size_bytes{pod!=\"\",$sel})", ("namespace", "pod")),
     Signal("shm_free_bytes", "bytes", ("rank", "node"), "shm", "Bytes free in /dev/shm."),
     Signal("fuse_up", "flag", ("rank",), "fuse",
            "1 when every FUSE mount the rank sees answered its last probe.",

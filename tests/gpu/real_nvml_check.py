@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from stallscope.gpu import nvml as nvml_mod  # noqa: E402
-from stallscope.gpu.source import Sampler  # noqa: E402
+from stallscope.exporters.gpu import nvml as nvml_mod
+from stallscope.exporters.gpu.source import Sampler
 
 
 def square_wave_load(stop, on_s=1.0):

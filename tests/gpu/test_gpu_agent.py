@@ -10,7 +10,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stallscope.agent.main import Agent, Config
+from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.exporters import ExportersOptions
+from stallscope.exporters.gpu.options import GpuOptions
 from stallscope.hook import channel, identity
 from tests.gpu.gpu_helpers import U0, U1, DcgmServer, fixture
 
@@ -37,13 +39,15 @@ def wait_for(fn, timeout=15.0):
         time.sleep(0.1)
 
 
-OTHERS = {"exporter_" + n: False for n in ("cfs", "psi", "shm", "fuse", "workers")}
+OTHERS = {n: False for n in ("cfs", "psi", "shm", "fuse", "workers", "disk", "sched")}
 
 
-def make_agent(tmp_path, **options):
+def make_agent(tmp_path, **gpu):
     """An in-process agent running only the gpu exporter, collecting every 0.2 s."""
-    cfg = Config(listen="127.0.0.1:0", socket=str(tmp_path / "hook.sock"), node="gpu-node-7",
-                 options=dict(OTHERS, exporter_interval=0.2, **options))
+    cfg = Config(agent=AgentOptions(listen="127.0.0.1:0", socket=str(tmp_path / "hook.sock"),
+                                    node="gpu-node-7"),
+                 exporters=ExportersOptions(interval=0.2), enabled=OTHERS,
+                 parts={GpuOptions: GpuOptions(**gpu)})
     return Agent(cfg)
 
 
@@ -56,8 +60,8 @@ def running(tmp_path):
         FakeGpu(1, uuid=U1, busy=constant(0.25), processes=[(me, 500 << 20)]),
     ])
     dcgm = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
-    agent = make_agent(tmp_path, gpu_nvml_module=fake, gpu_sample_interval=0.1,
-                       gpu_dcgm_url=dcgm.url, gpu_dcgm_interval=0.2)
+    agent = make_agent(tmp_path, nvml_module=fake, sample_interval=0.1,
+                       dcgm_url=dcgm.url, dcgm_interval=0.2)
     agent.start()
     stopped = []
 
@@ -89,12 +93,12 @@ def test_gpu_series_carry_their_rank_and_source(running):
     agent, fake, _, dcgm = running
     # Rank 3 reports cuda:1 the way torch spells it; rank 5 reports nothing and is found
     # through NVML's compute processes; rank 7's report is garbage.
-    report(agent.config.socket, 3, {"index": 1, "uuid": U1[4:]})
-    report(agent.config.socket, 5, None)
-    report(agent.config.socket, 7, {"index": "one", "uuid": U1})
+    report(agent.config.agent.socket, 3, {"index": 1, "uuid": U1[4:]})
+    report(agent.config.agent.socket, 5, None)
+    report(agent.config.agent.socket, 7, {"index": "one", "uuid": U1})
 
     def mapped():
-        ranks = {r["rank"]: r.get("json_gpu") for r in json.loads(get(agent, "/api/v1/ranks"))["ranks"]}
+        ranks = {r["rank"]: r.get("gpu") for r in json.loads(get(agent, "/api/v1/ranks"))["ranks"]}
         return ranks if ranks.get(3) and ranks.get(5) else None
 
     ranks = wait_for(mapped)
@@ -164,7 +168,7 @@ def test_sampler_threads_stop_with_the_agent(running):
 
 def test_a_node_without_gpus_reports_not_available_once(tmp_path, capfd):
     fake = FakeNvml([FakeGpu(0)], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-    agent = make_agent(tmp_path, gpu_nvml_module=fake)
+    agent = make_agent(tmp_path, nvml_module=fake)
     agent.start()
     try:
         def status():

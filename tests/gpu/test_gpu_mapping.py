@@ -7,8 +7,8 @@ import pytest
 from tests.gpu.gpu_helpers import U0, U1
 
 from stallscope.agent.state import RankState
-from stallscope.gpu.mapping import build, uuid_key
-from stallscope.gpu.source import Gpu
+from stallscope.exporters.gpu.mapping import build, uuid_key
+from stallscope.exporters.gpu.source import Gpu
 from stallscope.hook import device
 
 
@@ -17,9 +17,12 @@ def rank(r, pid, pod="w-0", cuda=None):
              "namespace": "ml", "node": "n"}
     s = RankState(("ml", pod, "j", r), ident, 0.0, 10)
     s.pid = pid
-    if cuda:
-        s.extra["gpu_device"] = {"index": 0, "uuid": cuda}
+    s.cuda = {"index": 0, "uuid": cuda} if cuda else None  # the hook's report, as the gpu exporter keeps it
     return s
+
+
+def mapped(ranks, found_gpus, pods=None):
+    return build(ranks, found_gpus, pods, {r.key: r.cuda for r in ranks if r.cuda})
 
 
 def gpus(pids0=None, pids1=None):
@@ -35,14 +38,14 @@ def test_cuda_device_report_wins_over_nvml_processes():
     # Rank 0 reports cuda:0 (torch spells the UUID without "GPU-") but NVML also lists
     # its PID on GPU 1 with more memory: the report is what the loop computes on.
     r0 = rank(0, 100, cuda=U0[4:])
-    m = build([r0], gpus(pids1={100: 40 << 30}))
+    m = mapped([r0], gpus(pids1={100: 40 << 30}))
     assert m.gpu_of[r0.key] == (U0, "cuda_device")
 
 
 def test_nvml_processes_pick_the_gpu_with_the_most_memory():
     # The stray context: every rank holds ~500 MiB on GPU 0 from a default-device init.
     r0, r1 = rank(0, 100), rank(1, 101)
-    m = build([r0, r1], gpus(pids0={100: 60 << 30, 101: 500 << 20}, pids1={101: 60 << 30}))
+    m = mapped([r0, r1], gpus(pids0={100: 60 << 30, 101: 500 << 20}, pids1={101: 60 << 30}))
     assert m.gpu_of == {r0.key: (U0, "nvml_process"), r1.key: (U1, "nvml_process")}
     assert m.ranks_of[U0] == [r0.key] and m.ranks_of[U1] == [r1.key]
 
@@ -50,18 +53,18 @@ def test_nvml_processes_pick_the_gpu_with_the_most_memory():
 def test_dcgm_pod_only_when_unambiguous():
     lone, a, b = rank(0, 1, pod="solo"), rank(1, 2, pod="pair"), rank(2, 3, pod="pair")
     pods = {U0: ("ml", "solo"), U1: ("ml", "pair")}
-    m = build([lone, a, b], [], pods)
+    m = mapped([lone, a, b], [], pods)
     assert m.gpu_of == {lone.key: (U0, "dcgm_pod")}
 
 
 def test_an_unknown_uuid_and_no_evidence_leave_a_rank_unmapped():
     r0 = rank(0, 100, cuda="GPU-00000000-0000-0000-0000-000000000000")
-    assert build([r0], gpus()).gpu_of == {}
+    assert mapped([r0], gpus()).gpu_of == {}
 
 
 def test_several_ranks_may_share_a_gpu():
     r0, r1 = rank(0, 100, cuda=U1), rank(1, 101, cuda=U1)
-    m = build([r0, r1], gpus())
+    m = mapped([r0, r1], gpus())
     assert m.ranks_of[U1] == [r0.key, r1.key] and m.via(r1.key) == "cuda_device"
 
 

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from stallscope.gpu import nvml as nvml_mod
-from stallscope.gpu.nvml import NvmlSource
-from stallscope.gpu.source import Sampler, Unavailable
+from stallscope.exporters.gpu import nvml as nvml_mod
+from stallscope.exporters.gpu.nvml import NvmlSource
+from stallscope.exporters.gpu.source import Sampler, Unavailable
 
 pynvml = pytest.importorskip("pynvml")  # the fake is built from the real module's classes
 from tests.gpu.fake_nvml import FakeGpu, FakeNvml, constant, square  # noqa: E402

@@ -1,12 +1,15 @@
-"""The simulated GPU over hook events fed through the real rank table: busy exactly between
-a batch's arrival and the loop's next next() call, final only up to the newest call."""
+"""The simulated GPU over hook events fed as the gpu exporter feeds it (every report that
+the real rank table accepts): busy exactly between a batch's arrival and the loop's next
+next() call, final only up to the newest call."""
 import random
 
 import pytest
 
+from stallscope.agent.host import AgentHost
+from stallscope.agent.samples import SampleStore
 from stallscope.agent.state import RankTable
-from stallscope.gpu.sim import SimulatedSource, sim_uuid
-from stallscope.gpu.source import Sampler
+from stallscope.exporters.gpu.sim import SimulatedSource, sim_uuid
+from stallscope.exporters.gpu.source import Sampler
 
 MS = 1_000_000
 IDENT = {"job": "j", "rank": 0, "local_rank": 0, "world_size": 1, "pod": "p",
@@ -16,6 +19,16 @@ IDENT = {"job": "j", "rank": 0, "local_rank": 0, "world_size": 1, "pod": "p",
 def msg(events, rank=0):
     return {"id": dict(IDENT, rank=rank), "pid": 1, "role": "main", "mono_ns": 0, "wall_ns": 0,
             "dropped_total": 0, "events": events, "loader": None, "raw": {}}
+
+
+def source(table, **kw):
+    return SimulatedSource(AgentHost(table, SampleStore(60)), **kw)
+
+
+def report(table, src, m):
+    """A report reaches the table, then the gpu exporter, which feeds the simulation."""
+    rank = table.apply(m)
+    src.feed(rank.key, m["events"])
 
 
 def loop(t0, phases):
@@ -44,11 +57,11 @@ def test_busy_follows_compute_and_waits_are_idle():
     rng = random.Random(7)
     phases = [(rng.randrange(0, 40 * MS), rng.randrange(1, 60 * MS)) for _ in range(200)]
     events, busy = loop(10**12, phases)
-    table = RankTable(procfs="/nonexistent")
-    src = SimulatedSource(table, period_s=0.1)
+    table = RankTable(procfs_root="/nonexistent")
+    src = source(table, period_s=0.1)
     out = []
     for i in range(0, len(events), 37):  # arriving in flushes, as from the hook
-        table.apply(msg(events[i:i + 37]))
+        report(table, src, msg(events[i:i + 37]))
         (gpu,) = src.gpus()
         out += src.read(gpu)
     assert gpu.uuid == sim_uuid(("ns", "p", "j", 0)) and gpu.uuid.startswith("SIM-")
@@ -64,28 +77,28 @@ def test_busy_follows_compute_and_waits_are_idle():
 
 
 def test_a_long_stall_is_filled_in_when_the_batch_arrives():
-    table = RankTable(procfs="/nonexistent")
-    src = SimulatedSource(table, period_s=0.1)
+    table = RankTable(procfs_root="/nonexistent")
+    src = source(table, period_s=0.1)
     t0 = 10**12
     events, busy = loop(t0, [(1 * MS, 50 * MS)] * 10)
-    table.apply(msg(events))
+    report(table, src, msg(events))
     (gpu,) = src.gpus()
     before = src.read(gpu)
     assert src.read(gpu) == []  # nothing new: the loop is computing or blocked
     stall_end = busy[-1][1] + 3000 * MS  # a 3 s wait (a dead mount coming back)
-    table.apply(msg([[stall_end, 3000 * MS, stall_end - events[-1][0]]]))
+    report(table, src, msg([[stall_end, 3000 * MS, stall_end - events[-1][0]]]))
     after = src.read(gpu)
     assert len(after) >= 30 and all(r == 0.0 for _, _, r in after[2:])
     check_bins(before + after, busy, 100 * MS)
 
 
 def test_epochs_and_two_ranks_get_their_own_gpus():
-    table = RankTable(procfs="/nonexistent")
-    src = SimulatedSource(table, period_s=0.05)
+    table = RankTable(procfs_root="/nonexistent")
+    src = source(table, period_s=0.05)
     e1, b1 = loop(10**12, [(2 * MS, 30 * MS)] * 20)
     e2, b2 = loop(b1[-1][1] + 500 * MS, [(5 * MS, 30 * MS)] * 20)  # a new iterator
-    table.apply(msg(e1 + e2, rank=0))
-    table.apply(msg(e1, rank=1))
+    report(table, src, msg(e1 + e2, rank=0))
+    report(table, src, msg(e1, rank=1))
     gpus = src.gpus()
     assert [g.index for g in gpus] == [0, 1] and len({g.uuid for g in gpus}) == 2
     out = src.read(gpus[0])
@@ -94,11 +107,12 @@ def test_epochs_and_two_ranks_get_their_own_gpus():
 
 
 def test_sampler_drives_the_simulation_like_nvml():
-    table = RankTable(procfs="/nonexistent")
+    table = RankTable(procfs_root="/nonexistent")
     events, busy = loop(10**12, [(10 * MS, 30 * MS)] * 50)
-    table.apply(msg(events))
+    src = source(table)
+    report(table, src, msg(events))
     got = []
-    s = Sampler(SimulatedSource(table), on_samples=lambda gpu, samples: got.extend(samples))
+    s = Sampler(src, on_samples=lambda gpu, samples: got.extend(samples))
     s.poll()
     (gpu, status, ratio, busy_s, sampled_s, pids), = s.snapshot()
     assert gpu.source == "simulated" and status == "ok" and pids == {}

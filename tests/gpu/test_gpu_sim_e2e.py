@@ -59,7 +59,7 @@ def test_simulated_gpu_busy_equals_the_loops_compute_fraction(agent_factory, hoo
         assert not run["cuda_initialized"]  # the hook never initialises CUDA
 
         ranks = agent.api("/api/v1/ranks")["ranks"]
-        assert ranks[0]["json_gpu"]["source"] == "simulated"
+        assert ranks[0]["gpu"]["source"] == "simulated"
 
         def counter():  # /metrics serves the exporters' last collection (every 2 s)
             fams = {f.name: f for f in text_string_to_metric_families(agent.metrics())}

@@ -79,6 +79,7 @@ def test_cli_writes_and_check_detects_drift(tmp_path):
 @pytest.mark.parametrize("content, message", [
     ("{not json", "is not valid JSON"),
     ('{"rate_windw": "5m"}', "unknown config field(s) rate_windw"),
+    ('{"lines": {"StallscopeNope": 1}}', "lines: StallscopeNope is not a cause alert"),
     ('{"rate_window": "5 minutes"}', "rate_window: '5 minutes' is not a Prometheus duration"),
     ('{"data_wait_warning": "high"}', "data_wait_warning: expected a number"),
     ("[1, 2]", "expected a JSON object"),
@@ -97,7 +98,7 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({
         "selector": 'cluster="a"', "rate_window": "2m", "data_wait_for": "7m", "cause_for": "3m",
-        "data_wait_warning": 0.05, "cfs_throttled_ratio": 0.4,
+        "data_wait_warning": 0.05, "lines": {"StallscopeCPUThrottled": 0.4},
         "runbook_base_url": "https://runbooks.example/x/", "dashboard_uid_prefix": "ss-"}))
     cfg = config.load(str(path))
     groups = rules.all_groups(cfg)

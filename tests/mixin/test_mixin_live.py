@@ -34,7 +34,7 @@ CFG = dataclasses.replace(
     health_for="5s", silent_lookback="5m",
     # Start-up (torch import, worker fork) counts as data-wait in the first windows: the
     # healthy ranks peak near 0.15 on a loaded 2-core machine; the slowed rank sits ~0.8.
-    data_wait_warning=0.3, data_wait_critical=0.97, straggler_min_ratio=0.3, cause_min_wait_ratio=0.3)
+    data_wait_warning=0.3, data_wait_critical=0.97)
 NS = findings.NAMESPACE
 NODE = "lab-node"
 # What the slowed rank needs for 4 samples a batch x 10 ms of CPU against 0.2 cores for
@@ -71,10 +71,12 @@ def queries():
         board = json.loads(text)
         for p in board["panels"]:
             for t in p.get("targets", []):
-                out.append(("%s: %s [%s]" % (name[:-5], p["title"], t["refId"]), _grafana_to_promql(t["expr"])))
+                out.append(("%s: %s [%s]" % (name[:-5], p["title"], t["refId"]),
+                            _grafana_to_promql(t["expr"])))
         for v in board["templating"]["list"]:
             if v["type"] == "query":
-                out.append(("%s: variable %s" % (name[:-5], v["name"]), _grafana_to_promql(_label_values(v["query"]))))
+                out.append(("%s: variable %s" % (name[:-5], v["name"]),
+                            _grafana_to_promql(_label_values(v["query"]))))
     for r in rules.recording_rules(CFG):
         out.append(("record " + r["record"], r["record"]))
     for a in alerts.all_alerts(CFG):
@@ -114,7 +116,8 @@ def everything_on():
     missing -> why). The cache stands in front of whatever the rank reads its shards
     from: the FUSE mount, or its local shards without FUSE."""
     ready, left_out = faults.available(faults.CpuQuota(0.2), faults.SlowFuse(latency=0.002, tail_every=0))
-    missing = {{faults.CpuQuota: "cpu_quota", faults.SlowFuse: "fuse"}[type(f)]: why for f, why in left_out.items()}
+    key = {faults.CpuQuota: "cpu_quota", faults.SlowFuse: "fuse"}
+    missing = {key[type(f)]: why for f, why in left_out.items()}
     if pods.missing():
         missing["pressure"] = pods.missing()
     fault = faults.Combined(*ready, faults.LocalCache(cached_every=4))
@@ -148,7 +151,8 @@ def live(tmp_path_factory):
 
 
 def test_per_rank_series_budget(live):
-    """DESIGN.md: at most 40 series carry a rank's labels, all parts together. (Runs
+    """The per-rank budget (stallscope/vocabulary/labels.py): at most 40 series carry a
+    rank's labels, all parts together. (Runs
     before the tests that kill a trainer and stop the agent.) The live
     setup's slowed rank has everything switched on (hook, loader workers, shard reads,
     CFS quota, FUSE, simulated GPU with dcgm SM-active, correlator causes), so it is the

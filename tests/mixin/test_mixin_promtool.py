@@ -147,7 +147,7 @@ CASES = {
             (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="miss")), "0+12x40")], 1,
         [(dict(namespace="ml", pod="train-0", tier="local", job="train", node="n1"),
           "The data cache of a waiting rank mostly misses.",
-          "Only 20%% of cache lookups in tier local of %s hit over the last 5m (threshold 50%%); "
+          "80%% of the cache lookups in tier local of %s missed over the last 5m (threshold 50%%); "
           "misses go to the slower tier. %s" % (WHERE0, WAITING0))]),
     "StallscopeAgentDown": (
         [(sel("up", **AGENT), "0+0x40"), (sel("up", job="stallscope", instance="10.0.0.2:9478"), "1+0x40"),

@@ -6,16 +6,18 @@ already imported (so ``import stallscope`` never imports it, and a library that 
 installed costs nothing). ``STALLSCOPE_ADAPTERS`` chooses: ``auto`` (default: all),
 ``none``, or a comma list such as ``fsspec``. See docs/adapters.md to add one.
 """
+from __future__ import annotations
+
 import importlib
 import os
 import sys
 
 # (name, module that must be imported for the adapter to apply)
 ADAPTERS = (("webdataset", "webdataset"), ("fsspec", "fsspec"))
-enabled = set()
+enabled: set[str] = set()
 
 
-def wanted():
+def wanted() -> set[str]:
     setting = os.environ.get("STALLSCOPE_ADAPTERS", "auto").strip().lower()
     if setting == "auto":
         return {name for name, _ in ADAPTERS}
@@ -24,7 +26,7 @@ def wanted():
     return {s.strip() for s in setting.split(",")}
 
 
-def enable():
+def enable() -> None:
     """Install every wanted adapter whose library is imported. Never raises."""
     try:
         names = wanted()

@@ -9,21 +9,27 @@ blockcache fetches the missing blocks as they are read).
 Only the outermost open is measured: a caching file system downloading a miss through
 its target file system's ``open`` is part of that one read, not a second one.
 """
+from __future__ import annotations
+
 import sys
 import threading
 from time import perf_counter_ns
 
 from .. import files, shards, tiers
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any
+
 _inside = threading.local()
 
 
-def _protocol(fs):
+def _protocol(fs: Any) -> str:
     p = getattr(fs, "protocol", "") or ""
     return p if isinstance(p, str) else (p[0] if p else "")
 
 
-def _is_cached(fs, path, cached):
+def _is_cached(fs: Any, path: str, cached: Any) -> bool | None:
     """True/False for a caching file system (whole file in cache?), None otherwise."""
     if cached is None or not isinstance(fs, cached.CachingFileSystem):
         return None
@@ -35,14 +41,14 @@ def _is_cached(fs, path, cached):
     return bool(detail) and detail[0].get("blocks") is True
 
 
-def install():
+def install() -> None:
     spec = sys.modules["fsspec.spec"]
     original = spec.AbstractFileSystem.open
     if getattr(original, "_stallscope", False):
         return
     from fsspec.implementations import cached  # part of fsspec itself
 
-    def open(self, path, mode="rb", *args, **kwargs):
+    def open(self: Any, path: str, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
         if getattr(_inside, "depth", 0) or "b" not in mode or "r" not in mode or "+" in mode:
             return original(self, path, mode, *args, **kwargs)
         try:
@@ -65,6 +71,6 @@ def install():
         except Exception:
             return f
 
-    open._stallscope = True
-    open.__wrapped__ = original
+    open._stallscope = True  # type: ignore[attr-defined]
+    open.__wrapped__ = original  # type: ignore[attr-defined]
     spec.AbstractFileSystem.open = open

@@ -8,6 +8,8 @@ scheme, or the mount for paths). Two ways in, both patched:
   (already in cache_dir) and misses (downloaded; the download is part of that read).
 - pipelines built from ``tarfile_to_samples()`` open URLs with ``gopen.gopen``.
 """
+from __future__ import annotations
+
 import os
 import sys
 import threading
@@ -15,20 +17,27 @@ from time import perf_counter_ns
 
 from .. import files, shards, tiers
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+# webdataset has no type information: its modules and classes are Any here.
+
 CACHE_TIER = "wds-cache"
 _inside = threading.local()  # set while an opener works: its download is part of its read
 
 
-def _timed(stream, url, open_ns):
+def _timed(stream: Any, url: str, open_ns: int) -> Any:
     if type(stream) is files.TimedFile:
         return stream
     return files.TimedFile(stream, url, tiers.bounded(tiers.of_url(url)), open_ns)
 
 
-def _patch_gopen(module):
+def _patch_gopen(module: Any) -> None:
     original = module.gopen
 
-    def gopen(url, mode="rb", bufsize=8192, **kw):
+    def gopen(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> Any:
         start = perf_counter_ns()
         stream = original(url, mode, bufsize, **kw)
         if mode != "rb" or getattr(_inside, "opener", False):
@@ -38,18 +47,18 @@ def _patch_gopen(module):
         except Exception:
             return stream
 
-    gopen._stallscope = True
-    gopen.__wrapped__ = original
+    gopen._stallscope = True  # type: ignore[attr-defined]
+    gopen.__wrapped__ = original  # type: ignore[attr-defined]
     module.gopen = gopen
-    package = sys.modules.get("webdataset")
+    package: Any = sys.modules.get("webdataset")  # a module, whose attributes mypy would not know
     if package is not None and getattr(package, "gopen", None) is original:
         package.gopen = gopen
 
 
-def _patch_opener(cls):
+def _patch_opener(cls: Any) -> None:
     original = cls.__call__
 
-    def __call__(self, urls):
+    def __call__(self: Any, urls: Any) -> Iterator[Any]:
         it = original(self, urls)
         while True:
             start = perf_counter_ns()  # only the opener's own work: open, or download
@@ -71,10 +80,10 @@ def _patch_opener(cls):
     cls.__call__ = __call__
 
 
-def _patch_file_cache(cls, cache):
+def _patch_file_cache(cls: Any, cache: Any) -> None:
     original = cls.get_file
 
-    def get_file(self, url):
+    def get_file(self: Any, url: str) -> Any:
         hit = None
         try:
             if not cache.islocal(url):
@@ -89,7 +98,7 @@ def _patch_file_cache(cls, cache):
     cls.get_file = get_file
 
 
-def install():
+def install() -> None:
     module = sys.modules["webdataset.gopen"]
     if getattr(module.gopen, "_stallscope", False):
         return

@@ -20,8 +20,7 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
 from .base import Combined, Fault, NoFault, available
 from .cpu import CpuHogs, CpuQuota
 from .shm import TinyShm
-from .storage import (CheckpointBurst, ColdCache, DeadFuse, LocalCache, SlowFuse, http_up,
-                      start_objstore)
+from .storage import CheckpointBurst, ColdCache, DeadFuse, LocalCache, SlowFuse, http_up, start_objstore
 
 __all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "Fault",
            "LocalCache", "NoFault", "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]

@@ -3,10 +3,13 @@
 Pod-level series (cfs, psi, shm, fuse) carry job, pod, namespace and node but no rank;
 node-wide readings carry only node (pod="").
 """
+from ... import vocabulary
 from .. import promql
 from .panels import RATE, VARS_NODE, VARS_POD, VARS_RANK, Board, q, ts
 
 UID = "node"
+# The kernel's default congestion_threshold, the correlator's line on the signal.
+FUSE_WAITING = vocabulary.line_of("fuse_unhealthy", "fuse_waiting_requests").threshold
 
 
 def _rate_sum(cfg, metric, by, matchers):
@@ -38,9 +41,9 @@ def build(cfg):
     b.add(
         ts("Throttled periods", "Share of CFS periods in which the cgroup hit its CPU quota, per "
            "container. Throttling alone is common and harmless; it matters when it lines up with "
-           "a rank's data-wait (StallscopeCPUThrottled above %s)." % promql.pct(cfg.cfs_throttled_ratio),
-           [q(promql.cfs_throttled_ratio(cfg, VARS_POD, RATE), "{{pod}}/{{container}}")],
-           "percentunit", min_val=0, warn=cfg.cfs_throttled_ratio),
+           "a rank's data-wait (StallscopeCPUThrottled above %s)." % promql.pct(cfg.line("StallscopeCPUThrottled")),
+           [q(promql.signal(cfg, "cfs_throttled_ratio", VARS_POD, RATE), "{{pod}}/{{container}}")],
+           "percentunit", min_val=0, warn=cfg.line("StallscopeCPUThrottled")),
         ts("Throttled time", "Seconds per second the cgroup's threads spent throttled: 0.5 means "
            "the workers lose half a CPU's worth of time to the quota.",
            [q(_rate_sum(cfg, "stallscope_cpu_cfs_throttled_seconds_total", by_c, VARS_POD),
@@ -58,7 +61,8 @@ def build(cfg):
         ts("Pressure per pod", "PSI \"some\" of the pod's cgroup: share of time in which at least "
            "one task waited for CPU, I/O or memory. I/O pressure on a waiting rank points at "
            "storage; memory pressure at reclaim or thrashing.",
-           [q(promql.pressure_ratio(cfg, r, VARS_POD, RATE), "%s {{pod}}" % r) for r in ("cpu", "io", "memory")],
+           [q(promql.signal(cfg, "psi_%s_some_ratio" % r, VARS_POD, RATE), "%s {{pod}}" % r)
+            for r in ("cpu", "io", "memory")],
            "percentunit", min_val=0),
         ts("Pressure on the node", "PSI \"some\" of the whole node (/proc/pressure): contention "
            "from other pods shows here before it shows in a pod's own cgroup.",
@@ -71,11 +75,11 @@ def build(cfg):
     b.add(
         ts("/dev/shm used", "Share of /dev/shm in use, per pod and for the node. Workers hand "
            "every batch to the loop through it; when full they die with a bus error or ENOSPC.",
-           [q(promql.shm_used_ratio(cfg, VARS_POD), pod_legend),
+           [q(promql.signal(cfg, "shm_used_ratio", VARS_POD), pod_legend),
             q("max by (node) (%s / %s)" % (
                 promql.sel(cfg, "stallscope_shm_used_bytes", 'pod=""', *VARS_NODE),
                 promql.sel(cfg, "stallscope_shm_size_bytes", 'pod=""', *VARS_NODE)), "node {{node}}")],
-           "percentunit", min_val=0, max_val=1, warn=cfg.shm_used_ratio),
+           "percentunit", min_val=0, max_val=1, warn=cfg.line("StallscopeShmNearlyFull")),
         ts("Loader worker CPU against the quota", "CPU cores used by all loader workers of "
            "each rank, and the pod's CFS quota in cores. Workers at the quota are throttled: "
            "more workers will not help, a higher limit or cheaper per-sample work will.",
@@ -124,21 +128,23 @@ def build(cfg):
         ts("Shard read latency", "p50, p95 and p99 of one shard read per storage tier. A p99 far "
            "above p50 with data-wait rising: a slow backend or a congested mount.",
            [q(promql.shard_read_quantile(cfg, x, VARS_POD, RATE), "p%s {{pod}} {{tier}}" % int(x * 100))
-            for x in (0.5, 0.95, 0.99)], "s", min_val=0, warn=cfg.shard_read_p99_seconds),
-        ts("Cache hit rate", "Share of cache lookups that hit, per tier. A cold or evicted cache "
-           "sends reads to the slow tier: prewarm it or size it for the working set.",
-           [q(promql.cache_hit_ratio(cfg, VARS_POD, RATE), "{{pod}} {{tier}}")],
-           "percentunit", min_val=0, max_val=1),
+            for x in (0.5, 0.95, 0.99)], "s", min_val=0, warn=cfg.line("StallscopeShardReadSlow")),
+        ts("Cache miss rate", "Share of cache lookups that missed, per tier. A cold or evicted "
+           "cache sends reads to the slow tier: prewarm it or size it for the working set "
+           "(StallscopeCacheHitRateLow above %s)." % promql.pct(cfg.line("StallscopeCacheHitRateLow")),
+           [q(promql.signal(cfg, "cache_miss_ratio", VARS_POD, RATE), "{{pod}} {{tier}}")],
+           "percentunit", min_val=0, max_val=1, warn=cfg.line("StallscopeCacheHitRateLow")),
         ts("FUSE mounts: up and probe latency", "1 = the mount answers a stat; 0 = dead "
            "(ENOTCONN) or stuck. Probe latency is how long the last stat took (a stuck one grows "
            "until it returns).",
-           [q(promql.fuse_up(cfg, VARS_POD), "up {{mountpoint}} ({{pod}})"),
-            q(promql.fuse_probe(cfg, VARS_POD), "probe {{mountpoint}} ({{pod}})")], "short", min_val=0),
+           [q(promql.signal(cfg, "fuse_up", VARS_POD), "up {{mountpoint}} ({{pod}})"),
+            q(promql.signal(cfg, "fuse_probe_seconds", VARS_POD), "probe {{mountpoint}} ({{pod}})")],
+           "short", min_val=0),
         ts("FUSE requests waiting", "Requests queued on the FUSE connection (fusectl 'waiting'). "
            "Above the congestion threshold (%s by default) the kernel throttles readers."
-           % promql.num(cfg.fuse_waiting_requests),
-           [q(promql.fuse_waiting(cfg, VARS_POD), "{{mountpoint}} ({{pod}})")], "short", min_val=0,
-           warn=cfg.fuse_waiting_requests),
+           % promql.num(FUSE_WAITING),
+           [q(promql.signal(cfg, "fuse_waiting_requests", VARS_POD), "{{mountpoint}} ({{pod}})")],
+           "short", min_val=0, warn=FUSE_WAITING),
     )
 
     b.row("Agent and exporters")

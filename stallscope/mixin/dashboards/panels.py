@@ -12,7 +12,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.heatmap import HeatmapColorMode
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from .. import generate
+from ..banner import BANNER
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE = "$__rate_interval"
@@ -132,7 +132,7 @@ class Board:
     def __init__(self, cfg, uid, title, description, series="stallscope_step_seconds_count"):
         self.cfg = cfg
         self.d = (dashboard.Dashboard(title).uid(cfg.dashboard_uid_prefix + uid)
-                  .description(description + " " + generate.BANNER % "dashboards")
+                  .description(description + " " + BANNER % "dashboards")
                   .tags(list(cfg.dashboard_tags)).refresh(cfg.dashboard_refresh)
                   .time(cfg.dashboard_time_from, "now").timezone("browser").editable()
                   .tooltip(dm.DashboardCursorSync.CROSSHAIR))

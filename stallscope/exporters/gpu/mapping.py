@@ -38,10 +38,10 @@ class Mapping:
         return found[1] if found else None
 
 
-def build(ranks, gpus, dcgm_pods=None):
-    """ranks: RankState list; gpus: [(Gpu, {pid: used_bytes})]; dcgm_pods: {uuid:
-    (namespace, pod)} for every GPU dcgm-exporter reports (pod "" when unallocated).
-    Returns a Mapping."""
+def build(ranks, gpus, dcgm_pods=None, devices=None):
+    """ranks: the host's ranks; gpus: [(Gpu, {pid: used_bytes})]; dcgm_pods: {uuid:
+    (namespace, pod)} for every GPU dcgm-exporter reports (pod "" when unallocated);
+    devices: {rank key: the hook's CUDA device report}. Returns a Mapping."""
     by_key = {uuid_key(u): u for u in (dcgm_pods or {})}  # GPUs dcgm-exporter knows
     by_key.update((uuid_key(g.uuid), g.uuid) for g, _ in gpus)
     holders = collections.defaultdict(list)  # pid -> [(used_bytes, uuid)]
@@ -59,7 +59,7 @@ def build(ranks, gpus, dcgm_pods=None):
         if r.key in sim:
             gpu_of[r.key] = (sim[r.key], "simulated")
             continue
-        device = r.extra.get("gpu_device")
+        device = (devices or {}).get(r.key)
         uuid = by_key.get(uuid_key(device.get("uuid"))) if device else None
         if uuid:
             gpu_of[r.key] = (uuid, "cuda_device")

@@ -9,9 +9,12 @@ own rate, SM-active from dcgm-exporter, and which rank drives which GPU.
 - dcgm.py     reads SM-active (or its fallbacks) from a dcgm-exporter endpoint
 - mapping.py  GPU <-> rank: the hook's CUDA device report, NVML's compute processes,
               dcgm-exporter's pod labels
-- part.py     the GPU signals as one unit, run by the agent's `gpu` exporter
-              (stallscope/exporters/gpu.py); flags in options.py
+- collector.py  the /metrics families, from the samplers' state
+- exporter.py the ``gpu`` exporter: the GPU signals as one part; flags in options.py
 
 Samples are ``(t_end_ns, period_ns, busy_ratio)`` on CLOCK_MONOTONIC, the clock of the
 hook's batch events, so the correlator lines them up without conversion.
 """
+from .exporter import GpuExporter
+
+__all__ = ["GpuExporter"]

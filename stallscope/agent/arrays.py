@@ -10,19 +10,24 @@ so the cached array's last row is found in the new list by scanning back from it
 anything else (a longer window than cached, a reordered list) falls back to converting
 everything.
 """
+from __future__ import annotations
+
 import threading
+from typing import Any, Callable, Dict, Hashable, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+Convert = Callable[[Sequence[Any]], Any]
+
 
 class ArrayCache:
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.entries = {}   # key -> (first item, last item, array)
-        self.used = set()
+        self.entries: Dict[Hashable, Tuple[Any, Any, Any]] = {}  # key -> (first, last, array)
+        self.used: Set[Hashable] = set()
         self.hits = self.misses = 0
 
-    def array(self, key, items, convert):
+    def array(self, key: Hashable, items: Sequence[Any], convert: Convert) -> Any:
         """``convert(items)`` for the list ``items``, reusing the last call's result."""
         with self.lock:
             self.used.add(key)
@@ -40,7 +45,7 @@ class ArrayCache:
             return arr
 
     @staticmethod
-    def _extend(entry, items, convert):
+    def _extend(entry: Tuple[Any, Any, Any], items: Sequence[Any], convert: Convert) -> Optional[Any]:
         first, last, arr = entry
         n = len(items)
         for j in range(n - 1, -1, -1):  # from the end: new items are usually a few
@@ -57,7 +62,7 @@ class ArrayCache:
             return None
         return arr
 
-    def prune(self):
+    def prune(self) -> None:
         """Forget series not asked for since the last prune (ranks gone, signals gone)."""
         with self.lock:
             for key in [k for k in self.entries if k not in self.used]:
@@ -65,5 +70,5 @@ class ArrayCache:
             self.used = set()
 
 
-def _row(row):
+def _row(row: Any) -> Any:
     return row.tolist() if hasattr(row, "tolist") else row

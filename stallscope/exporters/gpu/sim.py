@@ -15,7 +15,9 @@ not an event), so it counts idle, like the gap between epochs.
 Every series it feeds carries ``source="simulated"``; it runs only when the agent is
 started with ``--gpu.simulated``, never on its own.
 """
+import collections
 import itertools
+import threading
 import uuid as _uuid
 
 from .source import Gpu
@@ -30,22 +32,27 @@ def sim_uuid(key):
 
 
 class _RankSim:
-    __slots__ = ("consumed", "cursor", "watermark", "busy")
+    __slots__ = ("cursor", "watermark", "busy")
 
     def __init__(self):
-        self.consumed = 0      # events of the rank already turned into busy intervals
         self.cursor = None     # samples are emitted up to here (CLOCK_MONOTONIC ns)
         self.watermark = None  # the newest batch arrival heard of: final up to here
         self.busy = []         # disjoint busy intervals [start, end] after the cursor
 
 
 class SimulatedSource:
+    """Fed with each rank's batch events as the reports arrive (``feed``, from the gpu
+    exporter's ``handle``); read by its Sampler thread."""
+
     name = "simulated"
 
-    def __init__(self, table, period_s=PERIOD_S):
-        self.table = table
+    def __init__(self, host, period_s=PERIOD_S, max_pending=100_000):
+        self.host = host
         self.period_ns = int(period_s * 1e9)
-        self._gpus = {}  # rank key -> Gpu
+        self.max_pending = max_pending
+        self._gpus = {}     # rank key -> Gpu
+        self._pending = {}  # rank key -> events not yet read
+        self._lock = threading.Lock()
         self._next_index = 0
 
     def open(self):
@@ -54,8 +61,17 @@ class SimulatedSource:
     def close(self):
         pass
 
+    def feed(self, key, events):
+        with self._lock:
+            pending = self._pending.setdefault(key, collections.deque(maxlen=self.max_pending))
+            pending.extend(events)
+
+    def forget(self, key):
+        with self._lock:
+            self._pending.pop(key, None)
+
     def gpus(self):
-        keys = [r.key for r in self.table.snapshot()]
+        keys = [r.key for r in self.host.ranks()]
         for key in keys:
             if key not in self._gpus:
                 gpu = Gpu(self._next_index, sim_uuid(key), "stallscope simulated GPU",
@@ -72,17 +88,14 @@ class SimulatedSource:
         return {}
 
     def _new_events(self, gpu):
-        """Events the rank received since the last read (its histogram counts them)."""
-        with self.table.lock:
-            rank = self.table.ranks.get(gpu.rank_key)
-            if rank is None:
+        """Events the rank reported since the last read."""
+        with self._lock:
+            pending = self._pending.get(gpu.rank_key)
+            if not pending:
                 return []
-            total = rank.wait.count
-            n = min(total - gpu.state.consumed, len(rank.timeline))
-            gpu.state.consumed = total
-            if n <= 0:
-                return []
-            return list(itertools.islice(reversed(rank.timeline), n))[::-1]
+            events = list(pending)
+            pending.clear()
+            return events
 
     def read(self, gpu):
         st = gpu.state

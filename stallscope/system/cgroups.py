@@ -2,7 +2,7 @@
 
 Reads ``/proc/<pid>/cgroup`` (cgroups(7)): one ``ID:CONTROLLERS:PATH`` line per v1
 hierarchy and ``0::PATH`` for the v2 (unified) hierarchy. Kubernetes path shapes
-(see shared/FIELD-NOTES.md, "Kubernetes cgroup paths"):
+(kubelet's cgroup drivers; containerd, CRI-O and cri-dockerd scope names):
 
 - systemd driver: ``/kubepods.slice/kubepods-burstable.slice/
   kubepods-burstable-pod<uid with _>.slice/cri-containerd-<id>.scope`` (guaranteed pods
@@ -12,8 +12,13 @@ hierarchy and ``0::PATH`` for the v2 (unified) hierarchy. Kubernetes path shapes
 - Seen from a private cgroup namespace, other pods' paths start with ``/../..``: the
   tail is matched and the host path rebuilt (``resolve``) against the hostPath mount.
 """
+from __future__ import annotations
+
 import os
 import re
+from typing import Any, Dict, Optional
+
+from . import procfs as procfs_mod
 
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 _POD_RE = re.compile(r"(?:^|[-/])pod(" + _UID + r")(?:\.slice)?(?:/|$)")
@@ -28,7 +33,7 @@ class Cgroup:
 
     __slots__ = ("v1", "v2", "pod_uid", "container_id", "runtime", "qos", "driver")
 
-    def __init__(self, v1=None, v2=None):
+    def __init__(self, v1: Optional[Dict[str, str]] = None, v2: Optional[str] = None) -> None:
         self.v1 = v1 or {}
         self.v2 = v2
         self.pod_uid = self.container_id = self.runtime = self.qos = self.driver = None
@@ -43,27 +48,10 @@ class Cgroup:
         """The path of ``controller`` ("cpu", "memory" ...): v1 when a v1 hierarchy has it."""
         return self.v1.get(controller) or self.v2
 
-    def as_json(self):
+    def as_json(self) -> Dict[str, Any]:
         return {"v1": dict(self.v1), "v2": self.v2, "pod_uid": self.pod_uid,
                 "container_id": self.container_id, "runtime": self.runtime,
                 "qos": self.qos, "driver": self.driver}
-
-
-def parse(text):
-    """Text of /proc/<pid>/cgroup → (v1 {controller: path}, v2 path or None)."""
-    v1, v2 = {}, None
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hid, controllers, path = parts
-        if hid == "0" and controllers == "":
-            v2 = path
-            continue
-        for c in controllers.split(","):
-            if c:
-                v1[c] = path
-    return v1, v2
 
 
 def k8s_info(path):
@@ -82,14 +70,10 @@ def k8s_info(path):
     return info
 
 
-def of_pid(procfs, pid):
+def of_pid(procfs: str, pid: Any) -> Optional[Cgroup]:
     """The Cgroup of ``pid``, or None when the process is gone."""
-    try:
-        with open(os.path.join(procfs, str(pid), "cgroup")) as f:
-            text = f.read()
-    except OSError:
-        return None
-    return Cgroup(*parse(text))
+    text = procfs_mod.read_text(procfs_mod.pid_path(procfs, pid, "cgroup"))
+    return None if text is None else Cgroup(*procfs_mod.parse_cgroup(text))
 
 
 def _systemd_expand(name):

@@ -1,0 +1,71 @@
+"""The agent's own JSON API: ``/api/v1/ranks`` and ``/api/v1/timeline``. Each part adds
+its fields to a rank's entry (``rank_fields``) and to its timeline (``timeline_fields``);
+other routes come from the parts themselves (``routes``).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Tuple
+
+from ..host import ApiError, Query, one
+from ..host.contract import no_params
+from .host import AgentHost, Parts
+
+
+def _positive(v: str) -> float:
+    x = float(v)
+    if not 0 < x <= 86400:
+        raise ValueError(v)
+    return x
+
+
+class CoreRoutes:
+    def __init__(self, host: AgentHost, parts: Parts) -> None:
+        self.host = host
+        self.parts = parts
+
+    def routes(self) -> Dict[str, Any]:
+        return {"/api/v1/ranks": self.ranks, "/api/v1/timeline": self.timeline}
+
+    def ranks(self, query: Query) -> Tuple[int, Any]:
+        no_params(query, ("job", "pod", "namespace"))
+        match = {k: one(query, k) for k in query}
+        now = time.monotonic()
+        table = self.host.table
+        body = []
+        for r in table.find(**match):
+            with table.lock:
+                entry = r.as_json(now)
+            entry.update(self.parts.rank_fields(r))
+            body.append(entry)
+        body.sort(key=lambda r: (r["job"], r["rank"]))
+        return 200, {"node": self.host.node, "ranks": body}
+
+    def timeline(self, query: Query) -> Tuple[int, Any]:
+        no_params(query, ("rank", "job", "pod", "seconds"))
+        rank = one(query, "rank", ApiError, int)
+        seconds = one(query, "seconds", 60.0, _positive)
+        match: Dict[str, Any] = {"rank": rank}
+        for k in ("job", "pod"):
+            if k in query:
+                match[k] = one(query, k)
+        found = self.host.find(**match)
+        if not found:
+            raise ApiError(404, "no live rank matches %s" % match)
+        if len(found) > 1:
+            raise ApiError(400, "%d ranks match %s: add job= or pod=" % (len(found), match))
+        r = found[0]
+        events = self.host.timeline(r, seconds)
+        samples = self.host.samples
+        body: Dict[str, Any] = {
+            "rank": r.ident, "seconds": seconds, "clock": "CLOCK_MONOTONIC ns",
+            "clock_offset_ns": r.clock_offset_ns, "loader": r.loader,
+            "batches": [{"t_end_ns": e, "wait_ns": w, "interval_ns": i} for e, w, i in events],
+            # Rank-scoped and node-wide signals share names (psi_*): each has its own field.
+            "signals": {sig: [[t, v] for t, v in samples.series(r.key, sig, seconds)]
+                        for sig in samples.signals(r.key)},
+            "node_signals": {sig: [[t, v] for t, v in samples.series("node", sig, seconds)]
+                             for sig in samples.signals("node")},
+        }
+        body.update(self.parts.timeline_fields(r, seconds))
+        return 200, body

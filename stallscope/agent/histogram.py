@@ -1,0 +1,34 @@
+"""A Prometheus histogram accumulated in nanoseconds: the agent keeps each rank's
+histograms itself, so a restarted training process continues the same counters."""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+
+class Histogram:
+    __slots__ = ("bounds_ns", "bounds", "counts", "sum_ns", "count")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.bounds_ns = tuple(int(b * 1e9) for b in bounds)
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum_ns = 0
+        self.count = 0
+
+    def observe_ns(self, value: int) -> None:
+        i = 0
+        for b in self.bounds_ns:
+            if value <= b:
+                break
+            i += 1
+        self.counts[i] += 1
+        self.sum_ns += value
+        self.count += 1
+
+    def cumulative(self) -> List[Tuple[str, int]]:
+        """[(le, cumulative count)] in the form prometheus_client's families take."""
+        out, acc = [], 0
+        for b, c in zip(self.bounds + (float("inf"),), self.counts):
+            acc += c
+            out.append(("+Inf" if b == float("inf") else repr(b), acc))
+        return out

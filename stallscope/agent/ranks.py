@@ -1,0 +1,73 @@
+"""Part ``ranks``: the hook-fed core's series (per-rank data-wait and step histograms,
+loader config, dropped events) and the ingest's self-health.
+
+``collect()`` builds fresh families from a snapshot on every scrape (client_python's
+custom-collector pattern), so an expired rank's series simply stop being exported.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from .. import __version__
+from ..host import Part
+from ..host.families import family
+from ..vocabulary.labels import LOADER_CONFIG
+from .ingest import IngestStats
+from .state import RankTable
+
+
+def _str(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+class RanksPart(Part):
+    name = "ranks"
+
+    def __init__(self, host: Any, table: RankTable, stats: IngestStats) -> None:
+        super().__init__(host)
+        self.table = table
+        self.stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        wait = family("stallscope_data_wait_seconds")
+        step = family("stallscope_step_seconds")
+        info = family("stallscope_loader_info")
+        dropped = family("stallscope_hook_dropped_events_total")
+        with self.table.lock:
+            ranks = list(self.table.ranks.values())
+            for r in ranks:
+                wait.add_histogram(r.labels, r.wait.cumulative(), r.wait.sum_ns / 1e9)
+                step.add_histogram(r.labels, r.step.cumulative(), r.step.sum_ns / 1e9)
+                if r.loader is not None:
+                    info.add(r.labels, 1, **{k: _str(r.loader.get(k)) for k in LOADER_CONFIG})
+                dropped.add(r.labels, r.dropped_total)
+            evictions = dict(self.table.evictions)
+        for f in (wait, step, info, dropped):
+            yield f.family
+        yield from self._self_health(len(ranks), evictions)
+
+    def _self_health(self, n_ranks: int, evictions: dict) -> Iterator[Any]:  # type: ignore[type-arg]
+        s = self.stats
+        for name, value in (("stallscope_agent_messages_total", s.accepted),
+                            ("stallscope_agent_events_total", s.events),
+                            ("stallscope_agent_ranks", n_ranks),
+                            ("stallscope_agent_max_ranks", self.table.max_ranks),
+                            ("stallscope_agent_connections", s.connections)):
+            f = family(name)
+            f.add({}, value)
+            yield f.family
+        rej = family("stallscope_agent_rejected_messages_total")
+        for reason, n in sorted(dict(s.rejected).items()):
+            rej.add({}, n, reason=reason)
+        yield rej.family
+        ev = family("stallscope_agent_rank_evictions_total")
+        for reason in ("exited", "silent"):
+            ev.add({}, evictions.get(reason, 0), reason=reason)
+        yield ev.family
+        b = family("stallscope_agent_build_info")
+        b.add({"node": self.table.node}, 1, version=__version__)
+        yield b.family

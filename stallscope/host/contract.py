@@ -1,0 +1,176 @@
+"""The part contract.
+
+A part handles hook reports, collects metric families, ticks on a schedule and may add
+API routes, timeline fields and fields of its ranks' entries in ``/api/v1/ranks``. It
+receives a ``Host`` (rank snapshot and lookup, the ranks' batch timelines, the sample
+store, node identity, root paths) and its own typed options, never the agent; it keeps
+its own state under its own lock. Reads across parts are explicit calls the
+composition root wires (e.g. the loader sizing asks ``cfs.quota_of(key)``).
+
+Threads: ``handle`` runs in the ingest thread for every accepted report, ``tick`` in
+the scheduler's, ``collect`` in a scrape's (or, for exporters, in the exporter's own
+thread, off the scrape path), routes in an HTTP handler's.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence,
+                    Tuple)
+
+RankKey = Tuple[str, str, str, int]   # (namespace, pod, job, rank)
+Query = Dict[str, List[str]]          # parsed query string
+Route = Callable[[Query], Tuple[int, Any]]
+
+
+def log(message: str) -> None:
+    """One line on the agent's stderr (its log in a DaemonSet)."""
+    print("stallscope agent: %s" % message, file=sys.stderr, flush=True)
+
+
+class ApiError(Exception):
+    """An API answer other than 200: its status and the one-line reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def one(query: Query, name: str, default: Any = None, convert: Callable[[str], Any] = str) -> Any:
+    """One query parameter, converted; ApiError(400) when repeated or unconvertible, and
+    when missing with ``default=ApiError``."""
+    values = query.get(name)
+    if not values:
+        if default is ApiError:
+            raise ApiError(400, "missing parameter %r" % name)
+        return default
+    if len(values) > 1:
+        raise ApiError(400, "parameter %r given more than once" % name)
+    try:
+        return convert(values[0])
+    except (TypeError, ValueError):
+        raise ApiError(400, "parameter %r has a bad value %r" % (name, values[0][:64])) from None
+
+
+def no_params(query: Query, allowed: Sequence[str] = ()) -> None:
+    unknown = set(query) - set(allowed)
+    if unknown:
+        raise ApiError(400, "unknown parameters: %s" % ", ".join(sorted(unknown)))
+
+
+class Rank(Protocol):
+    """What a part may read of a rank (attributes of the rank table's entries)."""
+
+    @property
+    def key(self) -> RankKey: ...
+
+    @property
+    def ident(self) -> Mapping[str, Any]:
+        """job, rank, local_rank, world_size, pod, namespace, node."""
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The identity labels of its series."""
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The main process, in the agent's PID namespace."""
+
+    @property
+    def uid(self) -> Optional[int]: ...
+
+    @property
+    def cgroup(self) -> Any:
+        """The main process's stallscope.system.cgroups.Cgroup, or None."""
+
+    @property
+    def worker_pids(self) -> List[int]:
+        """Loader workers, in the agent's PID namespace."""
+
+    @property
+    def loader(self) -> Optional[Mapping[str, Any]]: ...
+
+    @property
+    def exited(self) -> bool: ...
+
+
+class Report(Protocol):
+    """An accepted hook report (validated by the agent): ``role``, ``events``, ``raw`` ..."""
+
+    def __getitem__(self, key: str) -> Any: ...
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+class Samples(Protocol):
+    def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None: ...
+
+    def series(self, scope: Any, signal: str, seconds: Optional[float] = None) -> List[Tuple[int, float]]: ...
+
+    def signals(self, scope: Any) -> List[str]: ...
+
+    def drop_scope(self, scope: Any) -> None: ...
+
+
+class Host(Protocol):
+    """The narrow view of the agent that every part receives."""
+    node: str
+    procfs: str
+    sysfs: str
+    cgroupfs: str
+    rootfs: str
+    samples: Samples
+    stopping: threading.Event
+    notes: Dict[str, List[str]]       # what note() said, by part
+
+    def ranks(self) -> List[Rank]: ...
+
+    def find(self, **match: Any) -> List[Rank]: ...
+
+    def timeline(self, rank: Rank, seconds: float) -> List[Tuple[int, int, int]]: ...
+
+    def clock(self) -> float: ...
+
+    def note(self, part: str, message: str) -> None: ...
+
+
+class Part:
+    """Base of everything the agent hosts; every hook is optional."""
+
+    name = ""
+    interval = 0.0      # seconds between ticks; 0: never ticked
+    isolated = False    # collected in its own thread off the scrape path (exporters)
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.lock = threading.RLock()
+
+    def handle(self, report: Report, rank: Rank) -> None:
+        """An accepted hook report of ``rank`` (ingest thread; keep it cheap)."""
+
+    def tick(self) -> None:
+        """Periodic work, every ``interval`` seconds (scheduler thread)."""
+
+    def collect(self) -> Iterable[Any]:
+        """Metric families (prometheus_client) for /metrics."""
+        return ()
+
+    def routes(self) -> Dict[str, Route]:
+        """{path: fn(query) -> (status, body)} added to the agent's API."""
+        return {}
+
+    def timeline_fields(self, rank: Rank, seconds: float) -> Dict[str, Any]:
+        """Fields of ``rank``'s ``/api/v1/timeline`` answer."""
+        return {}
+
+    def rank_fields(self, rank: Rank) -> Dict[str, Any]:
+        """Fields of ``rank``'s entry in ``/api/v1/ranks``."""
+        return {}
+
+    def forget(self, key: RankKey) -> None:
+        """``key`` left the rank table: drop what is kept for it."""
+
+    def note(self, message: str) -> None:
+        """Say something about this node once (a missing file, a partial signal)."""
+        self.host.note(self.name, message)

@@ -1,0 +1,50 @@
+"""Metric families built from the vocabulary's declarations: a part names the metric,
+the declaration gives its type, help, label names and buckets. Label values are given
+by name (a mapping, e.g. ``rank.labels``, plus keywords); a name neither gives is empty.
+Only declared metrics can be built, so a part cannot emit an undeclared one.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, List, Mapping, Sequence, Tuple
+
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily)
+
+from .. import vocabulary
+from ..vocabulary.labels import values
+
+_KIND = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily,
+         "histogram": HistogramMetricFamily}
+NO_LABELS: Mapping[str, str] = {}
+
+
+class Family:
+    __slots__ = ("metric", "family")
+
+    def __init__(self, name: str) -> None:
+        self.metric = vocabulary.metric(name)
+        self.family = _KIND[self.metric.kind](self.metric.family_name, self.metric.help,
+                                              labels=list(self.metric.labels))
+
+    def add(self, labels: Mapping[str, Any], value: float, **extra: Any) -> None:
+        self.family.add_metric(values(self.metric.labels, labels, **extra), value)
+
+    def add_histogram(self, labels: Mapping[str, Any], buckets: Sequence[Tuple[str, float]],
+                      sum_value: float, **extra: Any) -> None:
+        self.family.add_metric(values(self.metric.labels, labels, **extra), buckets, sum_value)
+
+    def add_values(self, label_values: Tuple[str, ...], value: float) -> None:
+        """Label values already in the declared order (hot loops over many series)."""
+        self.family.add_metric(label_values, value)
+
+
+def family(name: str) -> Family:
+    return Family(name)
+
+
+def unwrap(fams: Iterable[Family]) -> List[Any]:
+    return [f.family for f in fams]
+
+
+def buckets(name: str) -> Tuple[float, ...]:
+    return vocabulary.metric(name).buckets

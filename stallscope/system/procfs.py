@@ -1,0 +1,162 @@
+"""Readers and parsers for procfs (proc(5)). Every reader returns None (or an empty
+value) when the file cannot be read: processes vanish between a listing and a read.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+
+def read_text(path: str) -> Optional[str]:
+    """File contents, or None when it cannot be read (gone, absent, permission)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def read_keyed(path: str) -> Dict[str, int]:
+    """``key value`` lines (cpu.stat and friends) -> {key: int}; {} when unreadable."""
+    out: Dict[str, int] = {}
+    for line in (read_text(path) or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def pid_path(procfs: str, pid: object, *parts: str) -> str:
+    return os.path.join(procfs, str(pid), *parts)
+
+
+class Stat(NamedTuple):
+    """The fields of /proc/<pid>/stat that stallscope reads (proc(5) numbering)."""
+    state: str         # field 3: R, S, D, Z ...
+    ppid: int          # field 4
+    pgrp: int          # field 5
+    starttime: int     # field 22: clock ticks after boot (tells a reused PID apart)
+    exit_code: Optional[int]  # field 52 (Linux 3.5+): the wait status of a zombie
+
+
+def parse_stat(text: str) -> Optional[Stat]:
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    rest = text[text.rfind(")") + 2:].split()
+    try:
+        exit_code = int(rest[49]) if len(rest) > 49 else None
+        return Stat(rest[0], int(rest[1]), int(rest[2]), int(rest[19]), exit_code)
+    except (IndexError, ValueError):
+        return None
+
+
+def stat(procfs: str, pid: object) -> Optional[Stat]:
+    text = read_text(pid_path(procfs, pid, "stat"))
+    return parse_stat(text) if text else None
+
+
+def start_time(procfs: str, pid: object) -> Optional[int]:
+    st = stat(procfs, pid)
+    return st.starttime if st else None
+
+
+def alive(procfs: str, pid: object, start: Optional[int] = None) -> bool:
+    """Whether ``pid`` exists (and, given ``start``, is still the same process)."""
+    now = start_time(procfs, pid)
+    return now is not None and (start is None or now == start)
+
+
+def exit_signal(procfs: str, pid: object) -> Optional[str]:
+    """The signal that ended a zombie ``pid`` (its wait status), or None."""
+    st = stat(procfs, pid)
+    if st is None or st.exit_code is None:
+        return None
+    sig = st.exit_code & 0x7F
+    if not sig or sig == 0x7F:
+        return None
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
+
+
+def ns_pid(procfs: str, pid: object) -> Optional[int]:
+    """The PID in the innermost PID namespace: the last field of NSpid in status."""
+    for line in (read_text(pid_path(procfs, pid, "status")) or "").splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            return int(fields[-1]) if fields else None
+    return None
+
+
+def children(procfs: str, pid: object) -> List[int]:
+    """Children of every thread of ``pid`` (/proc/<pid>/task/<tid>/children)."""
+    out: List[int] = []
+    try:
+        tids = os.listdir(pid_path(procfs, pid, "task"))
+    except OSError:
+        return out
+    for tid in tids:
+        text = read_text(pid_path(procfs, pid, "task", tid, "children")) or ""
+        out.extend(int(c) for c in text.split())
+    return out
+
+
+def is_descendant(procfs: str, pid: int, ancestor: int, max_depth: int = 64) -> bool:
+    """Whether ``ancestor`` is ``pid`` or one of its parents (the ppid chain of stat)."""
+    for _ in range(max_depth):
+        if pid == ancestor:
+            return True
+        st = stat(procfs, pid)
+        if st is None or st.ppid <= 0:
+            return False
+        pid = st.ppid
+    return False
+
+
+# -- mountinfo ------------------------------------------------------------------------
+Mount = collections.namedtuple("Mount", "mount_id dev root mountpoint fstype source")
+
+
+def _unescape(s: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo (octal).
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
+
+
+def parse_mountinfo(text: str) -> List[Mount]:
+    out = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        f, r = left.split(), right.split()
+        if not sep or len(f) < 5 or len(r) < 2:
+            continue
+        out.append(Mount(f[0], f[2], _unescape(f[3]), _unescape(f[4]), r[0], _unescape(r[1])))
+    return out
+
+
+def mountinfo(procfs: str, pid: object) -> List[Mount]:
+    return parse_mountinfo(read_text(pid_path(procfs, pid, "mountinfo")) or "")
+
+
+# -- cgroup ---------------------------------------------------------------------------
+def parse_cgroup(text: str) -> Tuple[Dict[str, str], Optional[str]]:
+    """Text of /proc/<pid>/cgroup (cgroups(7)) -> (v1 {controller: path}, v2 path)."""
+    v1: Dict[str, str] = {}
+    v2 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, controllers, path = parts
+        if hid == "0" and controllers == "":
+            v2 = path
+            continue
+        for c in controllers.split(","):
+            if c:
+                v1[c] = path
+    return v1, v2

@@ -1,0 +1,88 @@
+"""The vocabulary against itself and the rest of the repository: every cause has an
+alert, a runbook and advice; every signal a producer; the docs list the exporters the
+registry has; the generated reference is current. (Emission is checked against a real
+agent in test_emitted.py.)"""
+import os
+import re
+
+import pytest
+import yaml
+
+from stallscope import vocabulary
+from stallscope.host import families
+from stallscope.vocabulary import reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORE_PARTS = ("ranks", "loader", "shards", "exporters", "correlator", "agent")
+
+
+def alerts_yaml():
+    with open(os.path.join(ROOT, "alerts", "alerts.yaml")) as f:
+        doc = yaml.safe_load(f)
+    return {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+
+
+@pytest.mark.parametrize("cause", vocabulary.CAUSES, ids=lambda c: c.name)
+def test_every_cause_has_an_alert_a_runbook_and_advice(cause):
+    alerts = alerts_yaml()
+    assert cause.advice.strip(), "no advice"
+    assert cause.runbook_alert in alerts, "runbook alert %s is not generated" % cause.runbook_alert
+    assert os.path.exists(os.path.join(ROOT, cause.runbook)), "no %s" % cause.runbook
+    for a in cause.alerts:
+        assert a.name in alerts, "cause alert %s is not in alerts/alerts.yaml" % a.name
+        assert os.path.exists(os.path.join(ROOT, "runbooks", a.name + ".md"))
+        assert alerts[a.name]["annotations"]["runbook_url"].endswith("/%s.md" % a.name)
+
+
+@pytest.mark.parametrize("signal", vocabulary.SIGNALS, ids=lambda s: s.name)
+def test_every_signal_has_a_producer(signal):
+    producers = set(CORE_PARTS) | {e.name for e in vocabulary.EXPORTERS}
+    assert signal.producer in producers
+
+
+def test_every_metric_has_a_producer():
+    producers = set(CORE_PARTS) | {e.name for e in vocabulary.EXPORTERS}
+    assert [m.name for m in vocabulary.METRICS if m.producer not in producers] == []
+
+
+def test_every_line_the_correlator_probes_is_a_declared_signal():
+    probed = {line.signal for c in vocabulary.CAUSES for line in c.lines}
+    assert probed <= set(vocabulary.SIGNAL)
+
+
+def test_an_alert_line_that_differs_from_the_cause_line_says_why():
+    for c in vocabulary.CAUSES:
+        for a in c.alerts:
+            line = next((l for l in c.lines if l.signal == a.signal), None)
+            if line is not None and line.threshold != a.line and a.op != "==":
+                assert a.why, "%s: alert line %g vs co-occurrence line %g, no reason" % (
+                    a.name, a.line, line.threshold)
+
+
+def test_only_declared_metrics_can_be_built():
+    with pytest.raises(KeyError):
+        families.family("stallscope_not_declared_total")
+
+
+def test_the_generated_reference_is_current():
+    drift = reference.files(os.path.join(ROOT, "docs"))
+    for path, text in drift.items():
+        with open(path) as f:
+            assert f.read() == text, "%s is stale: run make generate" % path
+
+
+def test_docs_list_the_exporters_the_registry_has():
+    names = [e.name for e in vocabulary.EXPORTERS]
+    with open(os.path.join(ROOT, "docs", "exporters.md")) as f:
+        text = f.read()
+    block = text.partition(reference.BEGIN)[2].partition(reference.END)[0]
+    listed = re.findall(r"^\| `([a-z_]+)` \|", block, re.M)
+    assert listed == names
+    # Anywhere in the docs, a list naming three or more exporters names them all.
+    pattern = re.compile(r"\(((?:%s)(?:, (?:%s))+)\)" % ("|".join(names), "|".join(names)))
+    for doc in sorted(os.listdir(os.path.join(ROOT, "docs"))):
+        with open(os.path.join(ROOT, "docs", doc)) as f:
+            for m in pattern.finditer(f.read()):
+                found = m.group(1).split(", ")
+                if len(found) >= 3:
+                    assert sorted(found) == sorted(names), "%s lists %s" % (doc, found)
