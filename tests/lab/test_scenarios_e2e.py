@@ -8,12 +8,21 @@ import json
 
 import pytest
 
+from stallscope import vocabulary
 from stallscope.lab import evaluate, scenarios, traces
 from tests.conftest import need_prometheus
 from tests.lab.helpers import leftovers, run_lab
 
 pytestmark = pytest.mark.slow
 DURATION = 20
+
+
+def node_wide(cause):
+    """A cause the vocabulary reads from node signals only (checkpoint bursts): its fault
+    loads the whole node (upload streams, writes through to the disk), so the healthy
+    rank's loader may slip past the line too, if far less than the injected rank's."""
+    lines = vocabulary.cause(cause).lines
+    return bool(lines) and all(line.scopes == ("node",) for line in lines)
 
 
 @pytest.mark.parametrize("name", [s.name for s in scenarios.REAL])
@@ -36,9 +45,13 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     assert all(row["batches"] > 10 for row in result["ranks"]), result["ranks"]
     if s.stalls:
         # The injected rank waits on its loader; the other only waits in the all_reduce.
-        assert ratios[1] > 0.05 and ratios[0] < 0.02, ratios
+        assert ratios[1] > 0.05, ratios
+        if node_wide(s.cause):
+            assert ratios[0] < ratios[1] / vocabulary.STRAGGLER_FACTOR, ratios
+        else:
+            assert ratios[0] < vocabulary.DATA_WAIT_LINE, ratios
     else:
-        assert max(ratios.values()) < 0.02, ratios
+        assert max(ratios.values()) < vocabulary.DATA_WAIT_LINE, ratios
     assert result["found"]["rank"] == result["expected"]["rank"], result["found"]
     assert result["found"]["cause"] == s.cause, result["report"]
     alerts = result["alerts"]
