@@ -18,9 +18,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from stallscope.agent.main import Agent, Config  # noqa: E402
-from stallscope.correlate import diagnosis, synth  # noqa: E402
-from stallscope.correlate.trace import RankTrace  # noqa: E402
+from stallscope.agent.main import Agent, Config
+from stallscope.correlate import diagnosis
+from stallscope.correlate.trace import RankTrace
+from stallscope.lab import synth
 
 RANKS, HOUR, BUDGET_S = 8, 3600.0, 0.200
 RANK_SIGNALS = ("cfs_throttled_ratio", "cfs_throttled_seconds_rate", "psi_io_some_ratio",

@@ -12,12 +12,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from stallscope.agent.samples import SampleStore  # noqa: E402
-from stallscope.agent.state import RankTable  # noqa: E402
-from stallscope.exporters.gpu.nvml import NvmlSource  # noqa: E402
-from stallscope.exporters.gpu.sim import SimulatedSource  # noqa: E402
-from stallscope.exporters.gpu.source import Sampler  # noqa: E402
-from stallscope.lab.fake_nvml import FakeGpu, FakeNvml, square  # noqa: E402
+from stallscope.agent.samples import SampleStore
+from stallscope.agent.state import RankTable
+from stallscope.exporters.gpu.nvml import NvmlSource
+from stallscope.exporters.gpu.sim import SimulatedSource
+from stallscope.exporters.gpu.source import Sampler
+from tests.gpu.fake_nvml import FakeGpu, FakeNvml, square
 
 GPUS = 8
 SECONDS = 4.0

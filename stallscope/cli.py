@@ -127,17 +127,19 @@ def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks,
 def _scenario_names():
     from .lab import scenarios
 
-    return [s.name for s in scenarios.SCENARIOS]
+    return [s.name for s in scenarios.REAL]
 
 
 class _Scenario(click.ParamType):
-    """A scenario name, checked lazily so that `stallscope --help` imports no lab code."""
+    """The name of a scenario with a real run, checked lazily so that `stallscope --help`
+    imports no lab code."""
     name = "SCENARIO"
 
     def convert(self, value, param, ctx):
         names = _scenario_names()
         if value not in names:
-            self.fail("%r is not a scenario; `stallscope lab list` shows them: %s" % (value, ", ".join(names)),
+            self.fail("%r is not a scenario the lab runs; `stallscope lab list` shows them: %s" % (
+                value, ", ".join(names)),
                       param, ctx)
         return value
 
@@ -148,8 +150,9 @@ _PROM = click.option("--prometheus/--no-prometheus", default=None,
                      help="Evaluate the generated alert rules with a local Prometheus "
                           "[default: when the prometheus binary is installed].")
 _RECORD = click.option("--record", metavar="DIR", type=click.Path(file_okay=False),
-                       help="Save the agent's per-rank timelines with the scenario's labels to DIR "
-                            "(the correlator's trace format, stallscope-trace/1).")
+                       help="Save the agent's per-rank timelines with the scenario's labels to "
+                            "DIR/lab-SCENARIO.json (the correlator's evaluation format, "
+                            "stallscope-trace/1), replacing an earlier recording.")
 
 
 @main.group()

@@ -1,8 +1,8 @@
 """Small builders shared by the correlator's unit tests."""
 import numpy as np
 
-from stallscope.correlate import synth
 from stallscope.correlate.trace import RankTrace
+from stallscope.lab import synth
 
 SEC = synth.SEC
 

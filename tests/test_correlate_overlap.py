@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from stallscope.correlate import diagnosis, synth
+from stallscope.correlate import diagnosis
 from stallscope.correlate.overlap import input_bound
 from stallscope.correlate.trace import RankTrace, WaitIndex
+from stallscope.lab import synth
 from tests.correlate_helpers import events_from_waits, simulated, trace_of
 
 

@@ -1,8 +1,8 @@
 import numpy as np
 
-from stallscope.correlate import synth
 from stallscope.correlate.period import dominant_period, stall_period
 from stallscope.correlate.sawtooth import sawtooth
+from stallscope.lab import synth
 from tests.correlate_helpers import simulated, trace_of
 
 

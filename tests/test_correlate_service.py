@@ -7,8 +7,8 @@ from prometheus_client import generate_latest
 
 from stallscope.agent import correlator as correlator_mod
 from stallscope.agent.main import Agent, AgentOptions, Config
-from stallscope.correlate import synth
 from stallscope.host import ApiError
+from stallscope.lab import synth
 from tests.correlate_helpers import report, simulated
 
 

@@ -15,11 +15,16 @@ def _err(msg):
     print("stallscope lab: %s" % msg, file=sys.stderr, flush=True)
 
 
+def _state(s):
+    if s.real is None:
+        return "synthetic only (syn-%s.json)" % s.name
+    reason = s.make_fault().missing()
+    return "ready" if not reason else "unavailable: " + reason
+
+
 def list_scenarios():
     for s in scenarios.SCENARIOS:
-        reason = s.make_fault().missing()
-        print("%-22s %-22s %s" % (s.name, s.cause or "(no stall)",
-                                  "ready" if not reason else "unavailable: " + reason))
+        print("%-22s %-22s %s" % (s.name, s.cause or "(no stall)", _state(s)))
         print("%-22s %s" % ("", s.title))
     return 0
 
@@ -62,7 +67,7 @@ def run(name, ranks, duration, keep, record, as_json, prometheus, workdir):
 def scoreboard_cmd(names, ranks, duration, as_json, prometheus, record):
     from .scoreboard import scoreboard
 
-    return scoreboard(names or [s.name for s in scenarios.SCENARIOS], ranks, duration,
+    return scoreboard(names or [s.name for s in scenarios.REAL], ranks, duration,
                       as_json, prometheus, record)
 
 

@@ -1,22 +1,18 @@
 """What stallscope found in a lab run, compared with the scenario's known answer.
 
-The lab uses the product's own parts, each as far as this build has it: the agent's
-per-rank data-wait (always), the correlator's ``/api/v1/diagnosis`` and ``stallscope
-diagnose`` when present, and Prometheus evaluating the generated alert rules (a lab
-config of the mixin with short windows, so alerts fire within a short run).
+The lab uses the product's own parts: the agent's per-rank data-wait, ``stallscope
+diagnose`` as on-call runs it (the agent's ``/api/v1/diagnosis`` per rank when diagnose
+cannot answer), and Prometheus evaluating the generated alert rules (a lab config of the
+mixin with short windows, so alerts fire within a short run).
 """
-import datetime
-import json
-import os
-import platform
-import time
+import shutil
 import urllib.error
 import urllib.parse
 
-from .. import vocabulary
+from .. import diagnose as dg
+from ..mixin import config, generate
 
 NAMESPACE = "stallscope-lab"
-SLI_LINE = vocabulary.DATA_WAIT_LINE  # the headline alert's line
 # The mixin config the lab's Prometheus evaluates: same rules, windows short enough for a
 # 20-30 s run (scrape and evaluation every second).
 LAB_MIXIN = {"rate_window": "10s", "data_wait_for": "5s", "straggler_for": "5s",
@@ -27,18 +23,21 @@ ALONGSIDE_STALLS = ("StallscopeDataWaitCritical", "StallscopeStragglerRank")
 HEADLINE = "StallscopeDataWaitHigh"
 
 
-def agent_args(duration):
-    # No real GPU is read in the lab: simulated, and labelled so.
+def agent_args(window):
+    """The agent as the lab runs it: exporters every second, the correlator every 2 s
+    over the whole run, and a SIMULATED GPU per rank (no real GPU is read, and every GPU
+    series says so)."""
     return ["--node", "lab-node", "--exporter.interval", "1", "--gpu.simulated", "--no-gpu.nvml",
-            "--correlate.interval", "2", "--correlate.window", str(max(10, int(duration + 30)))]
+            "--correlate.interval", "2", "--correlate.window", str(max(10, int(window + 30)))]
+
+
+def prometheus_installed():
+    return shutil.which("prometheus") is not None
 
 
 def rule_files(directory):
     """Write the generated rules with the lab's short windows."""
-    from ..mixin import config, generate
-
-    cfg = config.load(**LAB_MIXIN)
-    return generate.write(generate.alert_files(cfg), directory)
+    return generate.write(generate.alert_files(config.load(**LAB_MIXIN)), directory)
 
 
 # -- the measured window ---------------------------------------------------------------
@@ -58,22 +57,15 @@ def rank_rows(lab, base, now):
     return rows
 
 
-def _worst(rows):
-    scored = [r for r in rows if r["data_wait_ratio"] is not None]
-    return max(scored, key=lambda r: r["data_wait_ratio"]) if scored else None
-
-
 # -- diagnosis ---------------------------------------------------------------------------
 def agent_diagnoses(lab):
-    """{rank: the agent's /api/v1/diagnosis for it}, or None when the build has none."""
+    """{rank: the agent's /api/v1/diagnosis for it}."""
     out = {}
     for rank in range(lab.world):
         q = urllib.parse.urlencode({"pod": lab.pod(rank), "seconds": int(lab.duration)})
         try:
             out[rank] = lab.agent.api("/api/v1/diagnosis?" + q)
         except urllib.error.HTTPError as e:
-            if e.code == 404 and b"no such endpoint" in e.read():
-                return None
             out[rank] = {"verdict": "unknown", "causes": [], "error": "HTTP %d" % e.code}
     return out
 
@@ -81,11 +73,7 @@ def agent_diagnoses(lab):
 def via_diagnose(lab):
     """As on-call would: ``stallscope diagnose`` on a pod of the job (rank 0's); when it
     names a straggler elsewhere, ``diagnose`` that straggler's pod. Returns (found,
-    details) or None when this build has no diagnose, or it could not answer."""
-    try:
-        from .. import diagnose as dg
-    except ImportError:
-        return None
+    details), or None when diagnose could not answer."""
     kw = {"namespace": NAMESPACE, "agent_url": lab.agent.url, "window": "%ds" % int(lab.duration),
           "prometheus_url": lab.prom.url if lab.prom is not None else None}
     try:
@@ -101,8 +89,7 @@ def via_diagnose(lab):
     found = {"cause": causes[0]["cause"] if bound and causes else None,
              "rank": doc["rank"] if bound else None, "verdict": doc["verdict"],
              "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
-                                                      " -> straggler " + doc["pod"]),
-             "correlator": doc.get("agent_verdict") is not None}
+                                                      " -> straggler " + doc["pod"])}
     return found, {"first": first if doc is not first else None, "report": doc,
                    "text": dg.render_text(doc)}
 
@@ -113,22 +100,15 @@ def diagnose(lab, rows):
     if answer is not None:
         return answer
     per_rank = agent_diagnoses(lab)
-    if per_rank is None:
-        worst = _worst(rows)
-        if worst and worst["data_wait_ratio"] > SLI_LINE:
-            return {"cause": None, "rank": worst["rank"], "verdict": "input_bound", "correlator": False,
-                    "source": "data-wait only (this build has no correlator)"}, None
-        return {"cause": None, "rank": None, "verdict": "healthy", "correlator": False,
-                "source": "data-wait only (this build has no correlator)"}, None
     bound = [(rank, d) for rank, d in per_rank.items() if d.get("verdict") == "input_bound"]
     if not bound:
         return {"cause": None, "rank": None, "verdict": per_rank[lab.target].get("verdict"),
-                "source": "agent /api/v1/diagnosis", "correlator": True}, per_rank
+                "source": "agent /api/v1/diagnosis"}, per_rank
     ratio = {r["rank"]: r["data_wait_ratio"] or 0 for r in rows}
     rank, d = max(bound, key=lambda rd: ratio.get(rd[0], 0))
     causes = d.get("causes") or [{}]
     return {"cause": causes[0].get("cause"), "rank": rank, "verdict": "input_bound",
-            "source": "agent /api/v1/diagnosis", "correlator": True}, per_rank
+            "source": "agent /api/v1/diagnosis"}, per_rank
 
 
 # -- alerts ------------------------------------------------------------------------------
@@ -153,12 +133,9 @@ def headline(prom):
         return []
 
 
-def judge_alerts(scenario, fired, rules_loaded):
-    if not rules_loaded:
-        return {"expected": list(scenario.alerts), "fired": sorted(fired), "matched": None,
-                "note": "no alert rules in this build"}
-    expected = set(scenario.alerts)
-    allowed = expected | set(scenario.may_fire) | (set(ALONGSIDE_STALLS) if scenario.stalls else set())
+def judge_alerts(scenario, fired):
+    expected = set(scenario.real.alerts)
+    allowed = expected | set(scenario.real.may_fire) | (set(ALONGSIDE_STALLS) if scenario.stalls else set())
     missing, unexpected = expected - fired, fired - allowed
     return {"expected": sorted(expected), "fired": sorted(fired), "missing": sorted(missing),
             "unexpected": sorted(unexpected), "matched": not missing and not unexpected}
@@ -169,10 +146,10 @@ def collect(lab, base, now, fired=None):
     found, details = diagnose(lab, rows)
     s = lab.scenario
     expected = {"cause": s.cause, "verdict": s.verdict, "rank": lab.target if s.stalls else None,
-                "alerts": list(s.alerts)}
+                "alerts": list(s.real.alerts)}
     alerts = None
     if lab.prom is not None:
-        alerts = judge_alerts(s, set(fired or ()) | firing(lab.prom), bool(lab.rules))
+        alerts = judge_alerts(s, set(fired or ()) | firing(lab.prom))
         alerts["headline"] = headline(lab.prom)
     ok = found["cause"] == expected["cause"] and found["rank"] == expected["rank"]
     if alerts and alerts["matched"] is False:
@@ -181,33 +158,3 @@ def collect(lab, base, now, fired=None):
             "job": lab.job, "target_rank": lab.target, "simulated_gpu": True,
             "ranks": rows, "expected": expected, "found": found, "diagnosis": details,
             "report": (details or {}).get("text"), "alerts": alerts, "ok": ok}
-
-
-# -- recorded traces for the correlator's evaluation set -----------------------------------
-def record(lab, result, directory):
-    """Save the agent's timelines (target rank + peers) with the scenario's labels in the
-    correlator's trace format (stallscope-trace/1); returns the file written."""
-    os.makedirs(directory, exist_ok=True)
-    bodies = {}
-    for rank in range(lab.world):
-        q = urllib.parse.urlencode({"rank": rank, "job": lab.job, "seconds": int(lab.duration + 5)})
-        bodies[rank] = lab.agent.api("/api/v1/timeline?" + q)
-    s = lab.scenario
-    target = lab.target
-    doc = {"format": "stallscope-trace/1",
-           "labels": {"scenario": "lab-" + s.name, "expected_verdict": s.verdict,
-                      "expected_cause": s.cause, "expected_rank": target if s.stalls else None,
-                      "source": "recorded", "note": s.title},
-           "recorded": {"at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                        "kernel": platform.release(), "seconds": int(lab.duration),
-                        "command": "stallscope lab run %s --ranks %d --duration %g --record DIR" % (
-                            s.name, lab.world, lab.duration),
-                        "agent_verdict": result["found"]["verdict"],
-                        "agent_top_cause": result["found"]["cause"]},
-           "timeline": bodies[target],
-           "peers": [b for r, b in sorted(bodies.items()) if r != target]}
-    path = os.path.join(directory, "lab-%s-%s.json" % (s.name, time.strftime("%Y%m%d-%H%M%S")))
-    with open(path, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
-        f.write("\n")
-    return path

@@ -34,10 +34,6 @@ def _fuse():
         import mfusepy  # noqa: F401
     except Exception:
         return "mfusepy is missing (pip install 'stallscope[fuse]')"
-    try:
-        from . import slowfs  # noqa: F401
-    except ImportError:
-        return "stallscope.lab.slowfs is not in this build"
     return None
 
 

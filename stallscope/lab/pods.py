@@ -16,7 +16,9 @@ Without root the command runs unchanged, in the host's namespace and cgroup.
 import os
 import shutil
 
-from .rig import UNIFIED, rmdir_cgroup
+from .teardown import rmdir_cgroup
+
+UNIFIED = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")  # cgroup2: hybrid hosts, then unified ones
 
 _DETACH_FOREIGN_FUSE = (
     "for m in $(awk '$0 ~ / - fuse[. ]/ {print $5}' /proc/self/mountinfo); do "
@@ -35,12 +37,24 @@ def v2_root():
     return None
 
 
+def missing():
+    """Why a rank gets no cgroup v2 of its own with PSI files (None: it does)."""
+    if not isolated():
+        return "needs root and unshare(1)"
+    base = v2_root()
+    if base is None:
+        return "needs a writable cgroup2 hierarchy"
+    if not os.path.exists(os.path.join(base, "io.pressure")) and not os.path.exists("/proc/pressure/io"):
+        return "the kernel has no PSI (CONFIG_PSI, or psi=0 on its command line)"
+    return None
+
+
 def make_cgroup(run, rank):
     """A cgroup v2 for rank ``rank``, removed by the run's teardown; None where it cannot be."""
     base = v2_root() if isolated() else None
     if base is None:
         return None
-    path = os.path.join(base, "stallscope-lab-%d-rank%d" % (os.getpid(), rank))
+    path = os.path.join(base, "stallscope-lab-%d-%s-rank%d" % (os.getpid(), run.job, rank))
     run.td.push("remove cgroup %s" % path, rmdir_cgroup, path)
     os.mkdir(path)
     run.created("cgroup", path)

@@ -63,7 +63,7 @@ class AgentProcess:
         self.log = os.path.join(self.dir, "agent.log")
         self.args = list(args)
         self.env = child_env(env)
-        self.proc = None
+        self.proc = self._logf = None
 
     def start(self, timeout=20.0):
         cmd = [sys.executable, "-m", "stallscope", "agent", "--listen", "127.0.0.1:%d" % self.port,
@@ -91,7 +91,7 @@ class AgentProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if getattr(self, "_logf", None):
+        if self._logf is not None:
             self._logf.close()
         return self.proc.returncode if self.proc else None
 
@@ -120,7 +120,7 @@ class PrometheusProcess:
         self.rule_files = [os.path.abspath(r) for r in rule_files]
         self.interval = interval
         self.log = os.path.join(self.dir, "prometheus.log")
-        self.proc = None
+        self.proc = self._logf = None
 
     def config(self):
         rules = "".join("  - %s\n" % r for r in self.rule_files)
@@ -186,7 +186,7 @@ class PrometheusProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if getattr(self, "_logf", None):
+        if self._logf is not None:
             self._logf.close()
 
     def __enter__(self):

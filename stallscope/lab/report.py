@@ -1,6 +1,5 @@
 """What the lab prints: a progress line per second while the job runs, then the result
-(per-rank data-wait, expected vs found, alerts) and, when the build has it, the
-``stallscope diagnose`` report."""
+(per-rank data-wait, expected vs found, alerts) and the ``stallscope diagnose`` report."""
 import sys
 import textwrap
 
@@ -81,8 +80,6 @@ def render(result):
     alerts = result.get("alerts")
     if alerts is None:
         lines.append("  alerts:   not checked (no Prometheus: not installed, or --no-prometheus)")
-    elif alerts["matched"] is None:
-        lines.append("  alerts:   %s (%s)" % (", ".join(alerts["fired"]) or "none fired", alerts["note"]))
     else:
         lines.append("  alerts:   fired %s; expected %s -> %s" % (
             ", ".join(alerts["fired"]) or "none", ", ".join(alerts["expected"]) or "none",
@@ -104,4 +101,4 @@ def keeping(lab, result):
     print(render(result), flush=True)
     print("Kept running until Ctrl-C:\n  agent       %s/metrics  %s/api/v1/ranks\n%s  work dir    %s" % (
         lab.agent.url, lab.agent.url,
-        "  prometheus  %s\n" % lab.prom.url if lab.prom else "", lab.workdir), flush=True)
+        "  prometheus  %s\n" % lab.prom.url if lab.prom else "", lab.session.workdir), flush=True)

@@ -1,88 +1,167 @@
-"""The lab's stall scenarios, each with its known answer.
+"""Every scenario with a known answer, in one table: what breaks, what stallscope must
+find, and how to produce it.
 
-Every scenario runs the same small job (lab/trainer.py): N ranks in lockstep through a
-gloo all_reduce per step, each with a 2-worker DataLoader reading 8 samples per batch
-from local shard files, 150 ms of simulated GPU compute per step. On that healthy base
-(per worker ~20 ms a batch, so the loader keeps far ahead; a prefetched batch still
-costs 1-2 ms of IPC on a busy 2-core machine, about 1% of a step, under the 2% alert
-line) each scenario breaks the last rank's input pipeline in one way. The expected answer
-names the cause (stallscope/vocabulary/causes.py), the rank, and the alerts that must fire with the lab's short-window rules.
+A scenario names the cause stallscope must rank first at the rank the fault is on (a
+cause of the vocabulary; None when nothing stalls: verdict healthy), and is produced in
+up to two ways:
+
+- ``real``: ``stallscope lab run NAME`` runs the lab's job (lab/job.py: N ranks of
+  lab/trainer.py in lockstep, a healthy base) with a real fault on its last rank, checks
+  the diagnosis and the alerts that must fire with the lab's short-window rules, and
+  with ``--record DIR`` saves ``lab-NAME.json`` for the evaluation set;
+- ``synthetic``: a generator (lab/synthetic.py) of ``syn-NAME.json``, a simulated
+  DataLoader with signal samples, for what one machine cannot inject for real (a pod's
+  memory or I/O pressure, throttling that comes and goes) and for decoys.
+
+``view`` says whose timeline a trace holds: the faulty rank's ("target"), or that of a
+peer that waits for it in the collective ("peer": expected verdict not_input_bound, no
+cause of its own). The live run judges the faulty rank either way, as on-call would get
+there: ``stallscope diagnose`` on rank 0 names the straggler, then diagnoses it.
 """
 import dataclasses
+from typing import Callable, Optional
 
-from . import faults
+from .. import vocabulary
+from . import faults, synthetic
 
-BASE = {
-    "workers": 2, "batch_size": 8, "prefetch_factor": 2, "compute_s": 0.15,
-    "sample_sleep_s": 0.002, "sample_cpu_s": 0.0, "sample_bytes": 4096,
-}
-SHARDS = {"kind": "files", "shards": 8, "read_bytes": 65536, "shard_bytes": 4 << 20}
-DATA_WAIT_ALERTS = ("StallscopeDataWaitHigh",)
+
+def _cause(name):
+    return vocabulary.cause(name).name  # a KeyError at import for a cause not in the vocabulary
+
+
+def _alerts(*names):
+    declared = set(vocabulary.cause_alerts()) | {c.runbook_alert for c in vocabulary.CAUSES}
+    unknown = set(names) - declared
+    if unknown:
+        raise ValueError("alerts not declared in the vocabulary: %s" % sorted(unknown))
+    return names
+
+
+WAIT = _alerts("StallscopeDataWaitHigh")
+
+
+@dataclasses.dataclass(frozen=True)
+class RealRun:
+    """How ``stallscope lab run`` produces a scenario: the fault on the last rank, plan
+    changes for every rank and for the target (lab/trainer.py's plan keys), the alerts
+    that must fire and those that may (as true consequences of the fault)."""
+    fault: Callable[[], faults.Fault] = faults.NoFault
+    everyone: dict = dataclasses.field(default_factory=dict)
+    target: dict = dataclasses.field(default_factory=dict)
+    alerts: tuple = ()
+    may_fire: tuple = ()
+    duration: float = 25.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str
     title: str
-    fault: object = faults.NoFault            # factory of a Fault
-    everyone: dict = dataclasses.field(default_factory=dict)  # plan changes for all ranks
-    target: dict = dataclasses.field(default_factory=dict)    # ... for the target rank only
-    cause: str = None                        # expected top cause (None: no stall)
-    verdict: str = "input_bound"             # expected verdict for the target rank
-    alerts: tuple = ()                       # alerts that must fire
-    may_fire: tuple = ()                     # alerts that may, as true consequences of the fault
-    duration: float = 25.0
+    cause: Optional[str] = None              # expected top cause at the faulty rank
+    real: Optional[RealRun] = None
+    synthetic: Optional[Callable] = None     # job name -> (note, timeline, peers)
+    view: str = "target"
+
+    def __post_init__(self):
+        if self.view not in ("target", "peer"):
+            raise ValueError("%s: view is 'target' or 'peer', not %r" % (self.name, self.view))
+        if self.real is None and self.synthetic is None:
+            raise ValueError("%s: neither a real run nor a synthetic generator" % self.name)
 
     @property
     def stalls(self):
         return self.cause is not None
 
+    @property
+    def verdict(self):
+        """The verdict expected at the faulty rank."""
+        return "input_bound" if self.stalls else "healthy"
+
+    def trace_labels(self):
+        """(expected verdict, expected cause) of the rank a trace holds."""
+        if self.view == "peer":
+            return "not_input_bound", None
+        return self.verdict, self.cause
+
     def make_fault(self):
-        return self.fault()
+        return self.real.fault()
 
 
 SCENARIOS = (
     Scenario("healthy", "No stall: the loader keeps ahead of compute on every rank.",
-             verdict="healthy"),
+             real=RealRun(), synthetic=synthetic.healthy),
     Scenario("compute-bound", "Slow compute (400 ms a step), fast loader: the GPU is the "
-             "bottleneck, not the input pipeline.", everyone={"compute_s": 0.4}, verdict="healthy"),
+             "bottleneck, not the input pipeline.",
+             real=RealRun(everyone={"compute_s": 0.4}), synthetic=synthetic.compute_bound),
     Scenario("too-few-workers", "One rank's per-sample work takes 60 ms: each of its 2 workers "
              "needs 480 ms a batch, so T_load / W = 240 ms > T_compute = 150 ms; it stalls "
-             "every 2 batches and holds every rank back.",
-             target={"sample_sleep_s": 0.06}, cause="too_few_workers", alerts=DATA_WAIT_ALERTS),
+             "every 2 batches and holds every rank back.", _cause("too_few_workers"),
+             real=RealRun(target={"sample_sleep_s": 0.06}, alerts=WAIT),
+             synthetic=synthetic.too_few_workers),
+    Scenario("too-few-workers-3", "One rank has 3 workers and 90 ms of work per sample: 720 ms "
+             "a batch per worker, T_load / W = 240 ms > T_compute = 150 ms; a round of 3 batches "
+             "arrives together, so it stalls every 3 batches.", _cause("too_few_workers"),
+             real=RealRun(target={"workers": 3, "sample_sleep_s": 0.09}, alerts=WAIT)),
+    Scenario("straggler-peer", "One rank's loader is too slow (60 ms a sample, 2 workers); the "
+             "trace is its peer's, whose loader keeps up and whose step waits in the all_reduce "
+             "for the straggler: not input-bound.", _cause("too_few_workers"), view="peer",
+             real=RealRun(target={"sample_sleep_s": 0.06}, alerts=WAIT),
+             synthetic=synthetic.collective_wait),
     Scenario("cpu-throttle", "One rank's loader workers need 6 ms of CPU per sample (0.32 CPU "
-             "at the job's pace) but run in a cgroup with a 0.2-CPU CFS quota.",
-             fault=lambda: faults.CpuQuota(0.2),
-             target={"sample_cpu_s": 0.006, "sample_sleep_s": 0.0}, cause="cpu_throttle",
-             alerts=DATA_WAIT_ALERTS + ("StallscopeCPUThrottled",)),
-    Scenario("slow-storage", "One rank reads its shards through a FUSE mount that adds "
-             "10 ms to every operation and 1 s to every 100th read (an object store's tail "
-             "latency).", fault=faults.SlowFuse,
-             cause="storage_latency", alerts=DATA_WAIT_ALERTS + ("StallscopeShardReadSlow",),
-             # Buffered reads from FUSE wait for the page in io_schedule(), which PSI counts
-             # as I/O stall of the rank's cgroup: a true, less specific, consequence.
-             may_fire=("StallscopeIOPressure",)),
-    Scenario("dead-fuse", "The FUSE daemon under one rank's shards is killed mid-run: every "
-             "read fails with ENOTCONN; the loader retries, then skips the sample.",
-             fault=faults.DeadFuse, cause="fuse_unhealthy",
-             alerts=DATA_WAIT_ALERTS + ("StallscopeFuseMountDown",)),
-    Scenario("shm-exhaustion", "One rank's /dev/shm (its own mount namespace) is 16 MiB with "
-             "14 MiB held by leftovers: its workers fail to place 768 KiB batches in shared "
-             "memory (\"unable to allocate shared memory(shm)\") and retry.", fault=faults.TinyShm, cause="shm_exhaustion",
-             alerts=DATA_WAIT_ALERTS + ("StallscopeShmNearlyFull",)),
-    Scenario("checkpoint-burst", "Every 6 s a 512 MiB checkpoint is uploaded over 8 streams to "
-             "the storage server (200 MB/s shared, written through to its disk) that one rank "
-             "reads its samples from (4 reads of 256 KiB each): while it lasts the rank's reads "
-             "get a tenth of the bandwidth.",
-             fault=faults.CheckpointBurst, cause="checkpoint_contention", alerts=DATA_WAIT_ALERTS),
-    Scenario("cold-cache-straggler", "Every rank reads its shards in sequence through a local "
-             "cache in front of a 30 ms object store, with one loader worker (plenty while the "
-             "cache hits); one rank's cache holds only every 3rd shard and cannot fill, so it "
-             "reads 5 of every 8 shards from the slow tier.", fault=faults.ColdCache,
-             everyone={"workers": 1}, cause="cache_miss",
-             alerts=DATA_WAIT_ALERTS + ("StallscopeCacheHitRateLow",)),
+             "at the job's pace) but run in a cgroup with a 0.2-CPU CFS quota.", _cause("cpu_throttle"),
+             real=RealRun(fault=lambda: faults.CpuQuota(0.2),
+                          target={"sample_cpu_s": 0.006, "sample_sleep_s": 0.0},
+                          alerts=WAIT + _alerts("StallscopeCPUThrottled")),
+             synthetic=synthetic.cpu_throttle),
+    Scenario("cpu-throttle-episodes", "Throttling that comes and goes, with a decoy: I/O "
+             "pressure high all along, not moving with the stalls.", _cause("cpu_throttle"),
+             synthetic=synthetic.cpu_throttle_episodes),
+    Scenario("cpu-crowded", "One rank's loader workers need 10 ms of CPU per sample (80 ms a "
+             "batch: 0.53 CPU at the job's pace) on a CPU they share with 3 busy processes; no "
+             "quota anywhere: the workers are runnable, not running.", _cause("cpu_throttle"),
+             real=RealRun(fault=lambda: faults.CpuHogs(3),
+                          target={"sample_cpu_s": 0.01, "sample_sleep_s": 0.0}, alerts=WAIT)),
+    Scenario("slow-storage", "One rank reads its shards through a FUSE mount that adds 10 ms to "
+             "every operation and 1 s to every 100th read (an object store's tail latency).",
+             _cause("storage_latency"),
+             real=RealRun(fault=faults.SlowFuse, alerts=WAIT + _alerts("StallscopeShardReadSlow"),
+                          # Buffered reads from FUSE wait for the page in io_schedule(), which
+                          # PSI counts as I/O stall of the rank's cgroup: a true, less
+                          # specific, consequence.
+                          may_fire=_alerts("StallscopeIOPressure")),
+             synthetic=synthetic.storage_latency),
+    Scenario("dead-fuse", "The FUSE daemon under one rank's shards is killed mid-run: every read "
+             "fails with ENOTCONN; the loader retries, then skips the sample.", _cause("fuse_unhealthy"),
+             real=RealRun(fault=faults.DeadFuse, alerts=WAIT + _alerts("StallscopeFuseMountDown")),
+             synthetic=synthetic.fuse_down),
+    Scenario("shm-exhaustion", "One rank's /dev/shm (its own mount namespace) is 16 MiB with 14 MiB "
+             "held by leftovers: its workers fail to place 768 KiB batches in shared memory "
+             "(\"unable to allocate shared memory(shm)\") and retry.", _cause("shm_exhaustion"),
+             real=RealRun(fault=faults.TinyShm, alerts=WAIT + _alerts("StallscopeShmNearlyFull")),
+             synthetic=synthetic.shm_full),
+    Scenario("checkpoint-burst", "Every 10 s a 512 MiB checkpoint is uploaded over 8 streams to the "
+             "storage server (200 MB/s shared, written through to its disk) that one rank reads its "
+             "samples from (4 reads of 256 KiB each): while it lasts the rank's reads get a tenth "
+             "of the bandwidth.", _cause("checkpoint_contention"),
+             real=RealRun(fault=faults.CheckpointBurst, alerts=WAIT),
+             synthetic=synthetic.checkpoint_burst),
+    Scenario("cold-cache-straggler", "Every rank reads its shards in sequence through a local cache "
+             "in front of a 30 ms object store, with one loader worker (plenty while the cache "
+             "hits); one rank's cache holds only every 3rd shard and cannot fill, so it reads 5 of "
+             "every 8 shards from the slow tier.", _cause("cache_miss"),
+             real=RealRun(fault=faults.ColdCache, everyone={"workers": 1},
+                          alerts=WAIT + _alerts("StallscopeCacheHitRateLow")),
+             synthetic=synthetic.cache_miss),
+    Scenario("io-pressure", "The pod's tasks stall on I/O in episodes (PSI).", _cause("io_pressure"),
+             synthetic=synthetic.io_pressure),
+    Scenario("memory-pressure", "The pod's tasks stall on memory in episodes (PSI).",
+             _cause("memory_pressure"), synthetic=synthetic.memory_pressure),
+    Scenario("unexplained", "Stalls in episodes that no recorded signal follows, beside signals "
+             "high all along (decoys).", _cause("unexplained"), synthetic=synthetic.unexplained),
 )
 BY_NAME = {s.name: s for s in SCENARIOS}
+REAL = tuple(s for s in SCENARIOS if s.real is not None)
+SYNTHETIC = tuple(s for s in SCENARIOS if s.synthetic is not None)
 DEMO = "too-few-workers"
 
 
@@ -90,4 +169,4 @@ def get(name):
     try:
         return BY_NAME[name]
     except KeyError:
-        raise ValueError("no scenario %r; known: %s" % (name, ", ".join(BY_NAME)))
+        raise ValueError("no scenario %r; known: %s" % (name, ", ".join(BY_NAME))) from None

@@ -32,7 +32,8 @@ def render(rows):
     for r in rows:
         if r["skipped"]:
             lines.append("%-22s %-22s %-22s %-6s %-7s %s" % (
-                r["scenario"], _fmt(r["expected_cause"] or "none"), "-", "-", "-", "skipped: " + r["skipped"]))
+                r["scenario"], _fmt(r["expected_cause"] or "none"), "-", "-", "-",
+                "skipped: " + r["skipped"]))
             continue
         rank = "%s/%s" % (_fmt(r["found_rank"]), _fmt(r["expected_rank"]))
         alerts = {True: "match", False: "MISS", None: "n/a"}[r["alerts"]]

@@ -170,7 +170,8 @@ class SlowFS:
                 if p.poll() is not None or time.monotonic() > deadline:
                     p.kill()
                     p.wait()
-                    raise RuntimeError("%s did not enter the mount namespace of %s" % (cmd[0], self.mountpoint))
+                    raise RuntimeError("%s did not enter the mount namespace of %s" % (
+                        cmd[0], self.mountpoint))
                 time.sleep(0.01)
         return p
 

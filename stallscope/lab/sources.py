@@ -4,14 +4,14 @@
   latency); optionally read with O_DIRECT, so every read goes to the disk as a cold
   dataset's would (a dataset far larger than the page cache).
 - ``CachedSource``: a local cache directory in front of a slow tier (an HTTP object
-  store with injected latency, objstore.py); a miss reads the slow tier. Without a
-  cache directory, every read goes to the object store (no cache lookups).
+  store with injected latency, objstore.py, or a directory such as a FUSE mount); a
+  miss reads the slow tier. Without a cache directory, every read goes to the slow tier
+  (no cache lookups).
 
-Reads are reported with ``stallscope.shard_read`` and lookups with
-``stallscope.cache_lookup`` when the hook has them; both are standard-library only, so
-this module is safe in loader workers.
+Reads are reported with ``stallscope.shard_read`` (its tier named, or following the
+path's mount: local, fuse ...) and lookups with ``stallscope.cache_lookup``; both are
+standard-library only, so this module is safe in loader workers.
 """
-import contextlib
 import mmap
 import os
 import time
@@ -19,27 +19,19 @@ import urllib.request
 
 import stallscope
 
+SHARD_PATTERN = "shard-%04d.bin"
+
 
 def _timed(shard, tier=None):
-    """``stallscope.shard_read`` when the installed hook has it, else a plain timer."""
-    reader = getattr(stallscope, "shard_read", None)
-    if reader is None:
-        return contextlib.nullcontext(_Read())
-    return reader(shard, tier=tier) if tier else reader(shard)
-
-
-class _Read:
-    bytes = 0
+    return stallscope.shard_read(shard, tier=tier)
 
 
 def _cache_lookup(tier, hit):
-    lookup = getattr(stallscope, "cache_lookup", None)
-    if lookup is not None:
-        lookup(tier, hit)
+    stallscope.cache_lookup(tier, hit)
 
 
 def shard_name(index):
-    return "shard-%04d.bin" % index
+    return SHARD_PATTERN % index
 
 
 def make_shards(directory, count, size):
@@ -59,7 +51,7 @@ def make_shards(directory, count, size):
 
 class FileSource:
     def __init__(self, directory, shards, read_bytes, shard_bytes, direct=False,
-                 retries=2, retry_s=0.1, pattern="shard-%04d.bin"):
+                 retries=2, retry_s=0.1, pattern=SHARD_PATTERN):
         self.directory = directory
         self.shards = shards
         self.read_bytes = read_bytes
@@ -112,17 +104,21 @@ class FileSource:
 
 
 class CachedSource:
-    """A per-rank cache directory in front of an HTTP slow tier. ``fill`` False models a
-    cache that cannot keep what it fetched (a full or misconfigured cache volume), so it
-    stays cold for the whole run."""
+    """A per-rank cache directory in front of a slow tier: an HTTP object store
+    (``remote_url``) or a directory (``remote_dir``, its files named by
+    ``remote_pattern``; the tier follows its mount). ``fill`` False models a cache that
+    cannot keep what it fetched (a full or misconfigured cache volume), so it stays cold
+    for the whole run."""
 
     def __init__(self, cache_dir, remote_url, shards, read_bytes, fill=False,
-                 cache_tier="local-cache", remote_tier="object-store", run=1):
-        # cache_dir None: no cache at all, every read goes to the object store.
+                 cache_tier="local-cache", remote_tier="object-store", run=1,
+                 remote_dir=None, remote_pattern=SHARD_PATTERN):
+        # cache_dir None: no cache at all, every read goes to the slow tier.
         # run: consecutive samples come from one shard (a sequential shard reader), so
         # a partly cold cache gives runs of hits and runs of misses.
         self.cache_dir = cache_dir
-        self.remote_url = remote_url.rstrip("/")
+        self.remote_url = remote_url.rstrip("/") if remote_url else None
+        self.remote_dir, self.remote_pattern = remote_dir, remote_pattern
         self.shards = shards
         self.read_bytes = read_bytes
         self.fill = fill
@@ -131,28 +127,39 @@ class CachedSource:
         self.run = max(1, run)
 
     def read(self, index):
-        name = shard_name((index // self.run) % self.shards)
+        shard = (index // self.run) % self.shards
+        name = shard_name(shard)
         path = os.path.join(self.cache_dir, name) if self.cache_dir else None
         hit = bool(path) and os.path.exists(path)
         if path:
             _cache_lookup(self.cache_tier, hit)
         if hit:
-            with _timed(path, self.cache_tier) as r:
-                with open(path, "rb") as f:
-                    data = f.read(self.read_bytes)
-                r.bytes = len(data)
-            return data
+            return self._read_file(path, self.cache_tier)
+        if self.remote_dir:
+            data = self._read_file(os.path.join(self.remote_dir, self.remote_pattern % shard))
+        else:
+            data = self._fetch(name)
+        if self.fill and path:
+            tmp = path + ".tmp%d" % os.getpid()
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        return data
+
+    def _read_file(self, path, tier=None):
+        with _timed(path, tier) as r:
+            with open(path, "rb") as f:
+                data = f.read(self.read_bytes)
+            r.bytes = len(data)
+        return data
+
+    def _fetch(self, name):
         url = "%s/%s" % (self.remote_url, name)
         with _timed(url, self.remote_tier) as r:
             req = urllib.request.Request(url, headers={"Range": "bytes=0-%d" % (self.read_bytes - 1)})
             with urllib.request.urlopen(req, timeout=30) as resp:
                 data = resp.read()
             r.bytes = len(data)
-        if self.fill and path:
-            tmp = path + ".tmp%d" % os.getpid()
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
         return data
 
 
@@ -163,8 +170,10 @@ def from_plan(plan):
         return None
     if src["kind"] == "files":
         return FileSource(src["dir"], src["shards"], src["read_bytes"], src["shard_bytes"],
-                          direct=src.get("direct", False), pattern=src.get("pattern", "shard-%04d.bin"))
+                          direct=src.get("direct", False), pattern=src.get("pattern", SHARD_PATTERN))
     if src["kind"] == "cached":
-        return CachedSource(src.get("cache_dir"), src["remote_url"], src["shards"], src["read_bytes"],
-                            fill=src.get("fill", False), run=src.get("run", 1))
+        return CachedSource(src.get("cache_dir"), src.get("remote_url"), src["shards"], src["read_bytes"],
+                            fill=src.get("fill", False), run=src.get("run", 1),
+                            remote_dir=src.get("remote_dir"),
+                            remote_pattern=src.get("remote_pattern", SHARD_PATTERN))
     raise ValueError("unknown source kind %r" % src["kind"])

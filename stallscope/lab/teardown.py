@@ -9,7 +9,8 @@ they die with the runner even if it is SIGKILLed.
 
 Processes are stopped by group: SIGTERM to the leader, a grace period, then SIGKILL to
 the whole process group (DataLoader workers, a FUSE daemon's threads, ``unshare``'s
-mount namespace, which the kernel frees with its last process).
+mount namespace, which the kernel frees with its last process). Cgroups are removed once
+their tasks are gone (``rmdir_cgroup``).
 """
 import ctypes
 import os
@@ -133,6 +134,31 @@ class Teardown:
             for sig, old in self._old.items():
                 signal.signal(sig, old)
         return False
+
+
+def rmdir_cgroup(path):
+    """Remove a cgroup directory the run made (v1 or v2). A cgroup can be removed once its
+    last task has exited, and the kernel may take a moment after the task was reaped:
+    tasks still in it are moved to the parent, and the rmdir is retried for 5 s."""
+    tasks = os.path.join(path, "cgroup.procs")
+    parent = os.path.join(os.path.dirname(path), "cgroup.procs")
+    for _ in range(100):
+        try:
+            with open(tasks) as f:
+                pids = f.read().split()
+            for pid in pids:
+                try:
+                    with open(parent, "w") as f:
+                        f.write(pid)
+                except OSError:
+                    pass
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+    os.rmdir(path)
 
 
 def wait_for(pred, timeout, interval=0.2):

@@ -1,15 +1,32 @@
-"""One rank of the lab's training job: ``python -m stallscope.lab.trainer PLAN.json``.
+"""One rank of a lab training job: ``python -m stallscope.lab.trainer PLAN.json``.
 
-A small but real synchronous data-parallel job: ``torch.distributed`` with the gloo
-backend, a tiny model whose gradients are all-reduced every step (so the slowest rank's
-loader sets everyone's pace, as in DDP), and a ``torch.utils.data.DataLoader`` with
-worker processes, wrapped by ``stallscope.watch``. The "GPU step" is a sleep of
-``compute_s`` after forward/backward: on a real node the CPU waits on a CUDA sync
-while the GPU computes, and the agent's simulated GPU counts that span as busy.
+The one instrumented trainer of the project: the lab's scenarios, the demo, the live
+mixin and correlator tests and the recorded evaluation traces all run it (lab/job.py
+writes the plans). A small but real synchronous data-parallel job: ``torch.distributed``
+with the gloo backend, a tiny model whose gradients are all-reduced every step (so the
+slowest rank's loader sets everyone's pace, as in DDP), and a
+``torch.utils.data.DataLoader`` with worker processes, wrapped by ``stallscope.watch``
+(identity from the environment: STALLSCOPE_JOB, RANK, POD_NAME ...). The "GPU step" is a
+sleep of ``compute_s`` after forward/backward: on a real node the CPU waits on a CUDA
+sync while the GPU computes, and the agent's simulated GPU counts that span as busy.
 
-Per-sample work is configurable: a read from the plan's source (sources.py), CPU work
-(``sample_cpu_s`` of thread CPU time) and waiting (``sample_sleep_s``). Runs until
-SIGTERM or ``max_s``; exits 0 when stopped, whatever the other ranks did by then.
+The plan (JSON):
+
+- ``rank``, ``world_size``, ``master`` (host:port of the gloo rendezvous; a world of
+  one rank trains alone, without a process group), ``max_s``
+- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``
+- per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
+  ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting, and a tensor of
+  ``sample_bytes``
+- per step: ``compute_s``
+- loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
+  throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
+  that retries while /dev/shm is full)
+
+Runs until SIGTERM or ``max_s``; exits 0 when stopped, whatever the other ranks did by
+then. When a peer dies mid-step the collective fails; the rank then stops stepping and
+waits to be stopped, as a rank blocked in an NCCL collective does, so its hook still
+reports while the dead peer goes silent.
 """
 import json
 import os
@@ -87,13 +104,22 @@ def _retrying_collate(backoff_s):
     return collate
 
 
-def _join_cgroup(path):
-    # The fault injector made this cgroup (cgroup v1 cpu controller) with a CFS quota;
-    # each loader worker moves itself in, so only the workers are throttled.
+def _worker_init(cgroup, cpus):
+    # A fault made this cgroup with a CFS quota, or chose the CPUs the workers share with
+    # busy neighbours; each loader worker moves itself as it starts, so only the workers
+    # are affected.
     def init(_worker_id):
-        with open(os.path.join(path, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        if cgroup:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        if cpus:
+            os.sched_setaffinity(0, cpus)
     return init
+
+
+def _wait_to_be_stopped(deadline):
+    while not _stop and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def main(argv):
@@ -110,15 +136,16 @@ def main(argv):
     torch.set_num_threads(1)  # ranks share a few cores with their workers
     torch.manual_seed(0)
     rank, world = plan["rank"], plan["world_size"]
-    dist.init_process_group("gloo", init_method="tcp://%s" % plan["master"], rank=rank,
-                            world_size=world)
+    if world > 1:
+        dist.init_process_group("gloo", init_method="tcp://%s" % plan["master"], rank=rank,
+                                world_size=world)
     workers = plan.get("workers", 2)
     kw = {}
     if workers:
         kw = dict(persistent_workers=True, prefetch_factor=plan.get("prefetch_factor", 2),
                   multiprocessing_context="fork")
-        if plan.get("worker_cgroup"):
-            kw["worker_init_fn"] = _join_cgroup(plan["worker_cgroup"])
+        if plan.get("worker_cgroup") or plan.get("worker_cpus"):
+            kw["worker_init_fn"] = _worker_init(plan.get("worker_cgroup"), plan.get("worker_cpus"))
         if plan.get("shm_retry_s"):
             kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
         if plan.get("in_order") is False:
@@ -139,15 +166,17 @@ def main(argv):
             opt.zero_grad()
             model(batch[:, :FEATURES]).sum().backward()
             time.sleep(compute_s)  # the simulated GPU's kernels
-            for p in model.parameters():
-                dist.all_reduce(p.grad)  # one slow rank holds every rank here
+            if world > 1:
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)  # one slow rank holds every rank here
             opt.step()
             steps += 1
             if _stop or time.monotonic() > deadline:
                 break
     except Exception as e:  # a peer that stopped first breaks the collective
         if not _stop:
-            print("lab rank %d: stopped by %s: %s" % (rank, type(e).__name__, e), flush=True)
+            print("lab rank %d: stopped stepping, %s: %s" % (rank, type(e).__name__, e), flush=True)
+            _wait_to_be_stopped(deadline)
     print("lab rank %d: %d steps" % (rank, steps), flush=True)
     # Skip process-group teardown: peers may be gone, and gloo's destructor can block.
     os._exit(0)

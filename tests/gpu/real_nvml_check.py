@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from stallscope.exporters.gpu import nvml as nvml_mod  # noqa: E402
-from stallscope.exporters.gpu.source import Sampler  # noqa: E402
+from stallscope.exporters.gpu import nvml as nvml_mod
+from stallscope.exporters.gpu.source import Sampler
 
 
 def square_wave_load(stop, on_s=1.0):
@@ -46,7 +46,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.fake:
-        from stallscope.lab.fake_nvml import FakeGpu, FakeNvml, square
+        from tests.gpu.fake_nvml import FakeGpu, FakeNvml, square
         nv = FakeNvml([FakeGpu(0, busy=square(2.0, 0.5), history_s=4), FakeGpu(1)], clock="boottime")
     else:
         import pynvml as nv

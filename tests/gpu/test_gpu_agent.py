@@ -8,16 +8,16 @@ import time
 import urllib.request
 
 import pytest
-from tests.gpu.gpu_helpers import U0, U1, DcgmServer, fixture
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.exporters import ExportersOptions
 from stallscope.exporters.gpu.options import GpuOptions
 from stallscope.hook import channel, identity
-from stallscope.lab.fake_nvml import FakeGpu, FakeNvml, constant
+from tests.gpu.gpu_helpers import U0, U1, DcgmServer, fixture
 
-pynvml = pytest.importorskip("pynvml")
+pynvml = pytest.importorskip("pynvml")  # the fake is built from the real module's classes
+from tests.gpu.fake_nvml import FakeGpu, FakeNvml, constant  # noqa: E402
 
 
 def get(agent, path):

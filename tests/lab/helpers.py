@@ -1,11 +1,14 @@
-"""Helpers for the lab tests: run ``stallscope lab ...`` as a real command, and find
+"""Helpers for the tests that run the lab: run ``stallscope lab ...`` as a real command,
+open a lab session in-process (jobs of the one trainer against one agent), and find
 anything a run left behind (processes, mounts in any mount namespace, cgroups)."""
+import contextlib
 import json
 import os
 import subprocess
 import sys
 
 from stallscope.lab import procs, teardown
+from stallscope.lab.session import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -18,6 +21,17 @@ def run_lab(*args, timeout=240):
     """Run ``stallscope lab ARGS`` to the end; returns the CompletedProcess."""
     return subprocess.run(lab_cmd(*args), capture_output=True, text=True, timeout=timeout,
                           env=procs.child_env())
+
+
+@contextlib.contextmanager
+def lab_session(workdir):
+    """A lab Session in ``workdir``, everything it started undone at the end. Unlike
+    ``stallscope lab run`` it leaves signal handling to pytest (Ctrl-C still unwinds)."""
+    td = teardown.Teardown()
+    try:
+        yield Session(td, workdir=str(workdir), say=lambda msg: print(msg, flush=True))
+    finally:
+        td.unwind()
 
 
 def manifest(workdir):

@@ -20,7 +20,7 @@ def store(tmp_path):
                         str(port), "--bandwidth", "20"], env=procs.child_env())
     url = "http://127.0.0.1:%d" % port
     try:
-        assert teardown.wait_for(lambda: faults._http_up(url), 20)
+        assert teardown.wait_for(lambda: faults.http_up(url), 20)
         yield url, tmp_path / "shards"
     finally:
         teardown.stop_group(p)
@@ -81,6 +81,56 @@ def test_cold_cache_misses_and_a_warm_one_hits(store, tmp_path):
         sources._cache_lookup = orig
     assert lookups == [("local-cache", True), ("local-cache", False)]
     assert sorted(os.listdir(warm)) == ["shard-0000.bin"]  # fill=False: stays cold
+
+
+def test_a_cache_in_front_of_a_directory_reads_misses_from_it(tmp_path):
+    """LocalCache's source: hits from the cache directory, misses from the slow tier's
+    directory (a FUSE mount in the mixin's live test) under its own file names."""
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    for i in range(3):
+        (slow / ("file%03d" % i)).write_bytes(bytes([i]) * 8192)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "shard-0000.bin").write_bytes(b"c" * 8192)
+    src = sources.CachedSource(str(cache), None, 3, 4096, remote_dir=str(slow), remote_pattern="file%03d")
+    lookups = []
+    orig = sources._cache_lookup
+    sources._cache_lookup = lambda tier, hit: lookups.append(hit)
+    try:
+        assert [src.read(i) for i in range(3)] == [b"c" * 4096, b"\x01" * 4096, b"\x02" * 4096]
+    finally:
+        sources._cache_lookup = orig
+    assert lookups == [True, False, False]
+    assert sorted(os.listdir(cache)) == ["shard-0000.bin"]
+
+
+def test_combined_faults_prepare_in_order_and_merge_what_they_add_to_the_pod():
+    calls = []
+
+    class Part(faults.Fault):
+        def __init__(self, name, missing=None):
+            self.name, self.reason, self.summary = name, missing, name
+
+        def missing(self):
+            return self.reason
+
+        def prepare(self, run):
+            calls.append(self.name)
+
+        def setup_lines(self):
+            return ["echo " + self.name]
+
+        def own_mounts(self):
+            return ("/mnt/" + self.name,)
+
+    both = faults.Combined(Part("a"), Part("b"))
+    both.prepare(None)
+    assert calls == ["a", "b"] and both.summary == "a; b" and both.missing() is None
+    assert both.setup_lines() == ["echo a", "echo b"] and both.own_mounts() == ("/mnt/a", "/mnt/b")
+    ready, left_out = faults.available(Part("ok"), Part("no", missing="needs x"))
+    assert [p.name for p in ready] == ["ok"] and list(left_out.values()) == ["needs x"]
+    assert faults.Combined(Part("x", missing="needs x")).missing() == "needs x"
 
 
 def test_checkpoint_upload_lands_on_disk_and_only_the_newest_set_is_kept(store):
@@ -152,7 +202,8 @@ def test_a_pod_has_its_own_cgroup_which_goes_with_the_teardown(tmp_path):
     if pods.v2_root() is None:
         pytest.skip("needs a cgroup v2 hierarchy")
 
-    class Run:  # what pods.make_cgroup uses of a LabRun
+    class Run:  # what pods.make_cgroup uses of a lab Job
+        job = "lab-test"
         made = []
 
         def created(self, kind, value):

@@ -1,13 +1,15 @@
-"""Every scenario end to end, as `stallscope lab run SCENARIO --json`: a real 2-rank gloo
-job with DataLoader workers, the real fault, the agent, Prometheus evaluating the
-generated rules (short windows). The expected alerts fire (none for healthy and
-compute-bound), the diagnosis names the injected cause first and the right rank, and
-nothing the run created is left behind. Scenarios run in sequence, 20 s each."""
+"""Every scenario with a real run end to end, as `stallscope lab run SCENARIO --json`: a
+real 2-rank gloo job with DataLoader workers, the real fault, the agent, Prometheus
+evaluating the generated rules (short windows). The expected alerts fire (none for
+healthy and compute-bound), the diagnosis names the injected cause first and the right
+rank, the recorded trace is diagnosed offline as labelled, and nothing the run created
+is left behind. Scenarios run in sequence, 20 s each."""
 import json
 
 import pytest
 
-from stallscope.lab import scenarios
+from stallscope import vocabulary
+from stallscope.lab import evaluate, scenarios, traces
 from tests.conftest import need_prometheus
 from tests.lab.helpers import leftovers, run_lab
 
@@ -15,7 +17,15 @@ pytestmark = pytest.mark.slow
 DURATION = 20
 
 
-@pytest.mark.parametrize("name", [s.name for s in scenarios.SCENARIOS])
+def node_wide(cause):
+    """A cause the vocabulary reads from node signals only (checkpoint bursts): its fault
+    loads the whole node (upload streams, writes through to the disk), so the healthy
+    rank's loader may slip past the line too, if far less than the injected rank's."""
+    lines = vocabulary.cause(cause).lines
+    return bool(lines) and all(line.scopes == ("node",) for line in lines)
+
+
+@pytest.mark.parametrize("name", [s.name for s in scenarios.REAL])
 def test_scenario_is_caught_and_named(name, tmp_path):
     need_prometheus()
     pytest.importorskip("torch")
@@ -24,9 +34,9 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     if reason:
         pytest.skip(reason)
     workdir = tmp_path / "run"
-    traces = tmp_path / "traces"
+    recorded = tmp_path / "traces"
     r = run_lab("run", name, "--duration", DURATION, "--json", "--workdir", workdir, "--prometheus",
-                "--record", traces)
+                "--record", recorded)
     assert r.returncode in (0, 1), r.stderr[-3000:]
     result = json.loads(r.stdout)
     assert leftovers(str(workdir)) == []
@@ -35,27 +45,32 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     assert all(row["batches"] > 10 for row in result["ranks"]), result["ranks"]
     if s.stalls:
         # The injected rank waits on its loader; the other only waits in the all_reduce.
-        assert ratios[1] > 0.05 and ratios[0] < 0.02, ratios
+        assert ratios[1] > 0.05, ratios
+        if node_wide(s.cause):
+            assert ratios[0] < ratios[1] / vocabulary.STRAGGLER_FACTOR, ratios
+        else:
+            assert ratios[0] < vocabulary.DATA_WAIT_LINE, ratios
     else:
-        assert max(ratios.values()) < 0.02, ratios
+        assert max(ratios.values()) < vocabulary.DATA_WAIT_LINE, ratios
     assert result["found"]["rank"] == result["expected"]["rank"], result["found"]
-    cause = result["found"]["cause"]
-    if result["found"]["correlator"] or cause not in (None, "unexplained"):
-        assert cause == s.cause, result["report"]
-    # else: a build without the correlator may leave the cause open, never a wrong one
+    assert result["found"]["cause"] == s.cause, result["report"]
     alerts = result["alerts"]
     assert alerts["matched"] is True, alerts
-    assert set(s.alerts) <= set(alerts["fired"])
+    assert set(s.real.alerts) <= set(alerts["fired"])
 
-    # --record: a trace the correlator's evaluation set can take as it is
-    from stallscope.correlate import evaluate
-    [(path, doc)] = evaluate.load(str(traces))
-    assert path == result["recorded"]
-    assert doc["labels"]["scenario"] == "lab-" + name and doc["labels"]["expected_cause"] == s.cause
-    assert doc["timeline"]["rank"]["rank"] == 1 and [p["rank"]["rank"] for p in doc["peers"]] == [0]
-    assert len(doc["timeline"]["batches"]) >= result["ranks"][1]["batches"]
+    # --record: a trace the correlator's evaluation set can take as it is, of the rank
+    # the scenario's view names (the faulty one, or the peer waiting for it)
+    [(path, doc)] = traces.load(str(recorded))
+    assert path == result["recorded"] == str(recorded / ("lab-%s.json" % name))
+    verdict, cause = s.trace_labels()
+    assert doc["labels"]["scenario"] == "lab-" + name
+    assert (doc["labels"]["expected_verdict"], doc["labels"]["expected_cause"]) == (verdict, cause)
+    shown = 0 if s.view == "peer" else 1
+    assert doc["timeline"]["rank"]["rank"] == shown
+    assert [p["rank"]["rank"] for p in doc["peers"]] == [1 - shown]
+    assert len(doc["timeline"]["batches"]) >= result["ranks"][shown]["batches"]
     offline = evaluate.row(path, doc)
-    assert offline["verdict"] == s.verdict, offline
+    assert offline["verdict"] == verdict, offline
 
 
 def test_the_demo_scenario_needs_nothing_special(tmp_path, monkeypatch):
@@ -65,7 +80,7 @@ def test_the_demo_scenario_needs_nothing_special(tmp_path, monkeypatch):
     from stallscope.lab import pods, runner
 
     s = scenarios.get(scenarios.DEMO)
-    assert s.make_fault().needs == () and s.stalls
+    assert s.make_fault().missing() is None and s.make_fault().needs == () and s.stalls
     monkeypatch.setattr(pods, "isolated", lambda: False)  # as a user without root
     lines = []
     result = runner.run(s, runner.Options(duration=12, prometheus=False, workdir=str(tmp_path / "run"),

@@ -1,28 +1,31 @@
 """No dead panels, and the alerts fire for real: a real Prometheus (Debian 2.42) loads
 rules generated from a short-window test config and scrapes a real agent fed by real
-instrumented DataLoaders (stallscope.lab.toytrain):
+instrumented training jobs, run by the lab (lab/session.py, lab/trainer.py), each rank a
+pod with a mount namespace and a cgroup2 of its own (per-pod PSI) where root allows:
 
-- job ``mixin-slow``: ranks 0 and 1 healthy; rank 2's loader workers burn CPU per sample
-  inside a v1 cpu cgroup with a 0.2-core CFS quota, the rank runs in a cgroup2 child
-  (per-pod PSI) and in a mount namespace with a FUSE mount (slowfs) it reads its shards
-  from, behind a cache tier that mostly misses; it waits on data most of each step;
-- job ``mixin-ok``: one healthy rank.
+- job ``mixin-slow``: 3 ranks in lockstep (gloo all_reduce); ranks 0 and 1 healthy; rank
+  2 has everything switched on: its loader workers burn CPU per sample inside a cpu
+  cgroup with a 0.2-core CFS quota, it reads its shards from a FUSE mount (slowfs) in
+  its mount namespace, behind a local cache that holds one shard in 4; it waits on data
+  most of each step and holds the other ranks back;
+- job ``mixin-ok``: the lab's healthy scenario on one rank.
 
 Every dashboard query, template variable query, recording rule and alert probe must
 return data. Queries whose metrics another part has not exported yet are listed in
 PENDING (strict: one that starts returning data fails until it is removed).
 """
-import contextlib
 import dataclasses
 import json
 import time
 
 import pytest
 
-from stallscope.lab.rig import Rig
+from stallscope.lab import faults, findings, pods, scenarios
+from stallscope.lab.session import Session
 from stallscope.mixin import alerts, config, generate, promql, rules
 from tests.conftest import need_prometheus
 from tests.gpu.gpu_helpers import DcgmServer, fixture
+from tests.lab.helpers import lab_session
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +35,17 @@ CFG = dataclasses.replace(
     # Start-up (torch import, worker fork) counts as data-wait in the first windows: the
     # healthy ranks peak near 0.15 on a loaded 2-core machine; the slowed rank sits ~0.8.
     data_wait_warning=0.3, data_wait_critical=0.97)
-NS = "stallscope-test"
+NS = findings.NAMESPACE
+NODE = "lab-node"
+# What the slowed rank needs for 4 samples a batch x 10 ms of CPU against 0.2 cores for
+# both workers: ~200 ms per batch for a 40 ms step, so the loop waits ~80 % of the time.
+COMMON = {"workers": 2, "batch_size": 4, "compute_s": 0.04, "sample_sleep_s": 0.002}
+SLOWED = {"sample_cpu_s": 0.01, "sample_sleep_s": 0.0}
 
 # metric prefix -> the part that exports it (not on main yet)
 PENDING = {}
-# metric prefix -> the rig feature it needs (missing without root or cgroups)
-NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse",
-         "stallscope_shard_read_seconds": "fuse", "stallscope_cache_requests_total": "fuse"}
+# metric prefix -> the setup it needs (missing without root, cgroups or FUSE)
+NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse"}
 
 
 def _pending(expr):
@@ -64,10 +71,12 @@ def queries():
         board = json.loads(text)
         for p in board["panels"]:
             for t in p.get("targets", []):
-                out.append(("%s: %s [%s]" % (name[:-5], p["title"], t["refId"]), _grafana_to_promql(t["expr"])))
+                out.append(("%s: %s [%s]" % (name[:-5], p["title"], t["refId"]),
+                            _grafana_to_promql(t["expr"])))
         for v in board["templating"]["list"]:
             if v["type"] == "query":
-                out.append(("%s: variable %s" % (name[:-5], v["name"]), _grafana_to_promql(_label_values(v["query"]))))
+                out.append(("%s: variable %s" % (name[:-5], v["name"]),
+                            _grafana_to_promql(_label_values(v["query"]))))
     for r in rules.recording_rules(CFG):
         out.append(("record " + r["record"], r["record"]))
     for a in alerts.all_alerts(CFG):
@@ -91,12 +100,31 @@ def _wait_alert(prom, name, timeout=60.0, **labels):
         name, labels, timeout, [(a["labels"], a["state"]) for a in prom.alerts()]))
 
 
-@contextlib.contextmanager
-def dcgm_closed(server):
-    try:
-        yield server
-    finally:
-        server.close()
+@dataclasses.dataclass
+class Live:
+    session: Session
+    slow: object       # the mixin-slow job (lab/job.py)
+    missing: dict      # what could not be set up here -> why
+    started: float
+
+    agent = property(lambda self: self.session.agent)
+    prometheus = property(lambda self: self.session.prom)
+
+
+def everything_on():
+    """The slowed rank's faults, as far as this machine allows: (the scenario, what is
+    missing -> why). The cache stands in front of whatever the rank reads its shards
+    from: the FUSE mount, or its local shards without FUSE."""
+    ready, left_out = faults.available(faults.CpuQuota(0.2), faults.SlowFuse(latency=0.002, tail_every=0))
+    key = {faults.CpuQuota: "cpu_quota", faults.SlowFuse: "fuse"}
+    missing = {key[type(f)]: why for f, why in left_out.items()}
+    if pods.missing():
+        missing["pressure"] = pods.missing()
+    fault = faults.Combined(*ready, faults.LocalCache(cached_every=4))
+    scenario = scenarios.Scenario(
+        "mixin-slow", "Every signal of a rank at once: CFS quota, FUSE, cache, pod PSI.",
+        cause="cpu_throttle", real=scenarios.RealRun(fault=lambda: fault, everyone=COMMON, target=SLOWED))
+    return scenario, missing
 
 
 @pytest.fixture(scope="module")
@@ -105,38 +133,32 @@ def live(tmp_path_factory):
     pytest.importorskip("torch")
     d = tmp_path_factory.mktemp("mixin-live")
     rule_files = generate.write(generate.alert_files(CFG), str(d / "rules"))
-    # No GPU here: the agent's clearly labelled simulated GPU per rank, and SM-active
-    # from a recorded dcgm-exporter page served over real HTTP (tests/gpu/fixtures).
-    dcgm = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
-    agent_args = ["--gpu.simulated", "--gpu.sample-interval", "0.5", "--gpu.dcgm-url", dcgm.url]
-    with dcgm_closed(dcgm), Rig(str(d / "rig"), agent_args=agent_args) as rig:
-        rig.start_agent()
-        prom = rig.start_prometheus(sorted(rule_files))
-        quota = rig.cpu_quota_cgroup(0.2)
-        pressure = rig.pressure_cgroup()
-        data = rig.fuse_mount("data", latency=0.002, size=16384)  # in slow-2's mount namespace only
-        common = dict(namespace=NS, workers=2, batch_size=4, compute=0.04, duration=240)
-        rig.trainer("slow-0", "mixin-slow", 0, world_size=3, sample_sleep=0.002, **common)
-        rig.trainer("slow-1", "mixin-slow", 1, world_size=3, sample_sleep=0.002, **common)
-        # 4 samples x 10 ms CPU per batch against 0.2 cores for both workers: ~200 ms per
-        # batch for a 40 ms step, so the loop waits ~80 % of the time.
-        rig.trainer("slow-2", "mixin-slow", 2, world_size=3, sample_cpu=0.01,
-                    worker_cgroup=quota, cgroup=pressure, mount=data, **common,
-                    **(dict(shard_dir=data.mountpoint, cache_tier="local", cache_hit_ratio=0.25) if data else {}))
-        rig.trainer("ok-0", "mixin-ok", 0, sample_sleep=0.002, **common)
-        rig.started = time.time()
+    with lab_session(d / "lab") as session:
+        # No GPU here: the agent's clearly labelled simulated GPU per rank, and SM-active
+        # from a recorded dcgm-exporter page served over real HTTP (tests/gpu/fixtures).
+        dcgm = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
+        session.td.push("stop the dcgm-exporter page", dcgm.close)
+        session.start_agent(240, ["--gpu.sample-interval", "0.5", "--gpu.dcgm-url", dcgm.url])
+        prom = session.start_prometheus(sorted(rule_files))
+        scenario, missing = everything_on()
+        slow = session.start_job(scenario, ranks=3, name="mixin-slow", pod_prefix="slow-")
+        ok = session.start_job(scenarios.get("healthy"), ranks=1, name="mixin-ok", pod_prefix="ok-")
+        slow.wait_ready()
+        ok.wait_ready()
+        live = Live(session, slow, missing, time.time())
         _wait_alert(prom, "StallscopeDataWaitHigh", timeout=120, job="mixin-slow")
-        yield rig
+        yield live
 
 
 def test_per_rank_series_budget(live):
     """The per-rank budget (stallscope/vocabulary/labels.py): at most 40 series carry a
     rank's labels, all parts together. (Runs
     before the tests that kill a trainer and stop the agent.) The live
-    rig's slowed rank has everything switched on (hook, loader workers, shard reads,
+    setup's slowed rank has everything switched on (hook, loader workers, shard reads,
     CFS quota, FUSE, simulated GPU with dcgm SM-active, correlator causes), so it is the
     worst case this setup can make."""
     import collections
+
     from prometheus_client.parser import text_string_to_metric_families
 
     # wait until the correlator has published causes for the slowed rank
@@ -180,7 +202,7 @@ def test_headline_fires_for_the_slowed_job_and_never_for_the_healthy_one(live):
     [alert] = _alerts(prom, "StallscopeDataWaitHigh", job="mixin-slow")
     assert alert["labels"]["namespace"] == NS and alert["labels"]["severity"] == "warning"
     text = alert["annotations"]["description"]
-    assert "the slowest is rank 2 (pod slow-2 on node rig-node)" in text, text
+    assert "the slowest is rank 2 (pod slow-2 on node %s)" % NODE in text, text
     assert "`stallscope diagnose slow-2 -n %s`" % NS in text
     assert alert["annotations"]["runbook_url"].endswith("/StallscopeDataWaitHigh.md")
     assert float(alert["value"]) > 0.5
@@ -207,7 +229,7 @@ def test_cpu_throttling_alert_fires_for_the_throttled_pod_only(live):
 
 
 def test_rank_silent_fires_when_a_rank_dies(live):
-    live.kill_trainer("slow-2")
+    live.slow.kill_rank(2)
     [alert] = _wait_alert(live.prometheus, "StallscopeRankSilent", timeout=60)
     assert (alert["labels"]["job"], alert["labels"]["rank"]) == ("mixin-slow", "2")
 

@@ -1,37 +1,22 @@
 """The correlator's labelled evaluation set: a confusion table of expected vs found.
 
-    python -m stallscope.correlate.evaluate [DIR] [--check] [--json]
-    python -m stallscope.correlate.evaluate --write-synthetic [DIR]
+    python -m stallscope.lab.evaluate [DIR] [--check] [--json]
+    python -m stallscope.lab.evaluate --write-synthetic [DIR]
 
-DIR defaults to tests/data/traces (format: tests/data/traces/README.md). Each trace is
-diagnosed exactly as the agent would (its peers are the job's other ranks on the node);
-a row is OK when the verdict matches and the top-ranked cause is the expected one (no
-causes at all for healthy and not_input_bound). ``--check`` exits 1 on any miss.
+DIR defaults to tests/data/traces (lab/traces.py). Each trace is diagnosed exactly as the
+agent would (its peers are the job's other ranks on the node); a row is OK when the
+verdict matches and the top-ranked cause is the expected one (no causes at all for
+healthy and not_input_bound). ``--check`` exits 1 on any miss.
 """
 import argparse
 import collections
-import glob
 import json
 import os
 import sys
 
-from . import diagnosis, scenarios
-from .trace import RankTrace
-
-FORMAT = "stallscope-trace/1"
-DEFAULT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "tests", "data", "traces")
-
-
-def load(directory):
-    docs = []
-    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
-        with open(path) as f:
-            doc = json.load(f)
-        if doc.get("format") != FORMAT:
-            raise ValueError("%s: not a %s file" % (path, FORMAT))
-        docs.append((path, doc))
-    return docs
+from ..correlate import diagnosis
+from ..correlate.trace import RankTrace
+from . import traces
 
 
 def diagnose(doc):
@@ -79,33 +64,21 @@ def table(rows):
     return "\n".join(out)
 
 
-def write_synthetic(directory):
-    os.makedirs(directory, exist_ok=True)
-    for name, labels, body, peers in scenarios.build():
-        doc = {"format": FORMAT,
-               "generated_by": "python -m stallscope.correlate.evaluate --write-synthetic; do not edit",
-               "labels": labels, "timeline": body, "peers": peers}
-        path = os.path.join(directory, "syn-%s.json" % name)
-        with open(path, "w") as f:
-            json.dump(doc, f, separators=(",", ":"), sort_keys=True)
-            f.write("\n")
-        print("wrote %s (%d batches)" % (path, len(body["batches"])))
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m stallscope.correlate.evaluate",
+    p = argparse.ArgumentParser(prog="python -m stallscope.lab.evaluate",
                                 description="Confusion table of the correlator over labelled traces.")
-    p.add_argument("directory", nargs="?", default=DEFAULT_DIR)
+    p.add_argument("directory", nargs="?", default=traces.DEFAULT_DIR)
     p.add_argument("--check", action="store_true", help="exit 1 when any trace is missed")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--write-synthetic", action="store_true",
                    help="(re)generate the synthetic traces into DIRECTORY")
     a = p.parse_args(argv)
     if a.write_synthetic:
-        write_synthetic(a.directory)
+        for path in traces.write_synthetic(a.directory):
+            print("wrote %s" % path)
         return 0
     try:
-        docs = load(a.directory)
+        docs = traces.load(a.directory)
     except (OSError, ValueError) as e:
         print("evaluate: %s" % e, file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
 """A scriptable stand-in for the ``pynvml`` module (nvidia-ml-py), for tests and
-benchmarks on machines without an NVIDIA GPU. Never used by the agent itself.
+benchmarks on machines without an NVIDIA GPU. A test double: it lives under tests/ and
+the agent never imports it (tests hand it over as the ``gpu_nvml_module`` option).
 
 It is built from the real module: the error classes (``NVMLError`` and its per-code
 subclasses, so ``except pynvml.NVMLError_NotFound`` behaves as with a driver), the

@@ -1,85 +1,13 @@
-"""Fault injectors: each breaks one rank's input pipeline the way production breaks it.
-
-A fault checks what it needs (``missing()``: one line, or None), creates what it needs
-before the ranks start (``prepare``), may wrap the target rank's command (``command``),
-and may act while the job runs (``tick``). Every resource is registered with the run's
-Teardown *before* it is created, so an interrupt between the two still undoes it.
-
-- CpuQuota      the target's loader workers join a cgroup with a tight CFS quota
-- SlowFuse      the target reads its shards through FUSE with injected latency
-- DeadFuse      ... and the FUSE daemon is SIGKILLed mid-run (reads fail with ENOTCONN)
-- TinyShm       the target runs in its own mount namespace with a tiny /dev/shm
-- CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
-- ColdCache     the target's cache tier is cold; misses go to a slow HTTP object store
-"""
+"""Storage faults: slow or dead FUSE mounts, a cold cache, a storage server saturated by
+checkpoint uploads. Each changes where the target rank's samples come from (its plan's
+``source``, read by lab/sources.py in the loader workers)."""
 import os
 import shutil
 import signal
 import sys
 
-from . import needs, procs, sources, teardown
-from .rig import rmdir_cgroup
-
-
-class Fault:
-    needs = ()
-    summary = "no fault"
-
-    def missing(self):
-        for need in self.needs:
-            reason = needs.check(need)
-            if reason:
-                return reason
-        return None
-
-    def prepare(self, run):
-        pass
-
-    def setup_lines(self):
-        """Shell lines run as root in the target rank's mount namespace before it starts."""
-        return []
-
-    def enter(self):
-        """A command prefix that enters an existing mount namespace for the target, or None."""
-        return None
-
-    def own_mounts(self):
-        return ()
-
-    def tick(self, run, elapsed):
-        pass
-
-
-class NoFault(Fault):
-    pass
-
-
-class CpuQuota(Fault):
-    needs = ("root", "cpu_cgroup")
-
-    def __init__(self, cpus=0.1):
-        self.cpus = cpus
-        self.summary = "the target rank's loader workers share a cgroup with a %.2g-CPU CFS quota" % cpus
-
-    def prepare(self, run):
-        version, base = needs.cpu_cgroup()
-        path = os.path.join(base, "stallscope-lab-%d" % os.getpid())
-        # rig's removal: tasks left are moved to the parent, rmdir retried while they exit
-        run.td.push("remove cgroup %s" % path, rmdir_cgroup, path)
-        os.mkdir(path)
-        run.created("cgroup", path)
-        period = 100000
-        if version == 1:
-            _write(os.path.join(path, "cpu.cfs_period_us"), period)
-            _write(os.path.join(path, "cpu.cfs_quota_us"), int(self.cpus * period))
-        else:
-            _write(os.path.join(path, "cpu.max"), "%d %d" % (int(self.cpus * period), period))
-        run.plans[run.target]["worker_cgroup"] = path
-
-
-def _write(path, value):
-    with open(path, "w") as f:
-        f.write(str(value))
+from .. import procs, sources, teardown
+from .base import Fault
 
 
 class SlowFuse(Fault):
@@ -88,13 +16,18 @@ class SlowFuse(Fault):
     def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0):
         self.latency, self.tail_every, self.tail_latency = latency, tail_every, tail_latency
         self.fs = None
-        self.summary = ("the target rank reads its shards through a FUSE mount that adds %.0f ms per "
-                        "operation, and %.1f s to every %dth read (an object store's tail)" % (
-                            latency * 1000, tail_latency, tail_every))
+        self.summary = "the target rank reads its shards through a FUSE mount that adds %.0f ms per " \
+            "operation" % (latency * 1000)
+        if tail_every:
+            self.summary += ", and %.1f s to every %dth read (an object store's tail)" % (
+                tail_latency, tail_every)
 
     def prepare(self, run):
-        from .slowfs import SlowFS
+        from ..slowfs import SlowFS, ensure_fusectl
 
+        # fusectl gives the agent the mount's count of waiting requests, and lets the
+        # teardown abort a stuck connection.
+        run.td.push("unmount fusectl", _umount_fusectl, ensure_fusectl())
         mnt = os.path.join(run.workdir, "fuse-shards")
         src = run.plans[run.target]["source"]
         # In a mount namespace of its own (as a pod's mounts are); the target rank enters it.
@@ -114,6 +47,15 @@ class SlowFuse(Fault):
         return (self.fs.mountpoint,)
 
 
+def _umount_fusectl(mounted_by_us):
+    if mounted_by_us:
+        import subprocess
+
+        from ..slowfs import FUSECTL
+
+        subprocess.run(["umount", FUSECTL], check=False)
+
+
 class DeadFuse(SlowFuse):
     def __init__(self, latency=0.002, kill_at=0.35):
         super().__init__(latency, tail_every=0)
@@ -130,42 +72,23 @@ class DeadFuse(SlowFuse):
                 self.fs.proc.pid, run.target))
 
 
-class TinyShm(Fault):
-    needs = ("root", "unshare")
-
-    def __init__(self, size_mib=16, leftover_mib=14, sample_kib=96):
-        self.size_mib, self.leftover_mib, self.sample_kib = size_mib, leftover_mib, sample_kib
-        self.summary = ("the target rank runs in its own mount namespace with a %d MiB /dev/shm, "
-                        "%d MiB of it held by leftovers of an earlier crash" % (size_mib, leftover_mib))
-
-    def prepare(self, run):
-        # Batches of 8 x 96 KiB = 768 KiB: two fit in the 2 MiB left (and /dev/shm
-        # stays over 90% full), the loop holds one while the next is made, so at most
-        # one is in flight instead of workers x prefetch_factor = 4, and a worker gets
-        # its slot only on a retry (0.5 s backoff). Out-of-order delivery (in_order=False)
-        # keeps a later batch that took the last slot from deadlocking the pipeline.
-        plan = run.plans[run.target]
-        plan.update(sample_bytes=self.sample_kib * 1024, shm_retry_s=0.5, in_order=False)
-
-    def setup_lines(self):
-        # In the target's own mount namespace: the host's /dev/shm is not touched.
-        return ["mount -t tmpfs -o size=%dm,mode=1777 lab-shm /dev/shm" % self.size_mib,
-                "head -c %d /dev/zero > /dev/shm/torch_leftover_of_crashed_run" % (self.leftover_mib << 20)]
-
-
 def start_objstore(run, latency=0.0, bandwidth_mbps=0.0):
     """The lab's object store over the shard directory; returns its URL."""
     port = procs.free_port()
     run.spawn("objstore", [sys.executable, "-m", "stallscope.lab.objstore", run.shard_dir, str(port),
                            "--latency", str(latency), "--bandwidth", str(bandwidth_mbps)])
     url = "http://127.0.0.1:%d" % port
-    if not teardown.wait_for(lambda: _http_up(url), 15):
+    if not teardown.wait_for(lambda: http_up(url), 15):
         raise RuntimeError("the lab object store did not start:\n" + run.log_tail("objstore"))
     return url
 
 
 class CheckpointBurst(Fault):
-    def __init__(self, mib=512, every=6.0, bandwidth_mbps=200.0, read_kib=256, reads=4):
+    # every: start to start. A 512 MiB checkpoint takes 2.7 s at the store's 200 MB/s and up
+    # to ~5 s when the disk behind it is slower (a busy shared machine); every 10 s leaves
+    # quiet time between bursts either way, so the stalls come and go with the writes
+    # instead of blurring into a steady slowdown.
+    def __init__(self, mib=512, every=10.0, bandwidth_mbps=200.0, read_kib=256, reads=4):
         self.mib, self.every, self.bandwidth = mib, every, bandwidth_mbps
         self.read_kib, self.reads = read_kib, reads
         self.summary = ("%d MiB checkpoints every %gs over 8 streams to the storage server (%g MB/s "
@@ -207,7 +130,31 @@ class ColdCache(Fault):
                               "shards": src["shards"], "read_bytes": src["read_bytes"], "fill": False}
 
 
-def _http_up(url):
+class LocalCache(Fault):
+    """The target rank looks every shard up in a local cache directory that holds one
+    shard in ``cached_every`` and cannot fill (a cache volume sized below the working
+    set); a miss reads the rank's shard source, whatever an earlier fault made it (a FUSE
+    mount with Combined). Hits and misses reach the agent as cache lookups."""
+
+    def __init__(self, cached_every=4):
+        self.cached_every = cached_every
+        self.summary = ("the target rank's local cache holds one shard in %d; misses read its "
+                        "shard source" % cached_every)
+
+    def prepare(self, run):
+        plan = run.plans[run.target]
+        src = plan["source"]
+        cache = os.path.join(run.workdir, "cache-%d" % run.target)
+        os.makedirs(cache)
+        for i in range(0, src["shards"], self.cached_every):
+            name = sources.shard_name(i)
+            shutil.copyfile(os.path.join(run.shard_dir, name), os.path.join(cache, name))
+        plan["source"] = {"kind": "cached", "cache_dir": cache, "remote_dir": src["dir"],
+                          "remote_pattern": src.get("pattern", sources.SHARD_PATTERN),
+                          "shards": src["shards"], "read_bytes": src["read_bytes"], "fill": False}
+
+
+def http_up(url):
     try:
         procs.http_get(url + "/", 1)
     except Exception as e:  # 404 means it answers

@@ -1,0 +1,26 @@
+"""Fault injectors: each breaks one rank's input pipeline the way production breaks it.
+
+A fault checks what it needs (``missing()``: one line, or None), creates what it needs
+before the ranks start (``prepare``), may wrap the target rank's command (``setup_lines``,
+``enter``), and may act while the job runs (``tick``). Every resource is registered with
+the run's Teardown *before* it is created, so an interrupt between the two still undoes
+it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``spawn``.
+
+- CpuQuota         the target's loader workers join a cgroup with a tight CFS quota
+- CpuHogs          busy processes crowd the CPU the target's loader workers run on
+- SlowFuse         the target reads its shards through FUSE with injected latency
+- DeadFuse         ... and the FUSE daemon is SIGKILLed mid-run (reads fail with ENOTCONN)
+- LocalCache       the target looks shards up in a local cache that holds few of them
+- ColdCache        every rank reads through a cache in front of a slow object store; the
+                   target's is cold
+- CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
+- TinyShm          the target runs in its own mount namespace with a tiny /dev/shm
+- Combined         several of these on the same rank at once
+"""
+from .base import Combined, Fault, NoFault, available
+from .cpu import CpuHogs, CpuQuota
+from .shm import TinyShm
+from .storage import CheckpointBurst, ColdCache, DeadFuse, LocalCache, SlowFuse, http_up, start_objstore
+
+__all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "Fault",
+           "LocalCache", "NoFault", "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]

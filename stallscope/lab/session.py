@@ -1,0 +1,86 @@
+"""A lab session: a work directory with shard files, a stallscope agent, optionally a
+Prometheus evaluating the generated alert rules, and the training jobs started in it
+(lab/job.py). ``stallscope lab run`` makes one with one job; a test can start several
+jobs against one agent.
+
+Everything is registered with a Teardown before it is created, and recorded in the work
+directory's manifest.json (process groups, mounts, cgroups) so that a test can check
+that nothing outlives the session. Order of teardown (the reverse of creation): the
+jobs' ranks and helpers, the faults' resources (mounts, cgroups), Prometheus, the agent,
+the work directory.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from . import findings, needs, procs, sources, teardown
+from .job import SHARDS, Job
+
+
+class Session:
+    def __init__(self, td, workdir=None, say=None):
+        self.td = td
+        self.say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.manifest = {"runner_pid": os.getpid(), "jobs": [], "pgids": [], "mounts": [], "cgroups": []}
+        self.agent = self.prom = None
+        self.rules = []
+        self.jobs = []
+        if workdir:
+            self.workdir = os.path.abspath(workdir)
+            os.makedirs(self.workdir, exist_ok=True)
+        else:
+            self.workdir = tempfile.mkdtemp(prefix="stallscope-lab-", dir=needs.disk_dir())
+            td.push("remove %s" % self.workdir, shutil.rmtree, self.workdir, ignore_errors=True)
+        self.shard_dir = os.path.join(self.workdir, "shards")
+        sources.make_shards(self.shard_dir, SHARDS["shards"], SHARDS["shard_bytes"])
+
+    def created(self, kind, value):
+        self.manifest[kind + "s"].append(value)
+        with open(os.path.join(self.workdir, "manifest.json"), "w") as f:
+            json.dump(self.manifest, f, indent=1)
+
+    def popen(self, name, log, cmd, env=None):
+        """Start ``cmd`` in its own session (dying with us), stopped by the teardown."""
+        p = teardown.popen(cmd, log=log, env=procs.child_env(env))
+        self.td.push("stop %s" % name, teardown.stop_group, p)
+        self.created("pgid", p.pid)
+        return p
+
+    def _serve(self, what, server):
+        """Start an AgentProcess or PrometheusProcess, stopped by the teardown."""
+        os.makedirs(server.dir, exist_ok=True)
+        self.td.push("stop " + what, server.stop)
+        server.start()
+        self.created("pgid", server.proc.pid)
+        return server
+
+    def start_agent(self, window, extra_args=()):
+        """The agent with the lab's settings for a job of ``window`` seconds; ``extra_args``
+        come last, so they override (e.g. a dcgm-exporter URL, a faster GPU sampler)."""
+        self.agent = self._serve("the agent", procs.AgentProcess(
+            args=findings.agent_args(window) + list(extra_args),
+            workdir=os.path.join(self.workdir, "agent"), popen_kwargs=teardown.session_kwargs()))
+        return self.agent
+
+    def start_prometheus(self, rule_files=None):
+        """Prometheus scraping the agent every second with ``rule_files`` (default: the
+        generated rules with the lab's short windows)."""
+        self.rules = list(rule_files) if rule_files is not None else findings.rule_files(
+            os.path.join(self.workdir, "rules"))
+        self.prom = self._serve("prometheus", procs.PrometheusProcess(
+            [self.agent.url], rule_files=self.rules, interval="1s",
+            workdir=os.path.join(self.workdir, "prometheus"), popen_kwargs=teardown.session_kwargs()))
+        return self.prom
+
+    def start_job(self, scenario, ranks=2, **kw):
+        """Start ``scenario``'s job (lab/job.py's Job keywords: name, pod_prefix, duration)."""
+        job = Job(self, scenario, ranks, **kw)
+        self.manifest["jobs"].append(job.job)
+        self.jobs.append(job)
+        return job.start()
+
+    def check_alive(self):
+        for job in self.jobs:
+            job.check_alive()
