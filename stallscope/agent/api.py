@@ -4,12 +4,17 @@ other routes come from the parts themselves (``routes``).
 """
 from __future__ import annotations
 
+import os
+import threading
 import time
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from ..host import ApiError, Query, one
 from ..host.contract import no_params
+from ..system import procfs
 from .host import AgentHost, Parts
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _positive(v: str) -> float:
@@ -20,12 +25,31 @@ def _positive(v: str) -> float:
 
 
 class CoreRoutes:
-    def __init__(self, host: AgentHost, parts: Parts) -> None:
+    def __init__(self, host: AgentHost, parts: Parts, budget: Any = None) -> None:
         self.host = host
         self.parts = parts
+        self.budget = budget
 
     def routes(self) -> Dict[str, Any]:
-        return {"/api/v1/ranks": self.ranks, "/api/v1/timeline": self.timeline}
+        return {"/api/v1/ranks": self.ranks, "/api/v1/timeline": self.timeline,
+                "/api/v1/agent": self.agent}
+
+    def agent(self, query: Query) -> Tuple[int, Any]:
+        """The agent's own cost, all in: CPU seconds of every thread it runs (by name),
+        its RSS, and the memory ceiling its options set."""
+        no_params(query)
+        threads: List[Dict[str, Any]] = []
+        for t in threading.enumerate():
+            stat = procfs.stat_fields("/proc", "self", "task", str(t.native_id))
+            if stat is not None:
+                threads.append({"name": t.name, "native_id": t.native_id,
+                                "cpu_seconds": round((int(stat[11]) + int(stat[12])) / CLK_TCK, 3)})
+        threads.sort(key=lambda t: -float(t["cpu_seconds"] or 0))
+        self_stat = procfs.stat_fields("/proc", "self")
+        return 200, {"threads": threads,
+                     "cpu_seconds": round((int(self_stat[11]) + int(self_stat[12])) / CLK_TCK, 3) if self_stat else None,
+                     "rss_bytes": procfs.rss_bytes("/proc", "self"),
+                     "memory_ceiling": self.budget.describe() if self.budget is not None else None}
 
     def ranks(self, query: Query) -> Tuple[int, Any]:
         no_params(query, ("job", "pod", "namespace"))

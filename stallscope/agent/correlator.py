@@ -1,5 +1,9 @@
 """Part ``correlator``: a periodic analysis of every live rank (for the metrics), an
-on-demand one for ``GET /api/v1/diagnosis``. The analysis itself is pure
+on-demand one for ``GET /api/v1/diagnosis``, and every second a change-point test on
+each rank's data-wait share (correlate/detect.py): a rank found waiting since some
+moment is analysed at once on that stall, and again every STALL_REFRESH_S while it
+lasts, so a stall is named within seconds and its causes are ranked on the stall itself,
+not diluted by the healthy minutes before it. The analysis itself is pure
 (stallscope/correlate/); this part builds its inputs from the host and publishes its
 outputs.
 
@@ -9,6 +13,8 @@ Metrics, per rank (at most 5 series with a ``rank`` label, within the per-rank b
 - ``stallscope_stall_cause_score{cause}``: the MAX_CAUSE_SERIES best-scoring causes of an
   input-bound rank with a score above zero; absent means "not among the top three" or 0.
   A fixed cap keeps 16,384-rank jobs practical whatever the number of causes evaluated.
+- ``stallscope_stall_since_timestamp_seconds``: while a stall is detected, when it began
+  (Unix time).
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import dataclasses
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from ..correlate import diagnosis
+from ..correlate import detect, diagnosis
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
@@ -25,6 +31,8 @@ from ..host.options import flag
 
 MAX_CAUSE_SERIES = 3
 GATHERING_S = 2.0   # re-run this often while a rank has no verdict yet
+STALL_REFRESH_S = 2.0   # re-analyse a stalled rank this often
+MIN_STALL_WINDOW_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +68,8 @@ class CorrelatorPart(Part):
         self.gpu_source_of = gpu_source_of  # rank key -> "nvml", "dcgm", "simulated" or None
         self.last_run = float("-inf")
         self.results: List[Any] = []        # [(labels, diagnosis)] from the last scheduled run
+        self.detections: Dict[Any, detect.Detection] = {}   # rank key -> the latest test
+        self.stalls: Dict[Any, Any] = {}    # rank key -> (analysed at, since_ns, labels, diagnosis)
         self.runs = 0
         self.failures = 0
         self.last_duration = 0.0
@@ -81,7 +91,8 @@ class CorrelatorPart(Part):
                                      self.gpu_source_of(rank.key))
 
     # -- analysis -------------------------------------------------------------------
-    def analyse(self, ranks: List[Any], seconds: float, peers_of: Optional[List[Any]] = None) -> Dict[Any, Any]:
+    def analyse(self, ranks: List[Any], seconds: float, peers_of: Optional[List[Any]] = None,
+                since_ns: Optional[int] = None) -> Dict[Any, Any]:
         """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here."""
         node = self._scope("node", seconds)
         traces = {}
@@ -89,13 +100,46 @@ class CorrelatorPart(Part):
             if r.key not in traces:
                 traces[r.key] = self.trace(r, seconds, node)
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
-                                         window_seconds=seconds) for r in ranks}
+                                         window_seconds=seconds, since_ns=since_ns) for r in ranks}
+
+    # -- stalls, as soon as they are sure -------------------------------------------
+    def stall_window(self, since_ns: int, now_ns: int) -> float:
+        """What a stall's analysis covers: the stall and as much before it (the quiet
+        time its causes' signals are compared against), within the scheduled window."""
+        span = (now_ns - since_ns) / 1e9
+        return min(self.window, max(MIN_STALL_WINDOW_S, 2 * span))
+
+    def detect(self, now: float) -> None:
+        now_ns = time.monotonic_ns()
+        ranks = self.host.ranks()
+        found = {}
+        for r in ranks:
+            trace = RankTrace.from_events(dict(r.ident), r.loader,
+                                          self.host.timeline(r, detect.HORIZON_BINS), {}, {})
+            found[r.key] = detect.detect(trace, now_ns)
+        self.detections = found
+        for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:
+            del self.stalls[key]
+        for r in ranks:
+            d = found[r.key]
+            if not d.stalled or d.since_ns is None:
+                continue
+            last = self.stalls.get(r.key)
+            if last is not None and now - last[0] < STALL_REFRESH_S:
+                continue
+            peers = [p for p in ranks if p.ident["job"] == r.ident["job"]]
+            result = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
+                                  since_ns=d.since_ns)[r.key]
+            result["detection"] = d.as_json(now_ns)
+            with self.lock:
+                self.stalls[r.key] = (now, d.since_ns, dict(r.labels), result)
 
     def tick(self, now: Optional[float] = None) -> None:
         """Every second: a full run every ``interval`` seconds, and sooner (every
         GATHERING_S) while a live rank has no verdict yet, so a new rank's metrics
         appear within seconds of its first batches, not a whole interval later."""
         now = time.monotonic() if now is None else now
+        self.detect(now)
         if now - self.last_run >= self.every:
             return self.refresh(now)
         if now - self.last_run >= GATHERING_S:
@@ -123,21 +167,32 @@ class CorrelatorPart(Part):
             self.last_duration = time.monotonic() - t0
 
     # -- metrics --------------------------------------------------------------------
-    def collect(self) -> Iterator[Any]:
+    def current(self) -> List[Any]:
+        """[(labels, diagnosis)]: a stalled rank's stall analysis, else the scheduled one."""
         with self.lock:
-            results = list(self.results)
+            stalled = {tuple(sorted(s[2].items())): s[2:] for s in self.stalls.values()}
+            out = [stalled.pop(tuple(sorted(labels.items())), (labels, d)) for labels, d in self.results]
+        return out + list(stalled.values())
+
+    def collect(self) -> Iterator[Any]:
+        results = self.current()
+        with self.lock:
             runs, failures, duration = self.runs, self.failures, self.last_duration
         overlap = family("stallscope_gpu_idle_overlap_ratio")
         period = family("stallscope_stall_period_steps")
         score = family("stallscope_stall_cause_score")
+        since = family("stallscope_stall_since_timestamp_seconds")
+        wall = time.time_ns() - time.monotonic_ns()
         for labels, d in results:
+            if d.get("since_ns") is not None:
+                since.add(labels, (d["since_ns"] + wall) / 1e9)
             if d.get("gpu_idle_overlap_ratio") is not None:
                 overlap.add(labels, d["gpu_idle_overlap_ratio"])
             period.add(labels, d.get("stall_period_steps") or 0)
             top = [c for c in d.get("causes") or () if c["score"] > 0][:MAX_CAUSE_SERIES]
             for c in top:
                 score.add(labels, c["score"], cause=c["cause"])
-        yield from (overlap.family, period.family, score.family)
+        yield from (overlap.family, period.family, score.family, since.family)
         for name, value in (("stallscope_correlator_runs_total", runs),
                             ("stallscope_correlator_failures_total", failures),
                             ("stallscope_correlator_duration_seconds", duration)):
@@ -153,7 +208,7 @@ class CorrelatorPart(Part):
         no_params(query, ("pod", "rank", "job", "namespace", "seconds"))
         if "pod" not in query and "rank" not in query:
             raise ApiError(400, "give pod=POD or rank=RANK (with job= when several jobs run here)")
-        seconds = one(query, "seconds", self.window, _seconds)
+        seconds = one(query, "seconds", None, _seconds)
         match = {}
         if "rank" in query:
             match["rank"] = one(query, "rank", ApiError, int)
@@ -168,7 +223,14 @@ class CorrelatorPart(Part):
                 len(found), match))
         jobs = {r.ident["job"] for r in found}
         peers = [r for r in self.host.ranks() if r.ident["job"] in jobs]
-        results = self.analyse(found, seconds, peers_of=peers)
+        results = self.analyse(found, seconds or self.window, peers_of=peers)
+        now_ns = time.monotonic_ns()
+        for r in found:
+            d = self.detections.get(r.key, detect.NONE)
+            if seconds is None and d.stalled and d.since_ns is not None:  # the stall's own window
+                results[r.key] = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
+                                              since_ns=d.since_ns)[r.key]
+            results[r.key]["detection"] = d.as_json(now_ns)
         chosen = max(found, key=lambda r: _severity(results[r.key]))
         body = dict(results[chosen.key])
         if len(found) > 1:

@@ -115,7 +115,7 @@ class Agent:
         for collector in self.parts.collectors():
             self.registry.register(collector)
         self.registry.register(self.parts)
-        self.routes = CoreRoutes(self.host, self.parts).routes()
+        self.routes = CoreRoutes(self.host, self.parts, self.budget).routes()
         self.routes.update(self.parts.routes())
         self.jobs = [(2.0, self._expire)] + self.parts.jobs()
         self.ingest: Optional[ingest.Ingest] = None

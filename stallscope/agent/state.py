@@ -203,6 +203,8 @@ class RankTable:
             return  # its own process, or a restart of it in the same domain
         if rank.pid is None:
             raise Mismatch("unknown_rank")
+        if source.pid == rank.pid:
+            return  # num_workers=0: the trainer times its own fetches (hook/batches.py)
         if not identity.descends_from(source, rank.pid, rank.pid_start):
             raise Mismatch()  # a loader worker descends from its trainer
         self._verify(rank, source.pid, source.start)

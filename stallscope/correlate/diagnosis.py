@@ -84,8 +84,17 @@ def straggler(trace, ratio, peer_ratios, node):
             "data_wait_ratio": round(worst, 6), "note": note}
 
 
-def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = None) -> Dict[str, Any]:
-    """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job)."""
+def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = None,
+            since_ns: Any = None) -> Dict[str, Any]:
+    """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job).
+
+    ``since_ns``: a stall began then (detect.py). The verdict, the loader's numbers and
+    the stall period are judged on the stall's own segment; the signals' co-occurrence
+    with the waits on the whole trace, whose earlier part gives the quiet time to compare
+    against."""
+    whole = trace
+    if since_ns is not None:
+        trace = trace.since(since_ns)
     ident = trace.ident or {}
     span = trace.span()
     out = dict(_who(ident), api="v1", node=ident.get("node") or node,
@@ -121,10 +130,14 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
                stall=per.as_json(), stall_period_steps=per.period_steps,
                stall_period_seconds=round(per.period_seconds, 6), sawtooth=saw.as_json(),
                straggler=straggler(trace, ib.data_wait_ratio, peer_ratios, out["node"]))
+    if since_ns is not None:
+        out["since_ns"] = int(since_ns)
     if verdict == "input_bound":
         steady = ~iterator_starts(trace)
         swi = wi if steady.all() else WaitIndex(trace.t_end[steady], trace.wait[steady])
-        scored, missing = causes_mod.score_signal_causes(trace, swi)
+        wsteady = ~iterator_starts(whole)
+        scored, missing = causes_mod.score_signal_causes(
+            whole, WaitIndex(whole.t_end[wsteady], whole.wait[wsteady]))
         _, share = workers.busy_share(trace, swi)
         scored = [workers.contradict_cpu_shortage(c, share) for c in scored]
         others = max((c["score"] for c in scored), default=0.0)

@@ -97,6 +97,15 @@ class RankTrace:
             self._compute_ns = float(np.median(np.maximum(self.interval - self.wait, 0))) if self.n else 0.0
         return self._compute_ns
 
+    def since(self, t_ns: int) -> "RankTrace":
+        """The same rank from ``t_ns`` on: batches that ended after it, signals sampled
+        after it."""
+        keep = self.t_end > t_ns
+        clip = (lambda d: {k: s.clip(t_ns, 2**62) for k, s in d.items()})
+        return dataclasses.replace(self, t_end=self.t_end[keep], wait=self.wait[keep],
+                                   interval=self.interval[keep], signals=clip(self.signals),
+                                   node_signals=clip(self.node_signals))
+
     def span(self):
         """(start, end) ns covered by the batch events, or None when there are none."""
         if not self.n:

@@ -16,8 +16,9 @@ The plan (JSON):
   one rank trains alone, without a process group), ``max_s``
 - loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
-  ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting, and a tensor of
-  ``sample_bytes``
+  ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
+  ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
+  stall that starts and ends mid-run), and a tensor of ``sample_bytes``
 - per step: ``compute_s``
 - loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
   throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
@@ -63,6 +64,18 @@ def _dataset(plan):
         def __init__(self):
             self.source = None
             self.floats = max(FEATURES, plan.get("sample_bytes", 4096) // 4)
+            self.sleep_s, self.read_at = plan.get("sample_sleep_s", 0.0), 0.0
+
+        def sleep_seconds(self):
+            path = plan.get("sample_sleep_file")
+            if path and time.monotonic() - self.read_at >= 0.2:
+                self.read_at = time.monotonic()
+                try:
+                    with open(path) as f:
+                        self.sleep_s = float(f.read().strip() or 0)
+                except (OSError, ValueError):
+                    pass
+            return self.sleep_s
 
         def __len__(self):
             return 10 ** 8  # one epoch outlasts any run: no worker restarts
@@ -74,8 +87,9 @@ def _dataset(plan):
             data = b"".join(self.source.read(i * n + k) for k in range(n)) if self.source else b""
             if plan.get("sample_cpu_s"):
                 _busy(plan["sample_cpu_s"])
-            if plan.get("sample_sleep_s"):
-                time.sleep(plan["sample_sleep_s"])
+            sleep_s = self.sleep_seconds()
+            if sleep_s:
+                time.sleep(sleep_s)
             return torch.full((self.floats,), float(len(data) % 7))
 
     return LabDataset()

@@ -55,6 +55,22 @@ def parse_stat(text: str) -> Optional[Stat]:
         return None
 
 
+def stat_fields(procfs: str, pid: object, *task: str) -> Optional[List[str]]:
+    """The fields of /proc/<pid>[/task/<tid>]/stat after comm (field 3 at index 0, so
+    utime, field 14, is index 11), or None."""
+    text = read_text(pid_path(procfs, pid, *task, "stat"))
+    if not text:
+        return None
+    return text[text.rfind(")") + 2:].split()
+
+
+def rss_bytes(procfs: str, pid: object) -> Optional[int]:
+    for line in (read_text(pid_path(procfs, pid, "status")) or "").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
 def stat(procfs: str, pid: object) -> Optional[Stat]:
     text = read_text(pid_path(procfs, pid, "stat"))
     return parse_stat(text) if text else None

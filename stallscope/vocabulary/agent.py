@@ -42,6 +42,9 @@ METRICS = (
     Metric("stallscope_stall_cause_score", "gauge",
            "Correlator score (0-1) of a candidate stall cause; top 3 causes of an input-bound rank.",
            RANK + ("cause",), "correlator"),
+    Metric("stallscope_stall_since_timestamp_seconds", "gauge",
+           "While a stall of the rank is detected (a change point of its data-wait share), "
+           "when it began (Unix time).", RANK, "correlator"),
     Metric("stallscope_correlator_runs_total", "counter", "Scheduled correlator runs.", (), "correlator"),
     Metric("stallscope_correlator_failures_total", "counter", "Failed correlator runs.", (), "correlator"),
     Metric("stallscope_correlator_duration_seconds", "gauge",

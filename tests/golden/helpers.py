@@ -68,11 +68,12 @@ S = 1000 * MS
 # (a real statvfs through the fixture's /proc/<pid>/root).
 MASK = "NaN"
 MASKED_SUFFIXES = ("_duration_seconds",)
-MASKED_NAMES = ("stallscope_fuse_probe_seconds",)
+MASKED_NAMES = ("stallscope_fuse_probe_seconds", "stallscope_stall_since_timestamp_seconds")
 HEADER = ("# Golden /metrics of the agent over tests/golden/fixtures (tests/golden/helpers.py).\n"
           "# Rewrite with: pytest tests/golden --update\n"
           "# Masked as %s: *_duration_seconds (wall time of a collection) and\n"
-          "# stallscope_fuse_probe_seconds (latency of a real statvfs).\n" % MASK)
+          "# stallscope_fuse_probe_seconds (latency of a real statvfs),\n"
+          "# stallscope_stall_since_timestamp_seconds (a wall-clock time).\n" % MASK)
 
 
 @dataclasses.dataclass(repr=False)
@@ -264,6 +265,7 @@ def drive(agent: Agent) -> None:
     agent.loader.tick()
     _part(agent, "shards").tick()
     agent.correlator.refresh()
+    agent.correlator.detect(time.monotonic())  # the stall, found and analysed at once
 
 
 def emitters(agent: Agent) -> Dict[str, Set[str]]:

@@ -1,0 +1,291 @@
+"""What the node agent costs and how fast it names a stall, all in one run (issue 15).
+
+    .venv/bin/python benchmarks/bench_agent.py [--seconds 60] [--skip-detection]
+
+1. Hook: ns per batch in the training loop and in its flush thread (bench_hook.py).
+2. Ingest, in process: CPU ns per batch event through validation, the rank table and
+   every part (wire v2 reports of 100 events), and the events/s one core sustains.
+3. Ingest over the real socket: a sender floods reports; events/s accepted, and that
+   every message is accounted for.
+4. 8 ranks x 8 real DataLoader workers at ~100 batches/s per rank (simulated GPU): the
+   agent's CPU (% of one core, every thread of it, from /proc) with the per-thread split,
+   and its RSS against its printed ceiling.
+5. 64 ranks, synthetic reports at 100 batches/s each: the agent's CPU and RSS.
+6. Detection: a real DataLoader whose loader slows mid-run so the loop waits 10 %, 20 %
+   and 50 % of its steps; seconds from the change to /api/v1/diagnosis naming it, and the
+   top cause.
+Each figure is printed beside its goal as a ratio.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from array import array
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from stallscope.lab.procs import AgentProcess, child_env  # noqa: E402
+
+TRAINER = r"""
+import sys, time, torch, stallscope
+workers, per_sample, compute = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10**9
+    def __getitem__(self, i):
+        time.sleep(per_sample)
+        return torch.zeros(4)
+loader = stallscope.watch(torch.utils.data.DataLoader(Slow(), batch_size=4, num_workers=workers,
+                                                      persistent_workers=True, prefetch_factor=4))
+for batch in loader:
+    time.sleep(compute)
+"""
+ROWS = []
+
+
+def row(what, value, unit, goal=None, better="lower"):
+    ratio = ""
+    if goal:
+        ratio = "%.2fx of goal %g %s" % (value / goal, goal, unit)
+    ROWS.append((what, "%.3g %s" % (value, unit), ratio))
+    print("  %-58s %14s  %s" % (what, "%.3g %s" % (value, unit), ratio), flush=True)
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def v2_report(rank, pid, events, job="bench", role="main"):
+    now = time.monotonic_ns()
+    ends = array("q", [now - (events - i) * 10**7 for i in range(events)])
+    head = {"v": 2, "kind": "report", "pid": pid, "role": role, "mono_ns": now, "wall_ns": time.time_ns(),
+            "dropped_total": 0, "n": events,
+            "id": {"job": job, "rank": rank, "pod": "bench-%d" % rank, "namespace": "bench", "node": ""}}
+    if role == "main":
+        head["loader"] = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False,
+                          "persistent_workers": False, "batch_size": 4, "worker_pids": []}
+    return (json.dumps(head).encode() + b"\n" + ends.tobytes()
+            + array("q", [10**6] * events).tobytes() + array("q", [10**7] * events).tobytes())
+
+
+def ingest_in_process():
+    from stallscope.agent import ingest
+    from stallscope.agent.main import Agent, AgentOptions, Config
+
+    print("ingest, in process (validation + rank table + every part):", flush=True)
+    agent = Agent(Config(agent=AgentOptions(socket="/nonexistent/x.sock", max_ranks=64),
+                         enabled={"gpu": False}))
+    src = agent.source_of(os.getpid(), os.getuid())
+    ing = ingest.Ingest(None, agent.apply, agent.source_of, stats=agent.stats)
+    msgs = [v2_report(r, os.getpid(), 100) for r in range(8)] + \
+        [v2_report(r, os.getpid(), 100, role="worker") for r in range(8)]
+    for m in msgs:
+        ing.handle(m, src, checked=True)
+    t = time.thread_time_ns()
+    rounds = 300
+    for _ in range(rounds):
+        for m in msgs:
+            ing.handle(m, src, checked=True)
+    per_event = (time.thread_time_ns() - t) / (rounds * len(msgs) * 100)
+    row("CPU per batch event", per_event, "ns")
+    row("events/s one core sustains", 1e9 / per_event, "ev/s")
+    assert not agent.stats.rejected, agent.stats.rejected
+
+
+def ingest_over_socket(seconds=10):
+    print("ingest over the real socket (one sender, 8 ranks, 100-event reports):", flush=True)
+    agent = AgentProcess(args=["--no-gpu.nvml", "--max-ranks", "64"]).start()
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(agent.socket)
+        sent = 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            for r in range(8):
+                s.send(v2_report(r, os.getpid(), 100))
+                sent += 1
+        s.close()
+        deadline = time.monotonic() + 60
+        while True:
+            text = urllib.request.urlopen(agent.url + "/metrics", timeout=30).read().decode()
+            acc = rej = 0.0
+            for line in text.splitlines():
+                if line.startswith("stallscope_agent_messages_total "):
+                    acc = float(line.split()[1])
+                elif line.startswith("stallscope_agent_rejected_messages_total{"):
+                    rej += float(line.rsplit(" ", 1)[1])
+            if acc + rej >= sent or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        took = time.monotonic() - t0
+        row("events/s accepted (sender-bound: the agent keeps up)", acc * 100 / took, "ev/s", 200_000, "higher")
+        row("messages unaccounted (sent - accepted - rejected)", sent - acc - rej, "msgs")
+    finally:
+        agent.stop()
+
+
+def agent_cost(agent, seconds):
+    a = get_json(agent.url + "/api/v1/agent")
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    b = get_json(agent.url + "/api/v1/agent")
+    span = time.monotonic() - t0
+    before = {(t["name"], t["native_id"]): t["cpu_seconds"] for t in a["threads"]}
+    split = []
+    for t in b["threads"]:
+        d = t["cpu_seconds"] - before.get((t["name"], t["native_id"]), 0.0)
+        if d > 0:
+            split.append((t["name"], 100 * d / span))
+    return 100 * (b["cpu_seconds"] - a["cpu_seconds"]) / span, split, b["rss_bytes"], b["memory_ceiling"]
+
+
+def batches_per_second(agent, seconds=10):
+    def count():
+        text = urllib.request.urlopen(agent.url + "/metrics", timeout=30).read().decode()
+        return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+                   if l.startswith("stallscope_data_wait_seconds_count{"))
+    a = count()
+    time.sleep(seconds)
+    return (count() - a) / seconds
+
+
+def real_load(seconds, ranks=8, workers=8):
+    print("%d ranks x %d real DataLoader workers, simulated GPU:" % (ranks, workers), flush=True)
+    work = tempfile.mkdtemp(prefix="stallscope-bench-")
+    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml"], workdir=work).start()
+    procs = []
+    try:
+        for r in range(ranks):
+            env = child_env({"STALLSCOPE_SOCKET": agent.socket, "STALLSCOPE_JOB": "bench", "RANK": str(r),
+                             "POD_NAME": "bench-%d" % r, "POD_NAMESPACE": "bench", "OMP_NUM_THREADS": "1"})
+            log = open(os.path.join(work, "rank%d.log" % r), "w")
+            # 8 workers x 4 samples x 20 ms: a batch every 10 ms, 100 batches/s a rank
+            procs.append(subprocess.Popen([sys.executable, "-c", TRAINER, str(workers), "0.02", "0.002"],
+                                          env=env, stdout=log, stderr=log))
+        time.sleep(30)  # imports, workers, the agent's first collections
+        rate = batches_per_second(agent) / ranks
+        cpu, split, rss, ceiling = agent_cost(agent, seconds)
+        row("batches/s per rank reached (the machine's limit, not the agent's)", rate, "batch/s")
+        row("agent CPU, all threads", cpu, "% of a core", 2.0)
+        for name, pct in sorted(split, key=lambda x: -x[1])[:8]:
+            print("      thread %-40s %6.2f %% of a core" % (name, pct))
+        row("agent RSS", rss / 2**20, "MiB")
+        print("      %s" % ceiling)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        agent.stop()
+
+
+def synthetic_load(seconds, ranks=64):
+    print("%d ranks, synthetic reports at 100 batches/s each (25 every 250 ms):" % ranks, flush=True)
+    agent = AgentProcess(args=["--no-gpu.nvml", "--max-ranks", str(ranks)]).start()
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(agent.socket)
+        stop = time.monotonic() + seconds + 15
+        t0 = time.monotonic()
+        cost = None
+        while time.monotonic() < stop:
+            for r in range(ranks):
+                s.send(v2_report(r, os.getpid(), 25))
+                s.send(v2_report(r, os.getpid(), 25, role="worker"))
+            if cost is None and time.monotonic() - t0 > 5:
+                cost = agent_cost_start(agent)
+            time.sleep(0.25)
+        cpu, _split, rss, ceiling = agent_cost_end(agent, cost)
+        row("agent CPU at 64 ranks, all threads", cpu, "% of a core")
+        row("agent RSS at 64 ranks", rss / 2**20, "MiB")
+        print("      %s" % ceiling)
+    finally:
+        agent.stop()
+
+
+def agent_cost_start(agent):
+    return time.monotonic(), get_json(agent.url + "/api/v1/agent")
+
+
+def agent_cost_end(agent, start):
+    t0, a = start
+    b = get_json(agent.url + "/api/v1/agent")
+    span = time.monotonic() - t0
+    return 100 * (b["cpu_seconds"] - a["cpu_seconds"]) / span, [], b["rss_bytes"], b["memory_ceiling"]
+
+
+def detection():
+    print("detection: a real DataLoader's loop made to wait 10 %, 20 %, 50 % mid-run:", flush=True)
+    from stallscope.lab import scenarios
+    from stallscope.lab.job import BASE
+    from stallscope.lab.session import Session
+    from stallscope.lab.teardown import Teardown
+
+    work = tempfile.mkdtemp(prefix="stallscope-bench-detect-")
+    control = os.path.join(work, "sample_sleep")
+    with open(control, "w") as f:
+        f.write(str(BASE["sample_sleep_s"]))
+    scenario = scenarios.Scenario("stepped", "per-sample cost from a file", real=scenarios.RealRun(
+        target={"sample_sleep_file": control}))
+    with Teardown() as td:
+        session = Session(td, workdir=work, say=lambda m: None)
+        agent = session.start_agent(120)
+        job = session.start_job(scenario, ranks=1, name="stepped")
+        job.wait_ready()
+        time.sleep(20)
+        for share in (0.1, 0.2, 0.5):
+            per_sample = BASE["workers"] * BASE["compute_s"] / (1 - share) / BASE["batch_size"]
+            with open(control, "w") as f:
+                f.write(str(per_sample))
+            t0 = time.monotonic()
+            body = {}
+            while time.monotonic() - t0 < 60:
+                body = get_json(agent.url + "/api/v1/diagnosis?rank=0&job=stepped")
+                if body.get("detection", {}).get("stalled") and body["verdict"] == "input_bound":
+                    break
+                time.sleep(0.1)
+            latency = time.monotonic() - t0
+            top = body["causes"][0]["cause"] if body.get("causes") else None
+            row("detection of a %d %% stall (top cause %s, data-wait %.0f %%)" % (
+                100 * share, top, 100 * body.get("detection", {}).get("data_wait_ratio", 0)), latency, "s", 10.0)
+            with open(control, "w") as f:
+                f.write(str(BASE["sample_sleep_s"]))
+            t1 = time.monotonic()
+            while get_json(agent.url + "/api/v1/diagnosis?rank=0&job=stepped")["detection"]["stalled"]:
+                if time.monotonic() - t1 > 60:
+                    break
+                time.sleep(0.5)
+            time.sleep(10)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--skip-detection", action="store_true")
+    args = ap.parse_args()
+    print("hook (benchmarks/bench_hook.py):", flush=True)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_hook.py")],
+                         capture_output=True, text=True, env=child_env())
+    for line in out.stdout.splitlines():
+        if "added by watch" in line or "binary columns" in line or "all-in" in line or "ratio v2/v1" in line:
+            print("   " + line.strip())
+    ingest_in_process()
+    ingest_over_socket()
+    real_load(args.seconds)
+    synthetic_load(args.seconds)
+    if not args.skip_detection:
+        detection()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The change-point detector: a stall is found within seconds of its start, its start is
+placed where it began, and healthy runs (synthetic and recorded real ones) never are."""
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from stallscope.correlate.detect import detect
+from stallscope.correlate.trace import RankTrace
+from stallscope.lab import synth
+from stallscope.lab.traces import DEFAULT_DIR, load
+
+SEC = synth.SEC
+CHANGE = 70.0  # seconds into the run at which the loader slows
+
+
+def loop(share, seed=1, n=2500, workers=2, compute=0.1):
+    """A loop whose loader keeps up, then (at CHANGE) makes it wait ``share`` of its steps."""
+    rng = np.random.default_rng(seed)
+    j = synth.jitter(rng, 0.15)
+    slow = workers * compute / (1 - share) if share else 0.1
+    ev, _ = synth.simulate(n, workers, lambda k, t: j(0.1 if t < 10 + CHANGE else slow),
+                           lambda k, t: j(compute), t0=10 * SEC)
+    return np.array(ev, np.int64)
+
+
+def first_detection(events, until_s):
+    """(seconds after the change it was first found, the detection) replaying every 0.5 s."""
+    for now_s in np.arange(12.0, until_s, 0.5):
+        now = int(now_s * SEC)
+        d = detect(RankTrace.from_events({}, None, events[events[:, 0] <= now]), now)
+        if d.stalled:
+            return now_s - (10 + CHANGE), d
+    return None, None
+
+
+@pytest.mark.parametrize("share, within", [(0.1, 8.0), (0.2, 6.0), (0.5, 5.0)])
+def test_a_stall_is_found_within_seconds_and_dated_where_it_began(share, within):
+    after, d = first_detection(loop(share), 10 + CHANGE + 30)
+    assert after is not None and 0 < after <= within
+    began = d.since_ns / SEC - (10 + CHANGE)
+    assert -3.0 <= began <= 3.0
+    assert d.share >= 0.02
+
+
+def test_a_healthy_loop_is_never_flagged():
+    after, _ = first_detection(loop(0.0, n=3000), 300)
+    assert after is None
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(DEFAULT_DIR, "*.json"))),
+                         ids=os.path.basename)
+def test_recorded_runs_flagged_exactly_when_labelled_input_bound(path):
+    [(_, doc)] = [d for d in load(os.path.dirname(path)) if d[0] == path]
+    trace = RankTrace.from_timeline(doc["timeline"])
+    flagged = False
+    for now in range(int(trace.t_end[0]) + 2 * SEC, int(trace.t_end[-1]) + 1, SEC // 2):
+        keep = trace.t_end <= now
+        sub = RankTrace.from_events({}, None, np.stack([trace.t_end[keep], trace.wait[keep],
+                                                        trace.interval[keep]], 1))
+        flagged = flagged or detect(sub, now).stalled
+    assert flagged == (doc["labels"]["expected_verdict"] == "input_bound")
+
+
+def test_a_stall_that_ends_clears_and_the_next_is_dated_on_its_own():
+    rng = np.random.default_rng(3)
+    j = synth.jitter(rng, 0.15)
+
+    def load(k, t):  # slow from 80 s to 100 s and again from 160 s
+        return j(0.5 if 90 <= t < 110 or t >= 170 else 0.1)
+    ev, _ = synth.simulate(2500, 2, load, lambda k, t: j(0.1), t0=10 * SEC)
+    ev = np.array(ev, np.int64)
+
+    def at(s):
+        now = int(s * SEC)
+        return detect(RankTrace.from_events({}, None, ev[ev[:, 0] <= now]), now)
+    assert at(105).stalled
+    assert not at(125).stalled        # 15 s after the first stall ended
+    d = at(180)
+    assert d.stalled and abs(d.since_ns / SEC - 170) <= 3   # the second, from its own start
