@@ -68,7 +68,7 @@ def main():
                          timeline_seconds=HOUR + 60))
     agent.samples.max_points = 100_000
     agent.table.timeline_max = 100_000
-    for r, (ev, sig, node) in enumerate(data):
+    for r, (ev, sig, _node) in enumerate(data):
         agent.table.apply({"id": {"job": "bench", "rank": r, "local_rank": r, "world_size": RANKS,
                                   "pod": "bench-%d" % r, "namespace": "ns", "node": "bench"},
                            "role": "main", "pid": 0, "mono_ns": 0, "wall_ns": 0,

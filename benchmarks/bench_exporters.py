@@ -16,11 +16,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client import CollectorRegistry, generate_latest
 
-from stallscope import exporters  # noqa: E402
-from stallscope.agent import samples, state  # noqa: E402
-from stallscope.exporters import base  # noqa: E402
+from stallscope import exporters
+from stallscope.agent import samples, state
+from stallscope.exporters import base
 
 RANKS, WORKERS, CYCLES = 8, 8, 30
 BUDGET_MS = 20.0

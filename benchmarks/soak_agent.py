@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from stallscope.lab.procs import AgentProcess, child_env, http_get  # noqa: E402
+from stallscope.lab.procs import AgentProcess, child_env, http_get
 
 TRAINER = r"""
 import sys, time, torch, stallscope

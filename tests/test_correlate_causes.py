@@ -192,8 +192,6 @@ def test_zero_length_samples_do_not_poison_the_score():
     import math
     import warnings
 
-    import numpy as np
-
     from stallscope import vocabulary
     from stallscope.correlate import causes, trace
 

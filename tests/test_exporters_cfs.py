@@ -7,8 +7,17 @@ import pytest
 
 from stallscope.exporters import cfs
 from tests.conftest import need_cpu_cgroup
-from tests.exporter_helpers import (collect, context, join_cgroup, spawn, table_with, scratch_cgroup, values,
-                                    wait_until, write)
+from tests.exporter_helpers import (
+    collect,
+    context,
+    join_cgroup,
+    scratch_cgroup,
+    spawn,
+    table_with,
+    values,
+    wait_until,
+    write,
+)
 
 BUSY = "while True: pass"
 

@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 
 from stallscope.exporters import fuse
-from stallscope.system import procfs
 from stallscope.lab import slowfs
+from stallscope.system import procfs
 from tests.conftest import need_fuse
 from tests.exporter_helpers import collect, context, kill, scraped, table_with, values, wait_until
 

@@ -7,8 +7,17 @@ import pytest
 
 from stallscope.exporters import psi
 from tests.conftest import need_cpu_cgroup
-from tests.exporter_helpers import (collect, context, join_cgroup, scratch_cgroup, spawn, table_with,
-                                    values, wait_until, write)
+from tests.exporter_helpers import (
+    collect,
+    context,
+    join_cgroup,
+    scratch_cgroup,
+    spawn,
+    table_with,
+    values,
+    wait_until,
+    write,
+)
 
 
 def test_node_pressure_from_the_real_proc_pressure():

@@ -9,8 +9,17 @@ import sys
 import pytest
 
 from stallscope.exporters import workers
-from tests.exporter_helpers import (collect, context, kill, samples_of, scraped, spawn, table_with, values,
-                                    wait_until)
+from tests.exporter_helpers import (
+    collect,
+    context,
+    kill,
+    samples_of,
+    scraped,
+    spawn,
+    table_with,
+    values,
+    wait_until,
+)
 
 BUSY_THEN_SLEEP = "import time\nt = time.process_time() + {secs}\nwhile time.process_time() < t: pass\nprint('done', flush=True)\ntime.sleep(60)\n"
 
@@ -86,8 +95,8 @@ def test_an_exit_by_signal_is_counted_while_the_worker_is_a_zombie(procs):
 
 
 def test_a_worker_blocked_on_a_hung_mount_counts_in_d_state(procs, tmp_path):
-    from tests.conftest import need_fuse
     from stallscope.lab import slowfs
+    from tests.conftest import need_fuse
 
     need_fuse()
     fs = slowfs.SlowFS(str(tmp_path / "mnt"), private=True).start()

@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 import stallscope
-from stallscope.hook import channel, watch as watch_mod
+from stallscope.hook import channel
 
 
 def _detach(wrapped_iter):

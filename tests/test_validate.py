@@ -22,7 +22,8 @@ def good(**over):
            "loader": {"num_workers": 2, "prefetch_factor": 2, "pin_memory": False,
                       "persistent_workers": False, "batch_size": 4, "worker_pids": [11, 12]}}
     msg.update(over)
-    shift = (lambda v: v + t0 if type(v) is int and v >= 0 else v)
+    def shift(v):
+        return (v + t0 if type(v) is int and v >= 0 else v)
     if isinstance(msg["events"], list):
         msg["events"] = [[shift(e[0])] + e[1:] if isinstance(e, list) and e else e for e in msg["events"]]
     for key in ("mono_ns", "blocked_since_ns"):

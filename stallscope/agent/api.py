@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from ..host import ApiError, Query, one
 from ..host.contract import no_params
@@ -30,15 +30,15 @@ class CoreRoutes:
         self.parts = parts
         self.budget = budget
 
-    def routes(self) -> Dict[str, Any]:
+    def routes(self) -> dict[str, Any]:
         return {"/api/v1/ranks": self.ranks, "/api/v1/timeline": self.timeline,
                 "/api/v1/agent": self.agent}
 
-    def agent(self, query: Query) -> Tuple[int, Any]:
+    def agent(self, query: Query) -> tuple[int, Any]:
         """The agent's own cost, all in: CPU seconds of every thread it runs (by name),
         its RSS, and the memory ceiling its options set."""
         no_params(query)
-        threads: List[Dict[str, Any]] = []
+        threads: list[dict[str, Any]] = []
         for t in threading.enumerate():
             stat = procfs.stat_fields("/proc", "self", "task", str(t.native_id))
             if stat is not None:
@@ -51,7 +51,7 @@ class CoreRoutes:
                      "rss_bytes": procfs.rss_bytes("/proc", "self"),
                      "memory_ceiling": self.budget.describe() if self.budget is not None else None}
 
-    def ranks(self, query: Query) -> Tuple[int, Any]:
+    def ranks(self, query: Query) -> tuple[int, Any]:
         no_params(query, ("job", "pod", "namespace"))
         match = {k: one(query, k) for k in query}
         now = time.monotonic()
@@ -65,11 +65,11 @@ class CoreRoutes:
         body.sort(key=lambda r: (r["job"], r["rank"]))
         return 200, {"node": self.host.node, "ranks": body}
 
-    def timeline(self, query: Query) -> Tuple[int, Any]:
+    def timeline(self, query: Query) -> tuple[int, Any]:
         no_params(query, ("rank", "job", "pod", "seconds"))
         rank = one(query, "rank", ApiError, int)
         seconds = one(query, "seconds", 60.0, _positive)
-        match: Dict[str, Any] = {"rank": rank}
+        match: dict[str, Any] = {"rank": rank}
         for k in ("job", "pod"):
             if k in query:
                 match[k] = one(query, k)
@@ -81,7 +81,7 @@ class CoreRoutes:
         r = found[0]
         events = self.host.timeline(r, seconds)
         samples = self.host.samples
-        body: Dict[str, Any] = {
+        body: dict[str, Any] = {
             "rank": r.ident, "seconds": seconds, "clock": "CLOCK_MONOTONIC ns",
             "clock_offset_ns": r.clock_offset_ns, "loader": r.loader,
             "batches": [{"t_end_ns": e, "wait_ns": w, "interval_ns": i} for e, w, i in events.tolist()],

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any, Callable
 
 from ..correlate import detect, diagnosis
 from ..correlate.trace import RankTrace, Series
@@ -52,7 +53,7 @@ def _seconds(v: str) -> float:
     return x
 
 
-def no_gpu(_key: Any) -> Optional[str]:
+def no_gpu(_key: Any) -> str | None:
     return None
 
 
@@ -61,26 +62,26 @@ class CorrelatorPart(Part):
     interval = 1.0
 
     def __init__(self, host: Any, options: CorrelatorOptions = CorrelatorOptions(),
-                 gpu_source_of: Callable[[Any], Optional[str]] = no_gpu) -> None:
+                 gpu_source_of: Callable[[Any], str | None] = no_gpu) -> None:
         super().__init__(host)
         self.window = options.window
         self.every = options.interval
         self.gpu_source_of = gpu_source_of  # rank key -> "nvml", "dcgm", "simulated" or None
         self.last_run = float("-inf")
-        self.results: List[Any] = []        # [(labels, diagnosis)] from the last scheduled run
-        self.detections: Dict[Any, detect.Detection] = {}   # rank key -> the latest test
-        self.stalls: Dict[Any, Any] = {}    # rank key -> (analysed at, since_ns, labels, diagnosis)
+        self.results: list[Any] = []        # [(labels, diagnosis)] from the last scheduled run
+        self.detections: dict[Any, detect.Detection] = {}   # rank key -> the latest test
+        self.stalls: dict[Any, Any] = {}    # rank key -> (analysed at, since_ns, labels, diagnosis)
         self.runs = 0
         self.failures = 0
         self.last_duration = 0.0
 
     # -- inputs ---------------------------------------------------------------------
-    def _scope(self, scope: Any, seconds: float) -> Dict[str, Series]:
+    def _scope(self, scope: Any, seconds: float) -> dict[str, Series]:
         samples = self.host.samples
         return {sig: Series.from_arrays(*samples.window(scope, sig, seconds))
                 for sig in samples.signals(scope)}
 
-    def trace(self, rank: Any, seconds: float, node: Optional[Dict[str, Series]] = None) -> RankTrace:
+    def trace(self, rank: Any, seconds: float, node: dict[str, Series] | None = None) -> RankTrace:
         """The rank's trace from the host: the data the timeline route serves, as the
         arrays the agent keeps (no JSON, no conversion). ``node``: the node-wide
         signals, when several traces share them."""
@@ -91,8 +92,8 @@ class CorrelatorPart(Part):
                                      self.gpu_source_of(rank.key))
 
     # -- analysis -------------------------------------------------------------------
-    def analyse(self, ranks: List[Any], seconds: float, peers_of: Optional[List[Any]] = None,
-                since_ns: Optional[int] = None) -> Dict[Any, Any]:
+    def analyse(self, ranks: list[Any], seconds: float, peers_of: list[Any] | None = None,
+                since_ns: int | None = None) -> dict[Any, Any]:
         """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here."""
         node = self._scope("node", seconds)
         traces = {}
@@ -134,7 +135,7 @@ class CorrelatorPart(Part):
             with self.lock:
                 self.stalls[r.key] = (now, d.since_ns, dict(r.labels), result)
 
-    def tick(self, now: Optional[float] = None) -> None:
+    def tick(self, now: float | None = None) -> None:
         """Every second: a full run every ``interval`` seconds, and sooner (every
         GATHERING_S) while a live rank has no verdict yet, so a new rank's metrics
         appear within seconds of its first batches, not a whole interval later."""
@@ -150,7 +151,7 @@ class CorrelatorPart(Part):
                 return self.refresh(now)
         return None
 
-    def refresh(self, now: Optional[float] = None) -> None:
+    def refresh(self, now: float | None = None) -> None:
         t0 = time.monotonic()
         self.last_run = t0 if now is None else now
         try:
@@ -167,7 +168,7 @@ class CorrelatorPart(Part):
             self.last_duration = time.monotonic() - t0
 
     # -- metrics --------------------------------------------------------------------
-    def current(self) -> List[Any]:
+    def current(self) -> list[Any]:
         """[(labels, diagnosis)]: a stalled rank's stall analysis, else the scheduled one."""
         with self.lock:
             stalled = {tuple(sorted(s[2].items())): s[2:] for s in self.stalls.values()}
@@ -200,7 +201,7 @@ class CorrelatorPart(Part):
             f.add({}, value)
             yield f.family
 
-    def routes(self) -> Dict[str, Any]:
+    def routes(self) -> dict[str, Any]:
         return {"/api/v1/diagnosis": self.route}
 
     # -- GET /api/v1/diagnosis ------------------------------------------------------
@@ -245,6 +246,6 @@ class CorrelatorPart(Part):
         return 200, body
 
 
-def _severity(d: Dict[str, Any]) -> Any:
+def _severity(d: dict[str, Any]) -> Any:
     order = {"input_bound": 3, "not_input_bound": 2, "healthy": 1, "unknown": 0}
     return order[d["verdict"]], d.get("data_wait_ratio") or 0.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable
 
 HOLD_S = 10.0
 MAX_HELD = 2048
@@ -21,26 +21,26 @@ class Held:
     def __init__(self, hold_s: float = HOLD_S, max_held: int = MAX_HELD) -> None:
         self.hold_s = hold_s
         self.max_held = max_held
-        self.items: Deque[Tuple[float, Tuple[Any, ...], Any, Any]] = collections.deque()
+        self.items: collections.deque[tuple[float, tuple[Any, ...], Any, Any]] = collections.deque()
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def hold(self, key: Tuple[Any, ...], msg: Any, source: Any, now: Optional[float] = None) -> bool:
+    def hold(self, key: tuple[Any, ...], msg: Any, source: Any, now: float | None = None) -> bool:
         """Keep ``msg`` for ``key``; False (refuse it) when full."""
         if len(self.items) >= self.max_held:
             return False
         self.items.append((time.monotonic() if now is None else now, key, msg, source))
         return True
 
-    def take(self, key: Tuple[Any, ...]) -> List[Tuple[Any, Any]]:
+    def take(self, key: tuple[Any, ...]) -> list[tuple[Any, Any]]:
         """The held (msg, source) of ``key``, oldest first, removed."""
         mine = [(m, s) for _, k, m, s in self.items if k == key]
         if mine:
             self.items = collections.deque(x for x in self.items if x[1] != key)
         return mine
 
-    def expire(self, on_expired: Callable[[], None], now: Optional[float] = None) -> None:
+    def expire(self, on_expired: Callable[[], None], now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         while self.items and now - self.items[0][0] > self.hold_s:
             self.items.popleft()

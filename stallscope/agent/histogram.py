@@ -2,7 +2,7 @@
 histograms itself, so a restarted training process continues the same counters."""
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class Histogram:
         self.sum_ns += int(values.sum())
         self.count += len(values)
 
-    def cumulative(self) -> List[Tuple[str, int]]:
+    def cumulative(self) -> list[tuple[str, int]]:
         """[(le, cumulative count)] in the form prometheus_client's families take."""
         out, acc = [], 0
         for b, c in zip(self.bounds + (float("inf"),), self.counts):

@@ -16,7 +16,6 @@ import grp
 import os
 import socket
 import stat
-from typing import Optional, Tuple
 
 
 class BindError(Exception):
@@ -27,7 +26,7 @@ class BindError(Exception):
 class SocketSpec:
     path: str
     mode: int = 0o666            # who may connect; identity is checked per connection anyway
-    group: Optional[int] = None  # chown the socket to this group (with mode 0660, say)
+    group: int | None = None  # chown the socket to this group (with mode 0660, say)
 
 
 def parse_mode(text: str) -> int:
@@ -40,7 +39,7 @@ def parse_mode(text: str) -> int:
     return mode
 
 
-def parse_group(text: str) -> Optional[int]:
+def parse_group(text: str) -> int | None:
     if not text:
         return None
     if text.isdigit():
@@ -77,17 +76,17 @@ def _in_use(path: str) -> bool:
 class HookSocket:
     def __init__(self, spec: SocketSpec) -> None:
         self.spec = spec
-        self.sock: Optional[socket.socket] = None
-        self.ident: Optional[Tuple[int, int]] = None   # (st_dev, st_ino) of our file
+        self.sock: socket.socket | None = None
+        self.ident: tuple[int, int] | None = None   # (st_dev, st_ino) of our file
         self.recreated = 0
-        self.problem: Optional[str] = None             # why the socket is not serving now
+        self.problem: str | None = None             # why the socket is not serving now
 
     def bind(self, replace_stale: bool = True) -> socket.socket:
         """Create the listening socket, replacing a stale socket file; BindError if not."""
         path = self.spec.path
         _check_directory(os.path.dirname(os.path.abspath(path)))
         try:
-            st: Optional[os.stat_result] = os.lstat(path)
+            st: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
             st = None
         except OSError as e:
@@ -121,7 +120,7 @@ class HookSocket:
             return False
         return (st.st_dev, st.st_ino) == self.ident
 
-    def check(self) -> Optional[socket.socket]:
+    def check(self) -> socket.socket | None:
         """Called once a second: a new listening socket when the file was gone or replaced
         and could be recreated (the caller swaps it in and closes the old one), else None."""
         if self.intact():

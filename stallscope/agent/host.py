@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client.exposition import generate_latest
 
 from ..host import Part, log
 from ..host.families import family
 from .samples import SampleStore
-from .state import Event, RankState, RankTable
+from .state import RankState, RankTable
 
 
 class AgentHost:
@@ -21,20 +22,20 @@ class AgentHost:
 
     def __init__(self, table: RankTable, samples: SampleStore, procfs: str = "/proc",
                  sysfs: str = "/sys", cgroupfs: str = "/sys/fs/cgroup", rootfs: str = "/",
-                 stopping: Optional[threading.Event] = None) -> None:
+                 stopping: threading.Event | None = None) -> None:
         self.table = table
         self.samples = samples
         self.node = table.node
         self.procfs, self.sysfs, self.cgroupfs, self.rootfs = procfs, sysfs, cgroupfs, rootfs
         self.stopping = stopping or threading.Event()
-        self.notes: Dict[str, List[str]] = {}
-        self._noted: Set[Tuple[str, str]] = set()
+        self.notes: dict[str, list[str]] = {}
+        self._noted: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    def ranks(self) -> List[RankState]:
+    def ranks(self) -> list[RankState]:
         return self.table.snapshot()
 
-    def find(self, **match: Any) -> List[RankState]:
+    def find(self, **match: Any) -> list[RankState]:
         return self.table.find(**match)
 
     def timeline(self, rank: RankState, seconds: float) -> Any:
@@ -64,7 +65,7 @@ class Parts:
         if len(set(names)) != len(names) or not all(names):
             raise ValueError("parts need distinct names: %s" % names)
         self.handlers = [p for p in self.parts if type(p).handle is not Part.handle]
-        self.errors: Dict[str, int] = {}
+        self.errors: dict[str, int] = {}
 
     def handle(self, report: Any, rank: RankState) -> None:
         for p in self.handlers:
@@ -76,8 +77,8 @@ class Parts:
             for p in self.parts:
                 p.forget(key)
 
-    def routes(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
+    def routes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for p in self.parts:
             for path, fn in p.routes().items():
                 if path in out:
@@ -85,24 +86,24 @@ class Parts:
                 out[path] = fn
         return out
 
-    def timeline_fields(self, rank: RankState, seconds: float) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
+    def timeline_fields(self, rank: RankState, seconds: float) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for p in self.parts:
             out.update(p.timeline_fields(rank, seconds))
         return out
 
-    def rank_fields(self, rank: RankState) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
+    def rank_fields(self, rank: RankState) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for p in self.parts:
             out.update(p.rank_fields(rank))
         return out
 
-    def jobs(self) -> List[Tuple[float, Any]]:
+    def jobs(self) -> list[tuple[float, Any]]:
         return [(p.interval, p.tick) for p in self.parts if p.interval > 0 and not p.isolated]
 
     # -- /metrics: one collector per part, so one part's failure costs only its series;
     # isolated parts (exporters) are collected by their runner, off the scrape path.
-    def collectors(self) -> List["PartCollector"]:
+    def collectors(self) -> list[PartCollector]:
         return [PartCollector(self, p) for p in self.parts if not p.isolated]
 
     def render(self) -> bytes:
@@ -118,7 +119,7 @@ class Parts:
                 log("part %s: its series could not be rendered: %s: %s" % (name, type(e).__name__, e))
         return b"".join(out)
 
-    def describe(self) -> List[Any]:
+    def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Iterator[Any]:
@@ -144,10 +145,10 @@ class PartCollector:
         self.parts = parts
         self.part = part
 
-    def describe(self) -> List[Any]:
+    def describe(self) -> list[Any]:
         return []
 
-    def collect(self) -> List[Any]:
+    def collect(self) -> list[Any]:
         try:
             return list(self.part.collect())
         except Exception as e:  # one part's bug must not take /metrics down

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -17,8 +17,8 @@ from ..host import ApiError
 
 class Handler(BaseHTTPRequestHandler):
     render: Callable[[], bytes] = staticmethod(lambda: b"")  # set by make_server()
-    routes: Dict[str, Callable[..., Tuple[int, Any]]] = {}
-    healthy: Callable[[], Tuple[bool, str]] = staticmethod(lambda: (True, "ok"))
+    routes: dict[str, Callable[..., tuple[int, Any]]] = {}
+    healthy: Callable[[], tuple[bool, str]] = staticmethod(lambda: (True, "ok"))
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: scrapes every few seconds
@@ -52,7 +52,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def parse_listen(addr: str) -> Tuple[str, int]:
+def parse_listen(addr: str) -> tuple[str, int]:
     host, sep, port_text = addr.rpartition(":")
     if not sep:
         raise ValueError("--listen must be HOST:PORT or :PORT, got %r" % addr)
@@ -66,8 +66,8 @@ def parse_listen(addr: str) -> Tuple[str, int]:
     return host, port
 
 
-def make_server(addr: str, render: Callable[[], bytes], routes: Dict[str, Any],
-                healthy: Callable[[], Tuple[bool, str]]) -> ThreadingHTTPServer:
+def make_server(addr: str, render: Callable[[], bytes], routes: dict[str, Any],
+                healthy: Callable[[], tuple[bool, str]]) -> ThreadingHTTPServer:
     host, port = parse_listen(addr)
     handler = type("AgentHandler", (Handler,), {"render": staticmethod(render), "routes": routes,
                                                  "healthy": staticmethod(healthy)})

@@ -10,24 +10,23 @@ live, and only that domain may report for them again (threat model: docs/deploy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Tuple
 
 from ..system import cgroups, procfs
 
-Domain = Tuple[str, ...]
+Domain = tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class Source:
     pid: int                 # in the agent's PID namespace
     uid: int
-    start: Optional[int]     # /proc/<pid>/stat starttime: tells a reused PID apart
-    pod_uid: Optional[str]
-    container_id: Optional[str]
+    start: int | None     # /proc/<pid>/stat starttime: tells a reused PID apart
+    pod_uid: str | None
+    container_id: str | None
     cgroup: str              # the v2 path, else the v1 cpu (or first) path
     # (pid, starttime) of its parent, grandparent ... when it connected: a worker that
     # reports at exit is judged by the ancestry it had while alive.
-    ancestors: Tuple[Tuple[int, Optional[int]], ...] = ()
+    ancestors: tuple[tuple[int, int | None], ...] = ()
 
     @property
     def domain(self) -> Domain:
@@ -39,7 +38,7 @@ class Source:
         return procfs.alive(root, self.pid, self.start)
 
 
-def of_peer(root: str, pid: int, uid: int) -> Optional[Source]:
+def of_peer(root: str, pid: int, uid: int) -> Source | None:
     """The Source of a connected peer, or None when its process is already gone."""
     start = procfs.start_time(root, pid)
     cg = cgroups.of_pid(root, pid)
@@ -49,7 +48,7 @@ def of_peer(root: str, pid: int, uid: int) -> Optional[Source]:
     return Source(pid, uid, start, cg.pod_uid, cg.container_id, path or "/", ancestry(root, pid))
 
 
-def ancestry(root: str, pid: int, max_depth: int = 64) -> Tuple[Tuple[int, Optional[int]], ...]:
+def ancestry(root: str, pid: int, max_depth: int = 64) -> tuple[tuple[int, int | None], ...]:
     out = []
     for _ in range(max_depth):
         st = procfs.stat(root, pid)
@@ -60,7 +59,7 @@ def ancestry(root: str, pid: int, max_depth: int = 64) -> Tuple[Tuple[int, Optio
     return tuple(out)
 
 
-def descends_from(source: Source, pid: int, start: Optional[int]) -> bool:
+def descends_from(source: Source, pid: int, start: int | None) -> bool:
     """Whether the process ``pid`` (started at ``start``) was an ancestor of ``source``
     when it connected."""
     return (pid, start) in source.ancestors

@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from ..hook import wire
 from . import identity, validate
@@ -40,7 +40,7 @@ class IngestStats:
     def __init__(self) -> None:
         self.accepted = 0
         self.events = 0
-        self.rejected: "collections.Counter[str]" = collections.Counter()
+        self.rejected: collections.Counter[str] = collections.Counter()
         self.connections = 0
         self.socket_recreated = 0
 
@@ -51,8 +51,8 @@ class Ingest:
     when the rank table is full."""
 
     def __init__(self, sock: Any, apply: Apply, source_of: SourceOf,
-                 max_bytes: int = wire.MAX_MESSAGE_BYTES, stats: Optional[IngestStats] = None,
-                 hook_socket: Optional[HookSocket] = None) -> None:
+                 max_bytes: int = wire.MAX_MESSAGE_BYTES, stats: IngestStats | None = None,
+                 hook_socket: HookSocket | None = None) -> None:
         self.sock = sock
         self.hook_socket = hook_socket   # watched once a second, recreated when gone
         self.apply = apply
@@ -130,7 +130,7 @@ class Ingest:
         p.register(conn, select.POLLRDHUP | select.POLLHUP)
         return any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR) for _, ev in p.poll(0))
 
-    def _read(self, conn: socket.socket, peer: Tuple[Optional[identity.Source]]) -> None:
+    def _read(self, conn: socket.socket, peer: tuple[identity.Source | None]) -> None:
         for _ in range(64):  # bounded per wake-up so one chatty peer cannot starve others
             try:
                 data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
@@ -148,7 +148,7 @@ class Ingest:
                 continue
             self.handle(data, peer[0], checked=True)
 
-    def handle(self, data: bytes, source: Optional[identity.Source] = None, checked: bool = False) -> bool:
+    def handle(self, data: bytes, source: identity.Source | None = None, checked: bool = False) -> bool:
         """Validate and apply one message; never raises. ``checked``: from a connection,
         whose sender the kernel named (or could not name: then it is refused)."""
         try:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
 
 import numpy as np
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..host import Part
 from ..host.families import buckets, family
@@ -38,9 +39,9 @@ class Window:
     def __init__(self, seconds: float = WINDOW_S, slot: float = SLOT_S) -> None:
         self.slot_ns = int(slot * 1e9)
         self.n = int(math.ceil(seconds / slot))
-        self.slots: Dict[int, List[int]] = {}  # slot id -> [sum_ns, count]
+        self.slots: dict[int, list[int]] = {}  # slot id -> [sum_ns, count]
 
-    def _slot(self, sid: int) -> List[int]:
+    def _slot(self, sid: int) -> list[int]:
         s = self.slots.get(sid)
         if s is None:
             s = self.slots[sid] = [0, 0]
@@ -66,7 +67,7 @@ class Window:
             s[0] += int(total)
             s[1] += count
 
-    def totals(self, now_ns: int) -> Tuple[int, int]:
+    def totals(self, now_ns: int) -> tuple[int, int]:
         first = now_ns // self.slot_ns - self.n + 1
         total = count = 0
         for sid, (v, c) in self.slots.items():
@@ -83,11 +84,11 @@ class LoaderState:
         self.hist = Histogram(LOAD_BUCKETS)
         self.load = Window()
         self.compute = Window()
-        self.sizing: Optional[Dict[str, Any]] = None
+        self.sizing: dict[str, Any] | None = None
 
 
-def sizing(t_load_ns: float, t_compute_ns: float, quota_cores: Optional[float] = None,
-           quota_ranks: Optional[int] = None, workers: Optional[int] = None) -> Dict[str, Any]:
+def sizing(t_load_ns: float, t_compute_ns: float, quota_cores: float | None = None,
+           quota_ranks: int | None = None, workers: int | None = None) -> dict[str, Any]:
     """The advice for one rank, as the API shows it (pure: tested directly)."""
     uncapped = MAX_WORKERS_ADVICE
     if t_compute_ns > 0:
@@ -110,10 +111,10 @@ def sizing(t_load_ns: float, t_compute_ns: float, quota_cores: Optional[float] =
     }
 
 
-QuotaOf = Callable[[Any], Tuple[Optional[float], Optional[int]]]
+QuotaOf = Callable[[Any], tuple[Optional[float], Optional[int]]]
 
 
-def no_quota(_key: Any) -> Tuple[Optional[float], Optional[int]]:
+def no_quota(_key: Any) -> tuple[float | None, int | None]:
     return None, None
 
 
@@ -124,7 +125,7 @@ class LoaderPart(Part):
     def __init__(self, host: Any, quota_of: QuotaOf = no_quota) -> None:
         super().__init__(host)
         self.quota_of = quota_of  # rank key -> (CFS quota in cores, ranks sharing it)
-        self.states: Dict[Any, LoaderState] = {}
+        self.states: dict[Any, LoaderState] = {}
 
     def _state(self, key: Any) -> LoaderState:
         st = self.states.get(key)
@@ -170,11 +171,11 @@ class LoaderPart(Part):
             z["batches"] = n_load
             st.sizing = z
 
-    def sizing_of(self, key: Any) -> Optional[Dict[str, Any]]:
+    def sizing_of(self, key: Any) -> dict[str, Any] | None:
         st = self.states.get(key)
         return st.sizing if st is not None else None
 
-    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+    def rank_fields(self, rank: Any) -> dict[str, Any]:
         z = self.sizing_of(rank.key)
         return {"sizing": z} if z is not None else {}
 

@@ -15,23 +15,23 @@ import socket as _socket
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from .. import exporters
+from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
-from ..hook import wire
 from . import http, identity, ingest
 from .api import CoreRoutes
 from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
+from .held import HELD, Held
 from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
 from .host import AgentHost, Parts
 from .loader import LoaderPart, no_quota
 from .ranks import RanksPart
-from .held import HELD, Held
 from .samples import SampleStore
 from .shards import ShardPart
 from .state import Mismatch, RankTable, key_of
@@ -80,9 +80,9 @@ class Config:
     options by class (a part missing here runs with its defaults)."""
     agent: AgentOptions = AgentOptions()
     exporters: exporters.ExportersOptions = exporters.ExportersOptions()
-    enabled: Dict[str, Optional[bool]] = dataclasses.field(default_factory=dict)
+    enabled: dict[str, bool | None] = dataclasses.field(default_factory=dict)
     correlator: CorrelatorOptions = CorrelatorOptions()
-    parts: Dict[type, Any] = dataclasses.field(default_factory=dict)
+    parts: dict[type, Any] = dataclasses.field(default_factory=dict)
 
 
 class Agent:
@@ -102,12 +102,12 @@ class Agent:
         self.held = Held()
         self.node_exporters, self.runner = exporters.build(
             self.host, config.enabled, config.parts, config.exporters)
-        by_name: Dict[str, Any] = {e.name: e for e in self.node_exporters}
+        by_name: dict[str, Any] = {e.name: e for e in self.node_exporters}
         cfs, gpu = by_name.get("cfs"), by_name.get("gpu")  # their explicit calls, when they run
         self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
         self.correlator = CorrelatorPart(self.host, config.correlator,
                                          gpu_source_of=gpu.source_of if gpu else (lambda _k: None))
-        part_list: List[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
+        part_list: list[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
                                  ShardPart(self.host), *self.node_exporters, self.runner,
                                  self.correlator]
         self.parts = Parts(self.host, part_list)
@@ -118,11 +118,11 @@ class Agent:
         self.routes = CoreRoutes(self.host, self.parts, self.budget).routes()
         self.routes.update(self.parts.routes())
         self.jobs = [(2.0, self._expire)] + self.parts.jobs()
-        self.ingest: Optional[ingest.Ingest] = None
-        self.hook_socket: Optional[HookSocket] = None
+        self.ingest: ingest.Ingest | None = None
+        self.hook_socket: HookSocket | None = None
         self.server: Any = None
 
-    def apply(self, msg: Any, source: Optional[identity.Source] = None) -> Any:
+    def apply(self, msg: Any, source: identity.Source | None = None) -> Any:
         """One validated hook message: the rank table, then every part. ``source``: the
         sender as the kernel names it (None: an in-process caller). A worker's report
         that comes before its trainer's first is held until it does (held.py)."""
@@ -147,14 +147,14 @@ class Agent:
     def _expire_held(self) -> None:
         self.stats.rejected["unknown_rank"] += 1
 
-    def source_of(self, pid: int, uid: int) -> Optional[identity.Source]:
+    def source_of(self, pid: int, uid: int) -> identity.Source | None:
         return identity.of_peer(self.config.agent.procfs, pid, uid)
 
     def _expire(self) -> None:
         self.parts.forget(self.table.expire())
         self.held.expire(self._expire_held)
 
-    def healthy(self) -> Tuple[bool, str]:
+    def healthy(self) -> tuple[bool, str]:
         problem = self.hook_socket.problem if self.hook_socket is not None else None
         return (False, problem) if problem else (True, "ok")
 

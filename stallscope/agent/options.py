@@ -7,7 +7,7 @@ node" becomes an error).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable
 
 import click
 
@@ -24,7 +24,7 @@ def _toggle(entry: Any) -> Callable[[Any], Any]:
         default=None, help="%s [default: %s]" % (entry.help, "on" if entry.default else "off"))
 
 
-def _classes() -> List[Any]:
+def _classes() -> list[Any]:
     return [AgentOptions] + [exporters.ExportersOptions] + exporters.option_classes() + [CorrelatorOptions]
 
 
@@ -37,7 +37,7 @@ def add_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def config_from(kwargs: Dict[str, Any]) -> Config:
+def config_from(kwargs: dict[str, Any]) -> Config:
     enabled = {e.name: kwargs.pop("exporter_" + e.name) for e in EXPORTERS}
     parts = {cls: from_kwargs(cls, kwargs) for cls in exporters.option_classes()}
     config = Config(agent=from_kwargs(AgentOptions, kwargs),

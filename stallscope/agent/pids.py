@@ -7,13 +7,13 @@ the innermost namespace (proc(5)).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 from ..system import procfs
 
 
-def translate(root: str, host_pid: Optional[int], reported_pid: Optional[int],
-              worker_pids: Sequence[int]) -> List[int]:
+def translate(root: str, host_pid: int | None, reported_pid: int | None,
+              worker_pids: Sequence[int]) -> list[int]:
     """Worker PIDs as the trainer reported them -> PIDs in the agent's namespace."""
     if not worker_pids:
         return []

@@ -6,7 +6,8 @@ custom-collector pattern), so an expired rank's series simply stop being exporte
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .. import __version__
 from ..host import Part

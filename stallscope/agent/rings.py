@@ -7,11 +7,9 @@ ceiling that ``--max-ranks`` and ``--timeline-seconds`` fix (see budget.py).
 """
 from __future__ import annotations
 
-from typing import Tuple
-
 import numpy as np
 
-Arrays = Tuple[np.ndarray, ...]
+Arrays = tuple[np.ndarray, ...]
 
 
 class Ring:
@@ -99,7 +97,7 @@ class PointRing:
         self.t.extend(t.reshape(-1, 1))
         self.v.extend(v.reshape(-1, 1))
 
-    def since(self, horizon_ns: int) -> Tuple[np.ndarray, np.ndarray]:
+    def since(self, horizon_ns: int) -> tuple[np.ndarray, np.ndarray]:
         t, v = self.t.rows()[:, 0], self.v.rows()[:, 0]
         if len(t) and t[0] < horizon_ns:
             k = int(np.searchsorted(t, horizon_ns, side="left"))

@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
 from .budget import Budget
 from .rings import PointRing
 
-Point = Tuple[int, float]
+Point = tuple[int, float]
 
 
 class SampleStore:
-    def __init__(self, seconds: float = 900.0, budget: Optional[Budget] = None) -> None:
+    def __init__(self, seconds: float = 900.0, budget: Budget | None = None) -> None:
         self.horizon_ns = int(seconds * 1e9)
         self.budget = budget or Budget(1, seconds)
         self.lock = threading.Lock()
-        self.data: Dict[Tuple[Any, str], PointRing] = {}
+        self.data: dict[tuple[Any, str], PointRing] = {}
 
     def _ring(self, scope: Any, signal: str) -> PointRing:
         ring = self.data.get((scope, signal))
@@ -44,7 +44,7 @@ class SampleStore:
             ring = self.data[(scope, signal)] = PointRing(self.budget.signal_capacity(signal))
         return ring
 
-    def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None:
+    def record(self, scope: Any, signal: str, value: float, t_ns: int | None = None) -> None:
         t = time.monotonic_ns() if t_ns is None else t_ns
         with self.lock:
             self._ring(scope, signal).extend(np.array([t], np.int64), np.array([value], np.float64))
@@ -55,7 +55,7 @@ class SampleStore:
         with self.lock:
             self._ring(scope, signal).extend(np.asarray(t_ns, np.int64), np.asarray(values, np.float64))
 
-    def window(self, scope: Any, signal: str, seconds: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
+    def window(self, scope: Any, signal: str, seconds: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(times, values) of the last ``seconds`` (the timeline's horizon when None),
         oldest first."""
         span = self.horizon_ns if seconds is None else int(seconds * 1e9)
@@ -66,12 +66,12 @@ class SampleStore:
                 return np.zeros(0, np.int64), np.zeros(0)
             return ring.since(horizon)
 
-    def series(self, scope: Any, signal: str, seconds: Optional[float] = None) -> List[Point]:
+    def series(self, scope: Any, signal: str, seconds: float | None = None) -> list[Point]:
         """The window as [(t_ns, value)] (the JSON API's form)."""
         t, v = self.window(scope, signal, seconds)
         return list(zip(t.tolist(), v.tolist()))
 
-    def signals(self, scope: Any) -> List[str]:
+    def signals(self, scope: Any) -> list[str]:
         with self.lock:
             return sorted(sig for (sc, sig) in self.data if sc == scope)
 

@@ -19,11 +19,12 @@ import collections
 import math
 import re
 import time
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
-from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
-Parsed = Tuple[List[str], List[List[int]], List[List[int]], List[List[Any]]]
+Parsed = tuple[list[str], list[list[int]], list[list[int]], list[list[Any]]]
 
 from ..host import Part
 from ..host.families import buckets, family
@@ -51,7 +52,7 @@ class Bad(Exception):
     pass
 
 
-def _ints(row: Any, n: int, limits: Sequence[int]) -> List[int]:
+def _ints(row: Any, n: int, limits: Sequence[int]) -> list[int]:
     if not isinstance(row, list) or len(row) != n:
         raise Bad("bad_schema")
     for v, hi in zip(row, limits):
@@ -99,10 +100,10 @@ class TierStats:
         self.recent = Ring(SHARD_READS_PER_TIER, 2)  # (t_end_ns, dur_ns)
         self.hits = 0
         self.misses = 0
-        self.quantiles: Optional[List[int]] = None
+        self.quantiles: list[int] | None = None
 
 
-def quantiles(durations: Sequence[int], qs: Sequence[float] = QUANTILES) -> Optional[List[int]]:
+def quantiles(durations: Sequence[int], qs: Sequence[float] = QUANTILES) -> list[int] | None:
     """Nearest-rank quantiles of a list of numbers (None when empty)."""
     if not durations:
         return None
@@ -117,11 +118,11 @@ class ShardPart(Part):
 
     def __init__(self, host: Any) -> None:
         super().__init__(host)
-        self.pods: Dict[Any, Any] = {}   # (namespace, pod, job) -> (node, {tier: TierStats})
-        self.mine: Dict[Any, Any] = {}   # rank key -> {"tiers": {...}, "slowest": [...]}
-        self.rejected: "collections.Counter[str]" = collections.Counter()
+        self.pods: dict[Any, Any] = {}   # (namespace, pod, job) -> (node, {tier: TierStats})
+        self.mine: dict[Any, Any] = {}   # rank key -> {"tiers": {...}, "slowest": [...]}
+        self.rejected: collections.Counter[str] = collections.Counter()
 
-    def _tier(self, tiers: Dict[str, TierStats], name: str) -> TierStats:
+    def _tier(self, tiers: dict[str, TierStats], name: str) -> TierStats:
         t = tiers.get(name)
         if t is None:
             if len(tiers) >= MAX_TIERS:
@@ -179,7 +180,7 @@ class ShardPart(Part):
         if hits + misses:
             record(rank.key, CACHE_MISS, misses / (hits + misses), report["mono_ns"] or None)
 
-    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+    def rank_fields(self, rank: Any) -> dict[str, Any]:
         i = rank.ident
         with self.lock:
             mine = self.mine.get(rank.key)
@@ -189,7 +190,7 @@ class ShardPart(Part):
             return {"shard_reads": self._json(mine, entry[1] if entry else {})}
 
     @staticmethod
-    def _json(mine: Dict[str, Any], pod_tiers: Dict[str, TierStats]) -> Dict[str, Any]:
+    def _json(mine: dict[str, Any], pod_tiers: dict[str, TierStats]) -> dict[str, Any]:
         tiers = {}
         for name, counts in mine["tiers"].items():
             doc = dict(counts)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,8 @@ STEP_BUCKETS = metric("stallscope_step_seconds").buckets
 MAX_DROP_PIDS = 64
 MAX_PID_MAP = 256
 MAX_VERIFIED = 256
-Event = Tuple[int, int, int]
-RankKey = Tuple[str, str, str, int]
+Event = tuple[int, int, int]
+RankKey = tuple[str, str, str, int]
 
 
 def key_of(msg: Mapping[str, Any], node: str = "") -> RankKey:
@@ -53,38 +54,38 @@ class Mismatch(Exception):
 
 
 class RankState:
-    def __init__(self, key: RankKey, ident: Dict[str, Any], now: float, timeline_max: int,
-                 domain: Optional[identity.Domain] = None) -> None:
+    def __init__(self, key: RankKey, ident: dict[str, Any], now: float, timeline_max: int,
+                 domain: identity.Domain | None = None) -> None:
         self.key = key
         self.ident = ident
-        self.labels: Dict[str, str] = {}
+        self.labels: dict[str, str] = {}
         self.first_seen = now
         self.last_seen = now
-        self.pid: Optional[int] = None       # main process, agent's PID namespace (SO_PEERCRED)
-        self.ns_pid: Optional[int] = None    # main process as the trainer sees itself
-        self.pid_start: Optional[int] = None  # /proc/<pid>/stat starttime: tells PID reuse apart
-        self.uid: Optional[int] = None
+        self.pid: int | None = None       # main process, agent's PID namespace (SO_PEERCRED)
+        self.ns_pid: int | None = None    # main process as the trainer sees itself
+        self.pid_start: int | None = None  # /proc/<pid>/stat starttime: tells PID reuse apart
+        self.uid: int | None = None
         self.domain = domain                  # what may report for it (identity.py)
-        self.verified: Dict[int, int] = {}  # worker PID -> starttime, seen to descend
-        self.cgroup: Optional[cgroups.Cgroup] = None  # of the main process
-        self.loader: Optional[Dict[str, Any]] = None
-        self.reported_workers: List[int] = []  # worker PIDs as the trainer reported them
-        self.translated_workers: List[int] = []  # the same, mapped through its children
-        self.worker_pids: List[int] = []       # the same, in the agent's PID namespace
-        self.worker_map: "collections.OrderedDict[int, int]" = collections.OrderedDict()
+        self.verified: dict[int, int] = {}  # worker PID -> starttime, seen to descend
+        self.cgroup: cgroups.Cgroup | None = None  # of the main process
+        self.loader: dict[str, Any] | None = None
+        self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
+        self.translated_workers: list[int] = []  # the same, mapped through its children
+        self.worker_pids: list[int] = []       # the same, in the agent's PID namespace
+        self.worker_map: collections.OrderedDict[int, int] = collections.OrderedDict()
         self.wait = Histogram(WAIT_BUCKETS)
         self.step = Histogram(STEP_BUCKETS)
         # Wait already added to both sums for a next() call still in progress; the batch
         # that ends it adds only the rest (see _add_events and _note_blocked).
         self.provisional_ns = 0
-        self.exited_at: Optional[float] = None  # monotonic time its main process was found gone
+        self.exited_at: float | None = None  # monotonic time its main process was found gone
         self.timeline = Ring(timeline_max, 3)
-        self.dropped_by_pid: Dict[int, int] = {}
+        self.dropped_by_pid: dict[int, int] = {}
         self.dropped_base = 0
         self.clock_offset_ns = 0  # wall_ns - mono_ns as the hook last reported it
         self.set_ident(ident)
 
-    def set_ident(self, ident: Dict[str, Any]) -> None:
+    def set_ident(self, ident: dict[str, Any]) -> None:
         self.ident = ident
         self.labels = {k: str(ident[k]) for k in label_sets.IDENTITY}
 
@@ -105,7 +106,7 @@ class RankState:
             first = next(iter(self.dropped_by_pid))
             self.dropped_base += self.dropped_by_pid.pop(first)
 
-    def as_json(self, now: float) -> Dict[str, Any]:
+    def as_json(self, now: float) -> dict[str, Any]:
         i = self.ident
         return {
             "job": i["job"], "rank": i["rank"], "local_rank": i["local_rank"],
@@ -127,7 +128,7 @@ class RankTable:
     """All live ranks on this node. Every method takes the lock; readers get copies."""
 
     def __init__(self, max_ranks: int = 256, rank_ttl: float = 120.0, exit_grace: float = 30.0,
-                 timeline_seconds: float = 900.0, timeline_max: Optional[int] = None,
+                 timeline_seconds: float = 900.0, timeline_max: int | None = None,
                  procfs_root: str = "/proc", node: str = "") -> None:
         self.max_ranks = max_ranks
         self.rank_ttl = rank_ttl
@@ -137,13 +138,13 @@ class RankTable:
         self.procfs = procfs_root
         self.node = node
         self.lock = threading.RLock()
-        self.ranks: Dict[RankKey, RankState] = {}
-        self.pods: Dict[Tuple[str, str], Tuple[identity.Domain, int]] = {}  # -> (domain, ranks)
-        self.evictions: "collections.Counter[str]" = collections.Counter()
+        self.ranks: dict[RankKey, RankState] = {}
+        self.pods: dict[tuple[str, str], tuple[identity.Domain, int]] = {}  # -> (domain, ranks)
+        self.evictions: collections.Counter[str] = collections.Counter()
         self.refused_worker_pids = 0
 
-    def apply(self, msg: Mapping[str, Any], source: Optional[identity.Source] = None,
-              now: Optional[float] = None) -> RankState:
+    def apply(self, msg: Mapping[str, Any], source: identity.Source | None = None,
+              now: float | None = None) -> RankState:
         """Fold one validated message into the table. Returns the RankState; raises
         LookupError when the table is full and Mismatch when the sender may not speak
         for the rank (the caller counts both). ``source`` is the sender as the kernel
@@ -177,7 +178,7 @@ class RankTable:
             rank.note_dropped(pid, msg["dropped_total"])
             return rank
 
-    def _bind_pod(self, key: RankKey, domain: Optional[identity.Domain]) -> None:
+    def _bind_pod(self, key: RankKey, domain: identity.Domain | None) -> None:
         pod = (key[0], key[1])
         bound, n = self.pods.get(pod, (domain, 0))
         self.pods[pod] = (bound if bound is not None else domain, n + 1)  # type: ignore[assignment]
@@ -190,7 +191,7 @@ class RankTable:
         else:
             self.pods[pod] = (bound, n - 1)  # type: ignore[assignment]
 
-    def _check(self, rank: Optional[RankState], key: RankKey, source: identity.Source, main: bool) -> None:
+    def _check(self, rank: RankState | None, key: RankKey, source: identity.Source, main: bool) -> None:
         """Raise Mismatch unless ``source`` may report for ``key`` (docs/deploy.md)."""
         bound = self.pods.get((key[0], key[1]))
         if bound is not None and bound[0] is not None and bound[0] != source.domain:
@@ -209,7 +210,7 @@ class RankTable:
             raise Mismatch()  # a loader worker descends from its trainer
         self._verify(rank, source.pid, source.start)
 
-    def _main(self, rank: RankState, msg: Mapping[str, Any], pid: int, uid: Optional[int]) -> None:
+    def _main(self, rank: RankState, msg: Mapping[str, Any], pid: int, uid: int | None) -> None:
         if pid != rank.pid:
             rank.exited_at = None  # restarted under the same identity
             rank.pid, rank.ns_pid = pid, msg["pid"]
@@ -259,7 +260,7 @@ class RankTable:
         if mapped != rank.worker_pids:
             rank.worker_pids = mapped
 
-    def _descends(self, rank: RankState, pid: int) -> Optional[bool]:
+    def _descends(self, rank: RankState, pid: int) -> bool | None:
         """True: a worker of the rank (seen to descend, now or when its report came);
         False: another process; None: gone, never seen (nothing to read, nothing refused)."""
         start = procfs.start_time(self.procfs, pid)
@@ -274,7 +275,7 @@ class RankTable:
         return True
 
     @staticmethod
-    def _verify(rank: RankState, pid: int, start: Optional[int]) -> None:
+    def _verify(rank: RankState, pid: int, start: int | None) -> None:
         if start is None:
             return
         if pid not in rank.verified and len(rank.verified) >= MAX_VERIFIED:
@@ -309,7 +310,7 @@ class RankTable:
             rank.step.sum_ns += extra
             rank.provisional_ns = blocked_ns
 
-    def expire(self, now: Optional[float] = None) -> List[RankKey]:
+    def expire(self, now: float | None = None) -> list[RankKey]:
         """Drop ranks whose main process is gone or that went silent; returns their keys.
         Also refreshes each live rank's cgroup (a process may be moved after it starts)."""
         now = time.monotonic() if now is None else now
@@ -337,11 +338,11 @@ class RankTable:
                 gone.append(key)
         return gone
 
-    def snapshot(self) -> List[RankState]:
+    def snapshot(self) -> list[RankState]:
         with self.lock:
             return list(self.ranks.values())
 
-    def find(self, **match: Any) -> List[RankState]:
+    def find(self, **match: Any) -> list[RankState]:
         """Ranks whose identity has all the given values (e.g. pod=..., rank=3)."""
         with self.lock:
             return [r for r in self.ranks.values()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Dict, Optional
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +74,7 @@ def _label(value: Any, what: str) -> str:
     return value
 
 
-def _identity(raw: Any) -> Dict[str, Any]:
+def _identity(raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise Reject("bad_schema", "id must be an object")
     job = _label(raw.get("job"), "id.job")
@@ -127,12 +127,12 @@ def _check_events(ev: np.ndarray, now_ns: int) -> np.ndarray:
     return ev
 
 
-def _loader(raw: Any) -> Optional[Dict[str, Any]]:
+def _loader(raw: Any) -> dict[str, Any] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise Reject("bad_schema", "loader must be an object")
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for field in LOADER_INT_FIELDS:
         v = raw.get(field)
         out[field] = None if v is None else _int(v, 0, 1 << 20, "loader." + field)
@@ -149,7 +149,7 @@ def _loader(raw: Any) -> Optional[Dict[str, Any]]:
 
 
 def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
-          now_ns: Optional[int] = None) -> Dict[str, Any]:
+          now_ns: int | None = None) -> dict[str, Any]:
     """Bytes of one message -> normalised message dict, or Reject. ``now_ns``: the
     agent's CLOCK_MONOTONIC (tests pass one)."""
     now_ns = time.monotonic_ns() if now_ns is None else now_ns
@@ -209,7 +209,7 @@ def _wall(raw: Any) -> int:
     return value
 
 
-def _blocked(raw: Dict[str, Any], mono_ns: int) -> Optional[int]:
+def _blocked(raw: dict[str, Any], mono_ns: int) -> int | None:
     """Start of a next() call still in progress, on the sender's clock (<= mono_ns)."""
     value = raw.get("blocked_since_ns")
     if value is None:

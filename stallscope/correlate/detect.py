@@ -23,7 +23,7 @@ minutes before it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional
+from typing import Any
 
 import numpy as np
 
@@ -42,13 +42,13 @@ Z = 3.0
 @dataclasses.dataclass
 class Detection:
     stalled: bool
-    since_ns: Optional[int]        # start of the segment judged (CLOCK_MONOTONIC)
+    since_ns: int | None        # start of the segment judged (CLOCK_MONOTONIC)
     share: float                   # its data-wait share
     batches: int
     excess_seconds: float          # waiting beyond the line in the segment
     z: float                       # (share - line) / standard error of the bins' shares
 
-    def as_json(self, now_ns: int) -> Dict[str, Any]:
+    def as_json(self, now_ns: int) -> dict[str, Any]:
         return {"stalled": self.stalled, "since_ns": self.since_ns,
                 "since_seconds_ago": None if self.since_ns is None else round((now_ns - self.since_ns) / 1e9, 3),
                 "data_wait_ratio": round(self.share, 6), "batches": self.batches,

@@ -15,7 +15,7 @@ Verdicts:
 The agent sees only its own node's ranks, so the straggler it names is the worst rank
 of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
 """
-from typing import Any, Dict
+from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
@@ -85,7 +85,7 @@ def straggler(trace, ratio, peer_ratios, node):
 
 
 def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = None,
-            since_ns: Any = None) -> Dict[str, Any]:
+            since_ns: Any = None) -> dict[str, Any]:
     """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job).
 
     ``since_ns``: a stall began then (detect.py). The verdict, the loader's numbers and
@@ -151,6 +151,6 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
     return out
 
 
-def top_cause(diagnosis: Dict[str, Any]) -> Any:
+def top_cause(diagnosis: dict[str, Any]) -> Any:
     causes = diagnosis.get("causes") or []
     return causes[0]["cause"] if causes else None

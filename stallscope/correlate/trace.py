@@ -101,7 +101,8 @@ class RankTrace:
         """The same rank from ``t_ns`` on: batches that ended after it, signals sampled
         after it."""
         keep = self.t_end > t_ns
-        clip = (lambda d: {k: s.clip(t_ns, 2**62) for k, s in d.items()})
+        def clip(d):
+            return ({k: s.clip(t_ns, 2**62) for k, s in d.items()})
         return dataclasses.replace(self, t_end=self.t_end[keep], wait=self.wait[keep],
                                    interval=self.interval[keep], signals=clip(self.signals),
                                    node_signals=clip(self.node_signals))

@@ -35,7 +35,8 @@ def value(signal, v, unit=None):
 
 def table(headers, rows):
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+    def line(r):
+        return "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
     return [line(headers)] + [line(r) for r in rows]
 
 

@@ -7,7 +7,9 @@ import statistics
 import time
 
 from . import cluster as cluster_mod
-from . import fetch, nextsteps, node as node_mod, stacks as stacks_mod, verdict
+from . import fetch, nextsteps, verdict
+from . import node as node_mod
+from . import stacks as stacks_mod
 from . import window as durations
 from .errors import DiagnoseError
 from .prom import Prometheus

@@ -15,7 +15,7 @@ from .runner import ExportersOptions, Runner
 __all__ = ["Exporter", "ExportersOptions", "Runner", "build", "option_classes", "registry"]
 
 
-def option_classes() -> List[Any]:
+def option_classes() -> list[Any]:
     """The Options dataclass of every registered exporter that has flags."""
     out = []
     for entry in registry.EXPORTERS:
@@ -25,8 +25,8 @@ def option_classes() -> List[Any]:
     return out
 
 
-def build(host: Any, enabled: Dict[str, Optional[bool]], options: Dict[type, Any],
-          runner_options: ExportersOptions = ExportersOptions()) -> Tuple[List[Exporter], Runner]:
+def build(host: Any, enabled: dict[str, bool | None], options: dict[type, Any],
+          runner_options: ExportersOptions = ExportersOptions()) -> tuple[list[Exporter], Runner]:
     """The exporters that ``enabled`` turns on ({name: True/False/None=default}), each
     with its options from ``options`` ({Options class: instance}, else its defaults),
     and the Runner that schedules them."""

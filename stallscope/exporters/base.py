@@ -10,7 +10,8 @@ ranks share it; node-wide readings leave the pod labels empty (``{pod=""}``).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Hashable, Optional, Tuple
+from collections.abc import Hashable
+from typing import Any
 
 from ..host import Part
 from ..system import procfs
@@ -29,11 +30,11 @@ class Exporter(Part):
         self.options = options if options is not None else (
             self.Options() if self.Options is not None else None)
 
-    def unavailable(self) -> Optional[str]:
+    def unavailable(self) -> str | None:
         """Why this signal cannot be read on this node (a short sentence), or None."""
         return None
 
-    def record(self, scope: Any, signal: str, value: Optional[float], t_ns: Optional[int] = None) -> None:
+    def record(self, scope: Any, signal: str, value: float | None, t_ns: int | None = None) -> None:
         if value is not None:
             self.host.samples.record(scope, signal, value, t_ns)
 
@@ -41,7 +42,7 @@ class Exporter(Part):
         return procfs.pid_path(self.host.procfs, pid, *parts)
 
     @property
-    def node_labels(self) -> Dict[str, str]:
+    def node_labels(self) -> dict[str, str]:
         """Labels of a node-wide reading: only ``node`` set."""
         return {"node": self.host.node}
 
@@ -52,10 +53,10 @@ class Rates:
 
     def __init__(self, host: Any) -> None:
         self.host = host
-        self.prev: Dict[Hashable, Tuple[float, Tuple[float, ...]]] = {}
+        self.prev: dict[Hashable, tuple[float, tuple[float, ...]]] = {}
         self.seen: set = set()  # type: ignore[type-arg]
 
-    def delta(self, key: Hashable, values: Tuple[float, ...]) -> Optional[Tuple[float, Tuple[float, ...]]]:
+    def delta(self, key: Hashable, values: tuple[float, ...]) -> tuple[float, tuple[float, ...]] | None:
         """values: tuple of counters -> (dt_seconds, deltas) since the last call, or None
         the first time and after a counter went backwards (a new cgroup, a reset)."""
         now = self.host.clock()

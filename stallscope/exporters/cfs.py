@@ -16,7 +16,7 @@ sizing each rank's quota (cores, None without one) and the ranks sharing it.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any
 
 from ..host.families import family
 from ..system import cgroups
@@ -78,9 +78,9 @@ class CfsExporter(base.Exporter):
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
         self.rates = base.Rates(host)
-        self.quotas: Dict[Any, Tuple[Optional[float], Optional[int]]] = {}
+        self.quotas: dict[Any, tuple[float | None, int | None]] = {}
 
-    def quota_of(self, key: Any) -> Tuple[Optional[float], Optional[int]]:
+    def quota_of(self, key: Any) -> tuple[float | None, int | None]:
         """(CFS quota in cores, ranks whose main process shares its cgroup) of a rank."""
         return self.quotas.get(key, (None, None))
 
@@ -146,7 +146,7 @@ class CfsExporter(base.Exporter):
         seconds = family("stallscope_cpu_cfs_throttled_seconds_total")
         quota = family("stallscope_cpu_cfs_quota_cores")
         over = family("stallscope_cpu_cfs_quota_oversubscribed")
-        for key, g in sorted(groups.items()):
+        for _key, g in sorted(groups.items()):
             g.counters = parse_stat(read_keyed(os.path.join(g.dir, "cpu.stat")), g.version)
             if g.counters is None:
                 self.note("no CFS counters in %s/cpu.stat (cpu controller not enabled there)" % g.dir)

@@ -26,7 +26,7 @@ import os
 import re
 import threading
 import time
-from typing import Any, Dict
+from typing import Any
 
 from ..host.families import family
 from ..host.options import flag
@@ -111,7 +111,7 @@ class FuseExporter(base.Exporter):
         super().__init__(host, options)
         self.probe_timeout = self.options.probe_timeout
         self.exclude = re.compile(self.options.exclude_fstypes)
-        self.mounts_of: Dict[Any, Any] = {}   # rank key -> [mount state] for /api/v1/ranks
+        self.mounts_of: dict[Any, Any] = {}   # rank key -> [mount state] for /api/v1/ranks
         self.probes = {}      # connection (major:minor) -> latest Probe
         self.last = {}        # connection -> last settled (state, seconds, error)
         self.failures = collections.Counter()  # labels + (reason,) -> n
@@ -177,7 +177,7 @@ class FuseExporter(base.Exporter):
             if state is None or state == "gone":  # pending within its timeout / transient
                 state, seconds, error = self.last.get(dev, ("up", seconds, None))
             self.last[dev] = (state, seconds, error)
-            for labels, m in entry["series"].items():
+            for labels, _m in entry["series"].items():
                 live.add(labels)
                 up.add_values(labels, 1 if state == "up" else 0)
                 secs.add_values(labels, seconds)
@@ -216,6 +216,6 @@ class FuseExporter(base.Exporter):
                 for _, l, s, sec, w, e in rows]
         self.mounts_of = mounts_of
 
-    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+    def rank_fields(self, rank: Any) -> dict[str, Any]:
         found = self.mounts_of.get(rank.key)
         return {"fuse": found} if found is not None else {}

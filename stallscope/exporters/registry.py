@@ -4,7 +4,7 @@ imported when their exporter's class is asked for."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from ..vocabulary import EXPORTERS
 from ..vocabulary.entries import Exporter as Entry
@@ -16,7 +16,7 @@ def load(entry: Entry) -> Any:
     return getattr(importlib.import_module("stallscope.exporters." + module), cls)
 
 
-def chosen(enabled: Dict[str, Optional[bool]]) -> List[Entry]:
+def chosen(enabled: dict[str, bool | None]) -> list[Entry]:
     """The entries that ``enabled`` ({name: True/False/None=default}) turns on."""
     return [e for e in EXPORTERS if enabled.get(e.name) is not False
             and (enabled.get(e.name) is True or e.default)]

@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from ..host import Part, Query
+from ..host import Part, Query, log
 from ..host.contract import no_params
 from ..host.families import family
 from ..host.options import flag
-from ..host import log
 from .base import Exporter
 
 
@@ -61,7 +61,7 @@ class Runner(Part):
 
     name = "exporters"
 
-    def __init__(self, host: Any, exporters: Sequence[Tuple[Exporter, bool]],
+    def __init__(self, host: Any, exporters: Sequence[tuple[Exporter, bool]],
                  options: ExportersOptions = ExportersOptions()) -> None:
         """exporters: [(Exporter instance, explicitly enabled)]."""
         super().__init__(host)
@@ -171,14 +171,14 @@ class Runner(Part):
                 avail.add({}, 1 if available else 0, exporter=slot.name)
         yield from (ok.family, dur.family, avail.family)
 
-    def routes(self) -> Dict[str, Any]:
+    def routes(self) -> dict[str, Any]:
         return {"/api/v1/exporters": self._status_route}
 
-    def _status_route(self, query: Query) -> Tuple[int, Any]:
+    def _status_route(self, query: Query) -> tuple[int, Any]:
         no_params(query)
         return 200, {"exporters": self.status()}
 
-    def status(self) -> List[Dict[str, Any]]:
+    def status(self) -> list[dict[str, Any]]:
         """State of every exporter for /api/v1/exporters."""
         now = time.monotonic()
         out = []

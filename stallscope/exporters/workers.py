@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Dict
+from typing import Any
 
 import psutil
 
@@ -46,7 +46,7 @@ class WorkersExporter(base.Exporter):
         if host.procfs != "/proc":
             psutil.PROCFS_PATH = host.procfs  # psutil reads one procfs per process
         self.per_worker = self.options.per_worker
-        self.rows: Dict[Any, Any] = {}          # rank key -> per-worker rows (/api/v1/ranks)
+        self.rows: dict[Any, Any] = {}          # rank key -> per-worker rows (/api/v1/ranks)
         self.procs = {}     # pid -> psutil.Process (kept: it remembers the create time)
         self.cpu_seen = {}  # (pid, create_time) -> CPU seconds at the last reading
         self.cpu_total = collections.Counter()  # rank key -> accumulated worker CPU seconds
@@ -136,6 +136,6 @@ class WorkersExporter(base.Exporter):
             for r in rows]
         return {(r["pid"], r["created"]) for r in alive}
 
-    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+    def rank_fields(self, rank: Any) -> dict[str, Any]:
         rows = self.rows.get(rank.key)
         return {"workers": rows} if rows is not None else {}

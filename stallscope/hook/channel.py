@@ -20,10 +20,10 @@ from __future__ import annotations
 import atexit
 import os
 import socket
-from operator import sub
 import threading
 import time
 import weakref
+from operator import sub
 
 from . import wire
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence,
-                    Tuple)
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Callable, Protocol
 
-RankKey = Tuple[str, str, str, int]   # (namespace, pod, job, rank)
-Query = Dict[str, List[str]]          # parsed query string
-Route = Callable[[Query], Tuple[int, Any]]
+RankKey = tuple[str, str, str, int]   # (namespace, pod, job, rank)
+Query = dict[str, list[str]]          # parsed query string
+Route = Callable[[Query], tuple[int, Any]]
 
 
 def log(message: str) -> None:
@@ -74,22 +74,22 @@ class Rank(Protocol):
         """The identity labels of its series."""
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         """The main process, in the agent's PID namespace."""
 
     @property
-    def uid(self) -> Optional[int]: ...
+    def uid(self) -> int | None: ...
 
     @property
     def cgroup(self) -> Any:
         """The main process's stallscope.system.cgroups.Cgroup, or None."""
 
     @property
-    def worker_pids(self) -> List[int]:
+    def worker_pids(self) -> list[int]:
         """Loader workers, in the agent's PID namespace."""
 
     @property
-    def loader(self) -> Optional[Mapping[str, Any]]: ...
+    def loader(self) -> Mapping[str, Any] | None: ...
 
     @property
     def exited(self) -> bool: ...
@@ -104,16 +104,16 @@ class Report(Protocol):
 
 
 class Samples(Protocol):
-    def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None: ...
+    def record(self, scope: Any, signal: str, value: float, t_ns: int | None = None) -> None: ...
 
     def record_many(self, scope: Any, signal: str, t_ns: Any, values: Any) -> None:
         """Many points at once (sequences or numpy arrays of times and values)."""
 
-    def window(self, scope: Any, signal: str, seconds: Optional[float] = None) -> Tuple[Any, Any]: ...
+    def window(self, scope: Any, signal: str, seconds: float | None = None) -> tuple[Any, Any]: ...
 
-    def series(self, scope: Any, signal: str, seconds: Optional[float] = None) -> List[Tuple[int, float]]: ...
+    def series(self, scope: Any, signal: str, seconds: float | None = None) -> list[tuple[int, float]]: ...
 
-    def signals(self, scope: Any) -> List[str]: ...
+    def signals(self, scope: Any) -> list[str]: ...
 
     def drop_scope(self, scope: Any) -> None: ...
 
@@ -127,11 +127,11 @@ class Host(Protocol):
     rootfs: str
     samples: Samples
     stopping: threading.Event
-    notes: Dict[str, List[str]]       # what note() said, by part
+    notes: dict[str, list[str]]       # what note() said, by part
 
-    def ranks(self) -> List[Rank]: ...
+    def ranks(self) -> list[Rank]: ...
 
-    def find(self, **match: Any) -> List[Rank]: ...
+    def find(self, **match: Any) -> list[Rank]: ...
 
     def timeline(self, rank: Rank, seconds: float) -> Any:
         """The rank's batch events of the last ``seconds``: an (n, 3) int64 numpy array
@@ -163,15 +163,15 @@ class Part:
         """Metric families (prometheus_client) for /metrics."""
         return ()
 
-    def routes(self) -> Dict[str, Route]:
+    def routes(self) -> dict[str, Route]:
         """{path: fn(query) -> (status, body)} added to the agent's API."""
         return {}
 
-    def timeline_fields(self, rank: Rank, seconds: float) -> Dict[str, Any]:
+    def timeline_fields(self, rank: Rank, seconds: float) -> dict[str, Any]:
         """Fields of ``rank``'s ``/api/v1/timeline`` answer."""
         return {}
 
-    def rank_fields(self, rank: Rank) -> Dict[str, Any]:
+    def rank_fields(self, rank: Rank) -> dict[str, Any]:
         """Fields of ``rank``'s entry in ``/api/v1/ranks``."""
         return {}
 

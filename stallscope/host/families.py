@@ -5,10 +5,10 @@ Only declared metrics can be built, so a part cannot emit an undeclared one.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Mapping, Sequence, Tuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from .. import vocabulary
 from ..vocabulary.labels import values
@@ -29,11 +29,11 @@ class Family:
     def add(self, labels: Mapping[str, Any], value: float, **extra: Any) -> None:
         self.family.add_metric(values(self.metric.labels, labels, **extra), value)
 
-    def add_histogram(self, labels: Mapping[str, Any], buckets: Sequence[Tuple[str, float]],
+    def add_histogram(self, labels: Mapping[str, Any], buckets: Sequence[tuple[str, float]],
                       sum_value: float, **extra: Any) -> None:
         self.family.add_metric(values(self.metric.labels, labels, **extra), buckets, sum_value)
 
-    def add_values(self, label_values: Tuple[str, ...], value: float) -> None:
+    def add_values(self, label_values: tuple[str, ...], value: float) -> None:
         """Label values already in the declared order (hot loops over many series)."""
         self.family.add_metric(label_values, value)
 
@@ -42,9 +42,9 @@ def family(name: str) -> Family:
     return Family(name)
 
 
-def unwrap(fams: Iterable[Family]) -> List[Any]:
+def unwrap(fams: Iterable[Family]) -> list[Any]:
     return [f.family for f in fams]
 
 
-def buckets(name: str) -> Tuple[float, ...]:
+def buckets(name: str) -> tuple[float, ...]:
     return vocabulary.metric(name).buckets

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
 
-def flag(default: Any, name: str, help: str, *, lo: Optional[float] = None,
-         hi: Optional[float] = None, metavar: Optional[str] = None, envvar: Optional[str] = None,
-         kind: Optional[type] = None, regex: bool = False, url: bool = False,
+def flag(default: Any, name: str, help: str, *, lo: float | None = None,
+         hi: float | None = None, metavar: str | None = None, envvar: str | None = None,
+         kind: type | None = None, regex: bool = False, url: bool = False,
          hidden: bool = False) -> Any:
     """A dataclass field that is also a command-line flag (``name``; ``--a/--no-a`` for a
     switch). ``lo``/``hi`` bound numbers; ``regex``/``url`` check strings; ``kind`` gives
@@ -50,8 +50,8 @@ def _check_url(value: str) -> str:
     return value
 
 
-def checks(meta: Dict[str, Any]) -> List[Callable[[Any], Any]]:
-    out: List[Callable[[Any], Any]] = []
+def checks(meta: dict[str, Any]) -> list[Callable[[Any], Any]]:
+    out: list[Callable[[Any], Any]] = []
     if meta["regex"]:
         out.append(_check_regex)
     if meta["url"]:
@@ -59,7 +59,7 @@ def checks(meta: Dict[str, Any]) -> List[Callable[[Any], Any]]:
     return out
 
 
-def click_options(cls: type) -> List[Callable[[Any], Any]]:
+def click_options(cls: type) -> list[Callable[[Any], Any]]:
     """click.option decorators for every flag field of the dataclass ``cls``."""
     import click
 
@@ -69,7 +69,7 @@ def click_options(cls: type) -> List[Callable[[Any], Any]]:
         if meta is None:
             continue
         kind = meta["kind"]
-        kw: Dict[str, Any] = {"default": f.default, "help": meta["help"], "hidden": meta["hidden"]}
+        kw: dict[str, Any] = {"default": f.default, "help": meta["help"], "hidden": meta["hidden"]}
         if meta["envvar"]:
             kw["envvar"] = meta["envvar"]
         if meta["metavar"]:
@@ -84,7 +84,7 @@ def click_options(cls: type) -> List[Callable[[Any], Any]]:
                 kw["type"] = click.IntRange(meta["lo"], meta["hi"])
         fns = checks(meta)
         if fns:
-            def callback(_ctx: Any, _param: Any, value: Any, fns: List[Callable[[Any], Any]] = fns) -> Any:
+            def callback(_ctx: Any, _param: Any, value: Any, fns: list[Callable[[Any], Any]] = fns) -> Any:
                 try:
                     for fn in fns:
                         value = fn(value)
@@ -96,7 +96,7 @@ def click_options(cls: type) -> List[Callable[[Any], Any]]:
     return out
 
 
-def from_kwargs(cls: Type[T], kwargs: Dict[str, Any]) -> T:
+def from_kwargs(cls: type[T], kwargs: dict[str, Any]) -> T:
     """The dataclass ``cls`` from parsed flags; takes its entries out of ``kwargs``."""
     values = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]

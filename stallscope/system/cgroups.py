@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Optional
+from typing import Any
 
 from . import procfs as procfs_mod
 
@@ -33,7 +33,7 @@ class Cgroup:
 
     __slots__ = ("v1", "v2", "pod_uid", "container_id", "runtime", "qos", "driver")
 
-    def __init__(self, v1: Optional[Dict[str, str]] = None, v2: Optional[str] = None) -> None:
+    def __init__(self, v1: dict[str, str] | None = None, v2: str | None = None) -> None:
         self.v1 = v1 or {}
         self.v2 = v2
         self.pod_uid = self.container_id = self.runtime = self.qos = self.driver = None
@@ -48,7 +48,7 @@ class Cgroup:
         """The path of ``controller`` ("cpu", "memory" ...): v1 when a v1 hierarchy has it."""
         return self.v1.get(controller) or self.v2
 
-    def as_json(self) -> Dict[str, Any]:
+    def as_json(self) -> dict[str, Any]:
         return {"v1": dict(self.v1), "v2": self.v2, "pod_uid": self.pod_uid,
                 "container_id": self.container_id, "runtime": self.runtime,
                 "qos": self.qos, "driver": self.driver}
@@ -70,7 +70,7 @@ def k8s_info(path):
     return info
 
 
-def of_pid(procfs: str, pid: Any) -> Optional[Cgroup]:
+def of_pid(procfs: str, pid: Any) -> Cgroup | None:
     """The Cgroup of ``pid``, or None when the process is gone."""
     text = procfs_mod.read_text(procfs_mod.pid_path(procfs, pid, "cgroup"))
     return None if text is None else Cgroup(*procfs_mod.parse_cgroup(text))

@@ -7,10 +7,10 @@ import collections
 import os
 import re
 import signal
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 
-def read_text(path: str) -> Optional[str]:
+def read_text(path: str) -> str | None:
     """File contents, or None when it cannot be read (gone, absent, permission)."""
     try:
         with open(path) as f:
@@ -19,9 +19,9 @@ def read_text(path: str) -> Optional[str]:
         return None
 
 
-def read_keyed(path: str) -> Dict[str, int]:
+def read_keyed(path: str) -> dict[str, int]:
     """``key value`` lines (cpu.stat and friends) -> {key: int}; {} when unreadable."""
-    out: Dict[str, int] = {}
+    out: dict[str, int] = {}
     for line in (read_text(path) or "").splitlines():
         parts = line.split()
         if len(parts) == 2:
@@ -42,10 +42,10 @@ class Stat(NamedTuple):
     ppid: int          # field 4
     pgrp: int          # field 5
     starttime: int     # field 22: clock ticks after boot (tells a reused PID apart)
-    exit_code: Optional[int]  # field 52 (Linux 3.5+): the wait status of a zombie
+    exit_code: int | None  # field 52 (Linux 3.5+): the wait status of a zombie
 
 
-def parse_stat(text: str) -> Optional[Stat]:
+def parse_stat(text: str) -> Stat | None:
     # comm (field 2) may hold spaces and parentheses: split after the last ')'.
     rest = text[text.rfind(")") + 2:].split()
     try:
@@ -55,7 +55,7 @@ def parse_stat(text: str) -> Optional[Stat]:
         return None
 
 
-def stat_fields(procfs: str, pid: object, *task: str) -> Optional[List[str]]:
+def stat_fields(procfs: str, pid: object, *task: str) -> list[str] | None:
     """The fields of /proc/<pid>[/task/<tid>]/stat after comm (field 3 at index 0, so
     utime, field 14, is index 11), or None."""
     text = read_text(pid_path(procfs, pid, *task, "stat"))
@@ -64,30 +64,30 @@ def stat_fields(procfs: str, pid: object, *task: str) -> Optional[List[str]]:
     return text[text.rfind(")") + 2:].split()
 
 
-def rss_bytes(procfs: str, pid: object) -> Optional[int]:
+def rss_bytes(procfs: str, pid: object) -> int | None:
     for line in (read_text(pid_path(procfs, pid, "status")) or "").splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return None
 
 
-def stat(procfs: str, pid: object) -> Optional[Stat]:
+def stat(procfs: str, pid: object) -> Stat | None:
     text = read_text(pid_path(procfs, pid, "stat"))
     return parse_stat(text) if text else None
 
 
-def start_time(procfs: str, pid: object) -> Optional[int]:
+def start_time(procfs: str, pid: object) -> int | None:
     st = stat(procfs, pid)
     return st.starttime if st else None
 
 
-def alive(procfs: str, pid: object, start: Optional[int] = None) -> bool:
+def alive(procfs: str, pid: object, start: int | None = None) -> bool:
     """Whether ``pid`` exists (and, given ``start``, is still the same process)."""
     now = start_time(procfs, pid)
     return now is not None and (start is None or now == start)
 
 
-def exit_signal(procfs: str, pid: object) -> Optional[str]:
+def exit_signal(procfs: str, pid: object) -> str | None:
     """The signal that ended a zombie ``pid`` (its wait status), or None."""
     st = stat(procfs, pid)
     if st is None or st.exit_code is None:
@@ -101,7 +101,7 @@ def exit_signal(procfs: str, pid: object) -> Optional[str]:
         return str(sig)
 
 
-def ns_pid(procfs: str, pid: object) -> Optional[int]:
+def ns_pid(procfs: str, pid: object) -> int | None:
     """The PID in the innermost PID namespace: the last field of NSpid in status."""
     for line in (read_text(pid_path(procfs, pid, "status")) or "").splitlines():
         if line.startswith("NSpid:"):
@@ -110,9 +110,9 @@ def ns_pid(procfs: str, pid: object) -> Optional[int]:
     return None
 
 
-def children(procfs: str, pid: object) -> List[int]:
+def children(procfs: str, pid: object) -> list[int]:
     """Children of every thread of ``pid`` (/proc/<pid>/task/<tid>/children)."""
-    out: List[int] = []
+    out: list[int] = []
     try:
         tids = os.listdir(pid_path(procfs, pid, "task"))
     except OSError:
@@ -144,7 +144,7 @@ def _unescape(s: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
 
 
-def parse_mountinfo(text: str) -> List[Mount]:
+def parse_mountinfo(text: str) -> list[Mount]:
     out = []
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
@@ -155,14 +155,14 @@ def parse_mountinfo(text: str) -> List[Mount]:
     return out
 
 
-def mountinfo(procfs: str, pid: object) -> List[Mount]:
+def mountinfo(procfs: str, pid: object) -> list[Mount]:
     return parse_mountinfo(read_text(pid_path(procfs, pid, "mountinfo")) or "")
 
 
 # -- cgroup ---------------------------------------------------------------------------
-def parse_cgroup(text: str) -> Tuple[Dict[str, str], Optional[str]]:
+def parse_cgroup(text: str) -> tuple[dict[str, str], str | None]:
     """Text of /proc/<pid>/cgroup (cgroups(7)) -> (v1 {controller: path}, v2 path)."""
-    v1: Dict[str, str] = {}
+    v1: dict[str, str] = {}
     v2 = None
     for line in text.splitlines():
         parts = line.split(":", 2)

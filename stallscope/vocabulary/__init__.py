@@ -26,16 +26,16 @@ __all__ = ["ATTRIBUTE", "CAUSES", "DATA_WAIT_CRITICAL", "DATA_WAIT_LINE", "EXPOR
            "CauseAlert", "Exporter", "Line", "Metric", "Signal", "cause", "labels", "metric",
            "signal"]
 
-METRICS: Tuple[Metric, ...] = hook.METRICS + node.METRICS + agent.METRICS
-SIGNALS: Tuple[Signal, ...] = hook.SIGNALS + node.SIGNALS
-EXPORTERS: Tuple[Exporter, ...] = node.EXPORTERS
-CAUSES: Tuple[Cause, ...] = causes.CAUSES
+METRICS: tuple[Metric, ...] = hook.METRICS + node.METRICS + agent.METRICS
+SIGNALS: tuple[Signal, ...] = hook.SIGNALS + node.SIGNALS
+EXPORTERS: tuple[Exporter, ...] = node.EXPORTERS
+CAUSES: tuple[Cause, ...] = causes.CAUSES
 
 _E = TypeVar("_E", Metric, Signal, Exporter, Cause)
 
 
-def _index(entries: Tuple[_E, ...], what: str) -> Dict[str, _E]:
-    out: Dict[str, _E] = {}
+def _index(entries: tuple[_E, ...], what: str) -> dict[str, _E]:
+    out: dict[str, _E] = {}
     for e in entries:
         if e.name in out:
             raise ValueError("%s %s is declared twice" % (what, e.name))
@@ -47,7 +47,7 @@ METRIC = _index(METRICS, "metric")
 SIGNAL = _index(SIGNALS, "signal")
 CAUSE = _index(CAUSES, "cause")
 EXPORTER = _index(EXPORTERS, "exporter")
-CAUSE_NAMES: Tuple[str, ...] = tuple(c.name for c in CAUSES)
+CAUSE_NAMES: tuple[str, ...] = tuple(c.name for c in CAUSES)
 
 
 def metric(name: str) -> Metric:
@@ -70,7 +70,7 @@ def line_of(cause_name: str, signal_name: str) -> Line:
     raise KeyError("cause %s has no line on %s" % (cause_name, signal_name))
 
 
-def cause_alerts() -> Dict[str, Tuple[Cause, CauseAlert]]:
+def cause_alerts() -> dict[str, tuple[Cause, CauseAlert]]:
     """{alert name: (cause, alert)} of every alert that pages on a cause."""
     return {a.name: (c, a) for c in CAUSES for a in c.alerts}
 

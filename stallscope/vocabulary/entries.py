@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Tuple
 
 KINDS = ("counter", "gauge", "histogram")
 UNITS = ("ratio", "seconds", "count", "flag", "bytes", "bytes_rate")
@@ -19,9 +18,9 @@ class Metric:
     name: str
     kind: str
     help: str
-    labels: Tuple[str, ...]
+    labels: tuple[str, ...]
     producer: str                       # the part that emits it
-    buckets: Tuple[float, ...] = ()     # histograms only
+    buckets: tuple[float, ...] = ()     # histograms only
 
     @property
     def family_name(self) -> str:
@@ -39,11 +38,11 @@ class Signal:
     ``query_by``."""
     name: str
     unit: str
-    scopes: Tuple[str, ...]
+    scopes: tuple[str, ...]
     producer: str
     help: str
     query: str = ""
-    query_by: Tuple[str, ...] = ()
+    query_by: tuple[str, ...] = ()
     cadence: str = "collection"
 
 
@@ -63,7 +62,7 @@ class Line:
     signal: str
     threshold: float
     above: bool = True
-    scopes: Tuple[str, ...] = ("rank", "node")
+    scopes: tuple[str, ...] = ("rank", "node")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +90,8 @@ class Cause:
     ``advice``: the first thing to do."""
     name: str
     what: str
-    lines: Tuple[Line, ...]
-    alerts: Tuple[CauseAlert, ...]
+    lines: tuple[Line, ...]
+    alerts: tuple[CauseAlert, ...]
     runbook_alert: str
     advice: str
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope.lab.procs import child_env, http_get

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 import psutil
 from prometheus_client import generate_latest
@@ -80,13 +80,13 @@ HEADER = ("# Golden /metrics of the agent over tests/golden/fixtures (tests/gold
 class Run:
     exposition: str                         # generate_latest() of the agent's registry
     exact: bool                             # /dev/shm was a tmpfs of known size
-    inexact_why: Optional[str]
-    recorded: Dict[Tuple[Any, str], Set[str]]  # (scope, signal) -> parts that recorded it
-    stored: Dict[Any, List[str]]            # scope -> agent.samples.signals(scope)
-    emitted_by: Dict[str, Set[str]]         # part -> names of the families it emitted
-    failures: List[str]                     # exporters or parts that failed to collect
-    notes: Dict[str, List[str]]             # what the parts noted (missing files ...)
-    diagnosis: Dict[str, Any]               # the correlator's result for the rank
+    inexact_why: str | None
+    recorded: dict[tuple[Any, str], set[str]]  # (scope, signal) -> parts that recorded it
+    stored: dict[Any, list[str]]            # scope -> agent.samples.signals(scope)
+    emitted_by: dict[str, set[str]]         # part -> names of the families it emitted
+    failures: list[str]                     # exporters or parts that failed to collect
+    notes: dict[str, list[str]]             # what the parts noted (missing files ...)
+    diagnosis: dict[str, Any]               # the correlator's result for the rank
 
     def __repr__(self) -> str:  # short, in a failing test's traceback
         return "<golden run: %d lines, %s>" % (
@@ -168,7 +168,7 @@ class RecordSpy:
 
     def __init__(self, samples: Any) -> None:
         self.inner, self.inner_many = samples.record, samples.record_many
-        self.by: Dict[Tuple[Any, str], Set[str]] = collections.defaultdict(set)
+        self.by: dict[tuple[Any, str], set[str]] = collections.defaultdict(set)
         samples.record, samples.record_many = self.record, self.record_many
 
     def _note(self, scope: Any, signal: str) -> None:
@@ -182,7 +182,7 @@ class RecordSpy:
             frame = frame.f_back
         self.by[(scope, signal)].add(part)
 
-    def record(self, scope: Any, signal: str, value: float, t_ns: Optional[int] = None) -> None:
+    def record(self, scope: Any, signal: str, value: float, t_ns: int | None = None) -> None:
         self._note(scope, signal)
         self.inner(scope, signal, value, t_ns)
 
@@ -192,7 +192,7 @@ class RecordSpy:
 
 
 # -- the run ----------------------------------------------------------------------------
-def _mount_tmpfs(path: str) -> Optional[str]:
+def _mount_tmpfs(path: str) -> str | None:
     """Mount a tmpfs of SHM_SIZE on ``path`` and fill SHM_USED of it; None, or why not."""
     if os.geteuid() != 0:
         return "needs root to mount a tmpfs on the fixture's /dev/shm (its sizes are exact only then)"
@@ -268,9 +268,9 @@ def drive(agent: Agent) -> None:
     agent.correlator.detect(time.monotonic())  # the stall, found and analysed at once
 
 
-def emitters(agent: Agent) -> Dict[str, Set[str]]:
+def emitters(agent: Agent) -> dict[str, set[str]]:
     """{part name: names of the families it emits}; the exporters' through the runner."""
-    out: Dict[str, Set[str]] = collections.defaultdict(set)
+    out: dict[str, set[str]] = collections.defaultdict(set)
     theirs = set()
     for slot in agent.runner.slots:
         for fam in slot.families:
@@ -283,7 +283,7 @@ def emitters(agent: Agent) -> Dict[str, Set[str]]:
     return dict(out)
 
 
-def failures(agent: Agent) -> List[str]:
+def failures(agent: Agent) -> list[str]:
     out = ["exporter %s: %s" % (s["exporter"], s["error"] or "unavailable: %s" % s["unavailable_reason"])
            for s in agent.runner.status() if not s["success"]]
     out += ["part %s failed to collect (see its log line above)" % name
@@ -328,7 +328,7 @@ def _run(tree: str) -> Run:
             subprocess.run(["umount", os.path.join(tree, "root", "dev", "shm")], check=True)
 
 
-_RUN: List[Run] = []
+_RUN: list[Run] = []
 
 
 def golden_run() -> Run:

@@ -73,7 +73,7 @@ def main():
     stop.set()
     if loader:
         loader.join(10)
-    for gpu, status, ratio, busy_s, sampled_s, pids in sampler.snapshot():
+    for gpu, status, _ratio, busy_s, sampled_s, pids in sampler.snapshot():
         ring = list(sampler.tracks[gpu.uuid].ring)
         st = gpu.state
         g = {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "status": status,

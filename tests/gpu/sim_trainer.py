@@ -31,7 +31,7 @@ def main(out):
     loader = stallscope.watch(DataLoader(Slow(), batch_size=1, num_workers=1),
                               job="simjob", rank=0, pod="trainer-0", namespace="lab")
     compute = []
-    for batch in loader:
+    for _batch in loader:
         t0 = time.perf_counter_ns()
         deadline = t0 + int(COMPUTE_S * 1e9)
         while time.perf_counter_ns() < deadline:  # compute: the simulated GPU's busy time

@@ -125,7 +125,7 @@ def test_gpu_series_carry_their_rank_and_source(running):
     names = sorted(n for n, _, _ in mine)
     assert names == ["stallscope_gpu_busy_ratio", "stallscope_gpu_busy_seconds_total",
                      "stallscope_gpu_sm_active_ratio"]  # 3 series against the per-rank budget
-    for n, labels, v in mine:
+    for _n, labels, _v in mine:
         assert labels["uuid"] == U1 and labels["gpu"] == "1" and labels["job"] == "llm"
         assert labels["pod"] == "llm-pretrain-worker-0" and labels["node"] == "gpu-node-7"
     busy = {l["rank"]: v for n, l, v in got if n == "stallscope_gpu_busy_ratio"}

@@ -2,9 +2,9 @@
 format (README, etc/default-counters.csv, etc/dcp-metrics-included.csv) with its real
 label sets, served over real HTTP."""
 import pytest
-from tests.gpu.gpu_helpers import DcgmServer, fixture
 
 from stallscope.exporters.gpu.dcgm import DcgmReader, parse
+from tests.gpu.gpu_helpers import DcgmServer, fixture
 
 
 def test_sm_active_then_gr_engine_then_gpu_util_per_gpu():

@@ -1,7 +1,6 @@
 """The generated artifacts: committed copies match the generator (CI fails on drift),
 output is deterministic and banner-marked, the one config reaches every rule and panel,
 and the dashboards validate against grafana-foundation-sdk's models."""
-import dataclasses
 import json
 import os
 import re
@@ -115,7 +114,7 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
         "https://runbooks.example/x/%s.md" % name for name in alerts}
     files = generate.dashboard_files(cfg)
-    for name, text in files.items():
+    for _name, text in files.items():
         board = json.loads(text)
         assert board["uid"].startswith("ss-")
         for expr in _exprs(board):

@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import stallscope  # noqa: E402
+import stallscope
 
 
 class SleepyDataset:

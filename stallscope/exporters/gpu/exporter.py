@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import collections
 import re
+from typing import Any
 
 import numpy as np
-from typing import Any, Dict, Optional
 
 from ...vocabulary import signal
 from ..base import Exporter
@@ -44,9 +44,9 @@ class GpuExporter(Exporter):
         super().__init__(host, options)
         o = self.options
         self.samples = host.samples
-        self.rejected: "collections.Counter[str]" = collections.Counter()
-        self.devices: Dict[Any, Dict[str, Any]] = {}   # rank key -> the hook's CUDA device
-        self.info: Dict[Any, Dict[str, Any]] = {}      # rank key -> its GPU, for the API
+        self.rejected: collections.Counter[str] = collections.Counter()
+        self.devices: dict[Any, dict[str, Any]] = {}   # rank key -> the hook's CUDA device
+        self.info: dict[Any, dict[str, Any]] = {}      # rank key -> its GPU, for the API
         self.mapping = mapping.Mapping()
         self.interval_s = o.sample_interval
         self.simulate = o.simulated
@@ -150,12 +150,12 @@ class GpuExporter(Exporter):
         index, source = known.get(uuid, ("", ""))
         return {"uuid": uuid, "gpu": index, "source": source, "via": via}
 
-    def source_of(self, key: Any) -> Optional[str]:
+    def source_of(self, key: Any) -> str | None:
         """"nvml", "dcgm" or "simulated": where the rank's GPU samples come from."""
         info = self.info.get(key)
         return info["source"] if info else None
 
-    def rank_fields(self, rank: Any) -> Dict[str, Any]:
+    def rank_fields(self, rank: Any) -> dict[str, Any]:
         info = self.info.get(rank.key)
         return {"gpu": info} if info is not None else {}
 
@@ -179,7 +179,7 @@ class GpuExporter(Exporter):
         self.refresh(ranks)
         return collector.families(self, ranks)
 
-    def timeline_fields(self, rank: Any, seconds: float) -> Dict[str, Any]:
+    def timeline_fields(self, rank: Any, seconds: float) -> dict[str, Any]:
         """The rank's GPU and its busy samples [t_end_ns, period_ns, ratio] (the periods
         vary: NVML's gap snapshots cover seconds)."""
         info = self._rank_json(rank.key, self.gpus())

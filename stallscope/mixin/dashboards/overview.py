@@ -2,8 +2,7 @@
 and the correlator say about it."""
 from .. import promql
 from ..promql import pct
-from .panels import (HEATMAP, RATE, TABLE, VARS_RANK, Board, bars, heat, history, q, single,
-                     tabular, ts)
+from .panels import HEATMAP, RATE, TABLE, VARS_RANK, Board, bars, heat, history, q, single, tabular, ts
 
 UID = "overview"
 

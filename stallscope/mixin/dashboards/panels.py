@@ -4,8 +4,17 @@ read as a list of panels: a title, a description that says how to read it, queri
 Every panel queries ``${datasource}``; every query filters on the template variables
 its series carry (see VARS_*), and raw counters use ``$__rate_interval``.
 """
-from grafana_foundation_sdk.builders import (bargauge, common, dashboard, heatmap, prometheus,
-                                             stat, statushistory, table, timeseries)
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    common,
+    dashboard,
+    heatmap,
+    prometheus,
+    stat,
+    statushistory,
+    table,
+    timeseries,
+)
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
