@@ -164,6 +164,19 @@ def test_agent_alone_without_prometheus(cluster):
     assert [s["name"] for s in doc["sources"]] == ["agent"]
 
 
+def test_both_paths_reach_the_same_verdict(cluster):
+    # One rule set, two data sources (issue 16): the ranks whose job the agent sees whole
+    # get the same verdict through Prometheus and through the agent alone.
+    for pod, node in (("dj-1", "node-b"), ("hj-0", "node-a")):
+        _, via_prom, _ = run_json(cluster, pod)
+        rc, out, _ = diagnose(pod, "--agent", cluster.agents[node].url, "--window", WINDOW, "--json",
+                              env={"STALLSCOPE_PROMETHEUS_URL": ""})
+        via_agent = json.loads(out)
+        assert via_prom["verdict"] == via_agent["verdict"], (pod, via_prom["reason"], via_agent["reason"])
+        assert {r["source"] for r in via_agent["evidence"]} <= {"agent"}
+        assert [r["source"] for r in via_prom["evidence"] if r["signal"] == "data_wait_ratio"] == ["prometheus"]
+
+
 def test_plot(cluster, tmp_path):
     path = tmp_path / "dj-1.png"
     rc, out, _ = diagnose("dj-1", "--prometheus", cluster.prom.url, "--window", WINDOW, "--plot", str(path))

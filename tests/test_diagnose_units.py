@@ -104,8 +104,11 @@ def test_verdict_rules():
     # the agent's "healthy" covers its own loader only: the cluster names the straggler
     assert verdict.decide(me, cl, {"verdict": "healthy", "reason": "ok"})[0] == "not_input_bound"
     assert verdict.decide(dict(slow, job_scope="cluster"), cl, None)[0] == "input_bound"
-    # the agent saw the GPU stay busy through the waits: its verdict stands
-    assert verdict.decide(dict(slow, job_scope="cluster"), cl, {"verdict": "healthy", "reason": "hid"}) == ("healthy", "hid")
+    # one truth (issue 16): the agent's healthy (its GPU stayed busy) does not outvote the
+    # data-wait the page fired on; the busy GPU is said in the reason
+    busy = {"verdict": "healthy", "reason": "hid", "gpu": {"idle_ratio": 0.01, "idle_without_wait_ratio": 0.0}}
+    v, why = verdict.decide(dict(slow, job_scope="cluster"), cl, busy)
+    assert v == "input_bound" and "stayed busy" in why
     alone = {"straggler": fast}
     assert verdict.decide(me, alone, None)[0] == "healthy"
     assert verdict.decide(dict(fast, data_wait_ratio=None, job_scope="cluster"), alone, None)[0] == "unknown"

@@ -62,8 +62,12 @@ class CorrelatorPart(Part):
     interval = 1.0
 
     def __init__(self, host: Any, options: CorrelatorOptions = CorrelatorOptions(),
-                 gpu_source_of: Callable[[Any], str | None] = no_gpu) -> None:
+                 gpu_source_of: Callable[[Any], str | None] = no_gpu,
+                 quota_of: Callable[[Any], tuple[float | None, int | None]] | None = None) -> None:
         super().__init__(host)
+        # rank key -> (CFS quota in cores, ranks sharing it), from the cfs exporter; None
+        # when it is off (then the quota's absence is not measured)
+        self.quota_of = quota_of
         self.window = options.window
         self.every = options.interval
         self.gpu_source_of = gpu_source_of  # rank key -> "nvml", "dcgm", "simulated" or None
@@ -101,7 +105,13 @@ class CorrelatorPart(Part):
             if r.key not in traces:
                 traces[r.key] = self.trace(r, seconds, node)
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
-                                         window_seconds=seconds, since_ns=since_ns) for r in ranks}
+                                         window_seconds=seconds, since_ns=since_ns,
+                                         quota=self.quota(r.key)) for r in ranks}
+
+    def quota(self, key: Any) -> dict[str, Any]:
+        if self.quota_of is None:
+            return {"measured": False, "cores": None}
+        return {"measured": True, "cores": self.quota_of(key)[0]}
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:

@@ -106,7 +106,8 @@ class Agent:
         cfs, gpu = by_name.get("cfs"), by_name.get("gpu")  # their explicit calls, when they run
         self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
         self.correlator = CorrelatorPart(self.host, config.correlator,
-                                         gpu_source_of=gpu.source_of if gpu else (lambda _k: None))
+                                         gpu_source_of=gpu.source_of if gpu else (lambda _k: None),
+                                         quota_of=cfs.quota_of if cfs else None)
         part_list: list[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
                                  ShardPart(self.host), *self.node_exporters, self.runner,
                                  self.correlator]

@@ -36,6 +36,7 @@ ALWAYS_ON = 0.9             # a signal past its threshold this share of the time
 # the others are computed (too_few_workers: workers.py) or what is left (unexplained).
 CAUSES = tuple(c for c in vocabulary.CAUSES if c.lines)
 VOCABULARY = vocabulary.CAUSE_NAMES
+SHARED = frozenset(c.name for c in vocabulary.CAUSES if c.shared)
 
 
 def unit(line: Line) -> str:
@@ -187,5 +188,34 @@ def rank_causes(scored):
         text = "The share of the wait that %s does not account for." % top["cause"]
     out = list(scored) + [{"cause": "unexplained", "score": round(1.0 - best, 4),
                            "summary": text, "evidence": []}]
-    out.sort(key=lambda c: (-c["score"], order.get(c["cause"], 99)))
+    # The rank's own causes that explain the wait lead the node-wide symptoms that do too:
+    # slow reads on this rank's mount show up as the pod's I/O pressure as well, and the
+    # fix is the mount's (issue 16).
+    out.sort(key=lambda c: (-(c["score"] >= ATTRIBUTE and c["cause"] not in SHARED),
+                            -c["score"], order.get(c["cause"], 99)))
     return out
+
+
+def separate_cpu(scored, quota):
+    """cpu_throttle (a CFS quota held the loader back: raise the limit) vs cpu_contention
+    (it waited for a core with no quota throttling it: the node is crowded, a limit buys
+    nothing). ``quota``: {"measured": the cfs exporter ran, "cores": the rank's effective
+    quota or None}. Throttled tasks queue too, so when throttling explains the stalls it
+    takes its share off the run-queue cause; without a quota there is no throttling."""
+    by = {c["cause"]: c for c in scored}
+    contention, throttle = by.get("cpu_contention"), by.get("cpu_throttle")
+    if contention is None:
+        return scored
+    out = dict(contention, evidence=list(contention["evidence"]))
+    if quota.get("measured"):
+        cores = quota.get("cores")
+        out["evidence"].append({"signal": "cfs_quota_cores", "value": cores, "during_stalls": cores,
+                                "outside_stalls": None, "threshold": None, "direction": "above",
+                                "scope": "rank"})
+        if cores is None:
+            out["summary"] += " The rank's cgroups have no CFS quota: nothing throttled them."
+    if throttle is not None and throttle["score"] > 0:
+        out["score"] = round(contention["score"] * (1.0 - throttle["score"]), 4)
+        out["summary"] += " Throttling by the CFS quota explains %.0f%% of it (cpu_throttle)." % (
+            100 * throttle["score"])
+    return [out if c is contention else c for c in scored]

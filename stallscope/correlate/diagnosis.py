@@ -19,14 +19,11 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import workers
+from . import rules, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
 from .trace import WaitIndex
-
-GPU_BUSY_THROUGH = 0.05     # GPU idle below this share: queued GPU work hid the waits
-COLLECTIVE_IDLE = 0.15      # GPU idle without data-wait above this share: waiting elsewhere
 
 
 def _who(ident):
@@ -37,37 +34,24 @@ def _pct(x):
     return "%.1f%%" % (100 * x)
 
 
-def decide(ib, peer_ratios):
-    """(verdict, reason) from the input-bound numbers and [(ident, ratio)] of the job's
-    other ranks on this node."""
-    wr = ib.steady_data_wait_ratio
-    gpu = ib.gpu_idle_ratio is not None
-    if wr >= DATA_WAIT_LINE:
-        if gpu and ib.gpu_idle_ratio < GPU_BUSY_THROUGH:
-            return "healthy", ("The loop waited %s of its step time for data, but the GPU stayed "
-                               "busy (idle %s): queued GPU work hid the waits." % (
-                                   _pct(wr), _pct(ib.gpu_idle_ratio)))
-        text = "The loop waited %s of its step time for data from its own loader" % _pct(wr)
-        if gpu and ib.gpu_idle_overlap_ratio is not None:
-            text += "; %s of the GPU's idle time overlapped those waits" % _pct(ib.gpu_idle_overlap_ratio)
-        return "input_bound", text + "."
-    worst = max(peer_ratios, key=lambda p: p[1], default=None)
-    if gpu and ib.gpu_idle_without_wait_ratio >= COLLECTIVE_IDLE:
-        return "not_input_bound", (
-            "The GPU was idle %s of the time while the loop was not waiting on data (data-wait "
-            "%s): this rank waits elsewhere, most likely in a collective for a slower rank." % (
-                _pct(ib.gpu_idle_without_wait_ratio), _pct(wr)))
-    if worst is not None and worst[1] >= DATA_WAIT_LINE:
-        return "not_input_bound", (
-            "This rank's loader keeps up (data-wait %s), but rank %s of the same job on this "
-            "node waits %s on its loader; synchronous steps make this rank wait for it "
-            "(inferred: no GPU signal)." % (_pct(wr), worst[0].get("rank"), _pct(worst[1])))
-    text = "The loop waited %s of its step time for data." % _pct(wr)
-    if ib.iterator_start_wait_seconds > DATA_WAIT_LINE * ib.step_seconds:
-        text += (" Not counted: %.3gs waiting for the first batch of %d iterator(s) (worker "
-                 "startup; persistent_workers=True avoids it at every epoch)." % (
-                     ib.iterator_start_wait_seconds, ib.iterator_starts))
-    return "healthy", text
+def _wait(ident, ratio, node=""):
+    return rules.RankWait(ident.get("rank"), ident.get("pod"), ident.get("node") or node, ratio)
+
+
+def decide(ib, peer_ratios, ident=None, node=""):
+    """(verdict, reason) by the one rule set (rules.py) from the node's numbers: this
+    rank's data-wait share (every wait, the first batches' included, as the alert counts
+    it), its job's ranks on this node, and the GPU when it is measured."""
+    me = _wait(ident or {}, ib.data_wait_ratio, node)
+    gpu = None
+    if ib.gpu_idle_ratio is not None:
+        gpu = rules.Gpu(ib.gpu_idle_ratio, ib.gpu_idle_without_wait_ratio, ib.gpu_idle_overlap_ratio)
+    j = rules.judge(me, [_wait(i, r, node) for i, r in peer_ratios], gpu, scope="node")
+    text = j.reason
+    if j.verdict == "input_bound" and ib.iterator_start_wait_seconds > 0.5 * ib.data_wait_seconds:
+        text += (" Most of it (%.3gs) is the first batch of %d iterator(s): worker start-up at "
+                 "each epoch." % (ib.iterator_start_wait_seconds, ib.iterator_starts))
+    return j.verdict, text
 
 
 def straggler(trace, ratio, peer_ratios, node):
@@ -85,13 +69,13 @@ def straggler(trace, ratio, peer_ratios, node):
 
 
 def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = None,
-            since_ns: Any = None) -> dict[str, Any]:
+            since_ns: Any = None, quota: Any = None) -> dict[str, Any]:
     """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job).
 
     ``since_ns``: a stall began then (detect.py). The verdict, the loader's numbers and
     the stall period are judged on the stall's own segment; the signals' co-occurrence
     with the waits on the whole trace, whose earlier part gives the quiet time to compare
-    against."""
+    against. ``quota``: the rank's CFS quota, {"measured", "cores"} (causes.separate_cpu)."""
     whole = trace
     if since_ns is not None:
         trace = trace.since(since_ns)
@@ -116,7 +100,7 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
     ib = input_bound(trace, wi)
     per = stall_period(trace)
     saw = sawtooth(trace, per.period_seconds, wi, per.stall_batches)
-    verdict, reason = decide(ib, peer_ratios)
+    verdict, reason = decide(ib, peer_ratios, ident, node)
     out.update(verdict=verdict, reason=reason, data_wait_ratio=round(ib.data_wait_ratio, 6),
                data_wait_seconds=round(ib.data_wait_seconds, 6),
                steady_data_wait_ratio=round(ib.steady_data_wait_ratio, 6),
@@ -140,6 +124,7 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             whole, WaitIndex(whole.t_end[wsteady], whole.wait[wsteady]))
         _, share = workers.busy_share(trace, swi)
         scored = [workers.contradict_cpu_shortage(c, share) for c in scored]
+        scored = causes_mod.separate_cpu(scored, quota or {})
         others = max((c["score"] for c in scored), default=0.0)
         tfw = workers.score(trace, per, others, swi)
         if tfw is None:

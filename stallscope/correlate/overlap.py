@@ -36,16 +36,16 @@ class InputBound:
 
 
 def data_wait_ratio(trace):
-    """Steady data-wait share (iterator starts left out), as the verdict uses it."""
-    steady = ~iterator_starts(trace)
-    step = float(trace.interval[steady].sum())
-    return float(trace.wait[steady].sum()) / step if step > 0 else 0.0
+    """Data-wait share of the step time, every batch counted (the first batch of each
+    iterator too), as the alert computes it from the histograms and the verdict uses it."""
+    step = float(trace.interval.sum())
+    return float(trace.wait.sum()) / step if step > 0 else 0.0
 
 
 def iterator_starts(trace):
     """Mask of batches that start an iterator: the hook gives them interval == wait.
     Their wait is startup (workers spawning, a first shard fetched), not the loader's
-    steady pace, so the verdict and the cause scores leave them out."""
+    steady pace: the cause scores leave them out (the verdict counts them, as the alert does)."""
     return trace.interval == trace.wait
 
 

@@ -80,7 +80,7 @@ def busy_factor(share):
 def contradict_cpu_shortage(cause, share):
     """Workers that ran on their cores during the stalls were not starved of CPU: take
     that share off a cpu_throttle score (the pressure or throttling hit other tasks)."""
-    if share is None or cause["cause"] != "cpu_throttle":
+    if share is None or cause["cause"] not in ("cpu_throttle", "cpu_contention"):
         return cause
     f = float(np.clip((share - FED_LOW) / (FED_HIGH - FED_LOW), 0.0, 1.0))
     if f <= 0:

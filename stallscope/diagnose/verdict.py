@@ -1,12 +1,12 @@
 """One verdict from two views: the cluster's (Prometheus: this rank against its whole
 job) and the node's (the agent's correlator: timelines, GPU, causes with evidence).
 
-- The agent's verdict stands when it has one (it sees the GPU and the timing), except
-  that a rank it calls healthy whose job has an input-bound straggler on *another*
-  node is ``not_input_bound``: in synchronous training it waits for that rank, and
-  only the cluster view can name it.
-- Without the agent the cluster's numbers decide: this rank over the line is
-  ``input_bound``, another rank over it makes this one ``not_input_bound``.
+Both paths apply the one rule set (stallscope/correlate/rules.py, which the agent's
+/api/v1/diagnosis applies too) to the best numbers at hand: the rank's data-wait share
+and the job's straggler from Prometheus when it answered (the numbers the headline
+alert reads), else from the agent (the job's ranks on its node); the GPU's idle shares
+from the agent. So the page, this verdict and its evidence rows never contradict one
+another; the agent's own verdict is kept in the report as ``agent_verdict``.
 - A rank whose batches stopped coming is stuck (stuck()): ``input_bound`` when the hook
   says it is blocked in next() (or its stacks show the main thread in the DataLoader),
   ``not_input_bound`` when its hook still reports and it is not in next() (or its
@@ -15,6 +15,7 @@ Causes come from the agent; without it, from the correlator's scores that Promet
 has (``stallscope_stall_cause_score``) and the pod's signals over their thresholds,
 which are level-only evidence (their timing against the stalls is unknown there).
 """
+from ..correlate import rules
 from .cluster import CFG, THRESHOLD
 from .window import human
 
@@ -29,10 +30,6 @@ LOADER_CLASSES = ("ipc_wait", "fetch", "decode", "collate")  # main thread insid
 
 def pct(x):
     return "n/a" if x is None else "%.1f%%" % (100 * x)
-
-
-def _who(r):
-    return "rank %s (pod %s on node %s)" % (r.get("rank"), r.get("pod"), r.get("node") or "?")
 
 
 def _over(value, threshold, direction="above"):
@@ -83,7 +80,6 @@ def stuck(me, window_s):
 def decide(me, cluster, diag, stacks=None, window_s=900.0):
     """(verdict, reason) for rank ``me`` = {rank, pod, node, data_wait_ratio, progress,
     rank_info (the agent's /api/v1/ranks entry), batches (in the window, Prometheus)}."""
-    ratio = me.get("data_wait_ratio")
     halt = stuck(me, window_s)
     st = stacks or {}
     if halt:
@@ -102,27 +98,31 @@ def decide(me, cluster, diag, stacks=None, window_s=900.0):
         return "unknown", ("%s: stuck in next() (a hung mount, dead workers) or elsewhere (a "
                            "collective, the step), or no longer reporting; --stacks on node %s "
                            "shows where." % (text, me.get("node")))
-    straggler = (cluster or {}).get("straggler")
-    elsewhere = (straggler is not None and (straggler["data_wait_ratio"] or 0.0) >= THRESHOLD
-                 and (straggler["rank"], straggler["pod"]) != (me.get("rank"), me.get("pod")))
-    agent = (diag or {}).get("verdict")
-    if agent in ("input_bound", "not_input_bound") or (agent == "healthy" and not elsewhere):
-        return agent, diag.get("reason") or ""
-    if elsewhere and (ratio is None or ratio < THRESHOLD):
-        return "not_input_bound", (
-            "Rank %s's own loader keeps up (data-wait %s), but %s waits %s of its step time on "
-            "its loader: in synchronous training this rank waits for it." % (
-                me.get("rank"), pct(ratio), _who(straggler), pct(straggler["data_wait_ratio"])))
-    if ratio is None:
-        return "unknown", (diag or {}).get("reason") or "No data-wait measurement in the window."
-    if ratio >= THRESHOLD:
-        text = "Rank %s waits on its own loader for %s of its step time (line: %s)" % (
-            me.get("rank"), pct(ratio), pct(THRESHOLD))
-        if straggler is not None and not elsewhere:
-            text += "; it is the job's slowest rank"
-        return "input_bound", text + "."
-    return "healthy", "Rank %s waited %s of its step time for data (line: %s)." % (
-        me.get("rank"), pct(ratio), pct(THRESHOLD))
+    j = rules.judge(_rank_wait(me, me.get("data_wait_ratio")), _job(me, cluster, diag), _gpu(diag),
+                    scope="job" if cluster is not None else "node")
+    return j.verdict, j.reason
+
+
+def _rank_wait(r, ratio):
+    return rules.RankWait(r.get("rank"), r.get("pod"), r.get("node"), ratio)
+
+
+def _job(me, cluster, diag):
+    """The job's worst rank as the source sees it: the cluster's (every rank of the job,
+    from Prometheus) or, without it, the agent's (the job's ranks on this node)."""
+    if cluster is not None:
+        s = cluster.get("straggler")
+        return [_rank_wait(s, s.get("data_wait_ratio"))] if s else []
+    return [_rank_wait(dict(p, node=me.get("node")), p.get("data_wait_ratio"))
+            for p in (diag or {}).get("job_ranks_on_node") or []]
+
+
+def _gpu(diag):
+    g = (diag or {}).get("gpu") or {}
+    if g.get("idle_ratio") is None:
+        return None
+    return rules.Gpu(g.get("idle_ratio"), g.get("idle_without_wait_ratio"),
+                     (diag or {}).get("gpu_idle_overlap_ratio"))
 
 
 def too_few(sizing):

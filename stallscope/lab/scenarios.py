@@ -118,7 +118,7 @@ SCENARIOS = (
              synthetic=synthetic.cpu_throttle_episodes),
     Scenario("cpu-crowded", "One rank's loader workers need 10 ms of CPU per sample (80 ms a "
              "batch: 0.53 CPU at the job's pace) on a CPU they share with 3 busy processes; no "
-             "quota anywhere: the workers are runnable, not running.", _cause("cpu_throttle"),
+             "quota anywhere: the workers are runnable, not running.", _cause("cpu_contention"),
              real=RealRun(fault=lambda: faults.CpuHogs(3),
                           target={"sample_cpu_s": 0.01, "sample_sleep_s": 0.0}, alerts=WAIT)),
     Scenario("slow-storage", "One rank reads its shards through a FUSE mount that adds 10 ms to "

@@ -23,10 +23,9 @@ MIN_BATCHES = 20
 _WAIT = ("StallscopeDataWaitHigh",)
 
 CAUSES = (
-    Cause("cpu_throttle", "The loader was short of CPU (CFS quota or crowded CPUs)", (
+    Cause("cpu_throttle", "The CFS quota throttled the loader", (
         Line("cfs_throttled_ratio", 0.1, scopes=("rank",)),
-        Line("cfs_throttled_seconds_rate", 0.05, scopes=("rank",)),
-        Line("workers_runqueue_ratio", 0.2, scopes=("rank",))),
+        Line("cfs_throttled_seconds_rate", 0.05, scopes=("rank",))),
         (CauseAlert(
             "StallscopeCPUThrottled", "cfs_throttled_ratio", ">", 0.25,
             "The CFS quota throttles a waiting rank's loader.",
@@ -38,6 +37,15 @@ CAUSES = (
         "StallscopeCPUThrottled",
         "Raise the pod's CPU limit so num_workers + 1 cores fit the quota, or lower num_workers "
         "and set torch.set_num_threads(1) in worker_init_fn."),
+    # Not throttling: the workers wait in the run queue with no quota holding them back (or
+    # one that did not throttle), because the node's cores are all busy. A larger limit
+    # buys nothing; less CPU work per sample, fewer processes or more nodes do (issue 16).
+    Cause("cpu_contention", "The node's CPUs were crowded (no quota throttled the loader)", (
+        Line("workers_runqueue_ratio", 0.2, scopes=("rank",)),), (),
+        "StallscopeDataWaitHigh",
+        "Cut the CPU work per sample (pre-decode, decode on the GPU, torch.set_num_threads(1) in "
+        "worker_init_fn), run fewer processes on the node (other pods, fewer workers than "
+        "cores), or spread the job over more nodes; raising a CPU limit does not help."),
     Cause("too_few_workers", "The loader is too slow for the compute", (), (),
           "StallscopeDataWaitHigh",
           "Raise num_workers (up to the CPU quota minus one core), set persistent_workers=True, "
@@ -93,7 +101,7 @@ CAUSES = (
             "over the last <window> (PSI io some; threshold <line>)."),),
         "StallscopeIOPressure",
         "Find what else does I/O on the node (checkpoints, other pods); move it off the training "
-        "data's device."),
+        "data's device.", shared=True),
     Cause("memory_pressure", "Tasks stalled on memory", (
         Line("psi_memory_some_ratio", 0.1), Line("psi_memory_full_ratio", 0.05)),
         (CauseAlert(
@@ -104,7 +112,7 @@ CAUSES = (
             "<line>)."),),
         "StallscopeMemoryPressure",
         "Raise the pod's memory limit or cut the loader's footprint (fewer workers, smaller "
-        "prefetch); check for reclaim of the page cache."),
+        "prefetch); check for reclaim of the page cache.", shared=True),
     Cause("cache_miss", "The loader's cache missed", (
         Line("cache_miss_ratio", 0.5, scopes=("rank",)),),
         (CauseAlert(
@@ -118,7 +126,7 @@ CAUSES = (
     Cause("checkpoint_contention", "Disk write bursts (checkpoints) hit the node", (
         Line("disk_write_bytes_rate", 50e6, scopes=("node",)),), (),
         "StallscopeDataWaitHigh",
-        "Write checkpoints to other storage than the training data, or stagger them across ranks."),
+        "Write checkpoints to other storage than the training data, or stagger them across ranks.", shared=True),
     Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
           "Sample the workers' stacks (--stacks) to see where they spend the time."),
 )

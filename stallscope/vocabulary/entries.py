@@ -87,13 +87,16 @@ class Cause:
     ``lines``: the signals the correlator probes for it (empty for causes it computes
     from the loader's own numbers); ``alerts``: the alerts that page on it (empty when
     the headline alert covers it); ``runbook_alert``: whose runbook it is in;
-    ``advice``: the first thing to do."""
+    ``advice``: the first thing to do. ``shared``: a node-wide symptom that other tenants
+    share (pressure, the node's disk writes); when one of the rank's own causes explains
+    the wait too, that one leads (issue 16)."""
     name: str
     what: str
     lines: tuple[Line, ...]
     alerts: tuple[CauseAlert, ...]
     runbook_alert: str
     advice: str
+    shared: bool = False
 
     @property
     def runbook(self) -> str:

@@ -99,7 +99,8 @@ def test_gpu_series_carry_their_rank_and_source(running):
 
     def mapped():
         ranks = {r["rank"]: r.get("gpu") for r in json.loads(get(agent, "/api/v1/ranks"))["ranks"]}
-        return ranks if ranks.get(3) and ranks.get(5) else None
+        # all three: the reports arrive on three connections, in no fixed order
+        return ranks if ranks.get(3) and ranks.get(5) and ranks.get(7) else None
 
     ranks = wait_for(mapped)
     assert ranks[3] == {"uuid": U1, "gpu": "1", "source": "nvml", "via": "cuda_device"}
