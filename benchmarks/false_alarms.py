@@ -1,0 +1,107 @@
+"""False alarms on a healthy job (issues 15 and 16): a real 4-rank lab job without a fault
+runs for 10 minutes against a real agent and a real Prometheus on this (busy) machine.
+
+    .venv/bin/python benchmarks/false_alarms.py [--seconds 600] [--ranks 4]
+
+Every 5 s it asks the agent for each rank's diagnosis and counts verdicts other than
+``healthy``, detections (the change-point detector flagging a stall) and verdict flips.
+At the end it evaluates the headline alert's expression (the job's worst data-wait
+ratio over the 2 % line) over the run in Prometheus, at the production rate window (5m)
+and the lab's (10s), and lists the alerts that fired (the lab's rule windows: 10s rate,
+5s for). It prints each rank's measured data-wait floor, and the top cause named
+whenever a verdict was not healthy (the transfer floor, when it is over the line, must
+be named transfer_cost rather than a loader cause).
+"""
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from stallscope.lab import findings, scenarios, teardown  # noqa: E402
+from stallscope.lab.session import Session  # noqa: E402
+from stallscope.mixin import promql  # noqa: E402
+from stallscope.mixin.config import DEFAULT as CFG  # noqa: E402
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--ranks", type=int, default=4)
+    args = ap.parse_args()
+    td = teardown.Teardown()
+    polls = collections.Counter()
+    causes = collections.Counter()
+    flips, last, detections = 0, {}, 0
+    try:
+        session = Session(td, workdir=tempfile.mkdtemp(prefix="stallscope-falsealarm-"), say=lambda m: None)
+        agent = session.start_agent(args.seconds)
+        prom = session.start_prometheus()
+        job = session.start_job(scenarios.get("healthy"), ranks=args.ranks, name="calm",
+                                duration=args.seconds + 60)
+        job.wait_ready()
+        t0 = time.time()
+        print("healthy job: %d ranks for %.0f s (agent %s, prometheus %s)" % (
+            args.ranks, args.seconds, agent.url, prom.url), flush=True)
+        while time.time() - t0 < args.seconds:
+            time.sleep(5)
+            session.check_alive()
+            for rank in range(args.ranks):
+                d = get_json(agent.url + "/api/v1/diagnosis?job=calm&rank=%d" % rank)
+                v = d.get("verdict")
+                polls[v] += 1
+                if (d.get("detection") or {}).get("stalled"):
+                    detections += 1
+                if v not in ("healthy", "unknown"):
+                    causes[(v, (d.get("causes") or [{}])[0].get("cause"))] += 1
+                if rank in last and last[rank] != v and "unknown" not in (last[rank], v):
+                    flips += 1
+                last[rank] = v
+        t1 = time.time()
+        floors = {}
+        for rank in range(args.ranks):
+            sel = 'job="calm",rank="%d"' % rank
+            r = prom.query("increase(stallscope_data_wait_seconds_sum{%s}[%ds]) / "
+                           "increase(stallscope_step_seconds_sum{%s}[%ds])" % (
+                               sel, args.seconds, sel, args.seconds))
+            floors[rank] = float(r[0]["value"][1]) if r else None
+        alert_true = {}
+        for w in ("5m", "10s"):
+            expr = "max by (namespace, job) (%s) > %s" % (promql.data_wait_ratio(CFG, ('job="calm"',), w),
+                                                          promql.num(CFG.data_wait_warning))
+            res = prom.query_range(expr, t0 + 60, t1, 15)
+            alert_true[w] = sum(len(s["values"]) for s in res)
+        fired = sorted({a["labels"]["alertname"] for a in prom.alerts()})
+    finally:
+        td.unwind()
+    total = sum(polls.values())
+    print("polls of /api/v1/diagnosis: %d  verdicts: %s" % (total, dict(polls)))
+    print("not healthy: %d (%.1f%%); top causes then: %s" % (
+        total - polls["healthy"] - polls["unknown"],
+        100.0 * (total - polls["healthy"] - polls["unknown"]) / max(1, total),
+        {"%s/%s" % k: n for k, n in causes.items()}))
+    print("verdict flips: %d   detector stalls flagged: %d" % (flips, detections))
+    print("measured data-wait floor per rank over the run: %s" % {
+        r: None if f is None else "%.2f%%" % (100 * f) for r, f in floors.items()})
+    print("headline expression true (15 s steps after the first minute): 5m window %d, 10s window %d"
+          % (alert_true["5m"], alert_true["10s"]))
+    print("alerts that fired (lab windows: 10s rate, 5s for): %s" % (fired or "none"))
+    quiet = not causes and findings.HEADLINE not in fired
+    named = bool(causes) and all(c == "transfer_cost" for _, c in causes)
+    print("goal: 0 input_bound verdicts and 0 headline alerts, or the transfer floor named: %s" % (
+        "met (quiet)" if quiet else "met (transfer floor named)" if named else "NOT met"))
+
+
+if __name__ == "__main__":
+    main()
