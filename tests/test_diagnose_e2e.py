@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from stallscope import vocabulary
 from stallscope.lab.procs import AgentProcess, PrometheusProcess, child_env, free_port
 from tests.conftest import need_prometheus
 
@@ -21,8 +22,7 @@ CONTRACT = ("verdict", "causes", "job", "rank", "pod", "namespace", "node", "dat
             "job_max_data_wait_ratio", "job_median_data_wait_ratio", "straggler", "next_steps",
             "sources")
 VERDICTS = ("healthy", "input_bound", "not_input_bound", "unknown")
-CAUSES = ("cpu_throttle", "too_few_workers", "storage_latency", "fuse_unhealthy", "shm_exhaustion",
-          "io_pressure", "memory_pressure", "cache_miss", "checkpoint_contention", "unexplained")
+CAUSES = vocabulary.CAUSE_NAMES
 
 
 def diagnose(*args, env=None, timeout=60):

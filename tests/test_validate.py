@@ -10,10 +10,11 @@ from stallscope.agent import ingest, state, validate
 from stallscope.hook import wire
 
 
-def good(**over):
+def good(t0=None, **over):
     """A valid report. Times given (events' t_end, mono_ns, blocked_since_ns) count from a
-    moment two minutes ago, so the agent's clock bounds hold whenever the test runs."""
-    t0 = time.monotonic_ns() - 120 * 10**9
+    moment two minutes ago (or ``t0``), so the agent's clock bounds hold whenever the test
+    runs."""
+    t0 = time.monotonic_ns() - 120 * 10**9 if t0 is None else t0
     msg = {"v": 1, "kind": "report", "pid": 1234, "role": "main", "mono_ns": 10, "wall_ns": time.time_ns(),
            "dropped_total": 0,
            "id": {"job": "j", "rank": 0, "local_rank": 0, "world_size": 2, "pod": "p",
@@ -186,16 +187,23 @@ def test_dropped_counter_survives_process_restarts():
 def test_a_wait_in_progress_grows_the_sums_and_the_batch_settles_them():
     table = state.RankTable()
     ing = ingest_of(table)
-    base = 0  # two minutes ago (good())
+    base = 0  # two minutes ago (t0)
+    t0 = time.monotonic_ns() - 120 * 10**9
     # blocked in next() since base; reports at +1 s and +3 s, the batch arrives at +4 s
-    assert ing.handle(good(events=[], mono_ns=base + 10**9, blocked_since_ns=base))
+    assert ing.handle(good(t0, events=[], mono_ns=base + 10**9, blocked_since_ns=base))
     rank = table.snapshot()[0]
     assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (10**9, 10**9, 0)
-    assert ing.handle(good(events=[], mono_ns=base + 3 * 10**9, blocked_since_ns=base))
+    assert ing.handle(good(t0, events=[], mono_ns=base + 3 * 10**9, blocked_since_ns=base))
     assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (3 * 10**9, 3 * 10**9, 0)
-    assert ing.handle(good(events=[[base + 4 * 10**9, 4 * 10**9, 5 * 10**9]], mono_ns=base + 4 * 10**9 + 5))
+    assert ing.handle(good(t0, events=[[base + 4 * 10**9, 4 * 10**9, 5 * 10**9]], mono_ns=base + 4 * 10**9 + 5))
     # exactly the real wait and interval once it is over, counted once
     assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (4 * 10**9, 5 * 10**9, 1)
     assert rank.provisional_ns == 0
+    # a call that ends without a batch (the epoch's last next(), StopIteration) keeps the
+    # wait counted so far, and the next call's batch is not charged for it
+    assert ing.handle(good(t0, events=[], mono_ns=base + 7 * 10**9, blocked_since_ns=base + 5 * 10**9))
+    assert (rank.wait.sum_ns, rank.step.sum_ns) == (6 * 10**9, 7 * 10**9)
+    assert ing.handle(good(t0, events=[[base + 9 * 10**9, 10**9, 10**9]], mono_ns=base + 9 * 10**9 + 5))
+    assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (7 * 10**9, 8 * 10**9, 2)
     with pytest.raises(validate.Reject):
         validate.parse(good(mono_ns=5, blocked_since_ns=6))

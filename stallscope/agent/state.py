@@ -78,6 +78,7 @@ class RankState:
         # Wait already added to both sums for a next() call still in progress; the batch
         # that ends it adds only the rest (see _add_events and _note_blocked).
         self.provisional_ns = 0
+        self.provisional_start_ns = 0  # when that call began (the hook's clock)
         self.exited_at: float | None = None  # monotonic time its main process was found gone
         self.timeline = Ring(timeline_max, 3)
         self.dropped_by_pid: dict[int, int] = {}
@@ -228,7 +229,7 @@ class RankTable:
             rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
         self._add_events(rank, msg["events"])
         if msg.get("blocked_since_ns") is not None:
-            self._note_blocked(rank, msg["mono_ns"] - msg["blocked_since_ns"])
+            self._note_blocked(rank, msg["blocked_since_ns"], msg["mono_ns"] - msg["blocked_since_ns"])
 
     def _worker(self, rank: RankState, reported: int, host: int) -> None:
         """A loader worker's report: SO_PEERCRED gives its PID in the agent's namespace,
@@ -289,14 +290,18 @@ class RankTable:
         rank.wait.observe_many_ns(arr[:, 1])
         rank.step.observe_many_ns(arr[:, 2])
         if rank.provisional_ns:
-            # the first batch ends the wait already counted in the sums: add only the rest
-            rank.wait.sum_ns -= min(rank.provisional_ns, int(arr[0, 1]))
-            rank.step.sum_ns -= min(rank.provisional_ns, int(arr[0, 2]))
+            # The batch that ends the wait already counted in the sums adds only the rest.
+            # It is that batch when it started when the blocked call did; otherwise that
+            # call ended without a batch (StopIteration, an error) and its wait stays
+            # counted (the sums never go back) without eating into this batch's.
+            if int(arr[0, 0]) - int(arr[0, 1]) == rank.provisional_start_ns:
+                rank.wait.sum_ns -= min(rank.provisional_ns, int(arr[0, 1]))
+                rank.step.sum_ns -= min(rank.provisional_ns, int(arr[0, 2]))
             rank.provisional_ns = 0
         rank.timeline.extend(arr)
 
     @staticmethod
-    def _note_blocked(rank: RankState, blocked_ns: int) -> None:
+    def _note_blocked(rank: RankState, since_ns: int, blocked_ns: int) -> None:
         """The loop has been blocked in next() for blocked_ns and the batch has not come.
 
         A rank hung on a dead mount would otherwise report nothing at all, and its SLI
@@ -304,6 +309,9 @@ class RankTable:
         so far goes into both sums now, growing with every report; _count and the buckets
         move only when the batch arrives. Sums stay monotonic: the batch that ends the wait
         adds only what was not counted yet."""
+        if since_ns != rank.provisional_start_ns:
+            rank.provisional_ns = 0  # another call than the one counted so far
+            rank.provisional_start_ns = since_ns
         extra = blocked_ns - rank.provisional_ns
         if extra > 0:
             rank.wait.sum_ns += extra

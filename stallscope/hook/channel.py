@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "0.25") or 0.25)
 HEARTBEAT_S = 5.0
 BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
+BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)
 RECONNECT_S = 1.0
 # Per stream, at most this many batches wait for delivery; past it the oldest are
 # dropped (and counted), so a process that never reaches an agent keeps bounded memory.
@@ -163,7 +164,12 @@ class Channel:
                 msg["loader"] = stream.loader
             if stream.cuda is not None:
                 msg["cuda"] = stream.cuda
-            if stream.blocked_since is not None:
+            # Said only once the call has lasted BLOCKED_REPORT_S: the agent counts it
+            # before the batch comes (a hang must show), and a short next() that ends in
+            # StopIteration (the last one of an epoch joins the workers) is none of its
+            # business: the loop does not count it either.
+            if stream.blocked_since is not None and \
+                    time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
                 msg["blocked_since_ns"] = stream.blocked_since
             status = self._send(msg, n, pending.block(n))
             if status == "busy":

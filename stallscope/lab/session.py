@@ -75,7 +75,11 @@ class Session:
         return self.prom
 
     def start_job(self, scenario, ranks=2, **kw):
-        """Start ``scenario``'s job (lab/job.py's Job keywords: name, pod_prefix, duration)."""
+        """Start ``scenario``'s job (lab/job.py's Job keywords: name, pod_prefix, duration).
+        A second job gets pods named after it: two pods of one name are one pod to the
+        agent, which refuses a second process reporting as it (identity_mismatch)."""
+        if self.jobs and "pod_prefix" not in kw and kw.get("name"):
+            kw["pod_prefix"] = kw["name"] + "-"
         job = Job(self, scenario, ranks, **kw)
         self.manifest["jobs"].append(job.job)
         self.jobs.append(job)
