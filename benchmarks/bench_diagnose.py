@@ -62,7 +62,8 @@ class Exporter:
             out.append("stallscope_data_wait_seconds_count{%s} %d" % (labels, n))
             out.append("stallscope_data_wait_seconds_sum{%s} %.6f" % (labels, rt * step_sum))
             for b in STEP_BUCKETS:
-                out.append('stallscope_step_seconds_bucket{%s,le="%r"} %d' % (labels, b, n if b >= STEP else 0))
+                out.append('stallscope_step_seconds_bucket{%s,le="%r"} %d'
+                           % (labels, b, n if b >= STEP else 0))
             out.append('stallscope_step_seconds_bucket{%s,le="+Inf"} %d' % (labels, n))
             out.append("stallscope_step_seconds_count{%s} %d" % (labels, n))
             out.append("stallscope_step_seconds_sum{%s} %.6f" % (labels, step_sum))
@@ -142,7 +143,8 @@ def main():
     print("  slowed pod %s-%d (cluster view + its real agent): median %.3f s, max %.3f s over %d runs; "
           "verdict %s, straggler rank %s (%.1f%%), job median %.2f%%"
           % (JOB, REAL, statistics.median(slow_t), max(slow_t), ROUNDS, slow["verdict"],
-             slow["straggler"]["rank"], 100 * slow["data_wait_ratio"], 100 * slow["job_median_data_wait_ratio"]))
+             slow["straggler"]["rank"], 100 * slow["data_wait_ratio"],
+             100 * slow["job_median_data_wait_ratio"]))
     print("  healthy pod %s-42 (its agent answers 404: degraded):   median %.3f s, max %.3f s; verdict %s"
           % (JOB, statistics.median(ok_t), max(ok_t), ok["verdict"]))
     print("  CLI, wall time incl. interpreter start: %.3f s (exit %d)" % (cli_t, cli.returncode))
