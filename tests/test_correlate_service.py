@@ -69,7 +69,8 @@ def test_bad_requests_say_why(agent, query, status, text):
 def test_metrics_stay_within_the_per_rank_budget(agent):
     agent.correlator.refresh()
     text = generate_latest(agent.registry).decode()
-    assert 'stallscope_stall_period_steps{job="train",namespace="ns",node="node-a",pod="pod-0",rank="0"} 2.0' in text
+    assert ('stallscope_stall_period_steps{job="train",namespace="ns",node="node-a",pod="pod-0",rank="0"} 2.0'
+            in text)
     assert 'stallscope_stall_cause_score{cause="too_few_workers",job="train"' in text
     assert "stallscope_correlator_runs_total 1.0" in text
     per_rank = {}

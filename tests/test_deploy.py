@@ -84,7 +84,8 @@ def test_daemonset_least_privilege(rendered):
     assert pod["automountServiceAccountToken"] is False
     assert not pod.get("hostNetwork") and not pod.get("hostIPC")
     assert pod["hostPID"] is True
-    assert {o["kind"] for o in objects}.isdisjoint({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
+    assert {o["kind"] for o in objects}.isdisjoint(
+        {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
     (sa,) = [o for o in objects if o["kind"] == "ServiceAccount"]
     assert sa["automountServiceAccountToken"] is False and pod["serviceAccountName"] == sa["metadata"]["name"]
     (c,) = pod["containers"]
@@ -203,7 +204,8 @@ def test_image_install_steps_and_daemonset_args_serve_metrics(tmp_path):
         # a trainer on this node reports through the socket the DaemonSet names
         hook_env = dict(os.environ, STALLSCOPE_SOCKET=str(tmp_path / "hook.sock"), RANK="0",
                         STALLSCOPE_JOB="deploy-check", PYTHONPATH=ROOT)
-        code = "import time, stallscope; [time.sleep(0.01) for _ in stallscope.watch(range(20))]; time.sleep(0.5)"
+        code = ("import time, stallscope; [time.sleep(0.01) for _ in stallscope.watch(range(20))]; "
+                "time.sleep(0.5)")
         subprocess.run([sys.executable, "-c", code], env=hook_env, check=True, timeout=60)
         deadline = time.monotonic() + 15
         text = ""
@@ -212,10 +214,11 @@ def test_image_install_steps_and_daemonset_args_serve_metrics(tmp_path):
             text = http_get(url + "/metrics")
         assert 'stallscope_data_wait_seconds_count{job="deploy-check"' in text
         assert 'node="node-under-test"' in text
-        success = [l for l in text.splitlines() if l.startswith("stallscope_exporter_success{")]
+        success = [line for line in text.splitlines() if line.startswith("stallscope_exporter_success{")]
         assert success, "no exporter ran with the DaemonSet's flags"
         imported = json.loads(subprocess.run(
-            [str(venv / "bin" / "python"), "-c", "import stallscope, json; print(json.dumps(stallscope.__file__))"],
+            [str(venv / "bin" / "python"), "-c",
+             "import stallscope, json; print(json.dumps(stallscope.__file__))"],
             capture_output=True, text=True, cwd=str(tmp_path), env=env, check=True).stdout)
         assert imported.startswith(str(venv))
     finally:

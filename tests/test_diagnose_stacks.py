@@ -124,8 +124,8 @@ def test_py_spy_missing_is_a_note_not_a_failure(stuck):
                             env={"STALLSCOPE_PY_SPY": "/nonexistent/py-spy"})
     doc = json.loads(out)
     assert doc["stacks"]["error"] == "py-spy not found at STALLSCOPE_PY_SPY=/nonexistent/py-spy"
-    line = [l for l in err.splitlines() if "py-spy" in l]
-    assert line == ["stallscope diagnose: warning: stacks: py-spy not found at "
+    mentions = [line for line in err.splitlines() if "py-spy" in line]
+    assert mentions == ["stallscope diagnose: warning: stacks: py-spy not found at "
                     "STALLSCOPE_PY_SPY=/nonexistent/py-spy"]
     # the verdict stands on the hook's report alone: blocked in next()
     assert doc["verdict"] == "input_bound" and rc == 1 and "Traceback" not in err
@@ -136,7 +136,7 @@ def test_ptrace_denied_says_how_to_grant_it(stuck):
     rc, out, err = diagnose("st-fetch", "--agent", stuck.url, "--window", "30s", "--stacks",
                             user=65534)  # nobody may not ptrace root's trainer
     assert "Traceback" not in err
-    notes = [l for l in out.splitlines() if l.startswith("note: stacks:")]
+    notes = [line for line in out.splitlines() if line.startswith("note: stacks:")]
     assert len(notes) == 1, out
     assert "ptrace not permitted for PID" in notes[0] and "SYS_PTRACE" in notes[0]
     assert rc == 1

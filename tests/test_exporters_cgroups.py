@@ -13,13 +13,15 @@ CID = "4f1c2b3a" * 8
 
 SHAPES = [
     # (cgroup path, pod_uid, container_id, runtime, qos, driver)
-    ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID),
+    ("/kubepods.slice/kubepods-burstable.slice/"
+     "kubepods-burstable-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID),
      UID, CID, "cri-containerd", "burstable", "systemd"),
     ("/kubepods.slice/kubepods-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID),
      UID, CID, "cri-containerd", "guaranteed", "systemd"),
     ("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/crio-%s.scope" % (UID_, CID),
      UID, CID, "crio", "besteffort", "systemd"),
-    ("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/crio-conmon-%s.scope" % (UID_, CID),
+    ("/kubepods.slice/kubepods-besteffort.slice/"
+     "kubepods-besteffort-pod%s.slice/crio-conmon-%s.scope" % (UID_, CID),
      UID, CID, "crio-conmon", "besteffort", "systemd"),
     ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice/docker-%s.scope" % (UID_, CID),
      UID, CID, "docker", "burstable", "systemd"),
@@ -67,7 +69,8 @@ def test_this_process_is_found():
 PRIVATE_NS = [
     # seen from a private cgroup namespace → host path (the set of host dirs that exist)
     ("/../../kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID),
-     "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID)),
+     "/kubepods.slice/kubepods-besteffort.slice/"
+     "kubepods-besteffort-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID)),
     ("/../../../kubelet-kubepods-burstable-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID),
      "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/"
      "kubelet-kubepods-burstable-pod%s.slice/cri-containerd-%s.scope" % (UID_, CID)),

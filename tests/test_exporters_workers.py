@@ -21,7 +21,11 @@ from tests.exporter_helpers import (
     wait_until,
 )
 
-BUSY_THEN_SLEEP = "import time\nt = time.process_time() + {secs}\nwhile time.process_time() < t: pass\nprint('done', flush=True)\ntime.sleep(60)\n"
+BUSY_THEN_SLEEP = ("import time\n"
+                   "t = time.process_time() + {secs}\n"
+                   "while time.process_time() < t: pass\n"
+                   "print('done', flush=True)\n"
+                   "time.sleep(60)\n")
 
 
 @pytest.fixture

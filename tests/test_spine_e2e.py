@@ -41,21 +41,23 @@ def test_agent_sums_match_the_injected_sleep_and_compute(agent, hook_env, tmp_pa
     assert step_sum == pytest.approx(ep["elapsed_s"], rel=0.01, abs=0.005)
     # Within that span the loop either computed (measured by the loop) or waited.
     # The rest is loop overhead: well under 1 ms per batch.
-    assert ep["elapsed_s"] - ep["compute_in_span_s"] - n * 0.001 <= wait_sum <= ep["elapsed_s"] - ep["compute_in_span_s"]
+    outside_compute = ep["elapsed_s"] - ep["compute_in_span_s"]
+    assert outside_compute - n * 0.001 <= wait_sum <= outside_compute
     # Each worker sleeps batch*sleep per batch and handles n/workers batches, so the span
     # lasts at least n/workers*batch*sleep: the loop waited at least that minus its compute.
     floor = (n / workers) * batch * sleep
     assert wait_sum >= floor - ep["compute_in_span_s"] - 0.005
     assert ep["elapsed_s"] >= floor * 0.99
     # loader config and the worker PIDs reached the agent
-    info = [l for l in text.splitlines() if l.startswith("stallscope_loader_info{")]
+    info = [line for line in text.splitlines() if line.startswith("stallscope_loader_info{")]
     assert len(info) == 1 and 'num_workers="2"' in info[0] and 'batch_size="4"' in info[0]
 
 
 def test_prometheus_max_rank_sli_names_the_slow_rank(agent, hook_env, prometheus_factory, tmp_path):
     pytest.importorskip("torch")
     prom = prometheus_factory([agent.url])
-    common = ["--duration", 16, "--batch-size", 4, "--workers", 2, "--compute", 0.25, "--samples", 4000]  # one epoch outlasts the run: no worker restarts
+    # one epoch outlasts the run: no worker restarts
+    common = ["--duration", 16, "--batch-size", 4, "--workers", 2, "--compute", 0.25, "--samples", 4000]
     fast = train(hook_env(agent, RANK=0, STALLSCOPE_JOB="pj"), tmp_path / "f.json", *common, wait=False)
     # fast: a prefetched batch still costs ~1.2 ms of IPC here (tensor over shared
     # memory; a few ms on a loaded machine), about 1 % of a 250 ms step at worst. slow:
@@ -111,7 +113,8 @@ def test_agent_killed_and_restarted_mid_run(agent_factory, hook_env, tmp_path):
         second.start()
         try:
             wait_until(lambda: metric(second.metrics(), "stallscope_data_wait_seconds_count", job="kr"), 10)
-            dropped = wait_until(lambda: metric(second.metrics(), "stallscope_hook_dropped_events_total", job="kr"), 10)
+            dropped = wait_until(
+                lambda: metric(second.metrics(), "stallscope_hook_dropped_events_total", job="kr"), 10)
             assert dropped > 0
         finally:
             assert p.wait(timeout=60) == 0

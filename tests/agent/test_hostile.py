@@ -80,7 +80,7 @@ def test_a_zero_length_message_is_a_counted_reject_and_the_connection_goes_on(ag
 
 def rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
-        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
 
 
 def test_huge_event_times_are_refused_and_cost_no_memory(agent_factory):

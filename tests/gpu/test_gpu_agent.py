@@ -121,21 +121,24 @@ def test_gpu_series_carry_their_rank_and_source(running):
     assert agent.samples.series(("gpu", U0), "gpu_busy_ratio")
 
     got = series(get(agent, "/metrics"))
-    mine = [(n, l, v) for n, l, v in got if n.startswith("stallscope_gpu_") and l.get("rank") == "3"]
+    mine = [(n, labels, v) for n, labels, v in got
+            if n.startswith("stallscope_gpu_") and labels.get("rank") == "3"]
     names = sorted(n for n, _, _ in mine)
     assert names == ["stallscope_gpu_busy_ratio", "stallscope_gpu_busy_seconds_total",
                      "stallscope_gpu_sm_active_ratio"]  # 3 series against the per-rank budget
     for _n, labels, _v in mine:
         assert labels["uuid"] == U1 and labels["gpu"] == "1" and labels["job"] == "llm"
         assert labels["pod"] == "llm-pretrain-worker-0" and labels["node"] == "gpu-node-7"
-    busy = {l["rank"]: v for n, l, v in got if n == "stallscope_gpu_busy_ratio"}
+    busy = {labels["rank"]: v for n, labels, v in got if n == "stallscope_gpu_busy_ratio"}
     assert busy["3"] == pytest.approx(0.25, abs=0.006) and busy["5"] == pytest.approx(0.75, abs=0.006)
-    sm = {(l["gpu"], l["rank"]): (l["field"], v) for n, l, v in got if n == "stallscope_gpu_sm_active_ratio"}
+    sm = {(labels["gpu"], labels["rank"]): (labels["field"], v)
+          for n, labels, v in got if n == "stallscope_gpu_sm_active_ratio"}
     assert sm[("0", "5")] == ("DCGM_FI_PROF_SM_ACTIVE", 0.812345)
     assert sm[("2", "")] == ("DCGM_FI_DEV_GPU_UTIL", 0.37)  # dcgm-only GPU, no rank
-    up = {l["uuid"]: v for n, l, v in got if n == "stallscope_gpu_up"}
+    up = {labels["uuid"]: v for n, labels, v in got if n == "stallscope_gpu_up"}
     assert up == {U0: 1.0, U1: 1.0}
-    errors = {(l["source"], l["reason"]): v for n, l, v in got if n == "stallscope_gpu_read_errors_total"}
+    errors = {(labels["source"], labels["reason"]): v
+              for n, labels, v in got if n == "stallscope_gpu_read_errors_total"}
     assert errors == {("hook", "bad_cuda"): 1.0}
 
     (status,) = [e for e in json.loads(get(agent, "/api/v1/exporters"))["exporters"]
@@ -143,11 +146,11 @@ def test_gpu_series_carry_their_rank_and_source(running):
     assert status["available"] and status["success"]
 
     fake.gpus[1].lost = True
-    lost = wait_for(lambda: [v for n, l, v in series(get(agent, "/metrics"))
-                             if n == "stallscope_gpu_up" and l["uuid"] == U1 and v == 0])
+    lost = wait_for(lambda: [v for n, labels, v in series(get(agent, "/metrics"))
+                             if n == "stallscope_gpu_up" and labels["uuid"] == U1 and v == 0])
     assert lost
-    assert not [l for n, l, v in series(get(agent, "/metrics"))
-                if n == "stallscope_gpu_busy_ratio" and l["uuid"] == U1]
+    assert not [labels for n, labels, v in series(get(agent, "/metrics"))
+                if n == "stallscope_gpu_busy_ratio" and labels["uuid"] == U1]
 
 
 def test_sampler_threads_stop_with_the_agent(running):
@@ -181,8 +184,9 @@ def test_a_node_without_gpus_reports_not_available_once(tmp_path, capfd):
         assert st["success"]  # not asked for explicitly: not an error
         time.sleep(0.5)  # a few more collections
         got = series(get(agent, "/metrics"))
-        assert [v for n, l, v in got if n == "stallscope_exporter_available" and l["exporter"] == "gpu"] == [0]
-        assert not [n for n, l, v in got if n.startswith("stallscope_gpu_")]
+        assert [v for n, labels, v in got
+                if n == "stallscope_exporter_available" and labels["exporter"] == "gpu"] == [0]
+        assert not [n for n, _, _ in got if n.startswith("stallscope_gpu_")]
     finally:
         agent.stop()
     err = capfd.readouterr().err

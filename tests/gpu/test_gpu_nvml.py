@@ -75,7 +75,7 @@ def test_samples_are_on_the_monotonic_clock_and_match_the_busy_pattern(clock):
     mono, offsets = nvml_mod.clock_offsets()
     ends = [t for t, _, _ in ring]
     assert ends == sorted(ends) and all(t <= mono + 10**6 for t in ends)
-    for (t, period, ratio), (t_next, p_next, _) in zip(ring, ring[1:]):
+    for (t, _, _), (t_next, p_next, _) in zip(ring, ring[1:]):
         assert t_next - p_next == t  # contiguous: every instant accounted once
     for t, period, ratio in ring:
         assert ratio == pytest.approx(expected_ratio(busy, t, period, offsets[clock]), abs=QUANT)
@@ -123,7 +123,8 @@ def test_mig_instance_is_unsupported_once_and_other_gpus_keep_going():
 
 
 def test_lost_gpu_stops_being_read_and_reads_down():
-    fake = FakeNvml([FakeGpu(0, busy=constant(0.3), history_s=3), FakeGpu(1, busy=constant(0.6), history_s=3)])
+    fake = FakeNvml([FakeGpu(0, busy=constant(0.3), history_s=3),
+                     FakeGpu(1, busy=constant(0.6), history_s=3)])
     s, logs = sampler(fake)
     s.poll()
     fake.gpus[0].lost = True  # XID 79: fell off the bus

@@ -21,7 +21,8 @@ POD0 = dict(job="train", namespace="ml", pod="train-0", node="n1", instance="10.
 WHERE0 = "pod ml/train-0 (job train, node n1)"
 WAITING0 = "Waiting ranks in the pod: rank 0 waits 5%."
 
-pytestmark = pytest.mark.skipif(not shutil.which("promtool"), reason="needs promtool (apt-get install prometheus)")
+pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
+                                reason="needs promtool (apt-get install prometheus)")
 
 
 def sel(metric, **labels):
@@ -78,7 +79,8 @@ CASES = {
         waiting_pair() + [
             (sel("stallscope_cpu_cfs_periods_total", **pod_labels(p, container="trainer")), "0+600x40")
             for p in ("train-0", "train-1")] + [
-            (sel("stallscope_cpu_cfs_throttled_periods_total", **pod_labels(p, container="trainer")), "0+300x40")
+            (sel("stallscope_cpu_cfs_throttled_periods_total", **pod_labels(p, container="trainer")),
+             "0+300x40")
             for p in ("train-0", "train-1")], 1,
         [(dict(namespace="ml", pod="train-0", container="trainer", job="train", node="n1"),
           "The CFS quota throttles a waiting rank's loader.",
@@ -86,16 +88,19 @@ CASES = {
           "(threshold 25%%). %s" % (WHERE0, WAITING0))]),
     "StallscopeIOPressure": (
         waiting_pair() + [
-            (sel("stallscope_pressure_io_waiting_seconds_total", **pod_labels("train-0", container="trainer")), "1000+54x40"),
-            (sel("stallscope_pressure_io_waiting_seconds_total", **pod_labels("train-1", container="trainer")), "1000+54x40"),
-            (sel("stallscope_pressure_io_waiting_seconds_total", node="n1", instance="10.0.0.1:9478"), "1000+54x40")], 1,
+            (sel("stallscope_pressure_io_waiting_seconds_total", **pod_labels(p, container="trainer")),
+             "1000+54x40")
+            for p in ("train-0", "train-1")] + [
+            (sel("stallscope_pressure_io_waiting_seconds_total", node="n1", instance="10.0.0.1:9478"),
+             "1000+54x40")], 1,
         [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
           "I/O pressure stalls a waiting rank's pod.",
           "Tasks of %s were stalled on I/O 90%% of the time over the last 5m (PSI io some; threshold "
           "20%%). %s" % (WHERE0, WAITING0))]),
     "StallscopeMemoryPressure": (
         waiting_pair() + [
-            (sel("stallscope_pressure_memory_waiting_seconds_total", **pod_labels(p, container="trainer")), "1000+30x40")
+            (sel("stallscope_pressure_memory_waiting_seconds_total", **pod_labels(p, container="trainer")),
+             "1000+30x40")
             for p in ("train-0", "train-1")], 1,
         [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
           "Memory pressure stalls a waiting rank's pod.",
@@ -104,8 +109,10 @@ CASES = {
     "StallscopeShmNearlyFull": (
         # rank 0 is blocked for good (no batch at all): that matters too
         rank(0, 0, steps_per_min=0) + rank(1, 0.6) + [
-            (sel("stallscope_shm_size_bytes", **pod_labels(p)), "64+0x40") for p in ("train-0", "train-1")] + [
-            (sel("stallscope_shm_used_bytes", **pod_labels(p)), "60+0x40") for p in ("train-0", "train-1")], 1,
+            (sel("stallscope_shm_size_bytes", **pod_labels(p)), "64+0x40")
+            for p in ("train-0", "train-1")] + [
+            (sel("stallscope_shm_used_bytes", **pod_labels(p)), "60+0x40")
+            for p in ("train-0", "train-1")], 1,
         [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
           "/dev/shm of a waiting rank's pod is nearly full.",
           "/dev/shm of %s is 93.75%% full (threshold 90%%); DataLoader workers pass every batch through "
@@ -113,17 +120,22 @@ CASES = {
           "progress in 5m." % WHERE0)]),
     "StallscopeFuseMountDown": (
         waiting_pair() + [
-            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")), "0+0x40"),
-            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")), "1+0x40"),
-            (sel("stallscope_fuse_up", **pod_labels("train-1", mountpoint="/data", fstype="fuse.s3fs")), "0+0x40")], 1,
+            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")),
+             "0+0x40"),
+            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")),
+             "1+0x40"),
+            (sel("stallscope_fuse_up", **pod_labels("train-1", mountpoint="/data", fstype="fuse.s3fs")),
+             "0+0x40")], 1,
         [(dict(POD0, mountpoint="/data", fstype="fuse.s3fs"),
           "A FUSE mount that a waiting rank reads from is down.",
           "FUSE mount /data (fuse.s3fs) of %s does not answer: its daemon is dead or the connection "
           "was aborted (ENOTCONN). %s" % (WHERE0, WAITING0))]),
     "StallscopeFuseMountStuck": (
         waiting_pair() + [
-            (sel("stallscope_fuse_probe_seconds", **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")), "5+0x40"),
-            (sel("stallscope_fuse_probe_seconds", **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")), "0.01+0x40")], 1,
+            (sel("stallscope_fuse_probe_seconds",
+                 **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")), "5+0x40"),
+            (sel("stallscope_fuse_probe_seconds",
+                 **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")), "0.01+0x40")], 1,
         [(dict(POD0, mountpoint="/data", fstype="fuse.s3fs"),
           "A FUSE mount that a waiting rank reads from is stuck.",
           "A stat of FUSE mount /data (fuse.s3fs) of %s took 5s (threshold 1s): the daemon is hung or "
@@ -133,7 +145,8 @@ CASES = {
             (sel("stallscope_shard_read_seconds_bucket", **pod_labels("train-0", tier="remote", le=le)), v)
             for le, v in (("0.1", "0+0x40"), ("0.5", "0+0x40"), ("1.0", "0+0x40"), ("2.5", "0+60x40"),
                           ("+Inf", "0+60x40"))] + [
-            (sel("stallscope_shard_read_seconds_bucket", **pod_labels("train-0", tier="local", le=le)), "0+60x40")
+            (sel("stallscope_shard_read_seconds_bucket", **pod_labels("train-0", tier="local", le=le)),
+             "0+60x40")
             for le in ("0.1", "0.5", "1.0", "2.5", "+Inf")], 1,
         [(dict(namespace="ml", pod="train-0", tier="remote", job="train", node="n1"),
           "Shard reads of a waiting rank are slow.",
@@ -141,10 +154,14 @@ CASES = {
           "(threshold 0.5s). %s" % (WHERE0, WAITING0))]),
     "StallscopeCacheHitRateLow": (
         waiting_pair() + [
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="hit")), "0+12x40"),
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="miss")), "0+48x40"),
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="hit")), "0+48x40"),
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="miss")), "0+12x40")], 1,
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="hit")),
+             "0+12x40"),
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="miss")),
+             "0+48x40"),
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="hit")),
+             "0+48x40"),
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="miss")),
+             "0+12x40")], 1,
         [(dict(namespace="ml", pod="train-0", tier="local", job="train", node="n1"),
           "The data cache of a waiting rank mostly misses.",
           "80%% of the cache lookups in tier local of %s missed over the last 5m (threshold 50%%); "
@@ -158,11 +175,13 @@ CASES = {
     "StallscopeRankSilent": (
         [(sel("stallscope_step_seconds_count", **dict(POD0, rank="0")), "0+600x10 stale"),
          (sel("stallscope_step_seconds_count", **dict(POD0, rank="1", pod="train-1")), "0+600x40"),
-         (sel("stallscope_step_seconds_count", **dict(POD0, job="done", rank="0", pod="done-0")), "0+600x10 stale")], 11,
+         (sel("stallscope_step_seconds_count", **dict(POD0, job="done", rank="0", pod="done-0")),
+          "0+600x10 stale")], 11,
         [(dict(namespace="ml", job="train", rank="0", pod="train-0", node="n1"),
           "Rank 0 of job ml/train stopped reporting.",
           "The hook of rank 0 (pod train-0 on node n1) reported within the last 1h but not now, while "
-          "other ranks of job train still report: the process died or hangs, or it lost the agent's socket.")]),
+          "other ranks of job train still report: the process died or hangs, or it lost the agent's "
+          "socket.")]),
     "StallscopeExporterFailing": (
         [(sel("stallscope_exporter_success", exporter="fuse", **AGENT), "0+0x40"),
          (sel("stallscope_exporter_success", exporter="psi", **AGENT), "1+0x40")], 0,
@@ -171,7 +190,8 @@ CASES = {
           "it reads is missing from dashboards, alerts and diagnose.")]),
     "StallscopeHookDroppingEvents": (
         [(sel("stallscope_hook_dropped_events_total", **dict(POD0, rank="0")), "1000+30x40"),
-         (sel("stallscope_hook_dropped_events_total", **dict(POD0, rank="1", pod="train-1")), "1000+0x40")], 1,
+         (sel("stallscope_hook_dropped_events_total", **dict(POD0, rank="1", pod="train-1")),
+          "1000+0x40")], 1,
         [(dict(namespace="ml", job="train", rank="0", pod="train-0", node="n1"),
           "The hook of rank 0 of job ml/train drops events.",
           "The hook of rank 0 (pod train-0 on node n1) could not deliver 0.50 batch events per second "

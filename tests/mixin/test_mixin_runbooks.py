@@ -33,10 +33,10 @@ def test_runbooks_have_the_four_sections_and_start_diagnosis_with_diagnose():
     for name, text in pages().items():
         lines = text.splitlines()
         assert lines[0] == "# " + name, name
-        heads = [l for l in lines if l.startswith("## ")]
+        heads = [line for line in lines if line.startswith("## ")]
         assert heads == SECTIONS, (name, heads)
         diagnosis = text.split("## Diagnosis\n", 1)[1].split("## Mitigation", 1)[0]
-        first = next(l for l in diagnosis.splitlines() if l.strip())
+        first = next(line for line in diagnosis.splitlines() if line.strip())
         assert first.startswith("1. " + FIRST_COMMAND), (name, first)
         for section in text.split("## ")[1:]:
             assert len(section.split("\n", 1)[1].strip()) > 80, (name, section[:20])
