@@ -116,7 +116,8 @@ def main():
     prom = PrometheusProcess([target, agent.url]).start()
     env = child_env({"STALLSCOPE_SOCKET": agent.socket, "STALLSCOPE_JOB": JOB, "RANK": str(REAL),
                      "POD_NAME": "%s-%d" % (JOB, REAL), "POD_NAMESPACE": NS})
-    trainer = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "trainers", "simple_trainer.py"),
+    script = os.path.join(ROOT, "tests", "helpers", "trainers", "simple_trainer.py")
+    trainer = subprocess.Popen([sys.executable, script,
                                 "--duration", "120", "--batch-size", "4", "--workers", "2",
                                 "--compute", "0.15", "--samples", "4000", "--sample-sleep", "0.09"], env=env)
     try:

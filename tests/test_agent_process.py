@@ -11,37 +11,8 @@ import time
 import pytest
 
 from stallscope.lab.procs import free_port, http_get
-
-
-def send(path, payload):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.connect(path)
-    s.send(payload if isinstance(payload, bytes) else json.dumps(payload).encode())
-    return s
-
-
-def report(rank=0, events=(), job="j", pod="p"):
-    return {"v": 1, "kind": "report", "pid": os.getpid(), "role": "main", "dropped_total": 0,
-            "id": {"job": job, "rank": rank, "pod": pod, "namespace": "ns", "node": "n"},
-            "events": [list(e) for e in events]}
-
-
-def wait_until(pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in %.0fs" % timeout)
-
-
-def metric(text, name, **labels):
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all('%s="%s"' % kv in line for kv in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-    return None
+from tests.helpers import wait_until
+from tests.helpers.agent import metric, report, send
 
 
 def test_api_and_rejects_over_the_real_socket(agent):

@@ -4,7 +4,7 @@ from stallscope.correlate import causes, diagnosis, workers
 from stallscope.correlate.period import stall_period
 from stallscope.correlate.trace import WaitIndex
 from stallscope.lab import synth
-from tests.correlate_helpers import simulated, trace_of
+from tests.helpers.correlate import simulated, trace_of
 
 SEC = synth.SEC
 

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from stallscope.lab import scenarios
-from tests.lab.helpers import lab_session
+from tests.helpers.lab import lab_session
 
 
 def get(agent, path):

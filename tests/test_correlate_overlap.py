@@ -5,7 +5,7 @@ from stallscope.correlate import diagnosis
 from stallscope.correlate.overlap import input_bound
 from stallscope.correlate.trace import RankTrace, WaitIndex
 from stallscope.lab import synth
-from tests.correlate_helpers import events_from_waits, simulated, trace_of
+from tests.helpers.correlate import events_from_waits, simulated, trace_of
 
 
 def test_wait_index_matches_brute_force():

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from stallscope.correlate.period import period_of, stall_period
-from tests.correlate_helpers import events_from_waits, simulated, trace_of
+from tests.helpers.correlate import events_from_waits, simulated, trace_of
 
 
 def spiky(n, period, rng, spike=0.3, jitter_index=0, miss=0.0, base=0.0002):

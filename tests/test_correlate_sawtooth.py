@@ -3,7 +3,7 @@ import numpy as np
 from stallscope.correlate.period import dominant_period, stall_period
 from stallscope.correlate.sawtooth import sawtooth
 from stallscope.lab import synth
-from tests.correlate_helpers import simulated, trace_of
+from tests.helpers.correlate import simulated, trace_of
 
 
 def shifted(samples, seconds):

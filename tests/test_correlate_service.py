@@ -9,7 +9,7 @@ from stallscope.agent import correlator as correlator_mod
 from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.host import ApiError
 from stallscope.lab import synth
-from tests.correlate_helpers import report, simulated
+from tests.helpers.correlate import report, simulated
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from stallscope.lab.procs import free_port, http_get
-from tests.conftest import ROOT
-from tests.k8s_render import canonical, render, render_kubectl, render_python
+from tests.helpers import ROOT
+from tests.helpers.k8s import canonical, render, render_kubectl, render_python
 
 KUSTOMIZE = os.path.join(ROOT, "deploy", "kubernetes")
 VARIANTS = {"base": set(), "overlays/ptrace": {"SYS_PTRACE"}, "overlays/pod-resources": set()}

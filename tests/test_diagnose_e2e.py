@@ -12,9 +12,10 @@ import time
 import pytest
 
 from stallscope.lab.procs import AgentProcess, PrometheusProcess, child_env, free_port
-from tests.conftest import need_prometheus
+from tests.helpers import TRAINERS
+from tests.helpers.needs import need_prometheus
 
-TRAINER = os.path.join(os.path.dirname(__file__), "trainers", "simple_trainer.py")
+TRAINER = os.path.join(TRAINERS, "simple_trainer.py")
 pytestmark = pytest.mark.slow
 WINDOW = "15s"  # ~30 batches of 0.48 s: the correlator needs 20
 CONTRACT = ("verdict", "causes", "job", "rank", "pod", "namespace", "node", "data_wait_ratio",

@@ -11,9 +11,10 @@ import time
 import pytest
 
 from stallscope.lab.procs import PrometheusProcess, child_env, free_port
-from tests.conftest import as_nobody, need_prometheus, need_root
+from tests.helpers import TRAINERS
+from tests.helpers.needs import as_nobody, need_prometheus, need_root
 
-TRAINER = os.path.join(os.path.dirname(__file__), "trainers", "stack_trainer.py")
+TRAINER = os.path.join(TRAINERS, "stack_trainer.py")
 pytestmark = pytest.mark.slow
 MODES = ("fetch", "read", "decode", "collate", "idle")
 
@@ -21,7 +22,7 @@ MODES = ("fetch", "read", "decode", "collate", "idle")
 def diagnose(*args, env=None, user=None, timeout=60):
     cmd = [sys.executable, "-m", "stallscope", "diagnose", *args]
     if user is not None:
-        assert user == 65534, "only nobody is supported (tests.conftest.as_nobody)"
+        assert user == 65534, "only nobody is supported (tests.helpers.needs.as_nobody)"
         cmd = as_nobody(cmd)
     p = subprocess.run(cmd, env=child_env(env), capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from stallscope.exporters import cfs
-from tests.conftest import need_cpu_cgroup
-from tests.exporter_helpers import (
+from tests.helpers import wait_until
+from tests.helpers.exporters import (
     collect,
     context,
     join_cgroup,
@@ -15,9 +15,9 @@ from tests.exporter_helpers import (
     spawn,
     table_with,
     values,
-    wait_until,
     write,
 )
+from tests.helpers.needs import need_cpu_cgroup
 
 BUSY = "while True: pass"
 

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from stallscope.exporters import disk
-from tests.exporter_helpers import collect, context, write
+from tests.helpers.exporters import collect, context, write
 
 
 def test_only_whole_physical_devices_count(tmp_path):
@@ -67,7 +67,7 @@ def test_sched_run_queue_wait_of_real_crowded_workers():
     import time
 
     from stallscope.exporters import sched
-    from tests.exporter_helpers import spawn, table_with
+    from tests.helpers.exporters import spawn, table_with
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("needs sched_setaffinity")

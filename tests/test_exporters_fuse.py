@@ -16,8 +16,9 @@ import pytest
 from stallscope.exporters import fuse
 from stallscope.lab import slowfs
 from stallscope.system import procfs
-from tests.conftest import need_fuse
-from tests.exporter_helpers import collect, context, kill, scraped, table_with, values, wait_until
+from tests.helpers import wait_until
+from tests.helpers.exporters import collect, context, kill, scraped, table_with, values
+from tests.helpers.needs import need_fuse
 
 MOUNTINFO = (
     "22 1 0:21 / /proc rw,nosuid - proc proc rw\n"

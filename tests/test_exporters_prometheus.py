@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from stallscope.exporters import registry
-from tests.exporter_helpers import kill
+from tests.helpers.exporters import kill
 
 TRAINER = ("import time, stallscope\n"
            "for _ in stallscope.watch(iter(range(10 ** 9)), job='pj', pod='p0', namespace='ml'):\n"

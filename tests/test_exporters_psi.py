@@ -6,8 +6,8 @@ import os
 import pytest
 
 from stallscope.exporters import psi
-from tests.conftest import need_cpu_cgroup
-from tests.exporter_helpers import (
+from tests.helpers import wait_until
+from tests.helpers.exporters import (
     collect,
     context,
     join_cgroup,
@@ -15,9 +15,9 @@ from tests.exporter_helpers import (
     spawn,
     table_with,
     values,
-    wait_until,
     write,
 )
+from tests.helpers.needs import need_cpu_cgroup
 
 
 def test_node_pressure_from_the_real_proc_pressure():

@@ -10,7 +10,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from stallscope import exporters
 from stallscope.exporters import base, registry, runner
-from tests.exporter_helpers import context, values, wait_until
+from tests.helpers import wait_until
+from tests.helpers.exporters import context, values
 
 
 class Fixed(base.Exporter):

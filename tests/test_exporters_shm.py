@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from stallscope.exporters import shm
-from tests.conftest import need_root
-from tests.exporter_helpers import collect, context, kill, table_with, values
+from tests.helpers.exporters import collect, context, kill, table_with, values
+from tests.helpers.needs import need_root
 
 MiB = 1 << 20
 # Write 40 MiB to /dev/shm, unlink the file but keep it open (as PyTorch does), say so.
@@ -87,7 +87,7 @@ def test_missing_shm_is_a_note_not_a_failure(tmp_path):
 NO_PTRACE = """
 import sys
 from stallscope.exporters import fuse, shm
-from tests.exporter_helpers import collect, context, table_with, values
+from tests.helpers.exporters import collect, context, table_with, values
 table = table_with(dict(pid=int(sys.argv[1])))
 ctx = context(table)
 fams = collect(shm.ShmExporter(ctx))

@@ -9,17 +9,8 @@ import sys
 import pytest
 
 from stallscope.exporters import workers
-from tests.exporter_helpers import (
-    collect,
-    context,
-    kill,
-    samples_of,
-    scraped,
-    spawn,
-    table_with,
-    values,
-    wait_until,
-)
+from tests.helpers import wait_until
+from tests.helpers.exporters import collect, context, kill, samples_of, scraped, spawn, table_with, values
 
 BUSY_THEN_SLEEP = ("import time\n"
                    "t = time.process_time() + {secs}\n"
@@ -100,7 +91,7 @@ def test_an_exit_by_signal_is_counted_while_the_worker_is_a_zombie(procs):
 
 def test_a_worker_blocked_on_a_hung_mount_counts_in_d_state(procs, tmp_path):
     from stallscope.lab import slowfs
-    from tests.conftest import need_fuse
+    from tests.helpers.needs import need_fuse
 
     need_fuse()
     fs = slowfs.SlowFS(str(tmp_path / "mnt"), private=True).start()

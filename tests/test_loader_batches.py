@@ -16,10 +16,11 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 import stallscope
 from stallscope.agent import loader as agent_loader
 from stallscope.hook import batches
-from tests.conftest import ROOT, need_cpu_cgroup
-from tests.exporter_helpers import rmdir_cgroup, wait_until
+from tests.helpers import TRAINERS, wait_until
+from tests.helpers.exporters import rmdir_cgroup
+from tests.helpers.needs import need_cpu_cgroup
 
-TRAINER = os.path.join(ROOT, "tests", "loader_trainer.py")
+TRAINER = os.path.join(TRAINERS, "loader_trainer.py")
 
 
 class Squares(Dataset):

@@ -11,8 +11,8 @@ import pytest
 import stallscope
 from stallscope.agent import shards as agent_shards
 from stallscope.hook import adapters, channel, process, shards, tiers
-from tests.conftest import need_fuse
-from tests.exporter_helpers import wait_until
+from tests.helpers import wait_until
+from tests.helpers.needs import need_fuse
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from tests.test_agent_process import metric, wait_until
+from tests.helpers import ROOT, TRAINERS, wait_until
+from tests.helpers.agent import metric
 
-TRAINER = os.path.join(os.path.dirname(__file__), "trainers", "simple_trainer.py")
+TRAINER = os.path.join(TRAINERS, "simple_trainer.py")
 pytestmark = pytest.mark.slow
 
 
@@ -81,7 +82,7 @@ def test_prometheus_max_rank_sli_names_the_slow_rank(agent, hook_env, prometheus
 
 def test_no_agent_loop_runs_and_counts_drops(tmp_path):
     env = dict(os.environ, STALLSCOPE_SOCKET=str(tmp_path / "nobody.sock"),
-               PYTHONPATH=os.path.dirname(os.path.dirname(__file__)))
+               PYTHONPATH=ROOT)
     code = ("import time, stallscope\n"
             "from stallscope.hook import channel\n"
             "w = stallscope.watch(range(200000))\n"

@@ -10,7 +10,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope.lab.procs import child_env, http_get
-from tests.conftest import as_nobody, need_root
+from tests.helpers.needs import as_nobody, need_root
 
 
 def connect(path):

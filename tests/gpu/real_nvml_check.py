@@ -46,7 +46,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.fake:
-        from tests.gpu.fake_nvml import FakeGpu, FakeNvml, square
+        from tests.helpers.fake_nvml import FakeGpu, FakeNvml, square
         nv = FakeNvml([FakeGpu(0, busy=square(2.0, 0.5), history_s=4), FakeGpu(1)], clock="boottime")
     else:
         import pynvml as nv

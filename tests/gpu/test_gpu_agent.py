@@ -14,10 +14,10 @@ from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.exporters import ExportersOptions
 from stallscope.exporters.gpu.options import GpuOptions
 from stallscope.hook import channel, identity
-from tests.gpu.gpu_helpers import U0, U1, DcgmServer, fixture
+from tests.helpers.gpu import U0, U1, DcgmServer, fixture
 
 pynvml = pytest.importorskip("pynvml")  # the fake is built from the real module's classes
-from tests.gpu.fake_nvml import FakeGpu, FakeNvml, constant  # noqa: E402
+from tests.helpers.fake_nvml import FakeGpu, FakeNvml, constant  # noqa: E402
 
 
 def get(agent, path):

@@ -4,7 +4,7 @@ label sets, served over real HTTP."""
 import pytest
 
 from stallscope.exporters.gpu.dcgm import DcgmReader, parse
-from tests.gpu.gpu_helpers import DcgmServer, fixture
+from tests.helpers.gpu import DcgmServer, fixture
 
 
 def test_sm_active_then_gr_engine_then_gpu_util_per_gpu():

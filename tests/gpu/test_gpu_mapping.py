@@ -9,7 +9,7 @@ from stallscope.agent.state import RankState
 from stallscope.exporters.gpu.mapping import build, uuid_key
 from stallscope.exporters.gpu.source import Gpu
 from stallscope.hook import device
-from tests.gpu.gpu_helpers import U0, U1
+from tests.helpers.gpu import U0, U1
 
 
 def rank(r, pid, pod="w-0", cuda=None):

@@ -1,4 +1,4 @@
-"""NVML sampler against the fake pynvml (tests/gpu/fake_nvml.py: real error classes
+"""NVML sampler against the fake pynvml (tests/helpers/fake_nvml.py: real error classes
 and ctypes structures, driver-like buffers and clocks) and against the real pynvml on
 this machine, which has no NVIDIA driver."""
 import time
@@ -10,7 +10,7 @@ from stallscope.exporters.gpu.nvml import NvmlSource
 from stallscope.exporters.gpu.source import Sampler, Unavailable
 
 pynvml = pytest.importorskip("pynvml")  # the fake is built from the real module's classes
-from tests.gpu.fake_nvml import FakeGpu, FakeNvml, constant, square  # noqa: E402
+from tests.helpers.fake_nvml import FakeGpu, FakeNvml, constant, square  # noqa: E402
 
 QUANT = 0.0051  # NVML reports whole percent
 

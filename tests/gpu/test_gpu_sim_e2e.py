@@ -1,6 +1,6 @@
-"""End to end: a real DataLoader loop (sim_trainer.py) reporting to a real agent started
-with --gpu.simulated, scraped by a real Prometheus. The simulated GPU's busy ratio must
-equal the loop's own measured compute fraction over the same span."""
+"""End to end: a real DataLoader loop (tests/helpers/trainers/sim_trainer.py) reporting to
+a real agent started with --gpu.simulated, scraped by a real Prometheus. The simulated
+GPU's busy ratio must equal the loop's own measured compute fraction over the same span."""
 import json
 import os
 import subprocess
@@ -10,7 +10,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from tests.helpers import TRAINERS
 
 
 def overlap(intervals, a, b):
@@ -23,7 +23,7 @@ def test_simulated_gpu_busy_equals_the_loops_compute_fraction(agent_factory, hoo
     agent = agent_factory("--gpu.simulated", "--gpu.sample-interval", "0.2")
     prom = prometheus_factory([agent.url])
     out = tmp_path / "trainer.json"
-    trainer = subprocess.Popen([sys.executable, os.path.join(HERE, "sim_trainer.py"), str(out)],
+    trainer = subprocess.Popen([sys.executable, os.path.join(TRAINERS, "sim_trainer.py"), str(out)],
                                env=hook_env(agent), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:

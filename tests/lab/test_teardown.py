@@ -9,7 +9,7 @@ import time
 import pytest
 
 from stallscope.lab import teardown
-from tests.lab.helpers import ROOT
+from tests.helpers import ROOT
 
 
 def test_unwinds_in_reverse_on_success_and_on_error():

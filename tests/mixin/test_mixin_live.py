@@ -23,9 +23,9 @@ import pytest
 from stallscope.lab import faults, findings, pods, scenarios
 from stallscope.lab.session import Session
 from stallscope.mixin import alerts, config, generate, promql, rules
-from tests.conftest import need_prometheus
-from tests.gpu.gpu_helpers import DcgmServer, fixture
-from tests.lab.helpers import lab_session
+from tests.helpers.gpu import DcgmServer, fixture
+from tests.helpers.lab import lab_session
+from tests.helpers.needs import need_prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +135,7 @@ def live(tmp_path_factory):
     rule_files = generate.write(generate.alert_files(CFG), str(d / "rules"))
     with lab_session(d / "lab") as session:
         # No GPU here: the agent's clearly labelled simulated GPU per rank, and SM-active
-        # from a recorded dcgm-exporter page served over real HTTP (tests/gpu/fixtures).
+        # from a recorded dcgm-exporter page served over real HTTP (tests/data/dcgm).
         dcgm = DcgmServer(fixture("dcgm-exporter-k8s.txt"))
         session.td.push("stop the dcgm-exporter page", dcgm.close)
         session.start_agent(240, ["--gpu.sample-interval", "0.5", "--gpu.dcgm-url", dcgm.url])

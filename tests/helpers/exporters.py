@@ -5,7 +5,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 from stallscope.agent import samples as samples_mod
@@ -71,16 +70,6 @@ def values(families, name, **labels):
 def spawn(code, **kw):
     """A Python child running ``code`` (killed by the caller)."""
     return subprocess.Popen([sys.executable, "-c", code], **kw)
-
-
-def wait_until(pred, timeout=10.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError("condition not met in %.1fs" % timeout)
 
 
 def kill(proc):

@@ -1,11 +1,14 @@
-"""Shared by the GPU tests: GPU UUIDs of the dcgm-exporter fixture, the fixture reader and a real HTTP
-server standing in for dcgm-exporter's /metrics."""
+"""Shared by the GPU tests (and the golden run, the live mixin test): GPU UUIDs of the
+dcgm-exporter fixtures (tests/data/dcgm), the fixture reader and a real HTTP server
+standing in for dcgm-exporter's /metrics."""
 import http.server
 import os
 import threading
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
-# GPUs 0 and 1 of fixtures/dcgm-exporter-k8s.txt
+from tests.helpers import ROOT
+
+FIXTURES = os.path.join(ROOT, "tests", "data", "dcgm")
+# GPUs 0 and 1 of tests/data/dcgm/dcgm-exporter-k8s.txt
 U0 = "GPU-5d4f7c1e-9a3b-2e81-6c0d-4b7e91a2f3c5"
 U1 = "GPU-a1c93e07-44d2-8f6b-1e95-07c2d8b6e4f1"
 

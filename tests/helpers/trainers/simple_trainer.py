@@ -8,10 +8,11 @@ tests can compare the agent's numbers with the loop's own.
 import argparse
 import json
 import os
+import pathlib
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))  # the repository root
 import stallscope
 
 

@@ -2,10 +2,10 @@
 tests/vocabulary/test_emitted.py (what was emitted and recorded against the vocabulary).
 
 An in-process agent, never started (no sockets, no threads of its own), reads the fake
-``/proc``, ``/sys``, cgroup tree and root filesystem of ``fixtures/`` (copied to a
-temporary directory first, see fixtures/README.md) with every exporter switched on,
+``/proc``, ``/sys``, cgroup tree and root filesystem of ``tests/golden/fixtures/`` (copied
+to a temporary directory first, see tests/golden/fixtures/README.md) with every exporter switched on,
 ``--exporter.workers.per-worker``, the simulated GPU and a dcgm-exporter endpoint
-serving tests/gpu/fixtures/dcgm-exporter-k8s.txt. Fixed hook reports go through the
+serving tests/data/dcgm/dcgm-exporter-k8s.txt. Fixed hook reports go through the
 ingest's own ``handle`` (validation, reject counting, ``Agent.apply``); then the parts
 are driven by hand in a fixed order: the GPU samplers polled, the exporters collected
 twice under a fixed ``host.clock``, the loader, shard and correlator parts ticked.
@@ -45,12 +45,13 @@ from stallscope.exporters.fuse import FuseOptions
 from stallscope.exporters.gpu.options import GpuOptions
 from stallscope.exporters.workers import WorkersOptions
 from stallscope.host import Part
-from tests.gpu.gpu_helpers import U0, DcgmServer, fixture
+from tests.helpers import ROOT
+from tests.helpers.gpu import U0, DcgmServer, fixture
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "fixtures")
-GOLDEN_METRICS = os.path.join(HERE, "metrics.prom")
-GOLDEN_SIGNALS = os.path.join(HERE, "signals.txt")
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+FIXTURES = os.path.join(GOLDEN, "fixtures")
+GOLDEN_METRICS = os.path.join(GOLDEN, "metrics.prom")
+GOLDEN_SIGNALS = os.path.join(GOLDEN, "signals.txt")
 
 NODE = "golden-node"
 IDENT = {"job": "llm", "rank": 0, "local_rank": 0, "world_size": 8,
@@ -69,7 +70,7 @@ S = 1000 * MS
 MASK = "NaN"
 MASKED_SUFFIXES = ("_duration_seconds",)
 MASKED_NAMES = ("stallscope_fuse_probe_seconds", "stallscope_stall_since_timestamp_seconds")
-HEADER = ("# Golden /metrics of the agent over tests/golden/fixtures (tests/golden/helpers.py).\n"
+HEADER = ("# Golden /metrics of the agent over tests/golden/fixtures (tests/helpers/golden.py).\n"
           "# Rewrite with: pytest tests/golden --update\n"
           "# Masked as %s: *_duration_seconds (wall time of a collection) and\n"
           "# stallscope_fuse_probe_seconds (latency of a real statvfs),\n"

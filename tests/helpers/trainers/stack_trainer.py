@@ -9,11 +9,11 @@ The workers never finish: the test kills the process group.
 """
 import argparse
 import io
-import os
+import pathlib
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))  # the repository root
 import stallscope
 
 

@@ -10,8 +10,6 @@ import sys
 from stallscope.lab import procs, teardown
 from stallscope.lab.session import Session
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def lab_cmd(*args):
     return [sys.executable, "-m", "stallscope", "lab"] + [str(a) for a in args]

@@ -3,8 +3,8 @@ time (sleep, so that the cost does not depend on how loaded the machine is) and 
 compute step of a known time. Prints one JSON line when done, then stays alive until
 its stdin closes, so the agent keeps the rank while the test reads it.
 
-    python tests/loader_trainer.py '{"workers": 2, "sample_s": 0.01, "batch": 4,
-                                     "compute_s": 0.006, "batches": 30, "start": "fork"}'
+    python tests/helpers/trainers/loader_trainer.py '{"workers": 2, "sample_s": 0.01,
+        "batch": 4, "compute_s": 0.006, "batches": 30, "start": "fork"}'
 """
 import json
 import os
