@@ -11,8 +11,8 @@ import yaml
 from stallscope import vocabulary
 from stallscope.host import families
 from stallscope.vocabulary import reference
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORE_PARTS = ("ranks", "loader", "shards", "exporters", "correlator", "agent")
 
 

@@ -1,5 +1,5 @@
 """A real DataLoader training loop for the simulated-GPU check (run by
-tests/gpu/test_gpu_sim_e2e.py).
+tests/exporters/gpu/test_sim_e2e.py).
 
 One loader worker makes each batch in ~LOAD_S; the loop "computes" for COMPUTE_S per
 batch, so it waits for data part of the time. The loop records its own compute

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from stallscope.mixin import alerts, config
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULE_FILES = [os.path.join(ROOT, "alerts", "rules.yaml"), os.path.join(ROOT, "alerts", "alerts.yaml")]
 RUNBOOKS = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
 GROUPS = ["stallscope.sli", "stallscope.slo", "stallscope.causes", "stallscope.health"]

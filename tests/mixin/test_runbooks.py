@@ -4,8 +4,8 @@ import os
 import re
 
 from stallscope.mixin import alerts, config, rules
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNBOOKS = os.path.join(ROOT, "runbooks")
 SECTIONS = ["## Meaning", "## Impact", "## Diagnosis", "## Mitigation"]
 FIRST_COMMAND = "`stallscope diagnose <pod> -n <namespace>`"

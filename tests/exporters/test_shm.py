@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from stallscope.exporters import shm
+from tests.helpers import ROOT
 from tests.helpers.exporters import collect, context, kill, table_with, values
 from tests.helpers.needs import need_root
 
@@ -106,7 +107,7 @@ def test_without_ptrace_access_the_pod_views_are_noted_not_failed():
         out = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--",
                               sys.executable, "-c", NO_PTRACE, str(target.pid)],
                              capture_output=True, text=True, timeout=60,
-                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                             cwd=ROOT)
     finally:
         kill(target)
     assert out.returncode == 0, out.stderr

@@ -2,7 +2,7 @@
 
 For a machine with an NVIDIA GPU (not collected by pytest: no GPU in CI):
 
-    .venv/bin/python tests/gpu/real_nvml_check.py [--seconds 6] [--load] [--json out.json]
+    .venv/bin/python tests/exporters/gpu/real_nvml_check.py [--seconds 6] [--load] [--json out.json]
 
 --load runs a 1 s on / 1 s off matmul square wave on cuda:0 (needs torch with CUDA), so
 the busy samples must show the pattern: on-phases near 1, off-phases near 0. The raw
@@ -12,12 +12,12 @@ test of this script on machines without a GPU).
 """
 import argparse
 import json
-import os
+import pathlib
 import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))  # the repository root
 
 from stallscope.exporters.gpu import nvml as nvml_mod
 from stallscope.exporters.gpu.source import Sampler

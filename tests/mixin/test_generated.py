@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from stallscope import cli
 from stallscope.mixin import config, generate, promql, rules
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sdk = pytest.importorskip("grafana_foundation_sdk", reason="needs the `dashboards` extra")
 
 

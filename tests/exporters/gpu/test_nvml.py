@@ -33,7 +33,7 @@ def test_real_pynvml_without_driver_is_unavailable_not_an_error():
         pass
     else:
         pynvml.nvmlShutdown()
-        pytest.skip("this machine has an NVIDIA driver: see tests/gpu/real_nvml_check.py")
+        pytest.skip("this machine has an NVIDIA driver: see tests/exporters/gpu/real_nvml_check.py")
     s, logs = sampler(None)
     for _ in range(3):
         s.poll()
