@@ -125,7 +125,8 @@ def ingest_over_socket(seconds=10):
                 break
             time.sleep(0.5)
         took = time.monotonic() - t0
-        row("events/s accepted (sender-bound: the agent keeps up)", acc * 100 / took, "ev/s", 200_000, "higher")
+        row("events/s accepted (sender-bound: the agent keeps up)", acc * 100 / took, "ev/s",
+            200_000, "higher")
         row("messages unaccounted (sent - accepted - rejected)", sent - acc - rej, "msgs")
     finally:
         agent.stop()
@@ -149,8 +150,8 @@ def agent_cost(agent, seconds):
 def batches_per_second(agent, seconds=10):
     def count():
         text = urllib.request.urlopen(agent.url + "/metrics", timeout=30).read().decode()
-        return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-                   if l.startswith("stallscope_data_wait_seconds_count{"))
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("stallscope_data_wait_seconds_count{"))
     a = count()
     time.sleep(seconds)
     return (count() - a) / seconds
@@ -256,8 +257,9 @@ def detection():
                 time.sleep(0.1)
             latency = time.monotonic() - t0
             top = body["causes"][0]["cause"] if body.get("causes") else None
-            row("detection of a %d %% stall (top cause %s, data-wait %.0f %%)" % (
-                100 * share, top, 100 * body.get("detection", {}).get("data_wait_ratio", 0)), latency, "s", 10.0)
+            detected = body.get("detection", {}).get("data_wait_ratio", 0)
+            row("detection of a %d %% stall (top cause %s, data-wait %.0f %%)"
+                % (100 * share, top, 100 * detected), latency, "s", 10.0)
             with open(control, "w") as f:
                 f.write(str(BASE["sample_sleep_s"]))
             t1 = time.monotonic()

@@ -62,7 +62,8 @@ class Exporter:
             out.append("stallscope_data_wait_seconds_count{%s} %d" % (labels, n))
             out.append("stallscope_data_wait_seconds_sum{%s} %.6f" % (labels, rt * step_sum))
             for b in STEP_BUCKETS:
-                out.append('stallscope_step_seconds_bucket{%s,le="%r"} %d' % (labels, b, n if b >= STEP else 0))
+                out.append('stallscope_step_seconds_bucket{%s,le="%r"} %d'
+                           % (labels, b, n if b >= STEP else 0))
             out.append('stallscope_step_seconds_bucket{%s,le="+Inf"} %d' % (labels, n))
             out.append("stallscope_step_seconds_count{%s} %d" % (labels, n))
             out.append("stallscope_step_seconds_sum{%s} %.6f" % (labels, step_sum))
@@ -115,7 +116,8 @@ def main():
     prom = PrometheusProcess([target, agent.url]).start()
     env = child_env({"STALLSCOPE_SOCKET": agent.socket, "STALLSCOPE_JOB": JOB, "RANK": str(REAL),
                      "POD_NAME": "%s-%d" % (JOB, REAL), "POD_NAMESPACE": NS})
-    trainer = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "trainers", "simple_trainer.py"),
+    script = os.path.join(ROOT, "tests", "helpers", "trainers", "simple_trainer.py")
+    trainer = subprocess.Popen([sys.executable, script,
                                 "--duration", "120", "--batch-size", "4", "--workers", "2",
                                 "--compute", "0.15", "--samples", "4000", "--sample-sleep", "0.09"], env=env)
     try:
@@ -142,7 +144,8 @@ def main():
     print("  slowed pod %s-%d (cluster view + its real agent): median %.3f s, max %.3f s over %d runs; "
           "verdict %s, straggler rank %s (%.1f%%), job median %.2f%%"
           % (JOB, REAL, statistics.median(slow_t), max(slow_t), ROUNDS, slow["verdict"],
-             slow["straggler"]["rank"], 100 * slow["data_wait_ratio"], 100 * slow["job_median_data_wait_ratio"]))
+             slow["straggler"]["rank"], 100 * slow["data_wait_ratio"],
+             100 * slow["job_median_data_wait_ratio"]))
     print("  healthy pod %s-42 (its agent answers 404: degraded):   median %.3f s, max %.3f s; verdict %s"
           % (JOB, statistics.median(ok_t), max(ok_t), ok["verdict"]))
     print("  CLI, wall time incl. interpreter start: %.3f s (exit %d)" % (cli_t, cli.returncode))

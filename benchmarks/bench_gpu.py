@@ -17,7 +17,7 @@ from stallscope.agent.state import RankTable
 from stallscope.exporters.gpu.nvml import NvmlSource
 from stallscope.exporters.gpu.sim import SimulatedSource
 from stallscope.exporters.gpu.source import Sampler
-from tests.gpu.fake_nvml import FakeGpu, FakeNvml, square
+from tests.helpers.fake_nvml import FakeGpu, FakeNvml, square
 
 GPUS = 8
 SECONDS = 4.0

@@ -82,7 +82,8 @@ def dashboards(out, config_path, check):
 
 @main.command()
 @click.argument("pod")
-@click.option("-n", "--namespace", default=None, help="The pod's namespace (needed only when the name is in several).")
+@click.option("-n", "--namespace", default=None,
+              help="The pod's namespace (needed only when the name is in several).")
 @click.option("--prometheus", "prometheus_url", envvar="STALLSCOPE_PROMETHEUS_URL", metavar="URL",
               help="Prometheus that scrapes the agents [env STALLSCOPE_PROMETHEUS_URL].")
 @click.option("--agent", "agent_url", metavar="URL",

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the stallscope agent from a source tree into a fresh virtualenv.
-# The Dockerfile runs exactly this; tests/test_deploy.py runs it too, into a temporary
-# directory, so the image's install steps are exercised without a container engine.
+# The Dockerfile runs exactly this; tests/deploy/test_deploy.py runs it too, into a
+# temporary directory, so the image's install steps are exercised without a container engine.
 #   usage: install.sh SOURCE_DIR TARGET_VENV
 set -eu
 src="$1"

@@ -17,6 +17,11 @@ from .host import AgentHost, Parts
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_seconds(stat: list[str]) -> float:
+    """utime + stime of a stat_fields() list, in seconds."""
+    return round((int(stat[11]) + int(stat[12])) / CLK_TCK, 3)
+
+
 def _positive(v: str) -> float:
     x = float(v)
     if not 0 < x <= 86400:
@@ -42,12 +47,11 @@ class CoreRoutes:
         for t in threading.enumerate():
             stat = procfs.stat_fields("/proc", "self", "task", str(t.native_id))
             if stat is not None:
-                threads.append({"name": t.name, "native_id": t.native_id,
-                                "cpu_seconds": round((int(stat[11]) + int(stat[12])) / CLK_TCK, 3)})
+                threads.append({"name": t.name, "native_id": t.native_id, "cpu_seconds": _cpu_seconds(stat)})
         threads.sort(key=lambda t: -float(t["cpu_seconds"] or 0))
         self_stat = procfs.stat_fields("/proc", "self")
         return 200, {"threads": threads,
-                     "cpu_seconds": round((int(self_stat[11]) + int(self_stat[12])) / CLK_TCK, 3) if self_stat else None,
+                     "cpu_seconds": _cpu_seconds(self_stat) if self_stat else None,
                      "rss_bytes": procfs.rss_bytes("/proc", "self"),
                      "memory_ceiling": self.budget.describe() if self.budget is not None else None}
 

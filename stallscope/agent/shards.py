@@ -24,8 +24,6 @@ from typing import Any
 
 import numpy as np
 
-Parsed = tuple[list[str], list[list[int]], list[list[int]], list[list[Any]]]
-
 from ..host import Part
 from ..host.families import buckets, family
 from ..vocabulary import signal
@@ -33,6 +31,9 @@ from .budget import SHARD_READS_PER_TIER, TIERS_PER_POD
 from .histogram import Histogram
 from .rings import Ring
 from .validate import MAX_AGE_NS, MAX_AHEAD_NS, MAX_INTERVAL_NS, MAX_NS, printable
+
+# What parse() returns: (tiers, reads, cache, slowest).
+Parsed = tuple[list[str], list[list[int]], list[list[int]], list[list[Any]]]
 
 READ_BUCKETS = buckets("stallscope_shard_read_seconds")
 SHARD_READ = signal("shard_read_seconds").name

@@ -50,7 +50,8 @@ class Detection:
 
     def as_json(self, now_ns: int) -> dict[str, Any]:
         return {"stalled": self.stalled, "since_ns": self.since_ns,
-                "since_seconds_ago": None if self.since_ns is None else round((now_ns - self.since_ns) / 1e9, 3),
+                "since_seconds_ago": (None if self.since_ns is None
+                                      else round((now_ns - self.since_ns) / 1e9, 3)),
                 "data_wait_ratio": round(self.share, 6), "batches": self.batches,
                 "excess_seconds": round(self.excess_seconds, 3), "z": round(self.z, 3)}
 

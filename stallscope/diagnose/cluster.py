@@ -50,13 +50,13 @@ def resolve(prom, pod, namespace, w):
     """The pod's ranks [{job, rank, pod, namespace, node}], or DiagnoseError."""
     rows = prom.query("last_over_time(stallscope_step_seconds_count%s[%s])"
                       % (selector(pod=pod, namespace=namespace), w))
-    found = {tuple(l.get(k, "") for k in IDENTITY): l for l, _ in rows}
+    found = {tuple(labels.get(k, "") for k in IDENTITY): labels for labels, _ in rows}
     if not found:
         raise DiagnoseError(_missing(prom, pod, namespace, w))
     spaces = sorted({k[3] for k in found})
     if len(spaces) > 1:
         raise DiagnoseError("pod %s exists in namespaces %s: give -n NAMESPACE" % (pod, ", ".join(spaces)))
-    return [_rank_row(l, None) for l in found.values()]
+    return [_rank_row(labels, None) for labels in found.values()]
 
 
 def _missing(prom, pod, namespace, w):
@@ -119,9 +119,9 @@ def agent_url(prom, node, w):
     scrape's ``instance`` label is still the target address (host:port)."""
     for expr in ("stallscope_agent_build_info%s" % selector(node=node),
                  "last_over_time(stallscope_agent_build_info%s[%s])" % (selector(node=node), w)):
-        rows = [l for l, _ in prom.query(expr) if l.get("instance")]
+        rows = [labels for labels, _ in prom.query(expr) if labels.get("instance")]
         if rows:
-            return fetch.base_url(sorted(rows, key=lambda l: l["instance"])[0]["instance"])
+            return fetch.base_url(sorted(rows, key=lambda labels: labels["instance"])[0]["instance"])
     return None
 
 
@@ -146,7 +146,8 @@ def _pod_signal(cause, line):
 # when the node's agent cannot be asked, and context when it can. Every cause line
 # whose signal has a Prometheus face (stallscope/vocabulary/), once each.
 POD_SIGNALS = tuple({line.signal: _pod_signal(c, line) for c in reversed(vocabulary.CAUSES)
-                     for line in reversed(c.lines) if vocabulary.signal(line.signal).query}.values())[::-1] + (
+                     for line in reversed(c.lines)
+                     if vocabulary.signal(line.signal).query}.values())[::-1] + (
     ("hook_dropped_events", None, 0, "above",
      lambda m, w: "sum(increase(%s[%s]))" % (promql.sel(CFG, "stallscope_hook_dropped_events_total", *m), w)),
 )
@@ -168,7 +169,7 @@ def cause_scores(prom, who, w):
     """The correlator's published scores (top causes of an input-bound rank)."""
     sel = selector(job=who["job"], namespace=who["namespace"], pod=who["pod"], rank=str(who["rank"]))
     rows = prom.query("max by (cause) (last_over_time(stallscope_stall_cause_score%s[%s]))" % (sel, w))
-    return sorted(({"cause": l.get("cause"), "score": v} for l, v in rows if v is not None),
+    return sorted(({"cause": labels.get("cause"), "score": v} for labels, v in rows if v is not None),
                   key=lambda c: -c["score"])
 
 

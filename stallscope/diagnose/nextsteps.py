@@ -38,10 +38,12 @@ def steps(doc):
             add("StallscopeStragglerRank", "Find the rank this one waits for (it is not input-bound "
                 "itself).")
     elif verdict == "input_bound":
-        named = [c for c in doc.get("causes") or [] if c["score"] >= ATTRIBUTE] or (doc.get("causes") or [])[:1]
+        causes = doc.get("causes") or []
+        named = [c for c in causes if c["score"] >= ATTRIBUTE] or causes[:1]
         z = doc.get("sizing") or {}
         if z.get("workers_needed") and z.get("num_workers") is not None and \
-                z["workers_needed"] > z["num_workers"] and "too_few_workers" not in [c["cause"] for c in named[:2]]:
+                z["workers_needed"] > z["num_workers"] and \
+                "too_few_workers" not in [c["cause"] for c in named[:2]]:
             named = [{"cause": "too_few_workers", "score": 0.0, "evidence": []}] + named
         for c in named[:2]:
             known = vocabulary.CAUSE.get(c["cause"]) or vocabulary.cause("unexplained")

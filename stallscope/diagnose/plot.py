@@ -78,7 +78,7 @@ def write(path, doc, timeline=None):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotError("matplotlib is not installed: pip install 'stallscope[plot]'")
+        raise PlotError("matplotlib is not installed: pip install 'stallscope[plot]'") from None
     data = _from_agent(doc, timeline) or _from_prometheus(doc)
     if data is None:
         raise PlotError("no timeline for the window from the agent or Prometheus")
@@ -103,7 +103,7 @@ def write(path, doc, timeline=None):
         try:
             fig.savefig(path, dpi=100)
         except OSError as e:
-            raise PlotError("cannot write %s: %s" % (path, e.strerror or e))
+            raise PlotError("cannot write %s: %s" % (path, e.strerror or e)) from e
     finally:
         plt.close(fig)
     return path

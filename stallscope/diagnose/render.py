@@ -89,7 +89,7 @@ def render_text(doc):
         if r.get("outside_stalls") is not None:
             name += " [outside stalls %s]" % value(r["signal"], r["outside_stalls"])
         rows.append((name, value(r["signal"], r["value"]), _threshold(r), _status(r), r.get("source", "")))
-    out += ["  " + l for l in table(("signal", "value", "threshold", "status", "source"), rows)]
+    out += ["  " + line for line in table(("signal", "value", "threshold", "status", "source"), rows)]
     if doc.get("job_scope") == "node":
         out.append("  (job max and median cover this node's ranks only: no cluster view)")
 
@@ -104,7 +104,7 @@ def render_text(doc):
         out += ["", "Slowest ranks of job %s (%d ranks)" % (doc["job"], doc.get("job_ranks") or len(top))]
         rows = [(r["rank"], r["pod"], r["node"], value("x_ratio", r["data_wait_ratio"]),
                  "<- this pod" if r["pod"] == doc["pod"] else "") for r in top]
-        out += ["  " + l for l in table(("rank", "pod", "node", "data-wait", ""), rows)]
+        out += ["  " + line for line in table(("rank", "pod", "node", "data-wait", ""), rows)]
     stuck = doc.get("ranks_without_batches") or []
     if stuck:
         out.append("  no batch in the window: %s" % ", ".join(
@@ -134,7 +134,8 @@ def render_text(doc):
                 if p.get("error"):
                     out.append("  %-6s %-7d %s" % (p["role"], p["pid"], p["error"]))
                 else:
-                    out.append("  %-6s %-7d %-9s %s" % (p["role"], p["pid"], p["class"], p.get("where") or ""))
+                    out.append("  %-6s %-7d %-9s %s"
+                               % (p["role"], p["pid"], p["class"], p.get("where") or ""))
 
     if doc.get("next_steps"):
         out += ["", "Next steps"]

@@ -1,6 +1,7 @@
 """``run()``: the cluster view, the node detail and (optionally) the stacks, merged into
-one document, the contract of ``stallscope diagnose --json`` (docs/diagnose.md, "--json"). A source that fails becomes a warning when another one can still answer; only
-when nothing can does ``run`` raise DiagnoseError (exit 2).
+one document, the contract of ``stallscope diagnose --json`` (docs/diagnose.md, "--json").
+A source that fails becomes a warning when another one can still answer; only when
+nothing can does ``run`` raise DiagnoseError (exit 2).
 """
 import datetime
 import statistics
@@ -31,7 +32,7 @@ def _cluster(prometheus_url, pod, namespace, w, fallback, sources, warnings):
             e, fetch.Unreachable) else "Prometheus at %s failed: %s" % (prom.url, e.message)
         sources.append({"name": "prometheus", "url": prom.url, "ok": False, "error": e.message})
         if not fallback:
-            raise DiagnoseError(what)
+            raise DiagnoseError(what) from e
         warnings.append(what + "; showing the node's view only")
         return None
     except DiagnoseError as e:
@@ -55,7 +56,7 @@ def _node(url, pod, namespace, w, cl, sources, warnings, alone):
                 else "agent at %s failed: %s" % (fetch.base_url(url), msg))
         sources.append({"name": "agent", "url": fetch.base_url(url), "ok": False, "error": msg})
         if alone:
-            raise DiagnoseError(what)
+            raise DiagnoseError(what) from e
         warnings.append(what + "; showing the Prometheus view only")
         return None
     sources.append({"name": "agent", "url": view["url"], "ok": True, "node": view["node"]})
@@ -75,7 +76,8 @@ def _identity(cl, nd, w):
     ratio = d.get("data_wait_ratio")
     if ratio is None and not d and nd.get("timeline"):  # the agent gave no diagnosis
         ratio = node_mod.timeline_ratio(nd["timeline"])
-    peers = [p["data_wait_ratio"] for p in d.get("job_ranks_on_node") or [] if p.get("data_wait_ratio") is not None]
+    peers = [p["data_wait_ratio"] for p in d.get("job_ranks_on_node") or []
+             if p.get("data_wait_ratio") is not None]
     ratios = peers + ([ratio] if ratio is not None else [])
     return {"job": r["job"], "rank": r["rank"], "pod": r["pod"], "namespace": r["namespace"],
             "node": r.get("node") or nd["node"], "data_wait_ratio": ratio,
@@ -101,7 +103,7 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
     try:
         w = durations.parse(window)
     except ValueError as e:
-        raise DiagnoseError(str(e))
+        raise DiagnoseError(str(e)) from None
     if not prometheus_url and not agent_url:
         raise DiagnoseError("no source: give --prometheus URL (or set STALLSCOPE_PROMETHEUS_URL) "
                             "or --agent URL")
@@ -142,9 +144,11 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "loader": rank_info.get("loader") or (diag or {}).get("loader"),
         "sizing": rank_info.get("sizing") or (cl or {}).get("sizing") or {},
-        "pids": {"main": rank_info.get("pid"), "workers": rank_info.get("worker_pids") or []} if rank_info else None,
+        "pids": ({"main": rank_info.get("pid"), "workers": rank_info.get("worker_pids") or []}
+                 if rank_info else None),
         "progress": me.get("progress"),
-        "blocked_in_next_seconds": rank_info.get("blocked_in_next_seconds"), "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),
+        "blocked_in_next_seconds": rank_info.get("blocked_in_next_seconds"),
+        "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),
         "agent_verdict": (diag or {}).get("verdict"), "sli_expr": (cl or {}).get("sli_expr"),
         "agent_url": (nd or {}).get("url") or (fetch.base_url(url) if url else None),
         "prometheus_url": fetch.base_url(prometheus_url) if prometheus_url else None,

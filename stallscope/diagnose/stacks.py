@@ -72,18 +72,18 @@ def dump(py_spy, pid, timeout=TIMEOUT):
         p = subprocess.run([py_spy, "dump", "--pid", str(pid), "--json"], capture_output=True,
                            text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise StacksError("py-spy dump of PID %d took over %.0fs" % (pid, timeout))
+        raise StacksError("py-spy dump of PID %d took over %.0fs" % (pid, timeout)) from None
     except OSError as e:
-        raise StacksError("cannot run py-spy at %s: %s" % (py_spy, e.strerror or e))
+        raise StacksError("cannot run py-spy at %s: %s" % (py_spy, e.strerror or e)) from e
     if p.returncode == 0:
         try:
             return json.loads(p.stdout)
-        except ValueError:
-            raise StacksError("py-spy gave no JSON for PID %d" % pid)
+        except ValueError as e:
+            raise StacksError("py-spy gave no JSON for PID %d" % pid) from e
     err = p.stderr or p.stdout
     if "permission denied" in err.lower() or "operation not permitted" in err.lower():
         raise StacksError("ptrace not permitted for PID %d: %s" % (pid, ptrace_hint()))
-    first = next((l for l in err.splitlines() if l.startswith("Error:")), err.strip().split("\n")[0])
+    first = next((line for line in err.splitlines() if line.startswith("Error:")), err.strip().split("\n")[0])
     raise StacksError("py-spy dump of PID %d failed: %s" % (pid, first.replace("Error: ", "")))
 
 

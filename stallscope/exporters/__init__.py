@@ -6,13 +6,16 @@ Each is a part (stallscope.host.Part); the agent's composition root builds them 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from . import registry
 from .base import Exporter
 from .runner import ExportersOptions, Runner
 
 __all__ = ["Exporter", "ExportersOptions", "Runner", "build", "option_classes", "registry"]
+
+# build()'s default; ExportersOptions is frozen, so one instance serves every call.
+_DEFAULT_RUNNER_OPTIONS = ExportersOptions()
 
 
 def option_classes() -> list[Any]:
@@ -26,7 +29,7 @@ def option_classes() -> list[Any]:
 
 
 def build(host: Any, enabled: dict[str, bool | None], options: dict[type, Any],
-          runner_options: ExportersOptions = ExportersOptions()) -> tuple[list[Exporter], Runner]:
+          runner_options: ExportersOptions = _DEFAULT_RUNNER_OPTIONS) -> tuple[list[Exporter], Runner]:
     """The exporters that ``enabled`` turns on ({name: True/False/None=default}), each
     with its options from ``options`` ({Options class: instance}, else its defaults),
     and the Runner that schedules them."""

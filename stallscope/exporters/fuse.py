@@ -211,9 +211,9 @@ class FuseExporter(base.Exporter):
             if known:
                 self.record(key, WAITING, sum(known))
             mounts_of[key] = [
-                {"mountpoint": l[4], "fstype": l[5], "driver": l[6], "state": s,
+                {"mountpoint": mount[4], "fstype": mount[5], "driver": mount[6], "state": s,
                  "probe_seconds": round(sec, 6), "waiting_requests": w, "error": e}
-                for _, l, s, sec, w, e in rows]
+                for _, mount, s, sec, w, e in rows]
         self.mounts_of = mounts_of
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:

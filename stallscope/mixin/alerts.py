@@ -178,10 +178,11 @@ def _health(cfg):
               ("stallscope_exporter_success",)),
         Alert("StallscopeHookDroppingEvents", "stallscope.health", "warning", cfg.health_for,
               "%s > 0" % dropped, dropped,
-              "The hook of rank {{ $labels.rank }} of job {{ $labels.namespace }}/{{ $labels.job }} drops events.",
+              "The hook of rank {{ $labels.rank }} of job {{ $labels.namespace }}/{{ $labels.job }} "
+              "drops events.",
               "The hook of rank {{ $labels.rank }} (pod {{ $labels.pod }} on node {{ $labels.node }}) could "
-              "not deliver {{ printf \"%%.2f\" $value }} batch events per second to the agent over the last %s: "
-              "its data-wait figures undercount." % cfg.rate_window,
+              "not deliver {{ printf \"%%.2f\" $value }} batch events per second to the agent over the "
+              "last %s: its data-wait figures undercount." % cfg.rate_window,
               ("stallscope_hook_dropped_events_total",)),
     ]
 

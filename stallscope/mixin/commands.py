@@ -55,7 +55,8 @@ def dashboards(out, config_path=None, check=False):
     try:
         files = generate.dashboard_files(cfg)
     except ImportError as e:
-        return _fail("dashboards", "needs grafana-foundation-sdk (pip install 'stallscope[dashboards]'): %s" % e)
+        return _fail("dashboards",
+                     "needs grafana-foundation-sdk (pip install 'stallscope[dashboards]'): %s" % e)
     try:
         if check:
             return _finish("dashboards", generate.drift(files, out), [], True)

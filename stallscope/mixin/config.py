@@ -100,16 +100,17 @@ def load(path=None, **overrides):
             with open(path) as f:
                 values = json.load(f)
         except OSError as e:
-            raise ValueError("cannot read %s: %s" % (path, e.strerror))
+            raise ValueError("cannot read %s: %s" % (path, e.strerror)) from e
         except json.JSONDecodeError as e:
-            raise ValueError("%s is not valid JSON: %s" % (path, e))
+            raise ValueError("%s is not valid JSON: %s" % (path, e)) from None
         if not isinstance(values, dict):
             raise ValueError("%s: expected a JSON object of config fields" % path)
     values.update({k: v for k, v in overrides.items() if v is not None})
     known = {f.name for f in dataclasses.fields(MixinConfig)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError("unknown config field(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(known))))
+        raise ValueError("unknown config field(s) %s; known: %s"
+                         % (", ".join(unknown), ", ".join(sorted(known))))
     if "dashboard_tags" in values:
         values["dashboard_tags"] = tuple(values["dashboard_tags"])
     if "lines" in values:

@@ -15,7 +15,7 @@ lacks an alert, a runbook or advice.
 - agent.py    the agent's self-health and the correlator's outputs
 - causes.py   verdicts, the verdict lines, every cause with its lines, alerts and advice
 """
-from typing import Dict, Tuple, TypeVar
+from typing import TypeVar
 
 from . import agent, causes, hook, labels, node
 from .causes import ATTRIBUTE, DATA_WAIT_CRITICAL, DATA_WAIT_LINE, MIN_BATCHES, STRAGGLER_FACTOR, VERDICTS

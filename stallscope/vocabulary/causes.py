@@ -126,7 +126,8 @@ CAUSES = (
     Cause("checkpoint_contention", "Disk write bursts (checkpoints) hit the node", (
         Line("disk_write_bytes_rate", 50e6, scopes=("node",)),), (),
         "StallscopeDataWaitHigh",
-        "Write checkpoints to other storage than the training data, or stagger them across ranks.", shared=True),
+        "Write checkpoints to other storage than the training data, or stagger them across ranks.",
+        shared=True),
     Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
           "Sample the workers' stacks (--stacks) to see where they spend the time."),
 )

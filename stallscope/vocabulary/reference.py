@@ -63,8 +63,8 @@ def reference():
              "what pages on the cause, with its line and why it differs, where it does.", "",
              _table(("cause", "lines", "alerts", "runbook", "first thing to do"),
                     [("`%s`" % c.name,
-                      "; ".join("%s %s %g" % (l.signal, ">" if l.above else "<", l.threshold)
-                                for l in c.lines) or "computed",
+                      "; ".join("%s %s %g" % (line.signal, ">" if line.above else "<", line.threshold)
+                                for line in c.lines) or "computed",
                       "; ".join("%s (%s %s %g)%s" % (a.name, a.signal, a.op, a.line,
                                                       ": " + a.why if a.why else "")
                                 for a in c.alerts) or "the headline alert",

@@ -10,7 +10,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope.lab.procs import child_env, http_get
-from tests.conftest import as_nobody, need_root
+from tests.helpers.needs import as_nobody, need_root
 
 
 def connect(path):
@@ -80,7 +80,7 @@ def test_a_zero_length_message_is_a_counted_reject_and_the_connection_goes_on(ag
 
 def rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
-        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+        return int(next(line for line in f if line.startswith("VmRSS:")).split()[1])
 
 
 def test_huge_event_times_are_refused_and_cost_no_memory(agent_factory):

@@ -8,7 +8,7 @@ import numpy as np
 from stallscope.agent.budget import Budget
 from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.agent.rings import Ring
-from tests.correlate_helpers import report
+from tests.helpers.correlate import report
 
 
 def test_a_ring_keeps_the_newest_rows_in_order():

@@ -3,7 +3,7 @@
 and linted by ``promtool check metrics``, as node_exporter does with its end-to-end
 fixture. ``pytest tests/golden --update`` rewrites metrics.prom and signals.txt.
 
-The scenario and what is masked (and why) are in helpers.py."""
+The scenario and what is masked (and why) are in tests/helpers/golden.py."""
 import difflib
 import os
 import shutil
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.golden import helpers
+from tests.helpers import golden
 
 # promtool findings the vocabulary has today, each a known design question left to its
 # owner rather than papered over here; a new finding fails, and so does a fixed one
@@ -21,7 +21,7 @@ KNOWN_LINT: set = set()  # promtool findings accepted here, each with why (none 
 
 @pytest.fixture(scope="module")
 def run():
-    return helpers.golden_run()
+    return golden.golden_run()
 
 
 @pytest.fixture
@@ -52,11 +52,11 @@ def compare(path, text, run, update):
 def test_metrics_match_the_golden_exposition(run, update):
     if not run.exact:
         pytest.skip(run.inexact_why)
-    compare(helpers.GOLDEN_METRICS, helpers.masked(run.exposition), run, update)
+    compare(golden.GOLDEN_METRICS, golden.masked(run.exposition), run, update)
 
 
 def test_recorded_signals_match_the_golden_table(run, update):
-    compare(helpers.GOLDEN_SIGNALS, helpers.signals_table(run), run, update)
+    compare(golden.GOLDEN_SIGNALS, golden.signals_table(run), run, update)
 
 
 def test_promtool_finds_no_problem_in_the_exposition(run):

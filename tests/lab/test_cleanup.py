@@ -9,7 +9,7 @@ import time
 import pytest
 
 from stallscope.lab import procs, scenarios
-from tests.lab.helpers import lab_cmd, leftovers, manifest
+from tests.helpers.lab import lab_cmd, leftovers, manifest
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from stallscope.lab import faults, needs, pods, procs, sources, teardown
-from tests.conftest import need_fuse, need_root
+from tests.helpers.needs import need_fuse, need_root
 
 
 @pytest.fixture
@@ -160,7 +160,7 @@ def test_needs_explain_what_is_missing_in_one_line():
 
 def test_a_scenario_needing_root_exits_2_with_one_line_as_another_user():
     need_root()
-    from tests.conftest import as_nobody
+    from tests.helpers.needs import as_nobody
     r = subprocess.run(as_nobody([sys.executable, "-m", "stallscope", "lab", "run", "cpu-throttle"]),
                        capture_output=True, text=True, env=procs.child_env(), timeout=60)
     assert r.returncode == 2, r.stderr

@@ -10,8 +10,8 @@ import pytest
 
 from stallscope import vocabulary
 from stallscope.lab import evaluate, scenarios, traces
-from tests.conftest import need_prometheus
-from tests.lab.helpers import leftovers, run_lab
+from tests.helpers.lab import leftovers, run_lab
+from tests.helpers.needs import need_prometheus
 
 pytestmark = pytest.mark.slow
 DURATION = 20
@@ -86,7 +86,7 @@ def test_the_demo_scenario_needs_nothing_special(tmp_path, monkeypatch):
     result = runner.run(s, runner.Options(duration=12, prometheus=False, workdir=str(tmp_path / "run"),
                                           say=lines.append, live=False))
     assert leftovers(str(tmp_path / "run")) == []
-    from tests.lab.helpers import manifest
+    from tests.helpers.lab import manifest
     assert manifest(str(tmp_path / "run"))["cgroups"] == []
     assert result["found"]["rank"] == 1 and result["found"]["cause"] == s.cause, result["report"]
     assert result["alerts"] is None and result["ok"]

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from stallscope.lab import teardown
-from tests.lab.helpers import ROOT
+from tests.helpers import ROOT
 
 
 def test_unwinds_in_reverse_on_success_and_on_error():
@@ -22,7 +22,7 @@ def test_unwinds_in_reverse_on_success_and_on_error():
     with pytest.raises(ZeroDivisionError):
         with teardown.Teardown() as td:
             td.push("a", done.append, "a")
-            1 / 0
+            raise ZeroDivisionError
     assert done == ["a"]
 
 

@@ -11,8 +11,8 @@ import yaml
 from stallscope import vocabulary
 from stallscope.host import families
 from stallscope.vocabulary import reference
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORE_PARTS = ("ranks", "loader", "shards", "exporters", "correlator", "agent")
 
 
@@ -53,7 +53,7 @@ def test_every_line_the_correlator_probes_is_a_declared_signal():
 def test_an_alert_line_that_differs_from_the_cause_line_says_why():
     for c in vocabulary.CAUSES:
         for a in c.alerts:
-            line = next((l for l in c.lines if l.signal == a.signal), None)
+            line = next((candidate for candidate in c.lines if candidate.signal == a.signal), None)
             if line is not None and line.threshold != a.line and a.op != "==":
                 assert a.why, "%s: alert line %g vs co-occurrence line %g, no reason" % (
                     a.name, a.line, line.threshold)

@@ -1,6 +1,6 @@
 """The vocabulary against what a real agent emits and records: the golden run of
 tests/golden (every exporter on, every hook-fed part fed, the correlator run; see
-tests/golden/helpers.py). A metric emitted but not declared, a declared metric no part
+tests/helpers/golden.py). A metric emitted but not declared, a declared metric no part
 emits, a metric or signal from another part than its declared producer, a signal
 recorded but not declared, and a declared signal its producer never records all fail.
 
@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope import vocabulary
-from tests.golden import helpers
+from tests.helpers import golden
 
 DECLARED = {m.family_name: m for m in vocabulary.METRICS}
 
@@ -25,7 +25,7 @@ def none(found, what):
 
 @pytest.fixture(scope="module")
 def run():
-    return helpers.golden_run()
+    return golden.golden_run()
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_every_emitted_metric_is_declared(run, families):
 def test_every_declared_metric_is_emitted(families):
     none([m.name for m in vocabulary.METRICS if not families.get(m.family_name, (None, []))[1]],
          "declared in stallscope.vocabulary but no part emitted a sample of them in the golden "
-         "run (emit them, extend the run in tests/golden/helpers.py, or drop the declaration)")
+         "run (emit them, extend the run in tests/helpers/golden.py, or drop the declaration)")
 
 
 def test_every_metric_comes_from_its_declared_producer(run):
@@ -77,9 +77,9 @@ def test_every_recorded_signal_is_declared_for_its_scope(run):
     none({"%s (by %s)" % (sig, ", ".join(sorted(parts)))
           for (_scope, sig), parts in run.recorded.items() if sig not in vocabulary.SIGNAL},
          "signals recorded but not declared in stallscope.vocabulary")
-    none({"%s at a %s scope (declared: %s)" % (sig, helpers.scope_kind(scope),
+    none({"%s at a %s scope (declared: %s)" % (sig, golden.scope_kind(scope),
                                                ", ".join(vocabulary.SIGNAL[sig].scopes))
-          for (scope, sig) in run.recorded if helpers.scope_kind(scope) not in vocabulary.SIGNAL[sig].scopes},
+          for (scope, sig) in run.recorded if golden.scope_kind(scope) not in vocabulary.SIGNAL[sig].scopes},
          "signals recorded at a kind of scope they do not declare")
     # The sample store holds what was recorded, under the scopes the run looked at.
     recorded = collections.defaultdict(set)

@@ -83,16 +83,16 @@ class NvmlSource:
             try:
                 self.nvml = importlib.import_module("pynvml")
             except ImportError:
-                raise Unavailable("nvidia-ml-py is not installed (pip install 'stallscope[gpu]')")
+                raise Unavailable("nvidia-ml-py is not installed (pip install 'stallscope[gpu]')") from None
         nv = self.nvml
         try:
             nv.nvmlInit()
         except nv.NVMLError_LibraryNotFound:
-            raise Unavailable("no NVIDIA driver on this node (libnvidia-ml.so.1 not found)")
+            raise Unavailable("no NVIDIA driver on this node (libnvidia-ml.so.1 not found)") from None
         except nv.NVMLError_DriverNotLoaded:
-            raise Unavailable("the NVIDIA driver is not loaded")
+            raise Unavailable("the NVIDIA driver is not loaded") from None
         except nv.NVMLError as e:
-            raise Unavailable("nvmlInit failed: %s" % e)
+            raise Unavailable("nvmlInit failed: %s" % e) from e
         gpus = []
         try:
             for i in range(nv.nvmlDeviceGetCount()):
@@ -105,7 +105,7 @@ class NvmlSource:
                 gpus.append(gpu)
         except nv.NVMLError as e:
             self._shutdown()
-            raise Unavailable("cannot list GPUs: %s" % e)
+            raise Unavailable("cannot list GPUs: %s" % e) from e
         if not gpus:
             self._shutdown()
             raise Unavailable("no readable NVIDIA GPU on this node")
@@ -140,7 +140,7 @@ class NvmlSource:
             except nv.NVMLError_NotSupported:
                 st.mode = "rates"
             except nv.NVMLError as e:
-                raise self._fail(e)
+                raise self._fail(e) from e
             else:
                 out = self._convert(st, vtype, raw)
                 if out:
@@ -211,10 +211,10 @@ class NvmlSource:
         except nv.NVMLError_NotSupported:
             if st.mode == "rates":
                 raise Unsupported("neither utilisation samples nor rates are supported "
-                                  "(a MIG instance or a vGPU)")
+                                  "(a MIG instance or a vGPU)") from None
             return []
         except nv.NVMLError as e:
-            raise self._fail(e)
+            raise self._fail(e) from e
         start, st.covered_ns = st.covered_ns, now
         if not 0 <= util.gpu <= 100:
             return []
@@ -227,6 +227,6 @@ class NvmlSource:
         except nv.NVMLError_NotSupported:
             return {}
         except nv.NVMLError as e:
-            raise self._fail(e)
+            raise self._fail(e) from e
         return {int(p.pid): int(p.usedGpuMemory or 0) for p in procs}
 

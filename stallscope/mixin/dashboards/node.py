@@ -41,7 +41,8 @@ def build(cfg):
     b.add(
         ts("Throttled periods", "Share of CFS periods in which the cgroup hit its CPU quota, per "
            "container. Throttling alone is common and harmless; it matters when it lines up with "
-           "a rank's data-wait (StallscopeCPUThrottled above %s)." % promql.pct(cfg.line("StallscopeCPUThrottled")),
+           "a rank's data-wait (StallscopeCPUThrottled above %s)."
+           % promql.pct(cfg.line("StallscopeCPUThrottled")),
            [q(promql.signal(cfg, "cfs_throttled_ratio", VARS_POD, RATE), "{{pod}}/{{container}}")],
            "percentunit", min_val=0, warn=cfg.line("StallscopeCPUThrottled")),
         ts("Throttled time", "Seconds per second the cgroup's threads spent throttled: 0.5 means "
@@ -90,7 +91,8 @@ def build(cfg):
         ts("Largest loader worker's memory (RSS)", "Resident memory of each rank's largest "
            "loader worker. Steady growth is copy-on-access of Python objects in the dataset "
            "(refcounts touch forked pages: pytorch/pytorch#13246).",
-           [q(promql.sel(cfg, "stallscope_loader_worker_max_resident_memory_bytes", *VARS_RANK), rank_legend)],
+           [q(promql.sel(cfg, "stallscope_loader_worker_max_resident_memory_bytes", *VARS_RANK),
+              rank_legend)],
            "bytes", min_val=0),
         ts("Loader workers alive and blocked", "Workers alive per rank (a drop: workers died, "
            "e.g. a bus error from a full /dev/shm or the OOM killer) and workers in D state "
@@ -117,7 +119,8 @@ def build(cfg):
               "T_c {{job}} rank {{rank}}")], "s", min_val=0),
         ts("Loader workers needed", "Workers that would keep up (T_l / T_c, capped by the pod's "
            "CPU quota), next to the configured num_workers in the legend.",
-           [q("%s\n* on (namespace, job, rank) group_left (num_workers)\ngroup by (namespace, job, rank, num_workers) (%s)" % (
+           [q("%s\n* on (namespace, job, rank) group_left (num_workers)\n"
+              "group by (namespace, job, rank, num_workers) (%s)" % (
                promql.sel(cfg, "stallscope_loader_workers_needed", *VARS_RANK),
                promql.sel(cfg, "stallscope_loader_info", *VARS_RANK)),
               "{{job}} rank {{rank}} (has {{num_workers}})")], "short", min_val=0),
@@ -148,7 +151,8 @@ def build(cfg):
     )
 
     b.row("Agent and exporters")
-    node_of = "* on (instance) group_left (node)\n%s" % promql.sel(cfg, "stallscope_agent_build_info", *VARS_NODE)
+    node_of = "* on (instance) group_left (node)\n%s" % promql.sel(
+        cfg, "stallscope_agent_build_info", *VARS_NODE)
     b.add(
         ts("Exporter success", "1 when the exporter's last collection succeeded within its "
            "deadline. A 0 that stays: its signal is missing from dashboards, alerts and diagnose.",

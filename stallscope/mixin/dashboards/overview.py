@@ -68,21 +68,25 @@ def build(cfg):
            "loop: compute plus data-wait. In synchronous training all ranks share the slowest one's.",
            [q("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
                by, promql.rate(cfg, "stallscope_step_seconds_sum", VARS_RANK, RATE),
-               by, promql.rate(cfg, "stallscope_step_seconds_count", VARS_RANK, RATE)), "{{job}} rank {{rank}}")],
+               by, promql.rate(cfg, "stallscope_step_seconds_count", VARS_RANK, RATE)),
+              "{{job}} rank {{rank}}")],
            "s", min_val=0),
         ts("Data-wait per batch per rank (mean)", "Mean time one next(loader) call blocked. Compare "
            "with the step time: the difference is what the loop spends on compute.",
            [q("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
                by, promql.rate(cfg, "stallscope_data_wait_seconds_sum", VARS_RANK, RATE),
-               by, promql.rate(cfg, "stallscope_data_wait_seconds_count", VARS_RANK, RATE)), "{{job}} rank {{rank}}")],
+               by, promql.rate(cfg, "stallscope_data_wait_seconds_count", VARS_RANK, RATE)),
+              "{{job}} rank {{rank}}")],
            "s", min_val=0),
         ts("GPU busy and SM active against data-wait", "Per rank: GPU busy (NVML busy seconds "
            "per second, so no on/off pattern is lost between scrapes) and SM active (DCGM) "
            "against the data-wait share. GPU dips that line up with data-wait are input "
            "stalls; dips without data-wait are something else (collectives, host sync).",
-           [q("avg by (%s) (%s)" % (by, promql.rate(cfg, "stallscope_gpu_busy_seconds_total", VARS_RANK, RATE)),
+           [q("avg by (%s) (%s)" % (
+               by, promql.rate(cfg, "stallscope_gpu_busy_seconds_total", VARS_RANK, RATE)),
               "busy {{job}} rank {{rank}}"),
-            q("avg by (%s) (%s)" % (by, _m(cfg, "stallscope_gpu_sm_active_ratio")), "SM active {{job}} rank {{rank}}"),
+            q("avg by (%s) (%s)" % (by, _m(cfg, "stallscope_gpu_sm_active_ratio")),
+              "SM active {{job}} rank {{rank}}"),
             q(ratio, "data-wait {{job}} rank {{rank}}")],
            "percentunit", min_val=0, max_val=1),
         ts("GPU idle time spent waiting for data", "Share of the GPU's idle time that overlaps the "
@@ -108,7 +112,8 @@ def build(cfg):
                 hide=("Time", "Value", "__name__", "instance")),
         ts("Hook events dropped", "Batch events the hook could not deliver to the agent, per "
            "second. Non-zero: the agent was down or slow, and data-wait figures undercount.",
-           [q("sum by (%s) (%s)" % (by, promql.rate(cfg, "stallscope_hook_dropped_events_total", VARS_RANK, RATE)),
+           [q("sum by (%s) (%s)" % (
+               by, promql.rate(cfg, "stallscope_hook_dropped_events_total", VARS_RANK, RATE)),
               "{{job}} rank {{rank}}")], "short", min_val=0),
     )
     return b.model()

@@ -1,0 +1,114 @@
+"""The correlator part inside an (unstarted) agent: metrics, the diagnosis route, the
+timeline it reads."""
+import time
+
+import pytest
+from prometheus_client import generate_latest
+
+from stallscope.agent import correlator as correlator_mod
+from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.host import ApiError
+from stallscope.lab import synth
+from tests.helpers.correlate import report, simulated
+
+
+@pytest.fixture
+def agent(tmp_path):
+    a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
+    t0 = time.monotonic_ns() - 100 * synth.SEC  # within the timelines' horizon
+    slow, _ = simulated(1, 2, load=0.5, compute=0.1, n=300, t0=t0)
+    fast, _ = simulated(2, 4, load=0.1, compute=0.1, n=300, t0=t0)
+    a.apply(report("train", 0, "pod-0", slow))
+    a.apply(report("train", 1, "pod-0", fast, workers=4))  # two ranks in one pod
+    a.apply(report("other", 0, "pod-9", fast, workers=4))
+    now = time.monotonic_ns()
+    for k in range(5):
+        a.samples.record("node", "psi_io_some_ratio", 0.01, now - k * synth.SEC)
+    return a
+
+
+def route(agent, **q):
+    return agent.correlator.route({k: [str(v)] for k, v in q.items()})
+
+
+def test_diagnosis_by_pod_picks_the_worst_rank_and_lists_the_others(agent):
+    status, body = route(agent, pod="pod-0")
+    assert status == 200
+    assert body["rank"] == 0 and body["verdict"] == "input_bound"
+    assert body["causes"][0]["cause"] == "too_few_workers"
+    assert {r["rank"]: r["verdict"] for r in body["matched_ranks"]} == {
+        0: "input_bound", 1: "not_input_bound"}
+    assert body["straggler"]["rank"] == 0
+    for key in ("verdict", "causes", "data_wait_ratio", "gpu_idle_overlap_ratio",
+                "stall_period_steps", "job", "rank", "pod", "namespace", "node", "straggler"):
+        assert key in body
+
+
+def test_diagnosis_by_rank_and_job(agent):
+    _, body = route(agent, rank=1, job="train", seconds=100)
+    assert body["rank"] == 1 and body["window_seconds"] == 100.0
+    assert body["verdict"] == "not_input_bound"  # its peer rank 0 is the straggler
+    assert body["straggler"]["rank"] == 0
+
+
+@pytest.mark.parametrize("query, status, text", [
+    ({}, 400, "give pod="),
+    ({"rank": 0}, 400, "add job="),
+    ({"rank": "zero"}, 400, "bad value"),
+    ({"pod": "pod-0", "seconds": 0}, 400, "bad value"),
+    ({"pod": "pod-0", "verbose": 1}, 400, "unknown parameters: verbose"),
+    ({"pod": "nope"}, 404, "no live rank on node node-a"),
+    ({"rank": 5, "job": "train"}, 404, "no live rank"),
+])
+def test_bad_requests_say_why(agent, query, status, text):
+    with pytest.raises(ApiError) as e:
+        route(agent, **query)
+    assert e.value.status == status and text in e.value.message
+
+
+def test_metrics_stay_within_the_per_rank_budget(agent):
+    agent.correlator.refresh()
+    text = generate_latest(agent.registry).decode()
+    assert ('stallscope_stall_period_steps{job="train",namespace="ns",node="node-a",pod="pod-0",rank="0"} 2.0'
+            in text)
+    assert 'stallscope_stall_cause_score{cause="too_few_workers",job="train"' in text
+    assert "stallscope_correlator_runs_total 1.0" in text
+    per_rank = {}
+    for line in text.splitlines():
+        if line.startswith(("stallscope_gpu_idle_overlap", "stallscope_stall_")):
+            key = line[line.index("{"):].split("}")[0]
+            key = ",".join(p for p in key.strip("{").split(",") if not p.startswith("cause="))
+            per_rank[key] = per_rank.get(key, 0) + 1
+    assert len(per_rank) == 3
+    assert max(per_rank.values()) <= 2 + correlator_mod.MAX_CAUSE_SERIES
+
+
+def test_timeline_carries_loader_and_separate_node_signals(agent):
+    status, body = agent.routes["/api/v1/timeline"]({"rank": ["0"], "job": ["train"], "seconds": ["300"]})
+    assert status == 200
+    assert body["loader"]["num_workers"] == 2
+    assert "psi_io_some_ratio" in body["node_signals"] and body["signals"] == {}
+
+
+def test_a_failing_run_is_counted(agent, monkeypatch):
+    monkeypatch.setattr(correlator_mod.diagnosis, "analyse", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        agent.correlator.refresh()
+    assert "stallscope_correlator_failures_total 1.0" in generate_latest(agent.registry).decode()
+
+
+def test_schedule_runs_every_interval_and_sooner_while_a_rank_gathers_data(agent):
+    c = agent.correlator
+    c.tick(now=1000.0)
+    assert c.runs == 1  # the first tick runs
+    c.tick(now=1001.0)
+    assert c.runs == 1  # all three ranks have a verdict: wait for the interval
+    agent.apply(report("train", 7, "pod-7", []))  # a new rank, no batches yet
+    c.tick(now=1001.5)
+    assert c.runs == 1  # not before GATHERING_S
+    c.tick(now=1000.0 + correlator_mod.GATHERING_S)
+    assert c.runs == 2
+    c.tick(now=1000.0 + 2 * correlator_mod.GATHERING_S)
+    assert c.runs == 3  # rank 7 is still "unknown": keep looking
+    c.tick(now=1000.0 + 2 * correlator_mod.GATHERING_S + c.every)
+    assert c.runs == 4

@@ -1,0 +1,194 @@
+"""Fast checks of diagnose's pure parts: durations, the stack classifier on py-spy's
+JSON shape, the verdict rules, stuck detection, next steps and rendering."""
+import os
+import sys
+
+import pytest
+
+from stallscope.diagnose import classify, nextsteps, render, stacks, verdict, window
+
+
+def test_durations():
+    assert window.parse("15m") == 900 and window.parse("1h30m") == 5400
+    assert window.parse("90") == 90 and window.parse("2.5s") == 2.5
+    for bad in ("", "m", "15 m", "1y", "0s", "40d", "-5"):
+        with pytest.raises(ValueError):
+            window.parse(bad)
+    assert window.promql(7.6) == "8s"
+    assert window.human(5400) == "90m" and window.human(9000) == "2h30m" and window.human(75) == "75s"
+
+
+def F(name, filename, line=1):
+    return {"name": name, "filename": filename, "short_filename": filename.rsplit("/", 1)[-1],
+            "line": line}
+
+
+SITE = "/usr/lib/python3.11/site-packages/"
+STD = "/usr/lib/python3.11/"
+WORKER_LOOP = F("_worker_loop", SITE + "torch/utils/data/_utils/worker.py")
+FETCHER = F("_MapDatasetFetcher.fetch", SITE + "torch/utils/data/_utils/fetch.py")
+NEXT = F("_BaseDataLoaderIter.__next__", SITE + "torch/utils/data/dataloader.py")
+
+
+def thread(*frames, active=True):
+    return {"frames": list(frames), "active": active}
+
+
+@pytest.mark.parametrize("frames,role,expected", [
+    # a library's own module decides, innermost first
+    ((F("ImageFile.load", SITE + "PIL/ImageFile.py"), F("Dataset.__getitem__", "/app/ds.py"),
+      FETCHER, WORKER_LOOP), "worker", "decode"),
+    # requests blocks in selectors (a wait) under urllib3: the fetch behind it wins
+    ((F("select", STD + "selectors.py"), F("HTTPConnectionPool.urlopen", SITE + "urllib3/connectionpool.py"),
+      F("Dataset.__getitem__", "/app/ds.py"), FETCHER, WORKER_LOOP), "worker", "fetch"),
+    # the user's words: torch's own "fetch" is not I/O, the user's download_shard is
+    ((F("download_shard", "/app/ds.py"), F("Dataset.__getitem__", "/app/ds.py"), FETCHER, WORKER_LOOP),
+     "worker", "fetch"),
+    ((F("myCollate", "/app/train.py"), FETCHER, WORKER_LOOP), "worker", "collate"),
+    ((F("default_collate", SITE + "torch/utils/data/_utils/collate.py"), FETCHER, WORKER_LOOP),
+     "worker", "collate"),
+    # waiting straight under _worker_loop: no work
+    ((F("Queue.get", STD + "multiprocessing/queues.py"), WORKER_LOOP), "worker", "idle"),
+    # waiting inside the dataset (a thread pool): IPC wait
+    ((F("Condition.wait", STD + "threading.py"), F("Future.result", STD + "concurrent/futures/_base.py"),
+      F("Dataset.__getitem__", "/app/ds.py"), FETCHER, WORKER_LOOP), "worker", "ipc_wait"),
+    # unnamed dataset work
+    ((F("Dataset.__getitem__", "/app/ds.py"), FETCHER, WORKER_LOOP), "worker", "other"),
+    # the main process waiting for a batch
+    ((F("select", STD + "selectors.py"), F("Queue.get", STD + "multiprocessing/queues.py"),
+      F("_try_get_data", SITE + "torch/utils/data/dataloader.py"), NEXT, F("train", "/app/train.py")),
+     "main", "ipc_wait"),
+    # the loop's own step beyond the boundary is not loader work
+    ((F("read_batch_stats", "/app/train.py"),), "main", "outside_loader"),
+])
+def test_classification(frames, role, expected):
+    assert classify.classify(thread(*frames), role)[0] == expected
+
+
+def test_the_innermost_line_names_the_c_call(tmp_path):
+    src = tmp_path / "ds.py"
+    src.write_text("def get(self, i):\n    with open(self.p, 'rb') as f:\n        return f.read(1 << 20)\n")
+    t = thread(F("Dataset.__getitem__", str(src), 3), FETCHER, WORKER_LOOP, active=False)
+    cls, frame, line = classify.classify(t, "worker")
+    assert (cls, line) == ("fetch", "return f.read(1 << 20)")
+
+
+def test_py_spy_lookup(monkeypatch, tmp_path):
+    monkeypatch.setenv("STALLSCOPE_PY_SPY", str(tmp_path / "none"))
+    with pytest.raises(stacks.StacksError, match="py-spy not found at STALLSCOPE_PY_SPY="):
+        stacks.find_py_spy()
+    monkeypatch.delenv("STALLSCOPE_PY_SPY")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(stacks.StacksError, match=r"pip install 'stallscope\[stacks\]'"):
+        stacks.find_py_spy()
+    exe = tmp_path / "py-spy"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    assert stacks.find_py_spy() == str(exe)
+
+
+def test_a_pid_is_local_only_when_the_trainer_sees_itself_as_it():
+    me = os.getpid()
+    assert stacks.is_local(me, me) and not stacks.is_local(me, me + 1)
+    assert not stacks.is_local(2 ** 22 + 7)
+
+
+def rank(r, pod, node, ratio):
+    return {"rank": r, "pod": pod, "node": node, "data_wait_ratio": ratio}
+
+
+def test_verdict_rules():
+    slow, fast = rank(1, "p1", "b", 0.2), rank(0, "p0", "a", 0.005)
+    cl = {"straggler": slow}
+    me = dict(fast, job_scope="cluster")
+    assert verdict.decide(me, cl, None)[0] == "not_input_bound"
+    # the agent's "healthy" covers its own loader only: the cluster names the straggler
+    assert verdict.decide(me, cl, {"verdict": "healthy", "reason": "ok"})[0] == "not_input_bound"
+    assert verdict.decide(dict(slow, job_scope="cluster"), cl, None)[0] == "input_bound"
+    # one truth (issue 16): the agent's healthy (its GPU stayed busy) does not outvote the
+    # data-wait the page fired on; the busy GPU is said in the reason
+    busy = {"verdict": "healthy", "reason": "hid",
+            "gpu": {"idle_ratio": 0.01, "idle_without_wait_ratio": 0.0}}
+    v, why = verdict.decide(dict(slow, job_scope="cluster"), cl, busy)
+    assert v == "input_bound" and "stayed busy" in why
+    alone = {"straggler": fast}
+    assert verdict.decide(me, alone, None)[0] == "healthy"
+    assert verdict.decide(dict(fast, data_wait_ratio=None, job_scope="cluster"), alone, None)[0] == "unknown"
+
+
+def test_stuck_needs_stacks_to_be_placed():
+    prog = {"batches": 50, "last_batch_age_seconds": 45.0, "median_interval_seconds": 0.2}
+    me = dict(rank(0, "p", "n", 0.0), progress=prog, job_scope="node")
+    assert verdict.decide(me, None, None)[0] == "unknown"
+    assert verdict.decide(me, None, None, {"main": "ipc_wait", "reading": "r"})[0] == "input_bound"
+    outside = {"main": "outside_loader", "processes": [{"where": "x"}]}
+    assert verdict.decide(me, None, None, outside)[0] == "not_input_bound"
+    # a slow cadence is not a stall: 45 s is under 20 steps of 5 s
+    me["progress"] = dict(prog, median_interval_seconds=5.0)
+    assert verdict.decide(me, None, None)[0] == "healthy"
+
+
+def doc(**kw):
+    d = {"verdict": "input_bound", "reason": "r", "pod": "p", "namespace": "ml", "job": "j", "rank": 3,
+         "node": "n", "window_seconds": 900.0, "threshold": 0.02, "causes": [], "evidence": [],
+         "sizing": {}, "straggler": None}
+    d.update(kw)
+    return d
+
+
+def test_next_steps_follow_the_causes():
+    d = doc(causes=[{"cause": "too_few_workers", "score": 0.8, "evidence": []},
+                    {"cause": "unexplained", "score": 0.2, "evidence": []}],
+            sizing={"num_workers": 2, "workers_needed": 5, "quota_limited": False})
+    s = nextsteps.steps(d)
+    assert s[0] == {"step": "Raise num_workers from 2 to 5; set persistent_workers=True.",
+                    "runbook": "runbooks/StallscopeDataWaitHigh.md"}
+    # already persistent, and capped by the CPU quota: the fix is CPU, not only workers
+    d = doc(causes=[{"cause": "too_few_workers", "score": 0.8, "evidence": []}],
+            loader={"num_workers": 2, "persistent_workers": True},
+            sizing={"num_workers": 2, "workers_needed": 3, "workers_to_keep_up": 6, "quota_limited": True})
+    assert nextsteps.steps(d)[0]["step"] == (
+        "Raise num_workers from 2 to 3; that is all the pod's CPU quota allows: raise its CPU "
+        "limit (keeping up needs 6 workers).")
+    d = doc(causes=[{"cause": "fuse_unhealthy", "score": 0.9,
+                     "evidence": [{"signal": "fuse_probe_seconds"}]}])
+    assert nextsteps.steps(d)[0]["runbook"] == "runbooks/StallscopeFuseMountStuck.md"
+    assert nextsteps.steps(doc(verdict="healthy"))[0]["runbook"] is None
+
+
+def test_render_text_has_the_verdict_line_and_the_table():
+    d = doc(evidence=[{"signal": "data_wait_ratio", "value": 0.25, "threshold": 0.02,
+                       "direction": "above", "status": "over", "source": "prometheus", "rank": 3}],
+            causes=[{"cause": "cpu_throttle", "score": 0.91, "summary": "CFS throttled."}],
+            next_steps=[{"step": "Raise the limit.", "runbook": "runbooks/StallscopeCPUThrottled.md"}],
+            commands=["stallscope diagnose p -n ml --stacks"], sources=[], warnings=["w"])
+    text = render.render_text(d)
+    lines = text.splitlines()
+    assert lines[0] == "INPUT-BOUND — pod p (ns ml): job j, rank 3, node n"
+    assert "note: w" in lines
+    row = [line for line in lines if line.strip().startswith("data_wait_ratio (rank 3)")][0].split()
+    assert row[3:] == ["25.0%", ">2.0%", "OVER", "prometheus"]
+    assert "  1. cpu_throttle          0.91  CFS throttled." in lines
+    assert "  - Raise the limit.  [runbooks/StallscopeCPUThrottled.md]" in lines
+
+
+def test_the_hooks_blocked_report_places_a_stuck_loop():
+    me = dict(rank(0, "p", "n", 0.0), job_scope="node",
+              progress={"batches": 0, "last_batch_age_seconds": None, "median_interval_seconds": None},
+              rank_info={"blocked_in_next_seconds": 42.0, "last_seen_seconds_ago": 0.5})
+    v, why = verdict.decide(me, None, None)
+    assert v == "input_bound" and why.startswith("Rank 0 has been blocked in next() for 42s")
+    # batches stopped, the hook reports, the loop is not in next(): stuck elsewhere
+    me["rank_info"] = {"blocked_in_next_seconds": 0.0, "last_seen_seconds_ago": 2.0}
+    assert verdict.decide(me, None, None)[0] == "not_input_bound"
+    # ... unless the hook went quiet too
+    me["rank_info"]["last_seen_seconds_ago"] = 60.0
+    assert verdict.decide(me, None, None)[0] == "unknown"
+    # in next() only briefly (a new epoch's first batch): not placed
+    me["rank_info"] = {"blocked_in_next_seconds": 1.0, "last_seen_seconds_ago": 0.2}
+    assert verdict.decide(me, None, None)[0] == "unknown"
+    # Prometheus alone: no batch, the whole window waited
+    me = dict(rank(0, "p", "n", 0.98), job_scope="cluster", batches=0.0)
+    assert verdict.decide(me, {"straggler": me}, None)[0] == "input_bound"
+    assert verdict.decide(dict(me, data_wait_ratio=None), {"straggler": None}, None)[0] == "unknown"

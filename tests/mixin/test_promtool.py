@@ -1,0 +1,255 @@
+"""The committed rule files under promtool: `check rules`, and one `test rules` unit test
+per alert that checks the `for:` boundary (pending one minute before, firing at it) and
+the exact labels and annotations, runbook_url included. Each case also carries series
+that must NOT fire (a healthy job, a throttled pod whose rank does not wait ...)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from stallscope.mixin import alerts, config
+from tests.helpers import ROOT
+
+RULE_FILES = [os.path.join(ROOT, "alerts", "rules.yaml"), os.path.join(ROOT, "alerts", "alerts.yaml")]
+RUNBOOKS = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
+GROUPS = ["stallscope.sli", "stallscope.slo", "stallscope.causes", "stallscope.health"]
+AGENT = dict(job="stallscope", instance="10.0.0.1:9478")
+POD0 = dict(job="train", namespace="ml", pod="train-0", node="n1", instance="10.0.0.1:9478")
+WHERE0 = "pod ml/train-0 (job train, node n1)"
+WAITING0 = "Waiting ranks in the pod: rank 0 waits 5%."
+
+pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
+                                reason="needs promtool (apt-get install prometheus)")
+
+
+def sel(metric, **labels):
+    return "%s{%s}" % (metric, ",".join('%s="%s"' % kv for kv in sorted(labels.items())))
+
+
+def rank(r, wait_per_min, job="train", pod=None, steps_per_min=600, node="n1"):
+    """A rank's hook series: 60 s of steps per minute, ``wait_per_min`` of them waiting."""
+    labels = dict(job=job, rank=str(r), pod=pod or "%s-%d" % (job, r), namespace="ml", node=node,
+                  instance="10.0.0.1:9478")
+    return [(sel("stallscope_data_wait_seconds_sum", **labels), "0+%gx40" % wait_per_min),
+            (sel("stallscope_step_seconds_sum", **labels), "0+%gx40" % (60 if steps_per_min else 0)),
+            (sel("stallscope_step_seconds_count", **labels), "0+%gx40" % steps_per_min)]
+
+
+def pod_labels(pod, **extra):
+    return dict(POD0, pod=pod, **extra)
+
+
+def waiting_pair():
+    """train-0 waits 5 % (matters); train-1 waits 1 % (below cause_min_wait_ratio)."""
+    return rank(0, 3) + rank(1, 0.6)
+
+
+# name -> (series, minute the condition turns true, expected alerts [(labels, summary, description)])
+CASES = {
+    "StallscopeDataWaitHigh": (
+        waiting_pair() + rank(0, 0.6, job="calm"), 1,
+        [(dict(namespace="ml", job="train"), "Training job ml/train is waiting on its input pipeline.",
+          "The slowest rank of job train spent 5% of its step time blocked in next(loader) over the "
+          "last 5m (threshold 2%); in synchronous training every rank runs at its pace: the slowest "
+          "is rank 0 (pod train-0 on node n1); run `stallscope diagnose train-0 -n ml`.")]),
+    "StallscopeDataWaitCritical": (
+        rank(0, 12) + rank(1, 0.6) + rank(0, 3, job="warm"), 1,
+        [(dict(namespace="ml", job="train"), "Training job ml/train is waiting on its input pipeline.",
+          "The slowest rank of job train spent 20% of its step time blocked in next(loader) over the "
+          "last 5m (threshold 10%); in synchronous training every rank runs at its pace: the slowest "
+          "is rank 0 (pod train-0 on node n1); run `stallscope diagnose train-0 -n ml`.")]),
+    "StallscopeStragglerRank": (
+        rank(0, 6) + rank(1, 0.6) + rank(2, 0.6) + sum((rank(r, 6, job="even") for r in range(3)), []), 1,
+        [(dict(namespace="ml", job="train", rank="0", pod="train-0", node="n1"),
+          "Rank 0 of job ml/train waits for data far longer than the job's other ranks.",
+          "Rank 0 (pod train-0 on node n1) spent 10% of its step time waiting for data over the last "
+          "5m, more than 3 times the job's median (1%): the cause is local to that pod or node.")]),
+    "StallscopeJobNoProgress": (
+        # train: both ranks blocked (counters flat); busy: one rank still steps
+        rank(0, 0, steps_per_min=0) + rank(1, 0, steps_per_min=0)
+        + rank(0, 0, job="busy", steps_per_min=0) + rank(1, 0.6, job="busy"), 1,
+        [(dict(namespace="ml", job="train"), "Training job ml/train makes no progress.",
+          "No rank of job train received a batch in the last 5m, while their hooks still report: "
+          "the job hangs (a dead or stuck mount under a loader, a worker blocked in the kernel, "
+          "a collective waiting for a rank that never comes).")]),
+    "StallscopeCPUThrottled": (
+        waiting_pair() + [
+            (sel("stallscope_cpu_cfs_periods_total", **pod_labels(p, container="trainer")), "0+600x40")
+            for p in ("train-0", "train-1")] + [
+            (sel("stallscope_cpu_cfs_throttled_periods_total", **pod_labels(p, container="trainer")),
+             "0+300x40")
+            for p in ("train-0", "train-1")], 1,
+        [(dict(namespace="ml", pod="train-0", container="trainer", job="train", node="n1"),
+          "The CFS quota throttles a waiting rank's loader.",
+          "Container trainer of %s was throttled in 50%% of its CFS periods over the last 5m "
+          "(threshold 25%%). %s" % (WHERE0, WAITING0))]),
+    "StallscopeIOPressure": (
+        waiting_pair() + [
+            (sel("stallscope_pressure_io_waiting_seconds_total", **pod_labels(p, container="trainer")),
+             "1000+54x40")
+            for p in ("train-0", "train-1")] + [
+            (sel("stallscope_pressure_io_waiting_seconds_total", node="n1", instance="10.0.0.1:9478"),
+             "1000+54x40")], 1,
+        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
+          "I/O pressure stalls a waiting rank's pod.",
+          "Tasks of %s were stalled on I/O 90%% of the time over the last 5m (PSI io some; threshold "
+          "20%%). %s" % (WHERE0, WAITING0))]),
+    "StallscopeMemoryPressure": (
+        waiting_pair() + [
+            (sel("stallscope_pressure_memory_waiting_seconds_total", **pod_labels(p, container="trainer")),
+             "1000+30x40")
+            for p in ("train-0", "train-1")], 1,
+        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
+          "Memory pressure stalls a waiting rank's pod.",
+          "Tasks of %s were stalled on memory (reclaim, swap-in, thrashing) 50%% of the time over the "
+          "last 5m (PSI memory some; threshold 10%%). %s" % (WHERE0, WAITING0))]),
+    "StallscopeShmNearlyFull": (
+        # rank 0 is blocked for good (no batch at all): that matters too
+        rank(0, 0, steps_per_min=0) + rank(1, 0.6) + [
+            (sel("stallscope_shm_size_bytes", **pod_labels(p)), "64+0x40")
+            for p in ("train-0", "train-1")] + [
+            (sel("stallscope_shm_used_bytes", **pod_labels(p)), "60+0x40")
+            for p in ("train-0", "train-1")], 1,
+        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
+          "/dev/shm of a waiting rank's pod is nearly full.",
+          "/dev/shm of %s is 93.75%% full (threshold 90%%); DataLoader workers pass every batch through "
+          "it and die with a bus error when it fills. Waiting ranks in the pod: rank 0 made no "
+          "progress in 5m." % WHERE0)]),
+    "StallscopeFuseMountDown": (
+        waiting_pair() + [
+            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")),
+             "0+0x40"),
+            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")),
+             "1+0x40"),
+            (sel("stallscope_fuse_up", **pod_labels("train-1", mountpoint="/data", fstype="fuse.s3fs")),
+             "0+0x40")], 1,
+        [(dict(POD0, mountpoint="/data", fstype="fuse.s3fs"),
+          "A FUSE mount that a waiting rank reads from is down.",
+          "FUSE mount /data (fuse.s3fs) of %s does not answer: its daemon is dead or the connection "
+          "was aborted (ENOTCONN). %s" % (WHERE0, WAITING0))]),
+    "StallscopeFuseMountStuck": (
+        waiting_pair() + [
+            (sel("stallscope_fuse_probe_seconds",
+                 **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")), "5+0x40"),
+            (sel("stallscope_fuse_probe_seconds",
+                 **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")), "0.01+0x40")], 1,
+        [(dict(POD0, mountpoint="/data", fstype="fuse.s3fs"),
+          "A FUSE mount that a waiting rank reads from is stuck.",
+          "A stat of FUSE mount /data (fuse.s3fs) of %s took 5s (threshold 1s): the daemon is hung or "
+          "its backend is far too slow. %s" % (WHERE0, WAITING0))]),
+    "StallscopeShardReadSlow": (
+        waiting_pair() + [
+            (sel("stallscope_shard_read_seconds_bucket", **pod_labels("train-0", tier="remote", le=le)), v)
+            for le, v in (("0.1", "0+0x40"), ("0.5", "0+0x40"), ("1.0", "0+0x40"), ("2.5", "0+60x40"),
+                          ("+Inf", "0+60x40"))] + [
+            (sel("stallscope_shard_read_seconds_bucket", **pod_labels("train-0", tier="local", le=le)),
+             "0+60x40")
+            for le in ("0.1", "0.5", "1.0", "2.5", "+Inf")], 1,
+        [(dict(namespace="ml", pod="train-0", tier="remote", job="train", node="n1"),
+          "Shard reads of a waiting rank are slow.",
+          "The p99 latency of shard reads from tier remote in %s was 2.485s over the last 5m "
+          "(threshold 0.5s). %s" % (WHERE0, WAITING0))]),
+    "StallscopeCacheHitRateLow": (
+        waiting_pair() + [
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="hit")),
+             "0+12x40"),
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="miss")),
+             "0+48x40"),
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="hit")),
+             "0+48x40"),
+            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="miss")),
+             "0+12x40")], 1,
+        [(dict(namespace="ml", pod="train-0", tier="local", job="train", node="n1"),
+          "The data cache of a waiting rank mostly misses.",
+          "80%% of the cache lookups in tier local of %s missed over the last 5m (threshold 50%%); "
+          "misses go to the slower tier. %s" % (WHERE0, WAITING0))]),
+    "StallscopeAgentDown": (
+        [(sel("up", **AGENT), "0+0x40"), (sel("up", job="stallscope", instance="10.0.0.2:9478"), "1+0x40"),
+         (sel("up", job="node-exporter", instance="10.0.0.1:9100"), "0+0x40")], 0,
+        [(dict(AGENT), "A stallscope agent is down.",
+          "Prometheus has not scraped the stallscope agent at 10.0.0.1:9478 for 5m: data-wait and node "
+          "signals of the ranks on that node are missing.")]),
+    "StallscopeRankSilent": (
+        [(sel("stallscope_step_seconds_count", **dict(POD0, rank="0")), "0+600x10 stale"),
+         (sel("stallscope_step_seconds_count", **dict(POD0, rank="1", pod="train-1")), "0+600x40"),
+         (sel("stallscope_step_seconds_count", **dict(POD0, job="done", rank="0", pod="done-0")),
+          "0+600x10 stale")], 11,
+        [(dict(namespace="ml", job="train", rank="0", pod="train-0", node="n1"),
+          "Rank 0 of job ml/train stopped reporting.",
+          "The hook of rank 0 (pod train-0 on node n1) reported within the last 1h but not now, while "
+          "other ranks of job train still report: the process died or hangs, or it lost the agent's "
+          "socket.")]),
+    "StallscopeExporterFailing": (
+        [(sel("stallscope_exporter_success", exporter="fuse", **AGENT), "0+0x40"),
+         (sel("stallscope_exporter_success", exporter="psi", **AGENT), "1+0x40")], 0,
+        [(dict(AGENT, exporter="fuse"), "A stallscope exporter keeps failing.",
+          "Exporter fuse of the agent at 10.0.0.1:9478 has failed every collection for 5m: the signal "
+          "it reads is missing from dashboards, alerts and diagnose.")]),
+    "StallscopeHookDroppingEvents": (
+        [(sel("stallscope_hook_dropped_events_total", **dict(POD0, rank="0")), "1000+30x40"),
+         (sel("stallscope_hook_dropped_events_total", **dict(POD0, rank="1", pod="train-1")),
+          "1000+0x40")], 1,
+        [(dict(namespace="ml", job="train", rank="0", pod="train-0", node="n1"),
+          "The hook of rank 0 of job ml/train drops events.",
+          "The hook of rank 0 (pod train-0 on node n1) could not deliver 0.50 batch events per second "
+          "to the agent over the last 5m: its data-wait figures undercount.")]),
+}
+
+
+def _minutes(duration):
+    m = re.fullmatch(r"(\d+)m", duration)
+    assert m, "test cases assume `for:` in whole minutes, got %r" % duration
+    return int(m.group(1))
+
+
+def unit_test(name, tmp_path, before=-1, after=0):
+    """Write and run a promtool test for alert ``name``; returns (returncode, output)."""
+    series, t_true, expected = CASES[name]
+    alert = {a.name: a for a in alerts.all_alerts(config.DEFAULT)}[name]
+    fire = t_true + _minutes(alert.for_)
+    exp = [{"exp_labels": dict(labels, severity=alert.severity),
+            "exp_annotations": {"summary": summary, "description": description,
+                                "runbook_url": RUNBOOKS + name + ".md"}}
+           for labels, summary, description in expected]
+    doc = {"rule_files": RULE_FILES, "evaluation_interval": "1m", "group_eval_order": GROUPS,
+           "tests": [{"interval": "1m",
+                      "input_series": [{"series": s, "values": v} for s, v in series],
+                      "alert_rule_test": [
+                          {"eval_time": "%dm" % (fire + before), "alertname": name, "exp_alerts": []},
+                          {"eval_time": "%dm" % (fire + after), "alertname": name, "exp_alerts": exp}]}]}
+    path = tmp_path / ("%s.test.yaml" % name)
+    path.write_text(json.dumps(doc, indent=1))  # JSON is YAML
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_promtool_check_rules(tmp_path):
+    r = subprocess.run(["promtool", "check", "rules", *RULE_FILES], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS: 4 rules found" in r.stdout and "SUCCESS: %d rules found" % len(CASES) in r.stdout
+    # the PrometheusRule manifest carries the same groups: check its spec as a rule file
+    text = open(os.path.join(ROOT, "deploy", "kubernetes", "base", "prometheusrule.yaml")).read()
+    spec = text.split("\nspec:\n", 1)[1]
+    groups = tmp_path / "spec.yaml"
+    groups.write_text("".join(line[2:] + "\n" for line in spec.splitlines()))
+    r = subprocess.run(["promtool", "check", "rules", str(groups)], capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS: %d rules found" % (4 + len(CASES)) in r.stdout, r.stdout + r.stderr
+
+
+def test_every_alert_has_a_unit_test():
+    assert set(CASES) == {a.name for a in alerts.all_alerts(config.DEFAULT)}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_alert_fires_at_its_for_boundary_with_its_labels_and_annotations(name, tmp_path):
+    code, out = unit_test(name, tmp_path)
+    assert code == 0, out
+
+
+def test_a_wrong_boundary_fails(tmp_path):
+    # The harness can fail: expecting the alert one evaluation early must not pass.
+    code, out = unit_test("StallscopeDataWaitHigh", tmp_path, before=-2, after=-1)
+    assert code != 0 and "StallscopeDataWaitHigh" in out
