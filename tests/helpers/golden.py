@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from typing import Any
+from unittest import mock
 
 import psutil
 from prometheus_client import generate_latest
@@ -247,7 +248,8 @@ def drive(agent: Agent) -> None:
             s.poll()
         gpu.dcgm.poll()
 
-    first, second, bad = reports(time.monotonic_ns())
+    base = time.monotonic_ns()
+    first, second, bad = reports(base)
     handler = ingest.Ingest(None, agent.apply, agent.source_of, stats=agent.stats)
     try:
         _send(handler, first)
@@ -263,10 +265,16 @@ def drive(agent: Agent) -> None:
         handler.selector.close()
         os.close(handler.wake_r)
         os.close(handler.wake_w)
-    agent.loader.tick()
-    _part(agent, "shards").tick()
-    agent.correlator.refresh()
-    agent.correlator.detect(time.monotonic())  # the stall, found and analysed at once
+    # The parts' windows end "now": freeze it one second after the reports were made, so
+    # that how long the steps above took (a loaded machine) cannot move a window's edge
+    # and with it the scores (the correlator compares the stall with the quiet before it).
+    frozen = base + 1_000_000_000
+    with mock.patch("time.monotonic_ns", lambda: frozen), \
+            mock.patch("time.monotonic", lambda: frozen / 1e9):
+        agent.loader.tick()
+        _part(agent, "shards").tick()
+        agent.correlator.refresh()
+        agent.correlator.detect(frozen / 1e9)  # the stall, found and analysed at once
 
 
 def emitters(agent: Agent) -> dict[str, set[str]]:
