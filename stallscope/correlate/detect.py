@@ -104,3 +104,22 @@ def detect(trace: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> Detection:
                and k >= MIN_BINS and z >= Z)
     since = int(now_ns - (bins - start) * BIN_NS)
     return Detection(stalled, since, share, ns, excess_s, float(min(z, 1e6)))
+
+
+def quiet_now(events: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> bool:
+    """True when ``detect`` would find no stall because the newest QUIET_BINS seconds
+    stayed under the line, judged from just those seconds of ``events`` (an (n, 3)
+    array of t_end, wait, interval; the last QUIET_BINS + 1 seconds suffice). The agent
+    asks this of every rank every second and runs the whole test only on the others:
+    a healthy node costs a few seconds of events per rank, not five minutes (issue 15).
+    False whenever it cannot tell (then the whole test decides)."""
+    if len(events) == 0:
+        return False
+    t, wait, step = events[:, 0], events[:, 1], events[:, 2]
+    steady = step != wait                      # iterator starts left out, as in detect()
+    age = (now_ns - t[steady]) // BIN_NS
+    if not (age >= QUIET_BINS).any():
+        return False  # the rank's history may be shorter than the quiet stretch
+    recent = (age >= 0) & (age < QUIET_BINS)
+    s = float(step[steady][recent].sum())
+    return s > 0 and float(wait[steady][recent].sum()) < line * s
