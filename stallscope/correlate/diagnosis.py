@@ -19,7 +19,7 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import rules, workers
+from . import epochs, rules, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
@@ -131,6 +131,9 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             missing.append("too_few_workers")
         else:
             scored.append(tfw)
+        started = epochs.score(ib)
+        if started is not None:
+            scored.append(started)
         out["causes"] = causes_mod.rank_causes(scored)
         out["not_evaluated"] = sorted(missing, key=causes_mod.VOCABULARY.index)
     return out

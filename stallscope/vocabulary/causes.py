@@ -50,6 +50,11 @@ CAUSES = (
           "StallscopeDataWaitHigh",
           "Raise num_workers (up to the CPU quota minus one core), set persistent_workers=True, "
           "or make per-sample work cheaper (pre-decode, decode on the GPU)."),
+    Cause("epoch_start", "Each epoch waits for its loader workers to start", (), (),
+          "StallscopeDataWaitHigh",
+          "Set persistent_workers=True so workers survive across epochs; make worker start-up "
+          "cheap (open files and build indexes lazily, not in Dataset.__init__ copied to every "
+          "worker); keep prefetch_factor >= 2."),
     Cause("storage_latency", "Shard reads were slow", (
         Line("shard_read_seconds", 0.05, scopes=("rank",)),
         Line("workers_dstate", 0.5, scopes=("rank",))),

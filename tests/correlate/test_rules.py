@@ -3,6 +3,7 @@ alert and the verdict never disagree, victims are told from the culprit, and the
 agent's node view reaches the verdict the alert's numbers give."""
 import random
 
+import numpy as np
 import pytest
 
 from stallscope.correlate import diagnosis, rules
@@ -77,6 +78,22 @@ def test_the_agent_counts_the_first_batches_as_the_alert_does():
     assert d["steady_data_wait_ratio"] < DATA_WAIT_LINE <= whole
     assert d["data_wait_ratio"] == pytest.approx(whole, abs=1e-6)  # rounded to 6 places
     assert d["verdict"] == "input_bound" and "first batch" in d["reason"]
+    assert d["causes"][0]["cause"] == "epoch_start", d["causes"][:2]
+
+
+def test_a_loader_restarting_every_epoch_is_named_epoch_start():
+    # healthy in the steady state; every 50th batch starts an iterator (a new epoch of
+    # non-persistent workers) that waits 0.6 s for its workers: issue 18's epoch stall
+    ev, _ = simulated(5, 2, load=0.15, compute=0.1, n=400)
+    t = trace_of(ev, workers=2)
+    starts = np.arange(0, t.n, 50)
+    t.wait[starts] = t.interval[starts] = int(0.6e9)
+    d = diagnosis.analyse(t)
+    assert d["verdict"] == "input_bound" and d["steady_data_wait_ratio"] < DATA_WAIT_LINE
+    top = d["causes"][0]
+    assert top["cause"] == "epoch_start" and top["score"] > 0.8
+    assert top["evidence"][0]["starts"] == len(starts)
+    assert top["evidence"][0]["value"] == pytest.approx(0.6, rel=0.01)
 
 
 def test_the_gpu_measured_collective_wait_is_said_for_a_victim():

@@ -1,0 +1,28 @@
+"""epoch_start: the wait before each iterator's first batch (issue 18, item 3).
+
+A DataLoader without ``persistent_workers`` forks its workers again at every epoch, and
+each worker then rebuilds its state before the first batch: that wait comes back every
+epoch and is averaged away in a steady-state view. The hook marks an iterator's first
+batch (its interval is its wait, overlap.iterator_starts); this cause is the share of
+the rank's whole wait that those batches account for, so a rank that keeps up in the
+steady state but loses most of its wait at epoch starts is named for it."""
+from typing import Any, Optional
+
+
+def score(ib: Any) -> Optional[dict]:
+    """{cause, score, summary, evidence} from input_bound()'s numbers, or None when no
+    iterator started in the window."""
+    if not ib.iterator_starts or ib.data_wait_seconds <= 0:
+        return None
+    share = min(1.0, ib.iterator_start_wait_seconds / ib.data_wait_seconds)
+    per_start = ib.iterator_start_wait_seconds / ib.iterator_starts
+    text = ("%.0f%% of the wait came before the first batch of %d iterator(s): %.3gs each, while "
+            "the workers started" % (100 * share, ib.iterator_starts, per_start))
+    if ib.iterator_starts == 1:
+        text += " (once in the window: the run's start, or one epoch's)"
+    text += "; the steady state waited %.1f%% of its step time." % (100 * ib.steady_data_wait_ratio)
+    return {"cause": "epoch_start", "score": round(share, 4), "summary": text,
+            "evidence": [{"signal": "iterator_start_wait_seconds", "value": round(per_start, 6),
+                          "during_stalls": round(per_start, 6), "outside_stalls": None,
+                          "threshold": None, "direction": "above", "scope": "rank",
+                          "explained_wait_share": round(share, 6), "starts": ib.iterator_starts}]}
