@@ -37,8 +37,19 @@ lint: setup
 	$(PY) -m mypy --python-version 3.9
 	$(PY) -m mypy -p stallscope.agent
 
+# Short options, a few minutes in all: bench_diagnose.py --quick (a 20 s window; ~80 s
+# with its default 60 s window), bench_agent.py for 10 s a load and without the
+# detection rounds (the full run, 60 s a load and detection of three stalls:
+# `$(PY) benchmarks/bench_agent.py`).
 bench: setup
-	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+	for b in benchmarks/bench_*.py; do \
+	  case $$b in \
+	    */bench_agent.py) args="--seconds 10 --skip-detection";; \
+	    */bench_diagnose.py) args="--quick";; \
+	    *) args="";; \
+	  esac; \
+	  $(PY) $$b $$args || exit 1; \
+	done
 
 # Not in CI: a million hostile messages against a real agent (~15 min), and 30 minutes of
 # 8 ranks x 8 DataLoader workers printing the agent's RSS over time.

@@ -7,8 +7,13 @@ as rank 1337, slowed (its workers sleep 90 ms per sample). diagnose is then time
 that rank's pod (cluster view over all 2,048 ranks + node detail from its agent) and on
 a healthy synthetic pod (whose "agent" answers 404: the degraded path).
 
-    .venv/bin/python benchmarks/bench_diagnose.py
+    .venv/bin/python benchmarks/bench_diagnose.py [--quick]
+
+The default window is 60 s (60 samples a series, as 15m at a 15 s scrape interval), after
+a full window of steady state: about 80 s in all. ``--quick`` (what ``make bench`` runs)
+uses a 20 s window and 3 runs each: about 40 s, with fewer samples a query.
 """
+import argparse
 import os
 import statistics
 import subprocess
@@ -25,7 +30,8 @@ from stallscope.agent.state import STEP_BUCKETS, WAIT_BUCKETS  # noqa: E402
 from stallscope.lab.procs import AgentProcess, PrometheusProcess, child_env  # noqa: E402
 
 RANKS, PER_NODE, REAL = 2048, 8, 1337
-JOB, NS, WINDOW = "big", "ml", "60s"  # 60 samples a series: as 15m at a 15s scrape interval
+JOB, NS = "big", "ml"
+WINDOW_S = 60       # 60 samples a series: as 15m at a 15s scrape interval (--quick: 20)
 STEP = 0.2          # seconds per synthetic step
 LIMIT = 5.0
 ROUNDS = 5
@@ -97,16 +103,21 @@ class Exporter:
         return "127.0.0.1:%d" % self.server.server_address[1]
 
 
-def timed(pod, prom_url):
+def timed(pod, prom_url, window, rounds):
     times, doc = [], None
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         t = time.perf_counter()
-        doc = diagnose.run(pod, namespace=NS, prometheus_url=prom_url, window=WINDOW)
+        doc = diagnose.run(pod, namespace=NS, prometheus_url=prom_url, window=window)
         times.append(time.perf_counter() - t)
     return doc, times
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a 20 s window and 3 runs each (~40 s)")
+    args = ap.parse_args()
+    window_s, rounds = (20, 3) if args.quick else (WINDOW_S, ROUNDS)
+    window = "%ds" % window_s
     exporter = Exporter()
     target = exporter.serve()
     t = time.perf_counter()
@@ -121,14 +132,14 @@ def main():
                                 "--duration", "120", "--batch-size", "4", "--workers", "2",
                                 "--compute", "0.15", "--samples", "4000", "--sample-sleep", "0.09"], env=env)
     try:
-        sli = diagnose.cluster.sli(WINDOW, job=JOB)
+        sli = diagnose.cluster.sli(window, job=JOB)
         prom.wait_for("count(%s)" % sli, lambda r: r and float(r[0]["value"][1]) == RANKS, timeout=120)
-        time.sleep(62)  # a full window of steady state for every rank
-        slow, slow_t = timed("%s-%d" % (JOB, REAL), prom.url)
-        ok, ok_t = timed("%s-42" % JOB, prom.url)
+        time.sleep(window_s + 2)  # a full window of steady state for every rank
+        slow, slow_t = timed("%s-%d" % (JOB, REAL), prom.url, window, rounds)
+        ok, ok_t = timed("%s-42" % JOB, prom.url, window, rounds)
         t = time.perf_counter()
         cli = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", "%s-%d" % (JOB, REAL),
-                              "-n", NS, "--prometheus", prom.url, "--window", WINDOW],
+                              "-n", NS, "--prometheus", prom.url, "--window", window],
                              env=child_env(), capture_output=True, text=True)
         cli_t = time.perf_counter() - t
     finally:
@@ -139,11 +150,15 @@ def main():
     assert slow["straggler"]["rank"] == REAL and slow["verdict"] == "input_bound", slow["reason"]
     assert slow["job_ranks"] == RANKS and ok["verdict"] == "not_input_bound", ok["reason"]
     worst = max(slow_t + ok_t)
-    print("bench_diagnose: job of %d ranks (%d series scraped every second, exposition built in %.0f ms)"
-          % (RANKS, lines + 23, 1000 * gen))
+    print("bench_diagnose: job of %d ranks (%d series scraped every second, exposition built in %.0f ms), "
+          "window %s" % (RANKS, lines + 23, 1000 * gen, window))
     print("  slowed pod %s-%d (cluster view + its real agent): median %.3f s, max %.3f s over %d runs; "
           "verdict %s, straggler rank %s (%.1f%%), job median %.2f%%"
+<<<<<<< HEAD
           % (JOB, REAL, statistics.median(slow_t), max(slow_t), ROUNDS, slow["verdict"],
+=======
+          % (JOB, REAL, statistics.median(slow_t), max(slow_t), rounds, slow["verdict"],
+>>>>>>> bench
              slow["straggler"]["rank"], 100 * slow["data_wait_ratio"],
              100 * slow["job_median_data_wait_ratio"]))
     print("  healthy pod %s-42 (its agent answers 404: degraded):   median %.3f s, max %.3f s; verdict %s"

@@ -1,5 +1,10 @@
-"""CPU cost of one full exporter collection cycle (cfs, psi, shm, fuse, workers) for
-8 ranks x 8 loader workers, all real processes; and of one /metrics render of the result.
+"""CPU cost of one full exporter collection cycle (the default node exporters: cfs, psi,
+shm, fuse, workers, disk, sched) for 8 ranks x 8 loader workers, all real processes; and
+of one /metrics render of the result.
+
+The exporters and their runner are built as the agent's composition root builds them
+(``exporters.build`` over an ``AgentHost``), with the gpu exporter switched off: its
+samplers run in threads of their own, whose cost benchmarks/bench_gpu.py measures.
 
     .venv/bin/python benchmarks/bench_exporters.py
 
@@ -20,7 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from stallscope import exporters
 from stallscope.agent import samples, state
-from stallscope.exporters import base
+from stallscope.agent.host import AgentHost
 
 RANKS, WORKERS, CYCLES = 8, 8, 30
 BUDGET_MS = 20.0
@@ -64,8 +69,8 @@ def main():
             from stallscope.lab.slowfs import SlowFS
             fs = SlowFS(tempfile.mkdtemp(prefix="stallscope-bench-"), private=True).start()
         table, use_cgroups = setup(procs, made, fs)
-        ctx = base.Context(node="n1", samples=samples.SampleStore(900), lock=table.lock)
-        run = exporters.build(ctx, {}, 2.0, table.snapshot)
+        host = AgentHost(table, samples.SampleStore(900))
+        _, run = exporters.build(host, {"gpu": False}, {})
         registry = CollectorRegistry(auto_describe=False)
         registry.register(run)
         for _ in range(2):  # warm: psutil handles, first rate readings

@@ -1,8 +1,11 @@
-"""CPU the GPU sampler costs per GPU per second of sampling, as the agent runs it (samples
-recorded into the SampleStore): NVML through the fake pynvml (8 GPUs, busy, 6 samples/s
-each, read once a second) and the simulated GPU (8 ranks at 100 batches/s). The fake's
-own share (building the driver's sample arrays) is measured in the same run and shown
-apart, since the real driver call costs differently.
+"""CPU the GPU sampler costs per GPU per second of sampling, as the agent runs it: the gpu
+exporter (stallscope/exporters/gpu) over an AgentHost, its samplers polled by hand once a
+second and its own sink recording into the SampleStore. NVML through the fake pynvml
+(8 GPUs, busy, 6 samples/s each, read once a second) and the simulated GPU (8 ranks at
+100 batches/s). The fake's own share (building the driver's sample arrays) is measured
+in the same run and shown apart, since the real driver call costs differently. The
+simulated GPU is fed by the exporter's ``handle`` in the ingest thread (each report's
+events); that cost is measured and shown apart too.
 
     .venv/bin/python benchmarks/bench_gpu.py
 """
@@ -12,11 +15,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from stallscope.agent.host import AgentHost
 from stallscope.agent.samples import SampleStore
 from stallscope.agent.state import RankTable
-from stallscope.exporters.gpu.nvml import NvmlSource
-from stallscope.exporters.gpu.sim import SimulatedSource
-from stallscope.exporters.gpu.source import Sampler
+from stallscope.exporters.gpu.exporter import GpuExporter
+from stallscope.exporters.gpu.options import GpuOptions
 from tests.helpers.fake_nvml import FakeGpu, FakeNvml, square
 
 GPUS = 8
@@ -24,12 +27,10 @@ SECONDS = 4.0
 INTERVAL = 1.0
 
 
-def sink(store):
-    def on_samples(gpu, samples):
-        scope = ("gpu", gpu.uuid)
-        for t, _p, r in samples:
-            store.record(scope, "gpu_busy_ratio", r, t)
-    return on_samples
+def exporter(table, **options):
+    """The gpu exporter as the agent builds it, its samplers not started (polled here)."""
+    host = AgentHost(table or RankTable(procfs_root="/nonexistent", node="n"), SampleStore())
+    return GpuExporter(host, GpuOptions(**options))
 
 
 def run(sampler, feed=None):
@@ -61,16 +62,17 @@ def bench_nvml():
             fake_cpu[0] += time.thread_time() - t
 
     fake.nvmlDeviceGetSamples = timed_get
-    s = Sampler(NvmlSource(fake), on_samples=sink(SampleStore()))
+    s, = exporter(None, nvml_module=fake).samplers
     cpu, polls = run(s)
     n = sum(len(t.ring) for t in s.tracks.values())
     return cpu, fake_cpu[0], polls, n
 
 
 def bench_sim():
-    table = RankTable(procfs="/nonexistent")
+    table = RankTable(procfs_root="/nonexistent", node="n")
+    exp = exporter(table, nvml=False, simulated=True)
     ident = {"job": "j", "local_rank": 0, "world_size": GPUS, "pod": "p", "namespace": "ns", "node": "n"}
-    state = {"t": time.monotonic_ns()}
+    state = {"t": time.monotonic_ns(), "cpu": 0.0}
 
     def feed():  # 100 batches/s per rank: 2 ms wait, 8 ms compute
         now = time.monotonic_ns()
@@ -79,15 +81,21 @@ def bench_sim():
             while t + 10_000_000 <= now:
                 t += 10_000_000
                 events.append([t, 2_000_000, 10_000_000])
-            table.apply({"id": dict(ident, rank=r), "pid": 1, "role": "main", "mono_ns": 0,
-                         "wall_ns": 0, "dropped_total": 0, "events": events, "loader": None,
-                         "raw": {}})
+            msg = {"id": dict(ident, rank=r), "pid": 1, "role": "main", "mono_ns": 0,
+                   "wall_ns": 0, "dropped_total": 0, "events": events, "loader": None, "raw": {}}
+            rank = table.apply(msg)
+            c = time.thread_time()
+            exp.handle(msg, rank)  # the gpu part's share of a report: feeds the simulation
+            state["cpu"] += time.thread_time() - c
         state["t"] = t
 
     feed()
-    s = Sampler(SimulatedSource(table), on_samples=sink(SampleStore()))
+    s, = exp.samplers
+    s.poll()
+    exp.refresh(table.snapshot())  # a collection maps each rank to its simulated GPU
+    state["cpu"] = 0.0
     cpu, polls = run(s, feed)
-    return cpu, polls
+    return cpu, state["cpu"], polls
 
 
 def main():
@@ -98,11 +106,15 @@ def main():
     print("  of which the fake: %6.1f us (building the driver's sample arrays)" % (fake_cpu / gpu_s * 1e6))
     print("  sampler's own:    %7.1f us CPU per GPU per second = %.4f%% of one core" % (
         (cpu - fake_cpu) / gpu_s * 1e6, (cpu - fake_cpu) / gpu_s * 100))
-    cpu, polls = bench_sim()
+    cpu, fed, polls = bench_sim()
     gpu_s = GPUS * polls * INTERVAL
     print("simulated GPU: %d ranks at 100 batches/s, %d polls" % (GPUS, polls))
-    print("  total:            %7.1f us CPU per GPU per second = %.4f%% of one core" % (
+    print("  sampler:          %7.1f us CPU per GPU per second = %.4f%% of one core" % (
         cpu / gpu_s * 1e6, cpu / gpu_s * 100))
+    print("  feeding (handle): %7.1f us CPU per GPU per second = %.4f%% of one core" % (
+        fed / gpu_s * 1e6, fed / gpu_s * 100))
+    print("  total:            %7.1f us CPU per GPU per second = %.4f%% of one core" % (
+        (cpu + fed) / gpu_s * 1e6, (cpu + fed) / gpu_s * 100))
 
 
 if __name__ == "__main__":
