@@ -66,6 +66,7 @@ class Parts:
         self.handlers = [p for p in self.parts if type(p).handle is not Part.handle]
         self.errors: dict[str, int] = {}
         self.exposition = Exposition()  # generate_latest's bytes, faster (exposition.py)
+        self.http: Any = None  # the HTTP server's counters (httppool.Stats), set by the agent
 
     def handle(self, report: Any, rank: RankState) -> None:
         for p in self.handlers:
@@ -124,11 +125,29 @@ class Parts:
         return []
 
     def collect(self) -> Iterator[Any]:
-        """The agent's own health: scrape-time failures of each part."""
+        """The agent's own health: scrape-time failures of each part, and its HTTP server's
+        connections and answers."""
         f = family("stallscope_agent_part_errors_total")
         for p in self.parts:
             f.add({}, self.errors.get(p.name, 0), part=p.name)
         yield f.family
+        if self.http is not None:
+            yield from http_families(self.http)
+
+
+def http_families(stats: Any) -> Iterator[Any]:
+    """Every reason and class from the start (at 0), so that rate() sees the first one."""
+    f = family("stallscope_agent_http_connections")
+    f.add({}, stats.open)
+    yield f.family
+    f = family("stallscope_agent_http_connections_dropped_total")
+    for reason, n in stats.dropped.items():
+        f.add({}, n, reason=reason)
+    yield f.family
+    f = family("stallscope_agent_http_requests_total")
+    for klass, n in sorted(stats.requests.items()):
+        f.add({}, n, code=klass)
+    yield f.family
 
 
 class PartCollector:

@@ -121,7 +121,8 @@ class Agent:
         self.ingest: ingest.Ingest | None = None
         self.hook_socket: HookSocket | None = None
         self.server: Any = None
-        self.http_stats = httppool.Stats()
+        self.http_stats = httppool.Stats()  # exported by Parts.collect, before the server runs too
+        self.parts.http = self.http_stats
         self._serving: threading.Thread | None = None
 
     def apply(self, msg: Any, source: identity.Source | None = None) -> Any:

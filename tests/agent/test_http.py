@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope.agent import http as agent_http
 from stallscope.agent.exposition import Exposition
+from stallscope.agent.main import Agent, AgentOptions, Config
 
 READ_TIMEOUT, IDLE_TIMEOUT = 1.0, 1.5
 
@@ -310,3 +311,24 @@ def test_shutdown_is_prompt_and_leaves_no_thread(served):
         c.settimeout(2)
         assert c.recv(10) == b""  # closed
         c.close()
+
+
+def test_the_agent_serves_and_exports_its_server_counters(tmp_path):
+    agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock"), listen="127.0.0.1:0"),
+                         enabled={"gpu": False}))
+    agent.start()
+    try:
+        url = ("127.0.0.1", agent.port)
+        raw(agent.port, b"PUT /metrics HTTP/1.1\r\n\r\n")
+        c = http.client.HTTPConnection(*url, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        samples = {(x.name, tuple(sorted(x.labels.items()))): x.value
+                   for f in text_string_to_metric_families(text) for x in f.samples}
+        assert samples[("stallscope_agent_http_requests_total", (("code", "4xx"),))] == 1
+        assert samples[("stallscope_agent_http_connections", ())] >= 1
+        assert ("stallscope_agent_http_connections_dropped_total", (("reason", "evicted"),)) in samples
+    finally:
+        agent.stop()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("stallscope-http")]
