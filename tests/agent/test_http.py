@@ -149,7 +149,7 @@ def test_a_thousand_idle_connections_hold_no_thread_and_a_scrape_still_succeeds(
         during = threads()
         assert s.server.stats.dropped["evicted"] >= 1000 - 256
         assert s.server.stats.open <= 256
-        assert during == before, "the server started threads for idle connections"
+        assert during <= before, "the server started threads for idle connections"
         r, body = s.get("/metrics")
         assert r.status == 200 and body == s.body
     finally:
@@ -160,10 +160,10 @@ def test_a_thousand_idle_connections_hold_no_thread_and_a_scrape_still_succeeds(
 def test_slow_loris_is_closed_after_the_read_timeout(served):
     s = served()
     c = socket.create_connection(("127.0.0.1", s.port))
-    c.settimeout(10)
+    c.settimeout(READ_TIMEOUT + 3)
     t0 = time.monotonic()
     c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-    while True:  # a header byte every 0.2 s: trickling does not move the deadline
+    while time.monotonic() - t0 < READ_TIMEOUT + 3:  # a byte every 0.2 s: the deadline stays
         try:
             c.sendall(b"X")
         except OSError:
@@ -260,10 +260,11 @@ def test_fifty_concurrent_scrapers_get_valid_bytes_from_shared_renders(served):
     assert len(results) == 50
     assert all(r == (200, True, 500) for r in results), results[:3]
     assert s.renders < 25, "scrapes did not share renders: %d renders" % s.renders
+    shared = s.renders
     s.render_delay = 0.0
     s.get("/metrics")
     s.get("/metrics")
-    assert s.renders >= 3  # a scrape after a render finished gets a new one: no caching
+    assert s.renders == shared + 2  # a scrape after a render finished gets a new one: no caching
 
 
 def test_a_failing_route_or_render_is_a_500_naming_its_type(served):
@@ -277,16 +278,15 @@ def test_a_failing_route_or_render_is_a_500_naming_its_type(served):
 
 
 def test_when_every_connection_is_busy_a_new_one_is_refused_with_503(served):
-    release = threading.Event()
-    s = served(render=lambda: release.wait(10) and b"a 1\n", max_connections=4)
+    started, release = threading.Event(), threading.Event()
+    s = served(render=lambda: started.set() or release.wait(10) and b"a 1\n", max_connections=4)
     busy = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(4)]
     for c in busy:
         c.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+    assert started.wait(5)
     deadline = time.monotonic() + 5
-    while s.server.stats.requests.get("2xx", 0) == 0 and s.server.stats.open < 4 and \
-            time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)  # the four requests parsed: none of them can be evicted
+    while (s.server._waiting or s.server.stats.open < 4) and time.monotonic() < deadline:
+        time.sleep(0.02)  # until all four are being answered: none of them can be evicted
     answer, _ = raw(s.port, b"GET /healthz HTTP/1.1\r\n\r\n")
     assert status_of(answer) == 503 and s.server.stats.dropped["refused"] == 1
     release.set()
