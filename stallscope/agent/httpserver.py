@@ -28,11 +28,12 @@ from .httppool import Inbox, Stats, Workers
 from .httpwire import HttpError, Request, Response
 
 READ, BUSY, WRITE, DRAIN = "read", "busy", "write", "drain"
-LINGER = 1.0  # after a closing answer: read and drop what the client still sends (see _drain)
+LINGER = 1.0  # after a closing answer: read and drop what the client still sends (see _write)
+REFUSING = 64  # refused connections lingering over the bound at once; more are just closed
 
 
 class Conn:
-    __slots__ = ("sock", "inbuf", "out", "state", "deadline", "keep", "events")
+    __slots__ = ("sock", "inbuf", "out", "state", "deadline", "keep", "events", "refused")
 
     def __init__(self, sock: socket.socket, now: float, read_timeout: float) -> None:
         self.sock = sock
@@ -42,6 +43,7 @@ class Conn:
         self.deadline = now + read_timeout      # a new client sends its request at once
         self.keep = True
         self.events = 0
+        self.refused = False
 
 
 class Server:
@@ -66,22 +68,17 @@ class Server:
         self.server_address = self.socket.getsockname()
         self._inbox = Inbox()
         self._pool = Workers(workers, "stallscope-http-worker")
+        # from any thread: run a job on a worker; run a function on the loop thread
+        self.submit: Callable[[Callable[[], None]], None] = self._pool.submit
+        self.call_soon: Callable[[Callable[[], None]], None] = self._inbox.post
         self._conns: dict[int, Conn] = {}
         self._waiting: dict[int, Conn] = {}     # READ state, longest waiting first: who to evict
+        self._refusing = 0
         self._sel = selectors.DefaultSelector()
         self._stop = threading.Event()
         self._done = threading.Event()
         self._serving = False
         self._closed = False
-
-    # -- threads --------------------------------------------------------------------
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on a worker (any thread may call this)."""
-        self._pool.submit(job)
-
-    def call_soon(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the loop thread (any thread may call this)."""
-        self._inbox.post(fn)
 
     def serve_forever(self) -> None:
         """Serve until shutdown(); on return every worker has ended and every client
@@ -162,13 +159,18 @@ class Server:
             sock.setblocking(False)
             # an answer is one write, but a partial one's tail must not wait for an ACK (Nagle)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if len(self._conns) >= self.max_connections and not self._evict():
-                self._refuse(sock)
+            full = len(self._conns) >= self.max_connections and not self._evict()
+            if full and self._refusing >= REFUSING:
+                self.stats.dropped["refused"] += 1
+                sock.close()
                 continue
             conn = Conn(sock, time.monotonic(), self.read_timeout)
             self._conns[sock.fileno()] = conn
-            self._waiting[sock.fileno()] = conn
             self.stats.open = len(self._conns)
+            if full:
+                self._refuse(conn)
+                continue
+            self._waiting[sock.fileno()] = conn
             self._want(conn, selectors.EVENT_READ)
 
     def _evict(self) -> bool:
@@ -180,17 +182,13 @@ class Server:
         self._close(oldest)
         return True
 
-    def _refuse(self, sock: socket.socket) -> None:
-        """Every open connection is being answered: 503, without a thread or a slot."""
+    def _refuse(self, conn: Conn) -> None:
+        """Every open connection is being answered: 503 at once, then closed as any
+        closing answer is (lingering a second, so that the 503 is not reset)."""
         self.stats.dropped["refused"] += 1
-        r = httpwire.error(503, "too many connections")
-        try:
-            sock.recv(65536)  # what has arrived, so that closing does not reset the 503
-            sock.send(httpwire.encode_head(r, False) + r.body)
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        sock.close()
+        self._refusing += 1
+        conn.refused, conn.keep = True, False
+        self._respond(conn, None, httpwire.error(503, "too many connections"))
 
     def _read(self, conn: Conn) -> None:
         data = conn.sock.recv(65536)
@@ -291,6 +289,8 @@ class Server:
 
     def _close(self, conn: Conn) -> None:
         fd = conn.sock.fileno()
+        if conn.refused and fd >= 0:
+            self._refusing -= 1
         if fd >= 0:
             self._conns.pop(fd, None)
             self._waiting.pop(fd, None)

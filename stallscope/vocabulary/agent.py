@@ -27,7 +27,7 @@ METRICS = (
            "Failed collections of an agent part at scrape time (its series were left out).",
            ("part",), "agent"),
     Metric("stallscope_agent_http_connections", "gauge",
-           "Open connections to the agent's HTTP server (at most 256).", (), "agent"),
+           "Open connections to the agent's HTTP server.", (), "agent"),
     Metric("stallscope_agent_http_connections_dropped_total", "counter",
            "HTTP connections the agent closed or refused to protect itself, by reason: evicted "
            "(the longest waiting for a request, to admit a new one), refused (all busy: 503), "
