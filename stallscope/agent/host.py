@@ -9,10 +9,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from prometheus_client.exposition import generate_latest
-
 from ..host import Part, log
 from ..host.families import family
+from .exposition import Exposition
 from .samples import SampleStore
 from .state import RankState, RankTable
 
@@ -66,6 +65,8 @@ class Parts:
             raise ValueError("parts need distinct names: %s" % names)
         self.handlers = [p for p in self.parts if type(p).handle is not Part.handle]
         self.errors: dict[str, int] = {}
+        self.exposition = Exposition()  # generate_latest's bytes, faster (exposition.py)
+        self.http: Any = None  # the HTTP server's counters (httppool.Stats), set by the agent
 
     def handle(self, report: Any, rank: RankState) -> None:
         for p in self.handlers:
@@ -108,11 +109,12 @@ class Parts:
 
     def render(self) -> bytes:
         """The /metrics exposition, rendered part by part: a part whose series cannot be
-        collected or encoded is left out and counted, the others are served."""
+        collected or encoded is left out and counted, the others are served. The same
+        bytes as generate_latest(registry) (tests/agent/test_exposition.py)."""
         out = []
         for c in self.collectors() + [self]:
             try:
-                out.append(generate_latest(_One(c)))
+                out.append(self.exposition.render(c.collect()))
             except Exception as e:
                 name = c.part.name if isinstance(c, PartCollector) else "agent"
                 self.errors[name] = self.errors.get(name, 0) + 1
@@ -123,21 +125,29 @@ class Parts:
         return []
 
     def collect(self) -> Iterator[Any]:
-        """The agent's own health: scrape-time failures of each part."""
+        """The agent's own health: scrape-time failures of each part, and its HTTP server's
+        connections and answers."""
         f = family("stallscope_agent_part_errors_total")
         for p in self.parts:
             f.add({}, self.errors.get(p.name, 0), part=p.name)
         yield f.family
+        if self.http is not None:
+            yield from http_families(self.http)
 
 
-class _One:
-    """One collector as a registry (what generate_latest takes)."""
-
-    def __init__(self, collector: Any) -> None:
-        self.collector = collector
-
-    def collect(self) -> Any:
-        return self.collector.collect()
+def http_families(stats: Any) -> Iterator[Any]:
+    """Every reason and class from the start (at 0), so that rate() sees the first one."""
+    f = family("stallscope_agent_http_connections")
+    f.add({}, stats.open)
+    yield f.family
+    f = family("stallscope_agent_http_connections_dropped_total")
+    for reason, n in stats.dropped.items():
+        f.add({}, n, reason=reason)
+    yield f.family
+    f = family("stallscope_agent_http_requests_total")
+    for klass, n in sorted(stats.requests.items()):
+        f.add({}, n, code=klass)
+    yield f.family
 
 
 class PartCollector:

@@ -1,37 +1,98 @@
-"""The agent's HTTP face: /metrics, /healthz and the versioned JSON API (/api/v1/...).
+"""The agent's HTTP face: /metrics, /healthz and the versioned JSON API (/api/v1/...),
+on the bounded server of httpserver.py.
 
 Routes are plain functions ``(query) -> (status, body)`` from api.py and the parts;
-bad parameters get a 400 with a reason.
+bad parameters get a 400 with a reason, a failing route a 500 naming the exception's
+type. Every route answers GET and HEAD (the same header fields, no body); other
+methods get 405 with ``Allow: GET, HEAD``.
 """
 from __future__ import annotations
 
 import json
+import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..host import ApiError
+from .httppool import Stats
+from .httpserver import Server
+from .httpwire import Request, Response
+
+Done = Callable[[Response], None]
 
 
-class Handler(BaseHTTPRequestHandler):
-    render: Callable[[], bytes] = staticmethod(lambda: b"")  # set by make_server()
-    routes: dict[str, Callable[..., tuple[int, Any]]] = {}
-    healthy: Callable[[], tuple[bool, str]] = staticmethod(lambda: (True, "ok"))
-    protocol_version = "HTTP/1.1"
+def _internal(e: BaseException) -> Response:
+    return _json(500, {"error": "internal error: %s" % type(e).__name__})
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: scrapes every few seconds
-        pass
 
-    def do_GET(self) -> None:
-        url = urllib.parse.urlsplit(self.path)
+def _json(status: int, body: Any) -> Response:
+    return Response(status, (json.dumps(body, indent=1, default=str) + "\n").encode())
+
+
+class SingleFlight:
+    """/metrics renders one at a time, and every scrape that arrives while one is in
+    progress is answered with its bytes instead of queueing a render of its own.
+
+    Which renders a scrape may share: the one in progress when it arrives, or (when none
+    is) the one it starts; never one that had finished before it arrived, so nothing is
+    cached. What a scrape gets is thus at most one render's duration older than its
+    arrival, and a scraper never sees older values than its previous scrape got: that
+    scrape's render had finished before this one arrived, and renders do not overlap,
+    so the one in progress now began after it. (Taking only renders begun after the
+    arrival would also let a caller that changed the agent's state just before scraping
+    see its change, but a hook's report reaches the agent asynchronously anyway, and it
+    would cost a scrape up to two renders' time: under 50 scrapers, every one.)"""
+
+    def __init__(self, render: Callable[[], bytes], submit: Callable[[Callable[[], None]], None]) -> None:
+        self.render = render
+        self.submit = submit
+        self._lock = threading.Lock()
+        self._waiting: list[Done] | None = None  # not None: a render is in progress
+
+    def join(self, done: Done) -> None:
+        with self._lock:
+            if self._waiting is not None:
+                self._waiting.append(done)
+                return
+            self._waiting = [done]
+        self.submit(self._run)
+
+    def _run(self) -> None:
         try:
-            if url.path == "/metrics":
-                return self._send(200, self.render(), CONTENT_TYPE_LATEST)
+            response = Response(200, self.render(), CONTENT_TYPE_LATEST)
+        except Exception as e:  # Parts.render isolates the parts; this is a last guard
+            response = _internal(e)
+        finally:
+            with self._lock:
+                waiting, self._waiting = self._waiting or [], None
+        for done in waiting:
+            done(response)
+
+
+class App:
+    """What to answer: dispatch() runs on the server's loop thread and never blocks."""
+
+    def __init__(self, render: Callable[[], bytes], routes: dict[str, Callable[..., tuple[int, Any]]],
+                 healthy: Callable[[], tuple[bool, str]]) -> None:
+        self.routes = routes
+        self.healthy = healthy
+        self.submit: Callable[[Callable[[], None]], None] = lambda job: job()  # set by make_server
+        self.metrics = SingleFlight(render, lambda job: self.submit(job))
+
+    def dispatch(self, request: Request, done: Done) -> None:
+        path = urllib.parse.urlsplit(request.target).path
+        if path == "/metrics":  # HEAD too: its Content-Length is the rendered body's
+            return self.metrics.join(done)
+        return self.submit(lambda: done(self.answer(request.target)))
+
+    def answer(self, target: str) -> Response:
+        url = urllib.parse.urlsplit(target)
+        try:
             if url.path == "/healthz":
                 ok, text = self.healthy()
-                return self._send(200 if ok else 503, (text + "\n").encode(), "text/plain")
+                return Response(200 if ok else 503, (text + "\n").encode(), "text/plain")
             route = self.routes.get(url.path)
             if route is None:
                 raise ApiError(404, "no such endpoint %s" % url.path)
@@ -40,16 +101,11 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as e:
             status, body = e.status, {"error": e.message}
         except Exception as e:  # a bug in one route must not kill the server
-            status, body = 500, {"error": "internal error: %s" % type(e).__name__}
-        self._send(status, (json.dumps(body, indent=1, default=str) + "\n").encode(),
-                   "application/json")
-
-    def _send(self, status: int, data: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+            return _internal(e)
+        try:
+            return _json(status, body)
+        except Exception as e:  # a body json cannot encode is that route's bug too
+            return _internal(e)
 
 
 def parse_listen(addr: str) -> tuple[str, int]:
@@ -67,10 +123,11 @@ def parse_listen(addr: str) -> tuple[str, int]:
 
 
 def make_server(addr: str, render: Callable[[], bytes], routes: dict[str, Any],
-                healthy: Callable[[], tuple[bool, str]]) -> ThreadingHTTPServer:
-    host, port = parse_listen(addr)
-    handler = type("AgentHandler", (Handler,), {"render": staticmethod(render), "routes": routes,
-                                                 "healthy": staticmethod(healthy)})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
+                healthy: Callable[[], tuple[bool, str]], stats: Stats | None = None,
+                **limits: Any) -> Server:
+    """The agent's server, bound (OSError if it cannot be); serve_forever() serves it,
+    shutdown() stops it. ``limits``: Server's keyword arguments (workers, timeouts ...)."""
+    app = App(render, routes, healthy)
+    server = Server(parse_listen(addr), app.dispatch, stats=stats, **limits)
+    app.submit = server.submit
     return server

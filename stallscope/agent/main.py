@@ -23,7 +23,7 @@ from .. import exporters
 from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
-from . import http, identity, ingest
+from . import http, httppool, identity, ingest
 from .api import CoreRoutes
 from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
@@ -122,6 +122,9 @@ class Agent:
         self.ingest: ingest.Ingest | None = None
         self.hook_socket: HookSocket | None = None
         self.server: Any = None
+        self.http_stats = httppool.Stats()  # exported by Parts.collect, before the server runs too
+        self.parts.http = self.http_stats
+        self._serving: threading.Thread | None = None
 
     def apply(self, msg: Any, source: identity.Source | None = None) -> Any:
         """One validated hook message: the rank table, then every part. ``source``: the
@@ -167,7 +170,8 @@ class Agent:
         self.hook_socket = HookSocket(spec)
         sock = self.hook_socket.bind()
         try:
-            self.server = http.make_server(o.listen, self.parts.render, self.routes, self.healthy)
+            self.server = http.make_server(o.listen, self.parts.render, self.routes, self.healthy,
+                                           stats=self.http_stats)
         except OSError as e:
             sock.close()
             self.hook_socket.remove()
@@ -175,7 +179,9 @@ class Agent:
         self.ingest = ingest.Ingest(sock, self.apply, self.source_of, stats=self.stats,
                                     hook_socket=self.hook_socket)
         self.ingest.start()
-        threading.Thread(target=self.server.serve_forever, name="stallscope-http", daemon=True).start()
+        self._serving = threading.Thread(target=self.server.serve_forever, name="stallscope-http",
+                                         daemon=True)
+        self._serving.start()
         threading.Thread(target=self._scheduler, name="stallscope-jobs", daemon=True).start()
 
     @property
@@ -208,6 +214,8 @@ class Agent:
             self.ingest.sock.close()
         if self.hook_socket is not None:
             self.hook_socket.remove()
+        if self._serving is not None:  # shutdown() has stopped it: this is its last instant
+            self._serving.join(timeout=5.0)
 
 
 def run(config: Config) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.samples import Sample
 
 from .. import vocabulary
 from ..vocabulary.labels import values
@@ -31,7 +32,18 @@ class Family:
 
     def add_histogram(self, labels: Mapping[str, Any], buckets: Sequence[tuple[str, float]],
                       sum_value: float, **extra: Any) -> None:
-        self.family.add_metric(values(self.metric.labels, labels, **extra), buckets, sum_value)
+        """The samples HistogramMetricFamily.add_metric appends (the same names, label
+        dicts and values, in its order), with the identity labels zipped once rather than
+        once a bucket: at 256 ranks its add_metric was a quarter of a scrape's time."""
+        f = self.family
+        base = dict(zip(self.metric.labels, values(self.metric.labels, labels, **extra)))
+        bucket = f.name + "_bucket"
+        append = f.samples.append
+        for b in buckets:
+            append(Sample(bucket, {**base, "le": b[0]}, b[1], None, b[2] if len(b) == 3 else None))
+        if float(buckets[0][0]) >= 0 and sum_value is not None:  # as add_metric: no sum if le < 0
+            append(Sample(f.name + "_count", dict(base), buckets[-1][1], None))
+            append(Sample(f.name + "_sum", dict(base), sum_value, None))
 
     def add_values(self, label_values: tuple[str, ...], value: float) -> None:
         """Label values already in the declared order (hot loops over many series)."""

@@ -26,6 +26,15 @@ METRICS = (
     Metric("stallscope_agent_part_errors_total", "counter",
            "Failed collections of an agent part at scrape time (its series were left out).",
            ("part",), "agent"),
+    Metric("stallscope_agent_http_connections", "gauge",
+           "Open connections to the agent's HTTP server.", (), "agent"),
+    Metric("stallscope_agent_http_connections_dropped_total", "counter",
+           "HTTP connections the agent closed or refused to protect itself, by reason: evicted "
+           "(the longest waiting for a request, to admit a new one), refused (all busy: 503), "
+           "idle (no request within the idle or first-request timeout), timeout (a request head "
+           "or a response not through in time).", ("reason",), "agent"),
+    Metric("stallscope_agent_http_requests_total", "counter",
+           "HTTP requests answered, by status class (2xx, 4xx, 5xx).", ("code",), "agent"),
     Metric("stallscope_exporter_success", "gauge",
            "1 if the exporter's last collection succeeded within its deadline.", ("exporter",),
            "exporters"),

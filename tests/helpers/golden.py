@@ -81,6 +81,7 @@ HEADER = ("# Golden /metrics of the agent over tests/golden/fixtures (tests/help
 @dataclasses.dataclass(repr=False)
 class Run:
     exposition: str                         # generate_latest() of the agent's registry
+    families: list[Any]                     # what its collect() gave, that exposition's input
     exact: bool                             # /dev/shm was a tmpfs of known size
     inexact_why: str | None
     recorded: dict[tuple[Any, str], set[str]]  # (scope, signal) -> parts that recorded it
@@ -302,6 +303,16 @@ def failures(agent: Agent) -> list[str]:
     return out
 
 
+class Collected:
+    """Families collected once, as a registry (what generate_latest takes)."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Any]:
+        return self.families
+
+
 def _run(tree: str) -> Run:
     why = _mount_tmpfs(os.path.join(tree, "root", "dev", "shm"))
     mounted = why is None
@@ -315,11 +326,12 @@ def _run(tree: str) -> Run:
         agent = Agent(_config(tree, dcgm.url))
         spy = RecordSpy(agent.samples)
         drive(agent)
-        text = generate_latest(agent.registry).decode()
+        families = list(agent.registry.collect())
+        text = generate_latest(Collected(families)).decode()
         gpu = _part(agent, "gpu")
         scopes = [r.key for r in agent.host.ranks()] + ["node"] + [("gpu", u) for u in sorted(gpu.gpus())]
         found = agent.correlator.results
-        return Run(exposition=text, exact=mounted, inexact_why=why, recorded=dict(spy.by),
+        return Run(exposition=text, families=families, exact=mounted, inexact_why=why, recorded=dict(spy.by),
                    stored={sc: agent.samples.signals(sc) for sc in scopes},
                    emitted_by=emitters(agent), failures=failures(agent),
                    notes={k: list(v) for k, v in agent.host.notes.items()},
