@@ -154,11 +154,7 @@ def main():
           "window %s" % (RANKS, lines + 23, 1000 * gen, window))
     print("  slowed pod %s-%d (cluster view + its real agent): median %.3f s, max %.3f s over %d runs; "
           "verdict %s, straggler rank %s (%.1f%%), job median %.2f%%"
-<<<<<<< HEAD
-          % (JOB, REAL, statistics.median(slow_t), max(slow_t), ROUNDS, slow["verdict"],
-=======
           % (JOB, REAL, statistics.median(slow_t), max(slow_t), rounds, slow["verdict"],
->>>>>>> bench
              slow["straggler"]["rank"], 100 * slow["data_wait_ratio"],
              100 * slow["job_median_data_wait_ratio"]))
     print("  healthy pod %s-42 (its agent answers 404: degraded):   median %.3f s, max %.3f s; verdict %s"

@@ -21,8 +21,8 @@ from prometheus_client.samples import Sample
 
 from stallscope.agent.exposition import Exposition
 from stallscope.agent.main import Agent, AgentOptions, Config
-from tests.correlate_helpers import report
-from tests.golden import helpers
+from tests.helpers import golden as helpers
+from tests.helpers.correlate import report
 
 
 def expected(families):
