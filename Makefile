@@ -54,7 +54,7 @@ bench: setup
 # Not in CI: a million hostile messages against a real agent (~15 min), and 30 minutes of
 # 8 ranks x 8 DataLoader workers printing the agent's RSS over time.
 fuzz: setup system
-	STALLSCOPE_FUZZ_MESSAGES=1000000 $(PY) -m pytest -q -s -p no:cacheprovider tests/agent/test_fuzz.py
+	STALLSCOPE_FUZZ_MESSAGES=1000000 $(PY) -m pytest -q -s -p no:cacheprovider --timeout=0 tests/agent/test_fuzz.py
 
 soak: setup
 	$(PY) benchmarks/soak_agent.py --minutes 30
