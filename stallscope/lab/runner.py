@@ -18,7 +18,7 @@ ALERTS_FROM_S = 11.0
 
 @dataclasses.dataclass
 class Options:
-    ranks: int = 2
+    ranks: int = None               # None: the scenario's (2 unless it says)
     duration: float = None          # None: the scenario's default
     keep: bool = False              # keep everything up after the report until Ctrl-C
     record: str = None              # directory for labelled traces
@@ -38,13 +38,14 @@ def run(scenario, opts):
     if reason:
         raise Unavailable("%s %s" % (scenario.name, reason))
     duration = float(opts.duration or scenario.real.duration)
+    ranks = opts.ranks or scenario.real.ranks
     with teardown.Teardown() as td:
         session = Session(td, workdir=opts.workdir, say=opts.say)
-        session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, opts.ranks, duration, scenario.title))
+        session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, ranks, duration, scenario.title))
         session.start_agent(duration)
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
-        job = session.start_job(scenario, ranks=opts.ranks, duration=duration)
+        job = session.start_job(scenario, ranks=ranks, duration=duration)
         base = job.wait_ready()
         now, fired = _window(job, base, opts.live)
         result = findings.collect(job, base, now, fired)

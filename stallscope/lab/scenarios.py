@@ -44,13 +44,15 @@ WAIT = _alerts("StallscopeDataWaitHigh")
 class RealRun:
     """How ``stallscope lab run`` produces a scenario: the fault on the last rank, plan
     changes for every rank and for the target (lab/trainer.py's plan keys), the alerts
-    that must fire and those that may (as true consequences of the fault)."""
+    that must fire and those that may (as true consequences of the fault), the number of
+    ranks (``--ranks`` overrides it) and the measured window (``--duration``)."""
     fault: Callable[[], faults.Fault] = faults.NoFault
     everyone: dict = dataclasses.field(default_factory=dict)
     target: dict = dataclasses.field(default_factory=dict)
     alerts: tuple = ()
     may_fire: tuple = ()
     duration: float = 25.0
+    ranks: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
