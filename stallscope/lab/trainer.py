@@ -18,8 +18,16 @@ The plan (JSON):
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
-  stall that starts and ends mid-run), and a tensor of ``sample_bytes``
-- per step: ``compute_s``
+  stall that starts and ends mid-run), then, with ``sample_pace_s``, a wait for the
+  worker's next slot (each worker delivers at most one sample per ``sample_pace_s``,
+  as through a stream with a per-connection rate cap: a worker that fell behind makes
+  up at most one slot, so the rate holds however busy the machine is), and a tensor of
+  ``sample_bytes``
+- per step: ``compute_s``; with ``compute_overlaps_cpu`` the step's CPU work (forward,
+  backward, all_reduce, optimizer) runs while the simulated GPU computes, as it does
+  when a real GPU runs ahead of the CPU: the step takes ``compute_s`` from the batch's
+  arrival (more only when the CPU work is longer), however long the CPU work took on a
+  busy machine
 - loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
   throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
   that retries while /dev/shm is full)
@@ -65,6 +73,7 @@ def _dataset(plan):
             self.source = None
             self.floats = max(FEATURES, plan.get("sample_bytes", 4096) // 4)
             self.sleep_s, self.read_at = plan.get("sample_sleep_s", 0.0), 0.0
+            self.pace_s, self.next_slot = plan.get("sample_pace_s", 0.0), 0.0
 
         def sleep_seconds(self):
             path = plan.get("sample_sleep_file")
@@ -90,7 +99,18 @@ def _dataset(plan):
             sleep_s = self.sleep_seconds()
             if sleep_s:
                 time.sleep(sleep_s)
+            if self.pace_s:
+                self.wait_for_slot()
             return torch.full((self.floats,), float(len(data) % 7))
+
+        def wait_for_slot(self):
+            # This worker's next delivery slot; a worker late by more than one slot (a
+            # busy machine, or idle with a full prefetch queue) gets one slot of credit.
+            now = time.monotonic()
+            slot = max(self.next_slot, now - self.pace_s)
+            if slot > now:
+                time.sleep(slot - now)
+            self.next_slot = slot + self.pace_s
 
     return LabDataset()
 
@@ -171,19 +191,26 @@ def main(argv):
     model = torch.nn.Linear(FEATURES, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     compute_s = plan.get("compute_s", 0.05)
+    overlap = plan.get("compute_overlaps_cpu", False)
     deadline = time.monotonic() + plan.get("max_s", 600)
     steps = 0
     print("lab rank %d/%d: pid %d, %d workers, compute %.0f ms" % (
         rank, world, os.getpid(), workers, compute_s * 1000), flush=True)
     try:
         for batch in loader:
+            arrived = time.monotonic()
             opt.zero_grad()
             model(batch[:, :FEATURES]).sum().backward()
-            time.sleep(compute_s)  # the simulated GPU's kernels
+            if not overlap:
+                time.sleep(compute_s)  # the simulated GPU's kernels
             if world > 1:
                 for p in model.parameters():
                     dist.all_reduce(p.grad)  # one slow rank holds every rank here
             opt.step()
+            if overlap:  # the kernels queued at the batch's arrival end compute_s later
+                left = arrived + compute_s - time.monotonic()
+                if left > 0:
+                    time.sleep(left)
             steps += 1
             if _stop or time.monotonic() > deadline:
                 break
