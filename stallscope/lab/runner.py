@@ -47,8 +47,8 @@ def run(scenario, opts):
             session.start_prometheus()
         job = session.start_job(scenario, ranks=ranks, duration=duration)
         base = job.wait_ready()
-        now, fired = _window(job, base, opts.live)
-        result = findings.collect(job, base, now, fired)
+        now, fired, history = _window(job, base, opts.live)
+        result = findings.collect(job, base, now, fired, history)
         if opts.record:
             result["recorded"] = traces.record(job, result, opts.record)
         if opts.keep:
@@ -61,15 +61,19 @@ def run(scenario, opts):
 
 def _window(job, base, live):
     """The measured window: the fault acts, the progress line shows the per-rank
-    data-wait, Prometheus's firing alerts are collected. Returns (ranks now, fired)."""
+    data-wait, Prometheus's firing alerts are collected, the ranks' counters are kept
+    every second (the headline alert's SLI, findings.sli_alert). Returns (ranks now,
+    fired, [(seconds, ranks)])."""
     t0 = time.monotonic()
     show = report.Progress(job.say, job.duration, job.target, live=live)
     fired = set()
+    history = [(0.0, base)]
     while True:
         elapsed = time.monotonic() - t0
         job.fault.tick(job, elapsed)
         job.check_alive()
         now = job.ranks()
+        history.append((elapsed, now))
         show.update(elapsed, base, now)
         if job.prom is not None and elapsed >= ALERTS_FROM_S:
             fired |= findings.firing(job.prom)
@@ -77,4 +81,4 @@ def _window(job, base, live):
             break
         time.sleep(min(1.0, job.duration - elapsed))
     show.done()
-    return now, fired
+    return now, fired, history
