@@ -77,14 +77,17 @@ def agent_diagnoses(lab):
 
 def via_diagnose(lab):
     """As on-call would: ``stallscope diagnose`` on a pod of the job (rank 0's); when it
-    names a straggler elsewhere, ``diagnose`` that straggler's pod. Returns (found,
-    details), or None when diagnose could not answer."""
+    finds a stall (a victim, or input-bound itself) and names a straggler elsewhere (the
+    job's worst rank), ``diagnose`` that straggler's pod: on a busy machine rank 0's own
+    wait may cross the line too, within 3x of the straggler's, and on-call still goes to
+    the worst rank. Returns (found, details), or None when diagnose could not answer."""
     kw = {"namespace": NAMESPACE, "agent_url": lab.agent.url, "window": "%ds" % int(lab.duration),
           "prometheus_url": lab.prom.url if lab.prom is not None else None}
     try:
         first = doc = dg.run(lab.pod(0), **kw)
         s = first.get("straggler") or {}
-        if first["verdict"] == "not_input_bound" and s.get("pod") and s["pod"] != first["pod"]:
+        stalled = first["verdict"] in ("not_input_bound", "input_bound")
+        if stalled and s.get("pod") and s["pod"] != first["pod"]:
             doc = dg.run(s["pod"], **kw)
     except dg.DiagnoseError as e:
         lab.say("lab: stallscope diagnose could not answer: %s" % e)
