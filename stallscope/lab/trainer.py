@@ -21,7 +21,7 @@ The plan (JSON):
   stall that starts and ends mid-run), then, with ``sample_pace_s``, a wait for the
   worker's next slot (each worker delivers at most one sample per ``sample_pace_s``,
   as through a stream with a per-connection rate cap: a worker that fell behind makes
-  up at most one slot, so the rate holds however busy the machine is), and a tensor of
+  up a sleep's overrun, never a burst after sitting idle), and a tensor of
   ``sample_bytes``
 - per step: ``compute_s``; with ``compute_overlaps_cpu`` the step's CPU work (forward,
   backward, all_reduce, optimizer) runs while the simulated GPU computes, as it does
@@ -45,6 +45,7 @@ import time
 
 _stop = False
 FEATURES = 64
+SLOT_CREDIT_S = 0.002  # sample_pace_s: lateness a worker may make up
 
 
 def _on_term(signum, frame):
@@ -104,10 +105,11 @@ def _dataset(plan):
             return torch.full((self.floats,), float(len(data) % 7))
 
         def wait_for_slot(self):
-            # This worker's next delivery slot; a worker late by more than one slot (a
-            # busy machine, or idle with a full prefetch queue) gets one slot of credit.
+            # This worker's next delivery slot. Lateness of up to SLOT_CREDIT_S (a sleep
+            # that overran on a busy machine) is made up; more is not: a worker that sat
+            # idle with a full prefetch queue gets no burst, so the cap holds as a cap.
             now = time.monotonic()
-            slot = max(self.next_slot, now - self.pace_s)
+            slot = max(self.next_slot, now - SLOT_CREDIT_S)
             if slot > now:
                 time.sleep(slot - now)
             self.next_slot = slot + self.pace_s
@@ -196,6 +198,11 @@ def main(argv):
     steps = 0
     print("lab rank %d/%d: pid %d, %d workers, compute %.0f ms" % (
         rank, world, os.getpid(), workers, compute_s * 1000), flush=True)
+    if world > 1:
+        # Every rank starts its loader together (DDP's constructor is such a sync point:
+        # it broadcasts rank 0's parameters), so no rank's prefetch queue fills while it
+        # waits in the first all_reduce for a peer that started late.
+        dist.barrier()
     try:
         for batch in loader:
             arrived = time.monotonic()
