@@ -98,8 +98,9 @@ def test_judged_ranks_from_diagnose_reports_or_from_every_agent_diagnosis():
         {"rank": 1, "verdict": "input_bound", "data_wait_ratio": 0.3, "job_max_data_wait_ratio": 0.3}]
 
 
-def result(name, state, why="", source="prometheus", ok=True):
-    return {"expected": {"cause": "too_few_workers", "rank": 1}, "found": {"cause": "too_few_workers", "rank": 1},
+def result(state, why="", source="prometheus", ok=True):
+    cause = {"cause": "too_few_workers", "rank": 1}
+    return {"expected": cause, "found": cause,
             "alerts": {"matched": True, "fired": ["StallscopeDataWaitHigh"]},
             "ranks": [{"data_wait_ratio": 0.01}, {"data_wait_ratio": 0.03}],
             "agreement": {"state": state, "why": why, "source": source, "alert": "firing",
@@ -107,9 +108,9 @@ def result(name, state, why="", source="prometheus", ok=True):
 
 
 def test_the_scoreboard_shows_the_column_and_why_when_it_is_not_plain_agreement():
-    rows = [scoreboard.row("margin", result("margin", "agree")),
-            scoreboard.row("healthy", result("healthy", "explained", why="rank 0 waits outside its loader")),
-            scoreboard.row("victims", result("victims", "disagree", why="rank 0 healthy", ok=False)),
+    rows = [scoreboard.row("margin", result("agree")),
+            scoreboard.row("healthy", result("explained", why="rank 0 waits outside its loader")),
+            scoreboard.row("victims", result("disagree", why="rank 0 healthy", ok=False)),
             scoreboard.row("cpu-throttle", skipped="needs root")]
     assert [r["agreement"] for r in rows] == ["agree", "explained", "disagree", None]
     out = scoreboard.render(rows)
