@@ -210,9 +210,17 @@ def agreement(alert, judged, line=DATA_WAIT_LINE):
     if alert.get("firing"):
         bad = [(r, v) for r, v in verdicts if v not in ("input_bound", "not_input_bound")]
         if bad:
-            return dict(out, state="disagree", why="%s fired, yet diagnose found %s" % (
-                HEADLINE, ", ".join("rank %s %s" % (r, "healthy" if v == "healthy" else
-                                                    "without a verdict (%s)" % v) for r, v in bad)))
+            why = "%s fired, yet diagnose found %s" % (HEADLINE, ", ".join(
+                "rank %s %s" % (r, "healthy" if v == "healthy" else "without a verdict (%s)" % v)
+                for r, v in bad))
+            worst = max((j.get("job_max_data_wait_ratio") or j.get("data_wait_ratio") or 0.0
+                         for j in judged), default=None)
+            if alert.get("peak_ratio") is not None:
+                why += (" (over %ss windows the job's worst rank peaked at %s and stayed over the "
+                        "line %ss; over diagnose's window it waited %s)" % (
+                            _num(alert.get("rate_window_s")), _pct(alert["peak_ratio"]),
+                            _num(alert.get("longest_over_s")), _pct(worst)))
+            return dict(out, state="disagree", why=why)
         return dict(out, state="agree", why="%s fired and no judged rank is healthy" % HEADLINE)
     whys = []
     for j in judged:

@@ -58,8 +58,10 @@ def test_a_firing_alert_agrees_with_a_victim_and_its_input_bound_straggler():
 def test_a_firing_alert_disagrees_with_healthy_or_no_verdict():
     a = findings.agreement(FIRING, [rank(0, "healthy", 0.019)])
     assert a["state"] == "disagree" and "rank 0 healthy" in a["why"]
-    b = findings.agreement(FIRING, [rank(0, "not_input_bound", 0.01, 0.03), rank(1, "unknown", None)])
-    assert b["state"] == "disagree" and "without a verdict" in b["why"]
+    b = findings.agreement(dict(FIRING, peak_ratio=0.026, longest_over_s=6.0), [rank(0, "healthy", 0.019)])
+    assert "peaked at 2.6% and stayed over the line 6s; over diagnose's window it waited 1.9%" in b["why"]
+    c = findings.agreement(FIRING, [rank(0, "not_input_bound", 0.01, 0.03), rank(1, "unknown", None)])
+    assert c["state"] == "disagree" and "without a verdict" in c["why"]
 
 
 def test_a_silent_alert_agrees_with_healthy():
