@@ -145,8 +145,9 @@ class _Scenario(click.ParamType):
         return value
 
 
-_RANKS = click.option("--ranks", default=2, show_default=True, type=click.IntRange(2, 16),
-                      help="Training processes (gloo ranks) to run; the fault hits the last one.")
+_RANKS = click.option("--ranks", default=None, type=click.IntRange(2, 16),
+                      help="Training processes (gloo ranks) to run; the fault hits the last one "
+                           "[default: the scenario's, 2 for most].")
 _PROM = click.option("--prometheus/--no-prometheus", default=None,
                      help="Evaluate the generated alert rules with a local Prometheus "
                           "[default: when the prometheus binary is installed].")

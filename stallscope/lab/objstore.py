@@ -2,7 +2,9 @@
 ``python -m stallscope.lab.objstore DIR PORT [--latency S] [--bandwidth MBPS]``.
 
 ``GET /<name>`` (with ``Range: bytes=a-b``) serves DIR/<name> after ``--latency``
-seconds, as a remote store's first-byte latency. ``PUT /checkpoints/<name>`` stores a
+seconds, as a remote store's first-byte latency; with ``--slow-every P --slow-for D
+--slow-latency L`` after L seconds instead during the first D seconds of every P since
+the server started (brownouts of a degraded endpoint). ``PUT /checkpoints/<name>`` stores a
 body under DIR/checkpoints, flushed to the disk as it arrives (fdatasync every 8 MiB,
 as durable checkpoint writers do) and keeps only the newest checkpoint set.
 
@@ -43,8 +45,22 @@ class Bandwidth:
         time.sleep(max(0.0, done - time.monotonic()))
 
 
+def brownout(latency, every=0.0, length=0.0, slow=0.0, t0=None):
+    """() -> the first-byte latency now: ``slow`` during the first ``length`` seconds
+    of every ``every`` since ``t0``, ``latency`` otherwise."""
+    t0 = time.monotonic() if t0 is None else t0
+
+    def now():
+        if every and (time.monotonic() - t0) % every < length:
+            return slow
+        return latency
+    return now
+
+
 def handler(root, latency, bandwidth):
+    """``latency``: seconds, or a function giving them (see brownout)."""
     ckpt_dir = os.path.join(root, "checkpoints")
+    delay = latency if callable(latency) else (lambda: latency)
 
     class ObjectHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -53,7 +69,7 @@ def handler(root, latency, bandwidth):
             pass
 
         def do_GET(self):
-            time.sleep(latency)
+            time.sleep(delay())
             path = os.path.join(root, os.path.basename(self.path.split("?", 1)[0]))
             try:
                 with open(path, "rb") as f:
@@ -128,9 +144,15 @@ def main(argv=None):
     p.add_argument("port", type=int)
     p.add_argument("--latency", type=float, default=0.0, help="seconds before each GET answers")
     p.add_argument("--bandwidth", type=float, default=0.0, help="MB/s shared by all transfers (0: no cap)")
+    p.add_argument("--slow-every", type=float, default=0.0, metavar="P",
+                   help="a brownout starts every P seconds (0: never)")
+    p.add_argument("--slow-for", type=float, default=0.0, metavar="D", help="... and lasts D seconds")
+    p.add_argument("--slow-latency", type=float, default=0.0, metavar="L",
+                   help="... with L seconds before each GET answers")
     a = p.parse_args(argv)
+    latency = brownout(a.latency, a.slow_every, a.slow_for, a.slow_latency)
     server = ThreadingHTTPServer(("127.0.0.1", a.port),
-                                 handler(a.root, a.latency, Bandwidth(a.bandwidth * 1e6)))
+                                 handler(a.root, latency, Bandwidth(a.bandwidth * 1e6)))
     server.daemon_threads = True
     server.serve_forever()
 

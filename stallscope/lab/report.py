@@ -54,6 +54,10 @@ class Progress:
             self.stream.flush()
 
 
+_SOURCE = {"prometheus": "Prometheus, the lab's rules",
+           "sli": "from the SLI with the lab's windows: no Prometheus"}
+
+
 def _cause(c):
     return c or "none"
 
@@ -84,6 +88,14 @@ def render(result):
         lines.append("  alerts:   fired %s; expected %s -> %s" % (
             ", ".join(alerts["fired"]) or "none", ", ".join(alerts["expected"]) or "none",
             "match" if alerts["matched"] else "MISMATCH"))
+    agree = result.get("agreement")
+    if agree:
+        lines.append("  alert vs diagnose: %s %s (%s); diagnose: %s -> %s" % (
+            "StallscopeDataWaitHigh", agree["alert"], _SOURCE.get(agree["source"], agree["source"]),
+            ", ".join("rank " + v.replace(":", " ") for v in agree["verdicts"]) or "no rank",
+            agree["state"].upper() if agree["state"] == "disagree" else agree["state"]))
+        if agree["state"] != "agree":
+            lines += textwrap.wrap(agree["why"], 88, initial_indent="    ", subsequent_indent="    ")
     lines.append("  result:   %s" % ("OK" if result["ok"] else "NOT OK"))
     for h in (alerts or {}).get("headline") or []:
         since = (h.get("active_at") or "")[11:19]

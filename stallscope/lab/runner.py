@@ -18,7 +18,7 @@ ALERTS_FROM_S = 11.0
 
 @dataclasses.dataclass
 class Options:
-    ranks: int = 2
+    ranks: int = None               # None: the scenario's (2 unless it says)
     duration: float = None          # None: the scenario's default
     keep: bool = False              # keep everything up after the report until Ctrl-C
     record: str = None              # directory for labelled traces
@@ -38,16 +38,17 @@ def run(scenario, opts):
     if reason:
         raise Unavailable("%s %s" % (scenario.name, reason))
     duration = float(opts.duration or scenario.real.duration)
+    ranks = opts.ranks or scenario.real.ranks
     with teardown.Teardown() as td:
         session = Session(td, workdir=opts.workdir, say=opts.say)
-        session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, opts.ranks, duration, scenario.title))
+        session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, ranks, duration, scenario.title))
         session.start_agent(duration)
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
-        job = session.start_job(scenario, ranks=opts.ranks, duration=duration)
+        job = session.start_job(scenario, ranks=ranks, duration=duration)
         base = job.wait_ready()
-        now, fired = _window(job, base, opts.live)
-        result = findings.collect(job, base, now, fired)
+        now, fired, history = _window(job, base, opts.live)
+        result = findings.collect(job, base, now, fired, history)
         if opts.record:
             result["recorded"] = traces.record(job, result, opts.record)
         if opts.keep:
@@ -60,15 +61,19 @@ def run(scenario, opts):
 
 def _window(job, base, live):
     """The measured window: the fault acts, the progress line shows the per-rank
-    data-wait, Prometheus's firing alerts are collected. Returns (ranks now, fired)."""
+    data-wait, Prometheus's firing alerts are collected, the ranks' counters are kept
+    every second (the headline alert's SLI, findings.sli_alert). Returns (ranks now,
+    fired, [(seconds, ranks)])."""
     t0 = time.monotonic()
     show = report.Progress(job.say, job.duration, job.target, live=live)
     fired = set()
+    history = [(0.0, base)]
     while True:
         elapsed = time.monotonic() - t0
         job.fault.tick(job, elapsed)
         job.check_alive()
         now = job.ranks()
+        history.append((elapsed, now))
         show.update(elapsed, base, now)
         if job.prom is not None and elapsed >= ALERTS_FROM_S:
             fired |= findings.firing(job.prom)
@@ -76,4 +81,4 @@ def _window(job, base, live):
             break
         time.sleep(min(1.0, job.duration - elapsed))
     show.done()
-    return now, fired
+    return now, fired, history

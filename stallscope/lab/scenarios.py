@@ -44,13 +44,15 @@ WAIT = _alerts("StallscopeDataWaitHigh")
 class RealRun:
     """How ``stallscope lab run`` produces a scenario: the fault on the last rank, plan
     changes for every rank and for the target (lab/trainer.py's plan keys), the alerts
-    that must fire and those that may (as true consequences of the fault)."""
+    that must fire and those that may (as true consequences of the fault), the number of
+    ranks (``--ranks`` overrides it) and the measured window (``--duration``)."""
     fault: Callable[[], faults.Fault] = faults.NoFault
     everyone: dict = dataclasses.field(default_factory=dict)
     target: dict = dataclasses.field(default_factory=dict)
     alerts: tuple = ()
     may_fire: tuple = ()
     duration: float = 25.0
+    ranks: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +104,30 @@ SCENARIOS = (
              "a batch per worker, T_load / W = 240 ms > T_compute = 150 ms; a round of 3 batches "
              "arrives together, so it stalls every 3 batches.", _cause("too_few_workers"),
              real=RealRun(target={"workers": 3, "sample_sleep_s": 0.09}, alerts=WAIT)),
+    Scenario("margin", "One rank's loader almost keeps up: each of its 2 workers delivers at most "
+             "one sample every 39 ms (a stream with a per-connection rate cap), so a batch comes "
+             "every 156 ms against a 150 ms step (its CPU work overlapping the simulated GPU's, on "
+             "every rank): the rank waits ~3.5% of its step time, just over the 2% line; the "
+             "headline alert fires and the verdict must be input_bound, never healthy.",
+             _cause("too_few_workers"),
+             real=RealRun(everyone={"compute_overlaps_cpu": True},
+                          target={"sample_pace_s": 0.039, "sample_sleep_s": 0.0}, alerts=WAIT)),
     Scenario("straggler-peer", "One rank's loader is too slow (60 ms a sample, 2 workers); the "
              "trace is its peer's, whose loader keeps up and whose step waits in the all_reduce "
              "for the straggler: not input-bound.", _cause("too_few_workers"), view="peer",
              real=RealRun(target={"sample_sleep_s": 0.06}, alerts=WAIT),
              synthetic=synthetic.collective_wait),
+    Scenario("victims", "4 ranks; the last reads every sample from an object store endpoint (no "
+             "local copy, no cache) that answers in 5 ms, and in 100 ms during 5 s brownouts every "
+             "12 s, when its 2 workers deliver a batch every ~410 ms against a 150 ms step. The others "
+             "wait for it in the all_reduce, and a little on their own loaders (each batch's "
+             "transfer into the main process). The trace is rank 0's: a victim, not input-bound, "
+             "naming rank 3.", _cause("storage_latency"), view="peer",
+             real=RealRun(fault=faults.RemoteShards, ranks=4, alerts=WAIT)),
+    # transfer-cost goes here (the transfer_cost cause, being built on another branch): the
+    # per-batch cost of moving a batch from the workers into the main process, the floor
+    # that margin's and victims' healthy ranks wait (1-2 % of a step on this machine).
+    # Not built on this branch.
     Scenario("cpu-throttle", "One rank's loader workers need 6 ms of CPU per sample (0.32 CPU "
              "at the job's pace) but run in a cgroup with a 0.2-CPU CFS quota.", _cause("cpu_throttle"),
              real=RealRun(fault=lambda: faults.CpuQuota(0.2),
@@ -121,6 +142,12 @@ SCENARIOS = (
              "quota anywhere: the workers are runnable, not running.", _cause("cpu_contention"),
              real=RealRun(fault=lambda: faults.CpuHogs(3),
                           target={"sample_cpu_s": 0.01, "sample_sleep_s": 0.0}, alerts=WAIT)),
+    Scenario("cpu-crowded-quota", "One rank's loader workers need 12 ms of CPU per sample (0.62 CPU "
+             "at the job's pace) on a CPU they share with 2 busy processes, inside a cgroup with a "
+             "generous 2-CPU CFS quota that never throttles them (on one CPU they cannot use it "
+             "up): crowded, not throttled; a larger limit would buy nothing.", _cause("cpu_contention"),
+             real=RealRun(fault=lambda: faults.Combined(faults.CpuQuota(2.0), faults.CpuHogs(2)),
+                          target={"sample_cpu_s": 0.012, "sample_sleep_s": 0.0}, alerts=WAIT)),
     Scenario("slow-storage", "One rank reads its shards through a FUSE mount that adds 10 ms to "
              "every operation and 1 s to every 100th read (an object store's tail latency).",
              _cause("storage_latency"),
@@ -130,6 +157,16 @@ SCENARIOS = (
                           # specific, consequence.
                           may_fire=_alerts("StallscopeIOPressure")),
              synthetic=synthetic.storage_latency),
+    Scenario("brownout-busy-node", "One rank reads its shards through a FUSE mount whose backend "
+             "browns out (40 ms per operation for 5 s every 12 s, 0.5 ms otherwise), while a process "
+             "outside the pods writes 40 MB/s to the node's disk all along: the node shows I/O "
+             "pressure, and the rank's pod stalls on I/O as its reads wait; the cause is the rank's "
+             "own mount, not the node.", _cause("storage_latency"),
+             real=RealRun(fault=lambda: faults.Combined(
+                 faults.SlowFuse(0.0005, tail_every=0, brownouts=(12.0, 5.0, 0.04)), faults.NodeWriter(40.0)),
+                 alerts=WAIT,
+                 # Buffered FUSE reads wait in io_schedule(): the pod's PSI shows I/O stall.
+                 may_fire=_alerts("StallscopeIOPressure", "StallscopeShardReadSlow"))),
     Scenario("dead-fuse", "The FUSE daemon under one rank's shards is killed mid-run: every read "
              "fails with ENOTCONN; the loader retries, then skips the sample.", _cause("fuse_unhealthy"),
              real=RealRun(fault=faults.DeadFuse, alerts=WAIT + _alerts("StallscopeFuseMountDown")),

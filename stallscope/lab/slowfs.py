@@ -1,7 +1,9 @@
 """slowfs: a read-only FUSE filesystem with injected latency, for stall scenarios and
 tests (mfusepy over libfuse). Every operation that would reach a storage backend
 (lookup, open, read, statfs) sleeps ``--latency`` seconds first, as a slow object store
-behind Mountpoint for S3 or gcsfuse would.
+behind Mountpoint for S3 or gcsfuse would; with ``--slow-every P --slow-for D
+--slow-latency L``, L seconds instead during the first D seconds of every P since the
+daemon started (brownouts of the backend).
 
 ``python -m stallscope.lab.slowfs MOUNTPOINT [--latency S] [--files N] [--size BYTES]``
 serves in the foreground. ``SlowFS`` runs it as a child process and breaks it the ways
@@ -29,17 +31,24 @@ def _ops_class():
     class SlowOps(mfusepy.Operations):
         use_ns = True
 
-        def __init__(self, files, size, latency, tail_every=0, tail_latency=0.0):
+        def __init__(self, files, size, latency, tail_every=0, tail_latency=0.0, brownouts=None):
             self.names = {"/file%03d" % i for i in range(files)}
             self.size = size
             self.latency = latency
+            self.brownouts = brownouts  # (every, for, latency) seconds, or None
+            self.t0 = time.monotonic()
             self.tail_every, self.tail_latency = tail_every, tail_latency
             self.reads = 0
             self.t = time.time_ns()
 
         def _wait(self):
-            if self.latency:
-                time.sleep(self.latency)
+            latency = self.latency
+            if self.brownouts:
+                every, length, slow = self.brownouts
+                if (time.monotonic() - self.t0) % every < length:
+                    latency = slow
+            if latency:
+                time.sleep(latency)
 
         def getattr(self, path, fh=None):
             base = {"st_uid": 0, "st_gid": 0, "st_atime": self.t, "st_mtime": self.t,
@@ -85,13 +94,20 @@ def main(argv=None):
     p.add_argument("--tail-every", type=int, default=0, metavar="N",
                    help="every Nth read takes --tail-latency instead (0: never)")
     p.add_argument("--tail-latency", type=float, default=0.0, metavar="S")
+    p.add_argument("--slow-every", type=float, default=0.0, metavar="P",
+                   help="a brownout starts every P seconds (0: never)")
+    p.add_argument("--slow-for", type=float, default=0.0, metavar="D", help="... and lasts D seconds")
+    p.add_argument("--slow-latency", type=float, default=0.0, metavar="L",
+                   help="... with L seconds added to each backend operation")
     a = p.parse_args(argv)
+    brownouts = (a.slow_every, a.slow_for, a.slow_latency) if a.slow_every else None
     import mfusepy
 
     kw = {"fsname": a.fsname}
     if a.subtype:
         kw["subtype"] = a.subtype
-    mfusepy.FUSE(_ops_class()(a.files, a.size, a.latency, a.tail_every, a.tail_latency), a.mountpoint,
+    mfusepy.FUSE(_ops_class()(a.files, a.size, a.latency, a.tail_every, a.tail_latency, brownouts),
+                 a.mountpoint,
                  foreground=True,
                  nothreads=False, allow_other=True, **kw)
 
@@ -114,12 +130,15 @@ FUSECTL = "/sys/fs/fuse/connections"
 
 class SlowFS:
     def __init__(self, mountpoint, latency=0.0, files=8, size=1 << 20, fsname="slowfs", subtype=None,
-                 private=False, tail_every=0, tail_latency=0.0, popen_kwargs=None):
+                 private=False, tail_every=0, tail_latency=0.0, brownouts=None, popen_kwargs=None):
         self.mountpoint = os.path.abspath(mountpoint)
         self.args = ["--latency", str(latency), "--files", str(files), "--size", str(size),
                      "--fsname", fsname] + (["--subtype", subtype] if subtype else [])
         if tail_every:
             self.args += ["--tail-every", str(tail_every), "--tail-latency", str(tail_latency)]
+        if brownouts:
+            self.args += ["--slow-every", str(brownouts[0]), "--slow-for", str(brownouts[1]),
+                          "--slow-latency", str(brownouts[2])]
         self.private = private
         self.popen_kwargs = popen_kwargs or {}  # e.g. the lab's own session + death signal
         self.proc = None

@@ -18,8 +18,16 @@ The plan (JSON):
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
-  stall that starts and ends mid-run), and a tensor of ``sample_bytes``
-- per step: ``compute_s``
+  stall that starts and ends mid-run), then, with ``sample_pace_s``, a wait for the
+  worker's next slot (each worker delivers at most one sample per ``sample_pace_s``,
+  as through a stream with a per-connection rate cap: a worker that fell behind makes
+  up a sleep's overrun, never a burst after sitting idle), and a tensor of
+  ``sample_bytes``
+- per step: ``compute_s``; with ``compute_overlaps_cpu`` the step's CPU work (forward,
+  backward, all_reduce, optimizer) runs while the simulated GPU computes, as it does
+  when a real GPU runs ahead of the CPU: the step takes ``compute_s`` from the batch's
+  arrival (more only when the CPU work is longer), however long the CPU work took on a
+  busy machine
 - loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
   throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
   that retries while /dev/shm is full)
@@ -37,6 +45,7 @@ import time
 
 _stop = False
 FEATURES = 64
+SLOT_CREDIT_S = 0.002  # sample_pace_s: lateness a worker may make up
 
 
 def _on_term(signum, frame):
@@ -65,6 +74,7 @@ def _dataset(plan):
             self.source = None
             self.floats = max(FEATURES, plan.get("sample_bytes", 4096) // 4)
             self.sleep_s, self.read_at = plan.get("sample_sleep_s", 0.0), 0.0
+            self.pace_s, self.next_slot = plan.get("sample_pace_s", 0.0), 0.0
 
         def sleep_seconds(self):
             path = plan.get("sample_sleep_file")
@@ -90,7 +100,19 @@ def _dataset(plan):
             sleep_s = self.sleep_seconds()
             if sleep_s:
                 time.sleep(sleep_s)
+            if self.pace_s:
+                self.wait_for_slot()
             return torch.full((self.floats,), float(len(data) % 7))
+
+        def wait_for_slot(self):
+            # This worker's next delivery slot. Lateness of up to SLOT_CREDIT_S (a sleep
+            # that overran on a busy machine) is made up; more is not: a worker that sat
+            # idle with a full prefetch queue gets no burst, so the cap holds as a cap.
+            now = time.monotonic()
+            slot = max(self.next_slot, now - SLOT_CREDIT_S)
+            if slot > now:
+                time.sleep(slot - now)
+            self.next_slot = slot + self.pace_s
 
     return LabDataset()
 
@@ -171,19 +193,31 @@ def main(argv):
     model = torch.nn.Linear(FEATURES, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     compute_s = plan.get("compute_s", 0.05)
+    overlap = plan.get("compute_overlaps_cpu", False)
     deadline = time.monotonic() + plan.get("max_s", 600)
     steps = 0
     print("lab rank %d/%d: pid %d, %d workers, compute %.0f ms" % (
         rank, world, os.getpid(), workers, compute_s * 1000), flush=True)
+    if world > 1:
+        # Every rank starts its loader together (DDP's constructor is such a sync point:
+        # it broadcasts rank 0's parameters), so no rank's prefetch queue fills while it
+        # waits in the first all_reduce for a peer that started late.
+        dist.barrier()
     try:
         for batch in loader:
+            arrived = time.monotonic()
             opt.zero_grad()
             model(batch[:, :FEATURES]).sum().backward()
-            time.sleep(compute_s)  # the simulated GPU's kernels
+            if not overlap:
+                time.sleep(compute_s)  # the simulated GPU's kernels
             if world > 1:
                 for p in model.parameters():
                     dist.all_reduce(p.grad)  # one slow rank holds every rank here
             opt.step()
+            if overlap:  # the kernels queued at the batch's arrival end compute_s later
+                left = arrived + compute_s - time.monotonic()
+                if left > 0:
+                    time.sleep(left)
             steps += 1
             if _stop or time.monotonic() > deadline:
                 break

@@ -10,9 +10,11 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
 - CpuHogs          busy processes crowd the CPU the target's loader workers run on
 - SlowFuse         the target reads its shards through FUSE with injected latency
 - DeadFuse         ... and the FUSE daemon is SIGKILLed mid-run (reads fail with ENOTCONN)
+- NodeWriter       a process outside the pods writes to the node's disk all along (a backdrop)
 - LocalCache       the target looks shards up in a local cache that holds few of them
 - ColdCache        every rank reads through a cache in front of a slow object store; the
                    target's is cold
+- RemoteShards     the target reads every sample from a distant object store (no cache)
 - CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
 - TinyShm          the target runs in its own mount namespace with a tiny /dev/shm
 - Combined         several of these on the same rank at once
@@ -20,7 +22,18 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
 from .base import Combined, Fault, NoFault, available
 from .cpu import CpuHogs, CpuQuota
 from .shm import TinyShm
-from .storage import CheckpointBurst, ColdCache, DeadFuse, LocalCache, SlowFuse, http_up, start_objstore
+from .storage import (
+    CheckpointBurst,
+    ColdCache,
+    DeadFuse,
+    LocalCache,
+    NodeWriter,
+    RemoteShards,
+    SlowFuse,
+    http_up,
+    start_objstore,
+)
 
 __all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "Fault",
-           "LocalCache", "NoFault", "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]
+           "LocalCache", "NoFault", "NodeWriter", "RemoteShards", "SlowFuse", "TinyShm", "available",
+           "http_up", "start_objstore"]

@@ -13,14 +13,18 @@ from .base import Fault
 class SlowFuse(Fault):
     needs = ("root", "fuse")
 
-    def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0):
+    def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0, brownouts=None):
         self.latency, self.tail_every, self.tail_latency = latency, tail_every, tail_latency
+        self.brownouts = brownouts  # (every, for, latency) seconds: see slowfs.py
         self.fs = None
-        self.summary = "the target rank reads its shards through a FUSE mount that adds %.0f ms per " \
+        self.summary = "the target rank reads its shards through a FUSE mount that adds %.3g ms per " \
             "operation" % (latency * 1000)
         if tail_every:
             self.summary += ", and %.1f s to every %dth read (an object store's tail)" % (
                 tail_latency, tail_every)
+        if brownouts:
+            self.summary += ", and %.0f ms during %gs brownouts every %gs" % (
+                brownouts[2] * 1000, brownouts[1], brownouts[0])
 
     def prepare(self, run):
         from ..slowfs import SlowFS, ensure_fusectl
@@ -33,7 +37,8 @@ class SlowFuse(Fault):
         # In a mount namespace of its own (as a pod's mounts are); the target rank enters it.
         self.fs = SlowFS(mnt, latency=self.latency, files=src["shards"], size=src["shard_bytes"],
                          fsname="lab-objectstore", private=True, tail_every=self.tail_every,
-                         tail_latency=self.tail_latency, popen_kwargs=teardown.session_kwargs())
+                         tail_latency=self.tail_latency, brownouts=self.brownouts,
+                         popen_kwargs=teardown.session_kwargs())
         run.td.push("unmount %s" % mnt, self.fs.stop)
         run.created("mount", mnt)
         self.fs.start()
@@ -72,15 +77,82 @@ class DeadFuse(SlowFuse):
                 self.fs.proc.pid, run.target))
 
 
-def start_objstore(run, latency=0.0, bandwidth_mbps=0.0):
-    """The lab's object store over the shard directory; returns its URL."""
+def start_objstore(run, latency=0.0, bandwidth_mbps=0.0, brownouts=None):
+    """The lab's object store over the shard directory; returns its URL. ``brownouts``:
+    (every, for, latency) seconds, see objstore.py."""
     port = procs.free_port()
+    extra = []
+    if brownouts:
+        extra = ["--slow-every", str(brownouts[0]), "--slow-for", str(brownouts[1]),
+                 "--slow-latency", str(brownouts[2])]
     run.spawn("objstore", [sys.executable, "-m", "stallscope.lab.objstore", run.shard_dir, str(port),
-                           "--latency", str(latency), "--bandwidth", str(bandwidth_mbps)])
+                           "--latency", str(latency), "--bandwidth", str(bandwidth_mbps)] + extra)
     url = "http://127.0.0.1:%d" % port
     if not teardown.wait_for(lambda: http_up(url), 15):
         raise RuntimeError("the lab object store did not start:\n" + run.log_tail("objstore"))
     return url
+
+
+class RemoteShards(Fault):
+    """The target rank reads every sample from the lab's object store, no local copy and
+    no cache: its shards live behind a remote endpoint while the other ranks read local
+    files. The endpoint answers in ``latency`` seconds, and in ``slow_latency`` during
+    brownouts of ``slow_for`` seconds every ``every`` (a degraded gateway)."""
+
+    def __init__(self, latency=0.005, every=12.0, slow_for=5.0, slow_latency=0.1):
+        self.latency, self.brownouts = latency, (every, slow_for, slow_latency)
+        self.summary = ("the target rank reads every sample from an object store endpoint that "
+                        "answers in %.0f ms, and in %.0f ms during %gs brownouts every %gs (no "
+                        "local copy, no cache)" % (latency * 1000, slow_latency * 1000, slow_for, every))
+
+    def prepare(self, run):
+        url = start_objstore(run, latency=self.latency, brownouts=self.brownouts)
+        plan = run.plans[run.target]
+        plan["source"] = {"kind": "cached", "cache_dir": None, "remote_url": url,
+                          "shards": plan["source"]["shards"], "read_bytes": plan["source"]["read_bytes"]}
+
+
+# Writes a file of ``mib`` MiB over and over at ``mbps`` MB/s, each 4 MiB chunk flushed
+# with fdatasync: what a log shipper or another pod's writer does to a node's disk.
+_WRITER = """import os, sys, time
+path, mbps, mib = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+chunk = 4 << 20
+buf = os.urandom(chunk)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+t0, n = time.monotonic(), 0
+while True:
+    os.pwrite(fd, buf, (n % max(1, mib // 4)) * chunk)
+    os.fdatasync(fd)
+    n += 1
+    ahead = t0 + n * chunk / (mbps * 1e6) - time.monotonic()
+    if ahead > 0:
+        time.sleep(ahead)
+"""
+
+
+class NodeWriter(Fault):
+    """A process outside every pod writes to the node's disk all along (``mbps`` MB/s,
+    flushed every 4 MiB): node-wide I/O that the node's PSI and disk write rate show.
+    Not a fault of any rank; a backdrop for one (Combined)."""
+
+    needs = ("disk",)
+
+    def __init__(self, mbps=40.0, mib=64):
+        self.mbps, self.mib = mbps, mib
+        self.summary = "a process outside the pods writes %g MB/s to the node's disk (fdatasync " \
+            "every 4 MiB)" % mbps
+
+    def prepare(self, run):
+        path = os.path.join(run.workdir, "node-writer.bin")
+        run.td.push("remove %s" % path, _unlink, path)
+        run.spawn("node-writer", [sys.executable, "-c", _WRITER, path, str(self.mbps), str(self.mib)])
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 class CheckpointBurst(Fault):
