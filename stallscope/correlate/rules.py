@@ -118,7 +118,10 @@ def judge(me: RankWait, job: list[RankWait], gpu: Gpu | None = None,
             text += "; it is the %s's slowest rank" % ("job" if scope == "job" else "node's ranks of the job")
         if gpu is not None and gpu.idle_overlap_ratio is not None:
             text += "; %s of the GPU's idle time overlapped those waits" % pct(gpu.idle_overlap_ratio)
-        if gpu is not None and gpu.idle_ratio is not None and gpu.idle_ratio < GPU_BUSY_THROUGH:
+        # Said only when the GPU idled for well under the waits (queued work covered
+        # them), not when its idle time merely matches a small wait.
+        if gpu is not None and gpu.idle_ratio is not None and gpu.idle_ratio < GPU_BUSY_THROUGH \
+                and gpu.idle_ratio < 0.5 * me.ratio:
             text += ("; the GPU stayed busy through them (idle %s): queued GPU work hides the "
                      "waits for now, and the step time grows once it stops" % pct(gpu.idle_ratio))
         return Judgement("input_bound", text + ".", "over_line", worst)

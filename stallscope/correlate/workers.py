@@ -102,7 +102,10 @@ def score(trace, period, others_best=0.0, wait_index=None):
         return None
     wi = wait_index or WaitIndex(trace.t_end, trace.wait)
     compute = trace.compute_ns() / 1e9
-    mean_wait = float(trace.wait.mean()) / 1e9
+    # the steady batches' mean wait: an iterator's first batch waits for its workers to
+    # start (epoch_start's share), not for a loader too slow for the compute
+    steady = trace.interval != trace.wait
+    mean_wait = float(trace.wait[steady].mean() if steady.any() else trace.wait.mean()) / 1e9
     evidence, reasons = [], []
     base = 0.0
     if workers == 0:
