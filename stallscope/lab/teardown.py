@@ -73,6 +73,11 @@ def stop_group(proc, grace=5.0, sig=signal.SIGTERM):
         proc.wait(5)
     except subprocess.TimeoutExpired:
         pass
+    # SIGKILL is delivered when a member next runs: on a loaded machine the leader's
+    # children can still show as alive for a moment after it was reaped. Wait for them.
+    deadline = time.monotonic() + 5
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def group_alive(pgid):
