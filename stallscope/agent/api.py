@@ -46,8 +46,8 @@ class CoreRoutes:
                                 "cpu_seconds": round((int(stat[11]) + int(stat[12])) / CLK_TCK, 3)})
         threads.sort(key=lambda t: -float(t["cpu_seconds"] or 0))
         self_stat = procfs.stat_fields("/proc", "self")
-        return 200, {"threads": threads,
-                     "cpu_seconds": round((int(self_stat[11]) + int(self_stat[12])) / CLK_TCK, 3) if self_stat else None,
+        cpu = round((int(self_stat[11]) + int(self_stat[12])) / CLK_TCK, 3) if self_stat else None
+        return 200, {"threads": threads, "cpu_seconds": cpu,
                      "rss_bytes": procfs.rss_bytes("/proc", "self"),
                      "memory_ceiling": self.budget.describe() if self.budget is not None else None}
 

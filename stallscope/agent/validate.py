@@ -176,7 +176,7 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
     try:
         raw = json.loads(head, parse_constant=_no_constants)
     except (ValueError, RecursionError) as e:
-        raise Reject("bad_json", str(e)[:80])
+        raise Reject("bad_json", str(e)[:80]) from None
     if not isinstance(raw, dict):
         raise Reject("bad_schema", "message must be an object")
     version = raw.get("v")
