@@ -87,13 +87,16 @@ class Cause:
     ``lines``: the signals the correlator probes for it (empty for causes it computes
     from the loader's own numbers); ``alerts``: the alerts that page on it (empty when
     the headline alert covers it); ``runbook_alert``: whose runbook it is in;
-    ``advice``: the first thing to do."""
+    ``advice``: the first thing to do. ``computed``: the correlator scores it from the
+    hook's own numbers, never by co-occurrence; its lines, if any, are where ``stallscope
+    diagnose`` judges it from Prometheus alone, where the signal's value is the score."""
     name: str
     what: str
     lines: tuple[Line, ...]
     alerts: tuple[CauseAlert, ...]
     runbook_alert: str
     advice: str
+    computed: bool = False
 
     @property
     def runbook(self) -> str:

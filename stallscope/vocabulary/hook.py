@@ -33,6 +33,10 @@ METRICS = (
            "last minute, capped by the pod's CPU quota.", RANK, "loader"),
     Metric("stallscope_loader_workers_quota_limited", "gauge",
            "1 when the CPU quota, not the worker count, limits the loader.", RANK, "loader"),
+    Metric("stallscope_data_transfer_seconds_total", "counter",
+           "Of the data-wait, the time the loop spent getting batches from the loader workers "
+           "(receive, unpickle, the pin-memory thread, the loader's bookkeeping), not waiting "
+           "for a worker's batch to be ready. Multi-process DataLoaders only.", RANK, "loader"),
     Metric("stallscope_shard_read_seconds", "histogram",
            "Latency of one shard read (open + reads), per pod and tier.", TIER, "shards",
            READ_BUCKETS),
@@ -48,6 +52,12 @@ SIGNALS = (
            "Time a loader worker took to produce one batch, one sample per batch.",
            "%s (rate(stallscope_batch_load_seconds_sum{$sel}[$w]))\n/\n"
            "%s (rate(stallscope_batch_load_seconds_count{$sel}[$w]))" % (_BY_RANK, _BY_RANK),
+           ("namespace", "job", "rank", "pod", "node"), cadence="batch"),
+    Signal("transfer_wait_ratio", "ratio", ("rank",), "loader",
+           "Share of the loop's data-wait spent on transfer (receiving, unpickling, pinning a "
+           "batch) rather than waiting for a worker's batch to be ready, one sample per report.",
+           "%s (rate(stallscope_data_transfer_seconds_total{$sel}[$w]))\n/\n"
+           "%s (rate(stallscope_data_wait_seconds_sum{$sel}[$w]))" % (_BY_RANK, _BY_RANK),
            ("namespace", "job", "rank", "pod", "node"), cadence="batch"),
     Signal("shard_read_seconds", "seconds", ("rank",), "shards",
            "Latency of one shard read, one sample per read; in Prometheus its p99 per tier.",
