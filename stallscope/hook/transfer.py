@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .channel import Stream
-
 # Polls kept for batches not drained yet; past this (a loader whose iterator is kept but
 # not iterated while its pin thread keeps polling) the oldest go.
 MAX_POLLS = 8192
@@ -69,26 +67,28 @@ def _timed_poll(poll: Callable[..., bool], buf: list[int]) -> Callable[..., bool
     return timed_poll
 
 
-def attach(it: Any, stream: Stream) -> bool:
-    """Time the polls of ``it``'s worker result queue for ``stream``; never raises.
+def attach(it: Any) -> tuple[list[int], bool] | None:
+    """Time the polls of ``it``'s worker result queue; never raises. Returns the buffer
+    they go to and whether they are nested in the loop's next() calls, or None when
+    ``it`` is not a multi-process DataLoader iterator as we know it.
 
     An iterator of persistent workers is reused every epoch: the wrapper installed for
     the first epoch stays, and the new epoch's stream takes over its poll buffer."""
     try:
         q = getattr(it, "_worker_result_queue", None)
         if q is None or not hasattr(it, "_data_queue"):
-            return False
+            return None
         poll = q.__dict__.get("_poll")
         if not callable(poll):
-            return False
+            return None
         buf = getattr(poll, "_stallscope_polls", None)
         if buf is None:
             buf = []
             q._poll = _timed_poll(poll, buf)
         nested = it._data_queue is q  # no pin-memory thread: the loop polls itself
-        return stream.split(buf, nested)
+        return buf, nested
     except Exception:
-        return False
+        return None
 
 
 def ready_waits(pairs: list[int], waits: list[int], buf: list[int], nested: bool) -> list[int]:

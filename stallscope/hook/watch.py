@@ -111,7 +111,9 @@ class _Watched:
         except Exception:
             stream.loader = None
         stream.cuda = device.cuda_device()
-        transfer.attach(it, stream)  # wait for a ready batch vs transfer (never raises)
+        polls = transfer.attach(it)  # waiting for a ready batch vs transfer (never raises)
+        if polls is not None:
+            stream.split(*polls)
         ch.add_stream(stream)
         return wrapper
 
