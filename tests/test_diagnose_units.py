@@ -14,7 +14,8 @@ def test_durations():
     for bad in ("", "m", "15 m", "1y", "0s", "40d", "-5"):
         with pytest.raises(ValueError):
             window.parse(bad)
-    assert window.promql(7.6) == "8s" and window.human(5400) == "90m" and window.human(9000) == "2h30m" and window.human(75) == "75s"
+    assert window.promql(7.6) == "8s" and window.human(5400) == "90m"
+    assert window.human(9000) == "2h30m" and window.human(75) == "75s"
 
 
 def F(name, filename, line=1):
@@ -44,7 +45,8 @@ def thread(*frames, active=True):
     ((F("download_shard", "/app/ds.py"), F("Dataset.__getitem__", "/app/ds.py"), FETCHER, WORKER_LOOP),
      "worker", "fetch"),
     ((F("myCollate", "/app/train.py"), FETCHER, WORKER_LOOP), "worker", "collate"),
-    ((F("default_collate", SITE + "torch/utils/data/_utils/collate.py"), FETCHER, WORKER_LOOP), "worker", "collate"),
+    ((F("default_collate", SITE + "torch/utils/data/_utils/collate.py"), FETCHER, WORKER_LOOP),
+     "worker", "collate"),
     # waiting straight under _worker_loop: no work
     ((F("Queue.get", STD + "multiprocessing/queues.py"), WORKER_LOOP), "worker", "idle"),
     # waiting inside the dataset (a thread pool): IPC wait
@@ -105,7 +107,8 @@ def test_verdict_rules():
     assert verdict.decide(me, cl, {"verdict": "healthy", "reason": "ok"})[0] == "not_input_bound"
     assert verdict.decide(dict(slow, job_scope="cluster"), cl, None)[0] == "input_bound"
     # the agent saw the GPU stay busy through the waits: its verdict stands
-    assert verdict.decide(dict(slow, job_scope="cluster"), cl, {"verdict": "healthy", "reason": "hid"}) == ("healthy", "hid")
+    hid = {"verdict": "healthy", "reason": "hid"}
+    assert verdict.decide(dict(slow, job_scope="cluster"), cl, hid) == ("healthy", "hid")
     alone = {"straggler": fast}
     assert verdict.decide(me, alone, None)[0] == "healthy"
     assert verdict.decide(dict(fast, data_wait_ratio=None, job_scope="cluster"), alone, None)[0] == "unknown"
@@ -116,7 +119,8 @@ def test_stuck_needs_stacks_to_be_placed():
     me = dict(rank(0, "p", "n", 0.0), progress=prog, job_scope="node")
     assert verdict.decide(me, None, None)[0] == "unknown"
     assert verdict.decide(me, None, None, {"main": "ipc_wait", "reading": "r"})[0] == "input_bound"
-    assert verdict.decide(me, None, None, {"main": "outside_loader", "processes": [{"where": "x"}]})[0] == "not_input_bound"
+    outside = {"main": "outside_loader", "processes": [{"where": "x"}]}
+    assert verdict.decide(me, None, None, outside)[0] == "not_input_bound"
     # a slow cadence is not a stall: 45 s is under 20 steps of 5 s
     me["progress"] = dict(prog, median_interval_seconds=5.0)
     assert verdict.decide(me, None, None)[0] == "healthy"
@@ -160,7 +164,7 @@ def test_render_text_has_the_verdict_line_and_the_table():
     lines = text.splitlines()
     assert lines[0] == "INPUT-BOUND — pod p (ns ml): job j, rank 3, node n"
     assert "note: w" in lines
-    row = [l for l in lines if l.strip().startswith("data_wait_ratio (rank 3)")][0].split()
+    row = [line for line in lines if line.strip().startswith("data_wait_ratio (rank 3)")][0].split()
     assert row[3:] == ["25.0%", ">2.0%", "OVER", "prometheus"]
     assert "  1. cpu_throttle          0.91  CFS throttled." in lines
     assert "  - Raise the limit.  [runbooks/StallscopeCPUThrottled.md]" in lines
@@ -185,3 +189,27 @@ def test_the_hooks_blocked_report_places_a_stuck_loop():
     me = dict(rank(0, "p", "n", 0.98), job_scope="cluster", batches=0.0)
     assert verdict.decide(me, {"straggler": me}, None)[0] == "input_bound"
     assert verdict.decide(dict(me, data_wait_ratio=None), {"straggler": None}, None)[0] == "unknown"
+
+
+def test_without_the_agent_a_measured_transfer_share_is_scored_at_its_value():
+    """Prometheus alone: transfer_wait_ratio is the share of the wait the hook measured as
+    transfer, the correlator's own score for transfer_cost, not a level-only candidate."""
+    from stallscope.diagnose import cluster
+
+    assert "transfer_wait_ratio" in [s[0] for s in cluster.POD_SIGNALS]
+    row = {"signal": "transfer_wait_ratio", "cause": "transfer_cost", "value": 0.83,
+           "threshold": 0.5, "direction": "above", "source": "prometheus", "expr": "..."}
+    got = verdict.causes_without_agent({"signals": [row]})
+    assert [(c["cause"], c["score"]) for c in got] == [("transfer_cost", 0.83), ("unexplained", 0.17)]
+    assert "83.0%" in got[0]["summary"]
+    # a minority of the wait: not named
+    got = verdict.causes_without_agent({"signals": [dict(row, value=0.3)]})
+    assert [c["cause"] for c in got] == ["unexplained"]
+    # level-only evidence for the others stays a candidate at 0.5
+    psi = {"signal": "psi_io_some_ratio", "cause": "io_pressure", "value": 0.4, "threshold": 0.2,
+           "direction": "above"}
+    got = verdict.causes_without_agent({"signals": [row, psi]})
+    assert [(c["cause"], c["score"]) for c in got][:2] == [("transfer_cost", 0.83), ("io_pressure", 0.5)]
+    s = nextsteps.steps(doc(causes=got))
+    assert "fewer tensors per sample" in s[0]["step"]
+    assert s[0]["runbook"] == "runbooks/StallscopeDataWaitHigh.md"
