@@ -14,11 +14,13 @@ The plan (JSON):
 
 - ``rank``, ``world_size``, ``master`` (host:port of the gloo rendezvous; a world of
   one rank trains alone, without a process group), ``max_s``
-- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``
+- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``, ``pin_memory``
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
-  stall that starts and ends mid-run), and a tensor of ``sample_bytes``
+  stall that starts and ends mid-run), and a tensor of ``sample_bytes`` (or, with
+  ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
+  batch for the training process to take over, a transfer cost)
 - per step: ``compute_s``
 - loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
   throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
@@ -64,6 +66,7 @@ def _dataset(plan):
         def __init__(self):
             self.source = None
             self.floats = max(FEATURES, plan.get("sample_bytes", 4096) // 4)
+            self.tensors = max(1, plan.get("tensors_per_sample", 1))
             self.sleep_s, self.read_at = plan.get("sample_sleep_s", 0.0), 0.0
 
         def sleep_seconds(self):
@@ -90,6 +93,9 @@ def _dataset(plan):
             sleep_s = self.sleep_seconds()
             if sleep_s:
                 time.sleep(sleep_s)
+            if self.tensors > 1:
+                part = -(-self.floats // self.tensors)
+                return tuple(torch.full((part,), float(len(data) % 7)) for _ in range(self.tensors))
             return torch.full((self.floats,), float(len(data) % 7))
 
     return LabDataset()
@@ -164,6 +170,8 @@ def main(argv):
             kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
         if plan.get("in_order") is False:
             kw["in_order"] = False  # torch >= 2.6
+        if plan.get("pin_memory"):
+            kw["pin_memory"] = True  # without an accelerator torch warns and does not pin
     loader = DataLoader(_dataset(plan), batch_size=plan.get("batch_size", 8),
                         num_workers=workers, **kw)
     loader = stallscope.watch(loader)
@@ -177,6 +185,8 @@ def main(argv):
         rank, world, os.getpid(), workers, compute_s * 1000), flush=True)
     try:
         for batch in loader:
+            if isinstance(batch, (list, tuple)):  # tensors_per_sample: one per part
+                batch = torch.cat(batch, 1)
             opt.zero_grad()
             model(batch[:, :FEATURES]).sum().backward()
             time.sleep(compute_s)  # the simulated GPU's kernels
