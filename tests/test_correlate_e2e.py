@@ -37,8 +37,10 @@ def test_agent_diagnoses_a_starved_loader_and_a_healthy_one(tmp_path):
     want, plan = expected_wait_ratio(starved)
     with lab_session(tmp_path / "lab") as session:
         agent = session.start_agent(30, ["--correlate.interval", "1", "--correlate.window", "30"])
-        slow_job = session.start_job(starved, ranks=1, name="slow")
-        fine_job = session.start_job(fine, ranks=1, name="fine")
+        # each its own pods: as root each lab pod has a cgroup of its own, and a pod name
+        # belongs to the first domain that reports it (the other job's would be refused)
+        slow_job = session.start_job(starved, ranks=1, name="slow", pod_prefix="slow-")
+        fine_job = session.start_job(fine, ranks=1, name="fine", pod_prefix="fine-")
         slow_job.wait_ready()
         fine_job.wait_ready()
         # the stalls start with the first worker round: wait for enough batches
