@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from stallscope.correlate import diagnosis
-from stallscope.correlate.trace import RankTrace
+from stallscope.correlate.trace import RankTrace, Series
 from stallscope.lab import synth
 from tests.correlate_helpers import trace_of
 
@@ -50,6 +50,26 @@ def test_slow_workers_stay_too_few_workers_with_a_small_transfer():
     assert d["causes"][0]["cause"] == "too_few_workers", d["causes"]
     moved = causes(d)["transfer_cost"]
     assert moved["score"] == pytest.approx(0.002 / 0.092, abs=0.02)
+
+
+def test_workers_short_of_cpu_stretch_the_transfer_and_cpu_throttle_wins():
+    """Throttled workers hand their tensors over slowly (the lab's cpu-throttle run: 91 %
+    of the wait measured as transfer): the transfer is discounted by the cpu_throttle
+    score, and the quota is named."""
+    tr = run(workers=2, load=0.02, compute=0.15, transfer=0.1)
+    span = (int(tr.t_end[0] - tr.interval[0]), int(tr.t_end[-1]))
+    tr.signals["cfs_throttled_ratio"] = Series.from_points(synth.sampled(lambda t: 0.9, *span))
+    tr.signals["workers_cpu_ratio"] = Series.from_points(synth.sampled(lambda t: 0.2, *span))
+    d = diagnosis.analyse(tr)
+    got = causes(d)
+    assert d["causes"][0]["cause"] == "cpu_throttle", d["causes"]
+    assert got["transfer_cost"]["score"] == pytest.approx(
+        got["transfer_cost"]["evidence"][0]["during_stalls"] * (1 - got["cpu_throttle"]["score"]), abs=1e-3)
+    assert "short of CPU" in got["transfer_cost"]["summary"]
+    # workers on their cores contradict the shortage: the transfer is the loop's own
+    tr.signals["workers_cpu_ratio"] = Series.from_points(synth.sampled(lambda t: 1.8, *span))
+    d = diagnosis.analyse(tr)
+    assert d["causes"][0]["cause"] == "transfer_cost", d["causes"]
 
 
 def test_half_and_half_scores_half():

@@ -140,7 +140,8 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             whole, WaitIndex(whole.t_end[wsteady], whole.wait[wsteady]))
         _, share = workers.busy_share(trace, swi)
         scored = [workers.contradict_cpu_shortage(c, share) for c in scored]
-        moved = transfer.score(trace, steady)
+        starved = max((c["score"] for c in scored if c["cause"] == "cpu_throttle"), default=0.0)
+        moved = transfer.score(trace, steady, starved)
         if moved is None:
             missing.append(transfer.NAME)
         else:

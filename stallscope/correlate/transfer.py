@@ -11,6 +11,14 @@ The score is the transfer's share of the steady wait (iterator starts left out),
 batches whose wait was split: measured, not inferred, so it needs no co-occurrence. The
 evidence: that share, the transfer's and the ready wait's shares of the step time, and
 the transfer per batch.
+
+Handing a batch over takes the workers' CPU too: the training process takes each
+tensor's file descriptor from the worker's resource-sharer thread, and a worker's
+feeder thread sends the batch's bytes. Workers starved of CPU (a CFS quota, crowded
+CPUs) stretch the transfer as well: the lab's cpu-throttle run measured 91 % of its wait
+as transfer, 0.1 s a batch, against a few ms unthrottled. So the score is discounted by the
+``cpu_throttle`` score (after the workers' own CPU share contradicted it, or not): there,
+more CPU quota is the fix.
 """
 import numpy as np
 
@@ -32,9 +40,10 @@ def split(trace, steady):
             float((wait - ready).sum()), float(trace.interval[known].sum()))
 
 
-def score(trace, steady):
+def score(trace, steady, starved=0.0):
     """{cause, score, summary, evidence}, or None when the hook did not split the waits
-    (a single-process loader, another iterable, an older hook)."""
+    (a single-process loader, another iterable, an older hook). ``starved``: the
+    cpu_throttle score, how sure it is that the workers were short of CPU."""
     found = split(trace, steady)
     if found is None:
         return None
@@ -59,9 +68,17 @@ def score(trace, steady):
             "batch from the workers into the loop (receive, unpickle, pin, the loader's "
             "bookkeeping); %.1f%% of the step time was spent waiting for a worker's batch to be "
             "ready." % (100 * share, per_batch, 100 * ratio, 100 * ready_ratio))
-    if share >= SHARE.threshold:
-        text += (" More workers, CPU quota or faster storage would not remove it: fewer tensors "
-                 "per batch or fewer, larger transfers would.")
+    if share >= SHARE.threshold and starved < 0.5:
+        text += (" More workers or faster storage would not remove it: fewer tensors per batch "
+                 "or fewer, larger transfers would.")
     if ratio >= DATA_WAIT_LINE:
         text += " The transfer alone is over the %.0f%% data-wait line." % (100 * DATA_WAIT_LINE)
-    return {"cause": NAME, "score": round(share, 4), "summary": text, "evidence": evidence}
+    value = share
+    if starved > 0:
+        value = share * (1.0 - starved)
+        text += (" But the workers were short of CPU (cpu_throttle %.2f), and handing a batch's "
+                 "tensors over takes their CPU too: part of this waited on them." % starved)
+        evidence.append({"signal": "cpu_throttle_score", "scope": "rank",
+                         "during_stalls": round(starved, 4), "outside_stalls": None,
+                         "threshold": None, "direction": "below"})
+    return {"cause": NAME, "score": round(value, 4), "summary": text, "evidence": evidence}
