@@ -22,7 +22,8 @@ CONTRACT = ("verdict", "causes", "job", "rank", "pod", "namespace", "node", "dat
             "sources")
 VERDICTS = ("healthy", "input_bound", "not_input_bound", "unknown")
 CAUSES = ("cpu_throttle", "too_few_workers", "storage_latency", "fuse_unhealthy", "shm_exhaustion",
-          "io_pressure", "memory_pressure", "cache_miss", "checkpoint_contention", "unexplained")
+          "io_pressure", "memory_pressure", "cache_miss", "checkpoint_contention", "transfer_cost",
+          "unexplained")
 
 
 def diagnose(*args, env=None, timeout=60):
@@ -55,15 +56,18 @@ def cluster(tmp_path_factory):
         # iterates a list: healthy by construction.
         common = ["--duration", 120, "--batch-size", 4, "--workers", 2, "--compute", 0.4,
                   "--samples", 4000]
-        runs = [("node-a", "dj", 0, "dj-0", common), ("node-b", "dj", 1, "dj-1", common + ["--sample-sleep", 0.24]),
-                ("node-a", "hj", 0, "hj-0", ["--plain", "--samples", 10**7, "--compute", 0.2, "--duration", 120]),
-                ("node-c", "xj", 0, "xj-0", ["--plain", "--samples", 10**7, "--compute", 0.05, "--duration", 120])]
+        plain = ["--plain", "--samples", 10**7, "--duration", 120]
+        runs = [("node-a", "dj", 0, "dj-0", common),
+                ("node-b", "dj", 1, "dj-1", common + ["--sample-sleep", 0.24]),
+                ("node-a", "hj", 0, "hj-0", plain + ["--compute", 0.2]),
+                ("node-c", "xj", 0, "xj-0", plain + ["--compute", 0.05])]
         for node, job, rank, pod, args in runs:
             env = child_env({"STALLSCOPE_SOCKET": c.agents[node].socket, "STALLSCOPE_JOB": job,
                              "RANK": str(rank), "POD_NAME": pod, "POD_NAMESPACE": "ml"})
             procs.append(subprocess.Popen([sys.executable, TRAINER, *map(str, args)], env=env,
                                           start_new_session=True))
-        sli = "rate(stallscope_data_wait_seconds_sum[%s]) / rate(stallscope_step_seconds_sum[%s])" % (WINDOW, WINDOW)
+        sli = "rate(stallscope_data_wait_seconds_sum[%s]) / rate(stallscope_step_seconds_sum[%s])" % (
+            WINDOW, WINDOW)
         c.prom.wait_for("count(%s)" % sli, lambda r: r and float(r[0]["value"][1]) == 4, timeout=90)
         time.sleep(16)  # the window holds steady state only
         yield c
@@ -89,7 +93,8 @@ def run_json(cluster, pod, *more):
 def test_slowed_rank_is_named_with_its_pod_and_node(cluster):
     rc, doc, _ = run_json(cluster, "dj-1")
     assert rc == 1 and doc["verdict"] == "input_bound", doc["reason"]
-    assert (doc["job"], doc["rank"], doc["pod"], doc["namespace"], doc["node"]) == ("dj", 1, "dj-1", "ml", "node-b")
+    who = (doc["job"], doc["rank"], doc["pod"], doc["namespace"], doc["node"])
+    assert who == ("dj", 1, "dj-1", "ml", "node-b")
     assert doc["straggler"] == {"rank": 1, "pod": "dj-1", "node": "node-b",
                                 "data_wait_ratio": doc["data_wait_ratio"]}
     assert 0.08 < doc["data_wait_ratio"] < 0.5, doc["data_wait_ratio"]  # injected: ~0.17
@@ -194,7 +199,8 @@ def test_unknown_pod(cluster):
     rc, _, err = diagnose("dj-l", "--prometheus", cluster.prom.url, "--window", WINDOW)
     assert rc == 2 and one_line(err).endswith("(did you mean dj-1, dj-0?)")
     rc, _, err = diagnose("dj-1", "-n", "prod", "--prometheus", cluster.prom.url, "--window", WINDOW)
-    assert rc == 2 and one_line(err) == "stallscope diagnose: pod dj-1 is not in namespace prod (found in: ml)"
+    assert rc == 2
+    assert one_line(err) == "stallscope diagnose: pod dj-1 is not in namespace prod (found in: ml)"
 
 
 def test_no_source_and_bad_window(cluster):
@@ -208,7 +214,8 @@ def test_given_agent_unreachable_degrades_to_prometheus(cluster):
     url = "http://127.0.0.1:%d" % free_port()
     rc, doc, err = run_json(cluster, "dj-1", "--agent", url)
     assert rc == 1 and doc["verdict"] == "input_bound" and doc["node"] == "node-b"
-    warning = "agent unreachable at %s: cannot connect: Connection refused; showing the Prometheus view only" % url
+    warning = ("agent unreachable at %s: cannot connect: Connection refused; showing the Prometheus "
+               "view only" % url)
     assert doc["warnings"] == [warning]
     assert err.strip().splitlines() == ["stallscope diagnose: warning: " + warning]
     assert doc["sources"][1] == {"name": "agent", "url": url, "ok": False,
