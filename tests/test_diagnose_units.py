@@ -213,3 +213,12 @@ def test_without_the_agent_a_measured_transfer_share_is_scored_at_its_value():
     s = nextsteps.steps(doc(causes=got))
     assert "fewer tensors per sample" in s[0]["step"]
     assert s[0]["runbook"] == "runbooks/StallscopeDataWaitHigh.md"
+    # workers short of CPU stretch the handover: the transfer counts for what is left
+    cfs = {"signal": "cfs_throttled_ratio", "cause": "cpu_throttle", "value": 0.6, "threshold": 0.25,
+           "direction": "above"}
+    got = {c["cause"]: c["score"] for c in verdict.causes_without_agent({"signals": [row, cfs]})}
+    assert got == {"cpu_throttle": 0.5, "transfer_cost": 0.415, "unexplained": 0.5}
+    got = verdict.causes_without_agent({"signals": [row], "cause_scores": [{"cause": "cpu_throttle",
+                                                                            "score": 0.8}]})
+    assert {c["cause"]: c["score"] for c in got} == {"cpu_throttle": 0.8, "transfer_cost": 0.166,
+                                                     "unexplained": 0.2}

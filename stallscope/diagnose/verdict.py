@@ -160,6 +160,11 @@ def causes_without_agent(cluster):
             "evidence": evidence.get(c["cause"], [])}
            for c in cluster.get("cause_scores") or []]
     seen = {c["cause"] for c in out}
+    # Starved workers stretch the handover too (correlate/transfer.py): the transfer's
+    # share counts for as much as the CPU shortage leaves to it.
+    starved = max([c["score"] for c in out if c["cause"] == "cpu_throttle"] +
+                  [LEVEL_ONLY_SCORE for e in evidence.get("cpu_throttle", ())
+                   if _over(e["value"], e["threshold"], e["direction"])], default=0.0)
     for cause, rows in sorted(evidence.items()):
         over = [e for e in rows if _over(e["value"], e["threshold"], e["direction"])]
         if cause in seen or not over:
@@ -171,10 +176,13 @@ def causes_without_agent(cluster):
             text = ("The agent's sizing says %d workers keep up, the loader has %d; without the "
                     "node's timelines the stall period is unknown." % (e["value"], e["threshold"]))
         elif known is not None and known.computed:
-            score = round(min(1.0, float(e["value"])), 4)
+            score = round(min(1.0, float(e["value"])) * (1.0 - starved), 4)
             text = ("%s was %s over the window (line %s): measured by the hook, that share of the "
                     "rank's data-wait went to getting batches from the workers into the loop, not "
                     "to waiting for them." % (e["signal"], pct(e["value"]), pct(e["threshold"])))
+            if starved:
+                text += (" But the workers may have been short of CPU (cpu_throttle %.2f), which "
+                         "stretches the handover too." % starved)
         else:
             text = ("%s was %s its line (%g) in the window; without the node's timelines its "
                     "timing against the stalls is unknown." % (e["signal"], e["direction"], e["threshold"]))
