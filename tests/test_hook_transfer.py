@@ -46,6 +46,15 @@ def test_ready_waits_stay_within_the_wait_and_the_buffer_is_bounded(monkeypatch)
     assert len(buf) <= 2 * 2 + 1 and len(buf) % 2 == 1
 
 
+def test_polls_without_batches_stay_bounded(monkeypatch):
+    """A pin-memory thread keeps polling while its loop does not iterate."""
+    monkeypatch.setattr(transfer, "MAX_POLLS", 3)
+    stream = channel.Stream({"job": "j", "rank": 0})
+    stream.split(list(range(20)), nested=False)
+    channel.Channel(path="/nonexistent/stallscope-test.sock")._drain(stream)
+    assert stream.polls == [14, 15, 16, 17, 18, 19]
+
+
 def test_polls_that_are_not_one_threads_stay_within_the_wait_or_claim_no_transfer():
     buf = [10, 40, 30, 60]  # overlapping: not one thread's polls
     assert 0 <= transfer.ready_waits([0, 100], [100], buf, nested=True)[0] <= 100

@@ -216,6 +216,8 @@ class Channel:
                     ready = None
             events.extend(ends, waits, list(map(sub, ends, before)), ready)
             stream.prev_end = ends[-1]
+        elif stream.polls is not None:
+            transfer.trim(stream.polls)
         excess = len(events) - MAX_PENDING
         if excess > 0:
             events.drop_first(excess)

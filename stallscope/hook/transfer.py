@@ -135,7 +135,13 @@ def ready_waits(pairs: list[int], waits: list[int], buf: list[int], nested: bool
     done = bisect_right(q, pairs[-1]) - (0 if nested else 1)  # polls ended by the last batch's end
     if done > 0:
         del buf[:2 * done]
+    trim(buf)
+    return ready
+
+
+def trim(buf: list[int]) -> None:
+    """At most MAX_POLLS polls wait for their batches (a pin-memory thread keeps polling
+    while its loop does not iterate); the oldest go first, pairs kept whole."""
     excess = len(buf) - 2 * MAX_POLLS
     if excess > 0:
         del buf[:excess + (excess & 1)]
-    return ready
