@@ -1,8 +1,9 @@
 """Delivery of hook events to the node agent: batched, non-blocking, bounded.
 
-The training loop only appends two integers to a list per batch (see watch.py). A daemon
-thread in each process drains those lists a few times a second and sends one message
-per stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.
+The training loop only appends two integers to a list per batch (see watch.py), and two
+per poll of a DataLoader's queue where the wait is split (transfer.py). A daemon thread
+in each process drains those lists a few times a second and sends one message per
+stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.
 
 Why SEQPACKET: it keeps message boundaries like a datagram, but each connection has its
 own send buffer. Unix datagram sockets share one receive queue of
