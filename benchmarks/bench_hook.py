@@ -1,7 +1,9 @@
 """Nanoseconds the hook adds per batch: watch() vs bare iteration over a trivial iterable,
 and vs one prometheus_client Histogram.observe; and the flush thread's CPU time per batch
 (drain, encode, send to a real socket), for the binary wire format against the former
-JSON lists, all measured in this run.
+JSON lists, all measured in this run. Then the split of the wait into waiting for a
+ready batch and transfer (hook/transfer.py): what the timed poll adds to the loop, on a
+real pipe and on a real 2-worker DataLoader, and what it adds to the flush thread.
 
     .venv/bin/python benchmarks/bench_hook.py
 """
@@ -21,7 +23,7 @@ os.environ.setdefault("STALLSCOPE_SOCKET", "/nonexistent/stallscope-bench.sock")
 os.environ["STALLSCOPE_FLUSH_INTERVAL"] = "3600"
 
 import stallscope
-from stallscope.hook import channel
+from stallscope.hook import channel, transfer
 
 N = 1_000_000
 ROUNDS = 7
@@ -74,17 +76,27 @@ FLUSH_BATCHES = 200_000
 PER_FLUSH = 400  # a 250 ms flush of a loop at 1,600 batches/s
 
 
-def flush_cost(path, legacy=False):
-    """CPU ns per batch of the flush thread's work for FLUSH_BATCHES batches."""
+def flush_cost(path, legacy=False, split=None):
+    """CPU ns per batch of the flush thread's work for FLUSH_BATCHES batches; ``split``:
+    with one poll per batch to line up, "nested" (inside each wait: pin_memory=False) or
+    "overlap" (a pin-memory thread's, across the batches' edges)."""
     ch = channel.Channel(path=path)
     ch._connect().setblocking(True)  # both formats wait for the reader, none is dropped
     stream = channel.Stream({"job": "bench", "rank": 0})
+    if split:
+        stream.split([], nested=split == "nested")
     ch.streams.append(stream)
     t0 = time.perf_counter_ns()
     spent = 0
     for k in range(FLUSH_BATCHES // PER_FLUSH):
         base = t0 + k * PER_FLUSH * 2000
         stream.buf.extend(x for i in range(PER_FLUSH) for x in (base + 2000 * i, base + 2000 * i + 500))
+        if split == "nested":
+            stream.polls.extend(x for i in range(PER_FLUSH) for x in (base + 2000 * i + 100,
+                                                                      base + 2000 * i + 400))
+        elif split:
+            stream.polls.extend(x for i in range(PER_FLUSH) for x in (base + 2000 * i - 700,
+                                                                      base + 2000 * i + 300))
         c = time.thread_time_ns()
         if legacy:
             legacy_flush(ch, stream)
@@ -118,6 +130,84 @@ def best(fn, data):
     return min(fn(data) for _ in range(ROUNDS)) / len(data)
 
 
+POLLS = 200_000
+
+
+def _calls(fn, buf):
+    t = time.perf_counter_ns()
+    for _ in range(POLLS):
+        fn(0.0)
+    dt = time.perf_counter_ns() - t
+    buf.clear()
+    return dt
+
+
+def poll_cost():
+    """ns per call, bare and through the hook's timed poll, of a fake poll (a builtin
+    that returns at once: the wrapper's own cost, free of the kernel's noise) and of a
+    pipe's poll with data waiting (what the loop's queue.get calls once a batch)."""
+    import multiprocessing
+
+    r, w = multiprocessing.Pipe(duplex=False)
+    w.send_bytes(b"x")  # poll answers at once, as for a batch already queued
+    buf = []
+    out = []
+    for poll in (abs, r.poll):
+        timed = transfer._timed_poll(poll, buf)
+        bare, wrapped = [], []
+        for _ in range(ROUNDS):  # interleaved: a load that drifts weighs on both alike
+            bare.append(_calls(poll, buf))
+            wrapped.append(_calls(timed, buf))
+        out.append((min(bare) / POLLS, min(wrapped) / POLLS))
+    return out
+
+
+def _same(batch):
+    return batch
+
+
+DL_BATCHES = 3000
+
+
+def _watched_loader(split):
+    """A watched 2-worker DataLoader whose batches are small lists of ints (no tensors:
+    the least transfer there is), its iterator split or not."""
+    from torch.utils.data import DataLoader
+
+    attach = transfer.attach
+    if not split:
+        transfer.attach = lambda it: None
+    try:
+        dl = stallscope.watch(DataLoader(range(10 ** 7), batch_size=4, num_workers=2,
+                                         collate_fn=_same, multiprocessing_context="fork",
+                                         persistent_workers=True, prefetch_factor=8))
+        it = iter(dl)
+    finally:
+        transfer.attach = attach
+    assert (it._stream.polls is not None) == split
+    return it
+
+
+def dataloader_cost():
+    """ns per batch of the two loaders, (without the split, with it): rounds alternate
+    between them so that a machine whose load drifts weighs on both alike."""
+    its = {False: _watched_loader(False), True: _watched_loader(True)}
+    rounds = {False: [], True: []}
+    for r in range(2 * ROUNDS):
+        for split in ((False, True) if r % 2 else (True, False)):
+            it = its[split]
+            t = time.perf_counter_ns()
+            for _ in range(DL_BATCHES):
+                next(it)
+            rounds[split].append(time.perf_counter_ns() - t)
+            if it._stream.polls is not None:
+                del it._stream.polls[:]
+            del it._stream.buf[:]
+    for it in its.values():
+        it._shutdown_workers()
+    return min(rounds[False]) / DL_BATCHES, min(rounds[True]) / DL_BATCHES
+
+
 def main():
     data = list(range(N))
     b = best(bare, data)
@@ -139,6 +229,30 @@ def main():
     print("  JSON lists (wire v1):     %7.1f ns/batch" % legacy)
     print("  ratio v2/v1:              %7.2fx" % (f / legacy))
     print("all-in per batch (loop + flush thread): %.1f ns" % (added + f))
+    (fake, fake_timed), (pipe, pipe_timed) = poll_cost()
+    print("split, in the loop (pin_memory=False: the loop polls the workers' queue; one poll a")
+    print("batch when it is queued, more while it waits):")
+    print("  fake poll, bare / timed:  %7.1f / %7.1f ns/call: +%.1f ns, the wrapper's own cost"
+          % (fake, fake_timed, fake_timed - fake))
+    print("  pipe poll, bare / timed:  %7.1f / %7.1f ns/call: %+.1f ns"
+          % (pipe, pipe_timed, pipe_timed - pipe))
+    print("  added by watch() + split: %7.1f ns/batch (ratio %.2fx of watch() alone)"
+          % (added + fake_timed - fake, (added + fake_timed - fake) / added))
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("  (no torch: the DataLoader comparison is skipped)")
+    else:
+        without, with_split = dataloader_cost()
+        print("  2-worker DataLoader, watched without the split: %9.1f ns/batch" % without)
+        print("  2-worker DataLoader, watched with the split:    %9.1f ns/batch" % with_split)
+        print("  ratio with/without:       %7.3fx (%+.1f ns/batch; best of %d alternating rounds "
+              "of %d)" % (with_split / without, with_split - without, 2 * ROUNDS, DL_BATCHES))
+    nested = min(flush_cost(path, split="nested") for _ in range(3))
+    overlap = min(flush_cost(path, split="overlap") for _ in range(3))
+    print("split, in the flush thread (CPU per batch, one poll per batch):")
+    print("  nested polls (pin_memory=False): %7.1f ns/batch (+%.1f)" % (nested, nested - f))
+    print("  overlapping polls (pin thread):  %7.1f ns/batch (+%.1f)" % (overlap, overlap - f))
 
 
 if __name__ == "__main__":

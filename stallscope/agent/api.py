@@ -88,7 +88,11 @@ class CoreRoutes:
         body: dict[str, Any] = {
             "rank": r.ident, "seconds": seconds, "clock": "CLOCK_MONOTONIC ns",
             "clock_offset_ns": r.clock_offset_ns, "loader": r.loader,
-            "batches": [{"t_end_ns": e, "wait_ns": w, "interval_ns": i} for e, w, i in events.tolist()],
+            # ready_wait_ns: of the wait, the part spent waiting for a worker's batch to be
+            # ready (the rest is transfer); only where the hook split the wait.
+            "batches": [{"t_end_ns": e, "wait_ns": w, "interval_ns": i} if r < 0 else
+                        {"t_end_ns": e, "wait_ns": w, "interval_ns": i, "ready_wait_ns": r}
+                        for e, w, i, r in events.tolist()],
             # Rank-scoped and node-wide signals share names (psi_*): each has its own field.
             "signals": {sig: [[t, v] for t, v in samples.series(r.key, sig, seconds)]
                         for sig in samples.signals(r.key)},

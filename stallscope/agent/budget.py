@@ -18,7 +18,7 @@ from .. import vocabulary
 BATCHES_PER_S = 20.0
 GPU_SAMPLES_PER_S = 10.0
 COLLECTIONS_PER_S = 1.0
-EVENT_BYTES = 24          # (t_end, wait, interval) int64
+EVENT_BYTES = 32          # (t_end, wait, interval, ready_wait) int64
 POINT_BYTES = 16          # (t, value) int64 + float64
 SHARD_READS_PER_TIER = 4096   # the window for a tier's read-latency quantiles
 TIERS_PER_POD = 8

@@ -38,7 +38,8 @@ class AgentHost:
         return self.table.find(**match)
 
     def timeline(self, rank: RankState, seconds: float) -> Any:
-        """(n, 3) int64 array of (t_end_ns, wait_ns, interval_ns), oldest first."""
+        """(n, 4) int64 array of (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest
+        first; ready_wait_ns -1 where the wait was not split."""
         return self.table.timeline(rank, seconds)
 
     def clock(self) -> float:

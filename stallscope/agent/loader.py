@@ -9,6 +9,12 @@ The count is capped by the CPU the pod may use: its CFS quota (asked of the cfs
 exporter through ``quota_of``, wired by the composition root), less one core per rank
 for the training process itself. Without a quota there is no cap: the node's cores
 are not the pod's to take.
+
+It also keeps the rank's transfer time: of each wait, the part not spent waiting for a
+worker's batch to be ready (the hook's fourth column, hook/transfer.py), as the counter
+``stallscope_data_transfer_seconds_total`` (its rate over the data-wait sum's is the
+``transfer_wait_ratio`` signal's face in Prometheus) and one ``transfer_wait_ratio``
+sample per report.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from .histogram import Histogram
 # 10 ms (small tabular batch) to seconds (video decode), read as _sum/_count (T_l).
 LOAD_BUCKETS = buckets("stallscope_batch_load_seconds")
 BATCH_LOAD = signal("batch_load_seconds").name
+TRANSFER_WAIT = signal("transfer_wait_ratio").name
 WINDOW_S = 60.0       # T_l and T_c are means over the last minute
 SLOT_S = 5.0
 MIN_BATCHES = 5       # below this in the window there is no estimate
@@ -78,13 +85,14 @@ class Window:
 
 
 class LoaderState:
-    __slots__ = ("hist", "load", "compute", "sizing")
+    __slots__ = ("hist", "load", "compute", "sizing", "transfer_ns")
 
     def __init__(self) -> None:
         self.hist = Histogram(LOAD_BUCKETS)
         self.load = Window()
         self.compute = Window()
         self.sizing: dict[str, Any] | None = None
+        self.transfer_ns: int | None = None  # None until the hook splits the rank's waits
 
 
 def sizing(t_load_ns: float, t_compute_ns: float, quota_cores: float | None = None,
@@ -147,8 +155,17 @@ class LoaderPart(Part):
         else:
             compute = events[:, 2] - events[:, 1]
             busy = compute > 0
+            ready = report.get("ready_wait")
+            transfer = waited = 0
+            if ready is not None:
+                transfer, waited = int((events[:, 1] - ready).sum()), int(events[:, 1].sum())
             with self.lock:
-                self._state(rank.key).compute.add_many(events[busy, 0], compute[busy])
+                st = self._state(rank.key)
+                st.compute.add_many(events[busy, 0], compute[busy])
+                if ready is not None:
+                    st.transfer_ns = (st.transfer_ns or 0) + transfer
+            if waited > 0:
+                self.host.samples.record(rank.key, TRANSFER_WAIT, transfer / waited, int(events[-1, 0]))
 
     def forget(self, key: Any) -> None:
         with self.lock:
@@ -183,18 +200,22 @@ class LoaderPart(Part):
         hist = family("stallscope_batch_load_seconds")
         needed = family("stallscope_loader_workers_needed")
         limited = family("stallscope_loader_workers_quota_limited")
+        transfer = family("stallscope_data_transfer_seconds_total")
         for rank in self.host.ranks():
             with self.lock:
                 st = self.states.get(rank.key)
                 if st is None:
                     continue
                 cumulative, total = st.hist.cumulative(), st.hist.sum_ns / 1e9
-                count, z = st.hist.count, st.sizing
+                count, z, moved = st.hist.count, st.sizing, st.transfer_ns
             if count:
                 hist.add_histogram(rank.labels, cumulative, total)
             if z is not None:
                 needed.add(rank.labels, z["workers_needed"])
                 limited.add(rank.labels, 1 if z["quota_limited"] else 0)
+            if moved is not None:
+                transfer.add(rank.labels, moved / 1e9)
         yield hist.family
         yield needed.family
         yield limited.family
+        yield transfer.family

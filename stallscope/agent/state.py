@@ -80,7 +80,9 @@ class RankState:
         self.provisional_ns = 0
         self.provisional_start_ns = 0  # when that call began (the hook's clock)
         self.exited_at: float | None = None  # monotonic time its main process was found gone
-        self.timeline = Ring(timeline_max, 3)
+        # (t_end, wait, interval, ready_wait): ready_wait -1 where the hook did not split
+        # the wait (hook/transfer.py)
+        self.timeline = Ring(timeline_max, 4)
         self.dropped_by_pid: dict[int, int] = {}
         self.dropped_base = 0
         self.clock_offset_ns = 0  # wall_ns - mono_ns as the hook last reported it
@@ -227,7 +229,7 @@ class RankTable:
             self._map_workers(rank)
         if msg["mono_ns"] and msg["wall_ns"]:
             rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
-        self._add_events(rank, msg["events"])
+        self._add_events(rank, msg["events"], msg.get("ready_wait"))
         if msg.get("blocked_since_ns") is not None:
             self._note_blocked(rank, msg["blocked_since_ns"], msg["mono_ns"] - msg["blocked_since_ns"])
 
@@ -283,7 +285,7 @@ class RankTable:
             rank.verified.pop(next(iter(rank.verified)))
         rank.verified[pid] = start
 
-    def _add_events(self, rank: RankState, events: Any) -> None:
+    def _add_events(self, rank: RankState, events: Any, ready: Any = None) -> None:
         arr = np.asarray(events, np.int64).reshape(-1, 3)
         if not len(arr):
             return
@@ -298,7 +300,10 @@ class RankTable:
                 rank.wait.sum_ns -= min(rank.provisional_ns, int(arr[0, 1]))
                 rank.step.sum_ns -= min(rank.provisional_ns, int(arr[0, 2]))
             rank.provisional_ns = 0
-        rank.timeline.extend(arr)
+        rows = np.empty((len(arr), 4), np.int64)
+        rows[:, :3] = arr
+        rows[:, 3] = -1 if ready is None else ready
+        rank.timeline.extend(rows)
 
     @staticmethod
     def _note_blocked(rank: RankState, since_ns: int, blocked_ns: int) -> None:
@@ -357,8 +362,9 @@ class RankTable:
                     if all(str(r.ident.get(k)) == str(v) for k, v in match.items())]
 
     def timeline(self, rank: RankState, seconds: float) -> np.ndarray:
-        """The rank's batch events of the last ``seconds``: an (n, 3) int64 array of
-        (t_end_ns, wait_ns, interval_ns), oldest first."""
+        """The rank's batch events of the last ``seconds``: an (n, 4) int64 array of
+        (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns is
+        -1 where the hook did not split the wait."""
         # Hook timestamps are CLOCK_MONOTONIC (perf_counter_ns), the clock of monotonic_ns.
         horizon = time.monotonic_ns() - int(min(seconds * 1e9, self.timeline_ns))
         with self.lock:

@@ -104,12 +104,16 @@ def _events_v1(raw: Any) -> np.ndarray:
         raise Reject("bad_schema", "event fields must be 64-bit integers") from None
 
 
-def _events_v2(n: Any, block: bytes) -> np.ndarray:
-    """Version 2: ``n`` events as three native int64 columns after the header."""
+def _events_v2(n: Any, cols: Any, block: bytes) -> tuple[np.ndarray, np.ndarray | None]:
+    """Version 2: ``n`` events as three native int64 columns after the header, or four
+    (``cols``: 4), the fourth the ready wait. Returns (events (n, 3), ready wait or None)."""
     count = _int(n, 0, wire.MAX_EVENTS_PER_MESSAGE, "n")
-    if len(block) != 24 * count:
-        raise Reject("bad_schema", "the event block holds %d bytes, not 24 x %d" % (len(block), count))
-    return np.frombuffer(block, "=i8").reshape(3, count).T.copy()
+    width = _int(cols, 3, 4, "cols")
+    if len(block) != 8 * width * count:
+        raise Reject("bad_schema", "the event block holds %d bytes, not %d x %d" % (
+            len(block), 8 * width, count))
+    columns = np.frombuffer(block, "=i8").reshape(width, count)
+    return columns[:3].T.copy(), (columns[3].copy() if width == 4 else None)
 
 
 def _check_events(ev: np.ndarray, now_ns: int) -> np.ndarray:
@@ -125,6 +129,17 @@ def _check_events(ev: np.ndarray, now_ns: int) -> np.ndarray:
             or ev[:, 2].max() > MAX_INTERVAL_NS:
         raise Reject("bad_time", "an event's time is not within the agent's clock")
     return ev
+
+
+def _check_ready(ready: np.ndarray | None, ev: np.ndarray, role: str) -> np.ndarray | None:
+    """Each batch's wait for a ready batch: within [0, its wait]; a trainer's only."""
+    if ready is None:
+        return None
+    if role != "main":
+        raise Reject("bad_ready_wait", "only a trainer's batch events carry a ready wait")
+    if len(ready) and ((ready < 0).any() or (ready > ev[:, 1]).any()):
+        raise Reject("bad_ready_wait", "a ready wait must lie within [0, the batch's wait]")
+    return ready
 
 
 def _loader(raw: Any) -> dict[str, Any] | None:
@@ -167,12 +182,13 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
     version = raw.get("v")
     if version not in wire.VERSIONS or type(version) is not int:
         raise Reject("bad_version", "unsupported version %r" % (version,))
+    ready = None
     if version == 1:
         if sep:
             raise Reject("bad_json", "a version 1 message is one JSON object")
         events = _events_v1(raw.get("events", []))
     else:
-        events = _events_v2(raw.get("n", 0), block)
+        events, ready = _events_v2(raw.get("n", 0), raw.get("cols", 3), block)
     if raw.get("kind") != "report":
         raise Reject("bad_schema", "unknown kind")
     role = raw.get("role", "main")
@@ -186,10 +202,12 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
         "wall_ns": _wall(raw.get("wall_ns", 0)),
         "dropped_total": _int(raw.get("dropped_total", 0), 0, MAX_COUNT, "dropped_total"),
         "events": _check_events(events, now_ns),
+        "ready_wait": None,
         "loader": _loader(raw.get("loader")),
         "blocked_since_ns": None,
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
     }
+    msg["ready_wait"] = _check_ready(ready, msg["events"], role)
     msg["blocked_since_ns"] = _blocked(raw, msg["mono_ns"])
     return msg
 

@@ -33,8 +33,9 @@ LEVEL_ONLY_NODE = 0.6
 ALWAYS_ON = 0.9             # a signal past its threshold this share of the time is "always on"
 
 # The causes probed through signals, with their co-occurrence lines (the vocabulary's);
-# the others are computed (too_few_workers: workers.py) or what is left (unexplained).
-CAUSES = tuple(c for c in vocabulary.CAUSES if c.lines)
+# the others are computed (too_few_workers: workers.py, transfer_cost: transfer.py) or
+# what is left (unexplained).
+CAUSES = tuple(c for c in vocabulary.CAUSES if c.lines and not c.computed)
 VOCABULARY = vocabulary.CAUSE_NAMES
 SHARED = frozenset(c.name for c in vocabulary.CAUSES if c.shared)
 

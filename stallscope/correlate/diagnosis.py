@@ -19,7 +19,7 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import epochs, rules, workers
+from . import epochs, rules, transfer, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
@@ -125,6 +125,14 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
         _, share = workers.busy_share(trace, swi)
         scored = [workers.contradict_cpu_shortage(c, share) for c in scored]
         scored = causes_mod.separate_cpu(scored, quota or {})
+        # short of CPU, workers answer the loop's requests for each batch late too
+        starved = max((c["score"] for c in scored
+                       if c["cause"] in ("cpu_throttle", "cpu_contention")), default=0.0)
+        moved = transfer.score(trace, steady, starved)
+        if moved is None:
+            missing.append(transfer.NAME)
+        else:
+            scored.append(moved)
         others = max((c["score"] for c in scored), default=0.0)
         tfw = workers.score(trace, per, others, swi)
         if tfw is None:

@@ -86,6 +86,7 @@ class RankTrace:
     signals: dict           # rank-scoped: name -> Series
     node_signals: dict      # node-wide: name -> Series
     gpu_source: str = None  # "nvml", "dcgm", "simulated" ... when GPU samples exist
+    ready_wait: np.ndarray = None  # int64 ns, -1 where the wait was not split
 
     @property
     def n(self):
@@ -105,7 +106,15 @@ class RankTrace:
             return ({k: s.clip(t_ns, 2**62) for k, s in d.items()})
         return dataclasses.replace(self, t_end=self.t_end[keep], wait=self.wait[keep],
                                    interval=self.interval[keep], signals=clip(self.signals),
-                                   node_signals=clip(self.node_signals))
+                                   node_signals=clip(self.node_signals),
+                                   ready_wait=self.ready[keep])
+
+    @property
+    def ready(self):
+        """Per batch, the wait for a ready batch (ns), -1 where the wait was not split."""
+        if self.ready_wait is None:
+            self.ready_wait = np.full(self.n, -1, np.int64)
+        return self.ready_wait
 
     def span(self):
         """(start, end) ns covered by the batch events, or None when there are none."""
@@ -132,18 +141,21 @@ class RankTrace:
     @classmethod
     def from_events(cls, ident: Any, loader: Any, events: Any, signals: Any = None, node_signals: Any = None,
                     gpu_source: Any = None) -> "RankTrace":
+        """``events``: (n, 3) rows of (t_end, wait, interval), or (n, 4) with ready_wait."""
         ev = events if isinstance(events, np.ndarray) else events_array(events)
         if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
             ev = ev[np.argsort(ev[:, 0], kind="stable")]
+        ready = ev[:, 3].copy() if ev.ndim == 2 and ev.shape[1] > 3 else np.full(len(ev), -1, np.int64)
         return cls(ident=ident, loader=loader, t_end=ev[:, 0].copy(), wait=ev[:, 1].copy(),
                    interval=ev[:, 2].copy(), signals=signals or {},
-                   node_signals=node_signals or {}, gpu_source=gpu_source)
+                   node_signals=node_signals or {}, gpu_source=gpu_source, ready_wait=ready)
 
     @classmethod
     def from_timeline(cls, body):
         """From a ``/api/v1/timeline`` body (or a stored trace's ``timeline``)."""
         batches = body.get("batches") or []
-        events = [(b["t_end_ns"], b["wait_ns"], b["interval_ns"]) for b in batches]
+        events = [(b["t_end_ns"], b["wait_ns"], b["interval_ns"], b.get("ready_wait_ns", -1))
+                  for b in batches]
         signals = {k: Series.from_points(v) for k, v in (body.get("signals") or {}).items()}
         node = {k: Series.from_points(v) for k, v in (body.get("node_signals") or {}).items()}
         gpu = body.get("gpu") if isinstance(body.get("gpu"), dict) else {}
@@ -160,9 +172,11 @@ def points_array(points: Any) -> Any:
 
 
 def events_array(events: Any) -> Any:
-    """[(t_end, wait, interval)] -> an (n, 3) int64 array."""
+    """[(t_end, wait, interval)] -> an (n, 3) int64 array; rows of four (with the ready
+    wait) -> (n, 4)."""
+    width = len(events[0]) if len(events) else 3
     return np.fromiter(itertools.chain.from_iterable(events), np.int64,
-                       3 * len(events)).reshape(-1, 3)
+                       width * len(events)).reshape(-1, width)
 
 
 class WaitIndex:

@@ -13,8 +13,11 @@ another; the agent's own verdict is kept in the report as ``agent_verdict``.
   stacks put it outside the loader), else ``unknown``. No data at all: ``unknown``.
 Causes come from the agent; without it, from the correlator's scores that Prometheus
 has (``stallscope_stall_cause_score``) and the pod's signals over their thresholds,
-which are level-only evidence (their timing against the stalls is unknown there).
+which are level-only evidence (their timing against the stalls is unknown there),
+except for a computed cause measured by the hook (``transfer_cost``): its signal's
+value is its score.
 """
+from .. import vocabulary
 from ..correlate import rules
 from .cluster import CFG, THRESHOLD
 from .window import human
@@ -139,7 +142,9 @@ def causes_without_agent(cluster):
     """Ranked causes from what Prometheus holds, honestly scored: the correlator's
     published scores (top three of an input-bound rank) with the pod's signals as their
     evidence; signals over their alert line and the loader sizing as level-only
-    candidates (their timing against the stalls is unknown without the timelines)."""
+    candidates (their timing against the stalls is unknown without the timelines); a
+    computed cause's signal over its line (the transfer's share of the wait) at its
+    value, which is what the correlator scores too."""
     evidence = {}
     for s in cluster.get("signals") or []:
         if s["cause"]:
@@ -155,18 +160,33 @@ def causes_without_agent(cluster):
             "evidence": evidence.get(c["cause"], [])}
            for c in cluster.get("cause_scores") or []]
     seen = {c["cause"] for c in out}
+    # Starved workers stretch the handover too (correlate/transfer.py): the transfer's
+    # share counts for as much as the CPU shortage leaves to it.
+    starved = max([c["score"] for c in out if c["cause"] == "cpu_throttle"] +
+                  [LEVEL_ONLY_SCORE for e in evidence.get("cpu_throttle", ())
+                   if _over(e["value"], e["threshold"], e["direction"])], default=0.0)
     for cause, rows in sorted(evidence.items()):
         over = [e for e in rows if _over(e["value"], e["threshold"], e["direction"])]
         if cause in seen or not over:
             continue
         e = over[0]
+        score = LEVEL_ONLY_SCORE
+        known = vocabulary.CAUSE.get(cause)
         if e["signal"] == "workers_needed":
             text = ("The agent's sizing says %d workers keep up, the loader has %d; without the "
                     "node's timelines the stall period is unknown." % (e["value"], e["threshold"]))
+        elif known is not None and known.computed:
+            score = round(min(1.0, float(e["value"])) * (1.0 - starved), 4)
+            text = ("%s was %s over the window (line %s): measured by the hook, that share of the "
+                    "rank's data-wait went to getting batches from the workers into the loop, not "
+                    "to waiting for them." % (e["signal"], pct(e["value"]), pct(e["threshold"])))
+            if starved:
+                text += (" But the workers may have been short of CPU (cpu_throttle %.2f), which "
+                         "stretches the handover too." % starved)
         else:
             text = ("%s was %s its line (%g) in the window; without the node's timelines its "
                     "timing against the stalls is unknown." % (e["signal"], e["direction"], e["threshold"]))
-        out.append({"cause": cause, "score": LEVEL_ONLY_SCORE, "summary": text, "evidence": over})
+        out.append({"cause": cause, "score": score, "summary": text, "evidence": over})
     best = max((c["score"] for c in out), default=0.0)
     out.append({"cause": "unexplained", "score": round(1.0 - best, 4),
                 "summary": "What the candidates above do not account for (no correlator "

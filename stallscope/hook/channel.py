@@ -1,8 +1,9 @@
 """Delivery of hook events to the node agent: batched, non-blocking, bounded.
 
-The training loop only appends two integers to a list per batch (see watch.py). A daemon
-thread in each process drains those lists a few times a second and sends one message
-per stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.
+The training loop only appends two integers to a list per batch (see watch.py), and two
+per poll of a DataLoader's queue where the wait is split (transfer.py). A daemon thread
+in each process drains those lists a few times a second and sends one message per
+stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.
 
 Why SEQPACKET: it keeps message boundaries like a datagram, but each connection has its
 own send buffer. Unix datagram sockets share one receive queue of
@@ -25,7 +26,7 @@ import time
 import weakref
 from operator import sub
 
-from . import wire
+from . import transfer, wire
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class Stream:
     """The batches of one iterator (one epoch of one watched loader)."""
 
     __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
-                 "last_sent", "blocked_since", "__weakref__")
+                 "last_sent", "blocked_since", "polls", "nested", "__weakref__")
 
     def __init__(self, ident: Ident, role: str = "main", owner: object = None) -> None:
         self.buf: list[int] = []  # flat [start, end, start, end, ...] appended by the loop
@@ -66,6 +67,20 @@ class Stream:
         # The stream ends when its owner goes away; a weakref.ref, or None for never.
         self.owner: Callable[[], object] | None = weakref.ref(owner) if owner is not None else None
         self.last_sent = 0.0
+        # The loader's queue polls, flat [start, end, ...] (hook/transfer.py), when the
+        # waits are split into waiting for a ready batch and transfer; nested: every poll
+        # lies inside one next() call (the loop polls itself).
+        self.polls: list[int] | None = None
+        self.nested = True
+
+    def split(self, polls: list[int], nested: bool) -> bool:
+        """Split this stream's waits with ``polls``; only before its first batch, so that
+        every event it sends carries the ready wait."""
+        if self.pending or self.buf or self.prev_end is not None:
+            return False
+        self.pending = wire.Columns(ready=True)
+        self.polls, self.nested = polls, nested
+        return True
 
     def finished(self) -> bool:
         return self.owner is not None and self.owner() is None
@@ -166,6 +181,8 @@ class Channel:
         while True:
             n = min(len(pending), wire.MAX_EVENTS_PER_MESSAGE)
             msg = self._message(stream.ident, stream.role, {"n": n})
+            if pending.ready is not None:
+                msg["cols"] = pending.cols
             if stream.loader is not None:
                 msg["loader"] = stream.loader
             if stream.cuda is not None:
@@ -204,8 +221,16 @@ class Channel:
             # The first batch of an iterator has no predecessor: its interval is its wait,
             # so wait <= interval holds for every event and the SLI stays within [0, 1].
             before = ([prev] if prev is not None else [starts[0]]) + ends[:-1]
-            events.extend(ends, waits, list(map(sub, ends, before)))
+            ready = None
+            if stream.polls is not None:
+                try:
+                    ready = transfer.ready_waits(pairs, waits, stream.polls, stream.nested)
+                except Exception:  # unknown: counted as waiting, never as transfer
+                    ready = None
+            events.extend(ends, waits, list(map(sub, ends, before)), ready)
             stream.prev_end = ends[-1]
+        elif stream.polls is not None:
+            transfer.trim(stream.polls)
         excess = len(events) - MAX_PENDING
         if excess > 0:
             events.drop_first(excess)

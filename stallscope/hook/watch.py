@@ -6,7 +6,9 @@ through (``set_epoch``, ``dataset``, ``sampler`` ...), and ``isinstance(w, DataL
 still true (``__class__`` is forwarded, as wrapt's ObjectProxy does). Instrumentation is
 idempotent (watching a watched loader returns it) and reversible (``unwatch``).
 
-Per batch the loop pays for two ``perf_counter_ns`` calls and two list appends; all
+Per batch the loop pays for two ``perf_counter_ns`` calls and two list appends, and with
+a multi-process DataLoader without pin_memory as much again around its queue's poll
+(the split of the wait into waiting for a ready batch and transfer: transfer.py); all
 other work happens on the channel's flush thread (channel.py).
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import warnings
 from time import perf_counter_ns
 
-from . import batches, channel, device, identity
+from . import batches, channel, device, identity, transfer
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -109,6 +111,9 @@ class _Watched:
         except Exception:
             stream.loader = None
         stream.cuda = device.cuda_device()
+        polls = transfer.attach(it)  # waiting for a ready batch vs transfer (never raises)
+        if polls is not None:
+            stream.split(*polls)
         ch.add_stream(stream)
         return wrapper
 

@@ -3,9 +3,11 @@
 One message per unix SOCK_SEQPACKET record, at most MAX_MESSAGE_BYTES: a JSON header,
 then, when it carries batch events, a newline and the events as a binary block of three
 columns of native int64 (t_end_ns x n, then wait_ns x n, then interval_ns x n; the
-header says ``"n": n``). Both ends run on one node, so native byte order is theirs. The
-binary block costs the hook and the agent no per-event Python object (JSON lists of
-lists did: ~1.8 us a batch in the hook's flush thread). No pickle: the agent parses input
+header says ``"n": n``), or four with ``"cols": 4``: then ready_wait_ns x n follows, the
+part of each wait spent waiting for a worker's batch to be ready (hook/transfer.py).
+Both ends run on one node, so native byte order is theirs. The binary block costs the
+hook and the agent no per-event Python object (JSON lists of lists did: ~1.8 us a batch
+in the hook's flush thread). No pickle: the agent parses input
 from every process on the node and must not execute any of it. Version 1 (events as a
 JSON list in the header) is still accepted.
 
@@ -21,6 +23,9 @@ JSON list in the header) is still accepted.
                                   #   per batch: (t_end_ns, wait_ns, interval_ns); for
                                   #   role=worker, (t_end_ns, load_ns, interval_ns), the
                                   #   time to produce the batch (hook/batches.py)
+     "cols": 4,                   # optional, role=main: a fourth column, ready_wait_ns,
+                                  #   0 <= ready_wait_ns <= wait_ns; wait - ready_wait is
+                                  #   the transfer (receive, unpickle, pin, bookkeeping)
      "blocked_since_ns": int,     # optional: the loop is inside next() since then and the
                                   #   batch has not come (the agent counts the wait so far)
      "io": {...},                 # optional: shard reads, cache lookups (hook/shards.py)
@@ -47,20 +52,26 @@ if TYPE_CHECKING:
 VERSION = 2
 VERSIONS = (1, 2)   # what the agent accepts
 MAX_MESSAGE_BYTES = 65536
-MAX_EVENTS_PER_MESSAGE = 1000   # 24 KB of binary events, leaving room for the header
+MAX_EVENTS_PER_MESSAGE = 1000   # 32 KB of binary events at most, leaving room for the header
 DEFAULT_SOCKET = "/run/stallscope/hook.sock"
 SEPARATOR = b"\n"  # never in compact JSON (strings escape it)
 
 
 class Columns:
-    """Batch events waiting for delivery, as three int64 columns (no object per event)."""
+    """Batch events waiting for delivery, as three int64 columns (no object per event),
+    and a fourth, the ready wait, for a stream whose waits are split (``ready=True``)."""
 
-    __slots__ = ("ends", "waits", "intervals")
+    __slots__ = ("ends", "waits", "intervals", "ready")
 
-    def __init__(self) -> None:
+    def __init__(self, ready: bool = False) -> None:
         self.ends = array("q")
         self.waits = array("q")
         self.intervals = array("q")
+        self.ready: array[int] | None = array("q") if ready else None
+
+    @property
+    def cols(self) -> int:
+        return 3 if self.ready is None else 4
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -68,28 +79,39 @@ class Columns:
     def __getitem__(self, i: int | slice) -> list[int] | list[list[int]]:
         if isinstance(i, slice):
             return list(self)[i]
-        return [self.ends[i], self.waits[i], self.intervals[i]]
+        row = [self.ends[i], self.waits[i], self.intervals[i]]
+        return row if self.ready is None else row + [self.ready[i]]
 
     def __iter__(self):  # type: ignore[no-untyped-def]
-        return (list(e) for e in zip(self.ends, self.waits, self.intervals))
+        if self.ready is None:
+            return (list(e) for e in zip(self.ends, self.waits, self.intervals))
+        return (list(e) for e in zip(self.ends, self.waits, self.intervals, self.ready))
 
     def __eq__(self, other: object) -> bool:
         return bool(list(self) == list(other))  # type: ignore[call-overload]
 
     __hash__ = None  # type: ignore[assignment]
 
-    def extend(self, ends: list[int], waits: list[int], intervals: list[int]) -> None:
+    def extend(self, ends: list[int], waits: list[int], intervals: list[int],
+               ready: list[int] | None = None) -> None:
         self.ends.extend(ends)
         self.waits.extend(waits)
         self.intervals.extend(intervals)
+        if self.ready is not None:
+            # Never without values: unknown, the whole wait counts as waiting for a ready
+            # batch (no transfer is claimed that was not measured).
+            self.ready.extend(ready if ready is not None else waits)
 
     def drop_first(self, n: int) -> None:
         del self.ends[:n]
         del self.waits[:n]
         del self.intervals[:n]
+        if self.ready is not None:
+            del self.ready[:n]
 
     def block(self, n: int) -> bytes:
-        return self.ends[:n].tobytes() + self.waits[:n].tobytes() + self.intervals[:n].tobytes()
+        data = self.ends[:n].tobytes() + self.waits[:n].tobytes() + self.intervals[:n].tobytes()
+        return data if self.ready is None else data + self.ready[:n].tobytes()
 
 
 def encode(message: Mapping[str, object], events: bytes = b"") -> bytes:

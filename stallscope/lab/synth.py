@@ -14,10 +14,14 @@ import numpy as np
 SEC = 1_000_000_000
 
 
-def simulate(n, workers, load, compute, prefetch=2, t0=10 * SEC, extra=None, collective=None):
+def simulate(n, workers, load, compute, prefetch=2, t0=10 * SEC, extra=None, collective=None,
+             transfer=None):
     """Batch events of ``n`` batches. ``load(k, t_s)`` and ``compute(k, t_s)`` give seconds;
     ``extra(k, t_s)`` adds a wait on top (a stuck read); ``collective(k, t_s)`` adds time
-    after compute in which the GPU is idle but the loop is not waiting on data.
+    after compute in which the GPU is idle but the loop is not waiting on data;
+    ``transfer(k, t_s)`` is the time the loop takes to get a ready batch from the workers
+    (receive, unpickle): with it, each event carries a fourth number, its ready wait (the
+    hook's split, hook/transfer.py).
     Returns (events, compute_phases) with phases as [(start_ns, end_ns)] of GPU work."""
     events, phases = [], []
     ready = {}
@@ -37,8 +41,12 @@ def simulate(n, workers, load, compute, prefetch=2, t0=10 * SEC, extra=None, col
             got = max(t, ready.pop(k))
         if extra is not None:
             got += int(extra(k, got / SEC) * SEC)
+        ready_wait = got - t
+        if transfer is not None:
+            got += int(transfer(k, got / SEC) * SEC)
         wait = got - t
-        events.append((got, wait, got - prev_end if prev_end is not None else wait))
+        event = (got, wait, got - prev_end if prev_end is not None else wait)
+        events.append(event if transfer is None else event + (ready_wait,))
         prev_end = got
         if workers:
             request[k + workers * prefetch] = got
@@ -83,8 +91,9 @@ def body(events, rank=0, job="synthetic", workers=None, signals=None, node_signa
            "loader": None if workers is None else {
                "num_workers": workers, "prefetch_factor": 2 if workers else None,
                "pin_memory": False, "persistent_workers": True, "batch_size": 32},
-           "batches": [{"t_end_ns": int(e), "wait_ns": int(w), "interval_ns": int(i)}
-                       for e, w, i in events],
+           "batches": [dict({"t_end_ns": int(e[0]), "wait_ns": int(e[1]), "interval_ns": int(e[2])},
+                            **({"ready_wait_ns": int(e[3])} if len(e) > 3 else {}))
+                       for e in events],
            "signals": dict(signals or {}), "node_signals": dict(node_signals or {})}
     if gpu is not None:
         out["signals"]["gpu_busy_ratio"] = gpu

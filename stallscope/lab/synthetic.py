@@ -26,13 +26,14 @@ def episode(t):
     return ((t - T0) % EPISODE_EVERY) >= (EPISODE_EVERY - EPISODE_ON)
 
 
-def _run(seed, workers, load, compute, n=None, collective=None, extra=None):
+def _run(seed, workers, load, compute, n=None, collective=None, extra=None, transfer=None):
     rng = np.random.default_rng(seed)
     j = synth.jitter(rng, 0.08)
     n = n or int(DURATION / 0.1)
     ev, ph = synth.simulate(
         n, workers, lambda k, t: j(load(k, t)), lambda k, t: j(compute(k, t)),
-        t0=int(T0 * synth.SEC), collective=collective, extra=extra)
+        t0=int(T0 * synth.SEC), collective=collective, extra=extra,
+        transfer=None if transfer is None else (lambda k, t: j(transfer(k, t))))
     end = int((T0 + DURATION) * synth.SEC)
     ev = [e for e in ev if e[0] <= end]
     ph = [p for p in ph if p[1] <= end]
@@ -78,6 +79,15 @@ def too_few_workers(job):
                   _run(3, 4, lambda k, t: 0.6, lambda k, t: 0.1), 4,
                   signals={"batch_load_seconds": lambda t: 0.6, "workers_cpu_ratio": lambda t: 3.8,
                            "cfs_throttled_ratio": lambda t: 0.0})
+
+
+def transfer_cost(job):
+    return _trace(job, "4 workers at 0.2 s per batch keep far ahead of 0.1 s compute, but the "
+                  "loop takes 12 ms to receive and unpickle each batch (the hook's split); "
+                  "decoys: workers on their cores, throttling high all along.",
+                  _run(16, 4, lambda k, t: 0.2, lambda k, t: 0.1, transfer=lambda k, t: 0.012), 4,
+                  signals={"batch_load_seconds": lambda t: 0.2, "workers_cpu_ratio": lambda t: 3.6,
+                           "cfs_throttled_ratio": lambda t: 0.3})
 
 
 def cpu_throttle_episodes(job):

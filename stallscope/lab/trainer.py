@@ -14,7 +14,7 @@ The plan (JSON):
 
 - ``rank``, ``world_size``, ``master`` (host:port of the gloo rendezvous; a world of
   one rank trains alone, without a process group), ``max_s``
-- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``
+- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``, ``pin_memory``
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
@@ -22,7 +22,9 @@ The plan (JSON):
   worker's next slot (each worker delivers at most one sample per ``sample_pace_s``,
   as through a stream with a per-connection rate cap: a worker that fell behind makes
   up a sleep's overrun, never a burst after sitting idle), and a tensor of
-  ``sample_bytes``
+  ``sample_bytes`` (or, with
+  ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
+  batch for the training process to take over, a transfer cost)
 - per step: ``compute_s``; with ``compute_overlaps_cpu`` the step's CPU work (forward,
   backward, all_reduce, optimizer) runs while the simulated GPU computes, as it does
   when a real GPU runs ahead of the CPU: the step takes ``compute_s`` from the batch's
@@ -73,6 +75,7 @@ def _dataset(plan):
         def __init__(self):
             self.source = None
             self.floats = max(FEATURES, plan.get("sample_bytes", 4096) // 4)
+            self.tensors = max(1, plan.get("tensors_per_sample", 1))
             self.sleep_s, self.read_at = plan.get("sample_sleep_s", 0.0), 0.0
             self.pace_s, self.next_slot = plan.get("sample_pace_s", 0.0), 0.0
 
@@ -102,6 +105,9 @@ def _dataset(plan):
                 time.sleep(sleep_s)
             if self.pace_s:
                 self.wait_for_slot()
+            if self.tensors > 1:
+                part = -(-self.floats // self.tensors)
+                return tuple(torch.full((part,), float(len(data) % 7)) for _ in range(self.tensors))
             return torch.full((self.floats,), float(len(data) % 7))
 
         def wait_for_slot(self):
@@ -186,6 +192,8 @@ def main(argv):
             kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
         if plan.get("in_order") is False:
             kw["in_order"] = False  # torch >= 2.6
+        if plan.get("pin_memory"):
+            kw["pin_memory"] = True  # without an accelerator torch warns and does not pin
     loader = DataLoader(_dataset(plan), batch_size=plan.get("batch_size", 8),
                         num_workers=workers, **kw)
     loader = stallscope.watch(loader)
@@ -206,6 +214,8 @@ def main(argv):
     try:
         for batch in loader:
             arrived = time.monotonic()
+            if isinstance(batch, (list, tuple)):  # tensors_per_sample: one per part
+                batch = torch.cat(batch, 1)
             opt.zero_grad()
             model(batch[:, :FEATURES]).sum().backward()
             if not overlap:

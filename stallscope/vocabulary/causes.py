@@ -49,12 +49,23 @@ CAUSES = (
     Cause("too_few_workers", "The loader is too slow for the compute", (), (),
           "StallscopeDataWaitHigh",
           "Raise num_workers (up to the CPU quota minus one core), set persistent_workers=True, "
-          "or make per-sample work cheaper (pre-decode, decode on the GPU)."),
+          "or make per-sample work cheaper (pre-decode, decode on the GPU).", computed=True),
+    # Measured by the hook (hook/transfer.py): the part of each wait that was not waiting
+    # for a worker's batch to be ready. Its score is that part's share of the wait; the
+    # line is where diagnose names it from Prometheus alone: most of the wait.
+    Cause("transfer_cost", "Getting each batch from the workers into the training process "
+          "(receive, unpickle, pin, the loader's bookkeeping) took most of the wait", (
+              Line("transfer_wait_ratio", 0.5, scopes=("rank",)),), (),
+          "StallscopeDataWaitHigh",
+          "Cut the per-batch transfer, which more workers, CPU quota or faster storage will not "
+          "remove: fewer tensors per sample (pack them into one), larger batches per transfer, "
+          "collate in the workers rather than in the main process, and pin_memory=True so a "
+          "thread receives batches beside the loop.", computed=True),
     Cause("epoch_start", "Each epoch waits for its loader workers to start", (), (),
           "StallscopeDataWaitHigh",
           "Set persistent_workers=True so workers survive across epochs; make worker start-up "
           "cheap (open files and build indexes lazily, not in Dataset.__init__ copied to every "
-          "worker); keep prefetch_factor >= 2."),
+          "worker); keep prefetch_factor >= 2.", computed=True),
     Cause("storage_latency", "Shard reads were slow", (
         Line("shard_read_seconds", 0.05, scopes=("rank",)),
         Line("workers_dstate", 0.5, scopes=("rank",))),

@@ -89,7 +89,10 @@ class Cause:
     the headline alert covers it); ``runbook_alert``: whose runbook it is in;
     ``advice``: the first thing to do. ``shared``: a node-wide symptom that other tenants
     share (pressure, the node's disk writes); when one of the rank's own causes explains
-    the wait too, that one leads (issue 16)."""
+    the wait too, that one leads (issue 16). ``computed``: the correlator scores it from
+    the hook's own numbers, never by co-occurrence; its lines, if any, are where
+    ``stallscope diagnose`` judges it from Prometheus alone, where the signal's value is
+    the score."""
     name: str
     what: str
     lines: tuple[Line, ...]
@@ -97,6 +100,7 @@ class Cause:
     runbook_alert: str
     advice: str
     shared: bool = False
+    computed: bool = False
 
     @property
     def runbook(self) -> str:

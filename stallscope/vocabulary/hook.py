@@ -7,9 +7,10 @@ from .labels import LOADER_CONFIG, RANK, TIER
 # Data-wait spans 100 µs (a prefetched batch) to tens of seconds (a dead mount): ten
 # buckets keep a rank's histogram at 12 series within the per-rank budget.
 WAIT_BUCKETS = (0.0001, 0.0005, 0.002, 0.01, 0.05, 0.25, 1.0, 5.0, 30.0)
-# Step and batch-load time are read through _sum and _count: three decades of buckets
-# are a rough distribution at 6 series each.
-STEP_BUCKETS = (0.1, 1.0, 10.0)
+# Step and batch-load time are read through _sum and _count: a rough distribution, at 5
+# series for the step (its 10 s bucket, which nothing read, made room in the per-rank
+# budget for the transfer counter) and 6 for batch load.
+STEP_BUCKETS = (0.1, 1.0)
 LOAD_BUCKETS = (0.01, 0.1, 1.0)
 # A page-cache hit (<1 ms) to a stuck network read (>2.5 s): 8 series per pod and tier.
 READ_BUCKETS = (0.001, 0.01, 0.05, 0.25, 2.5)
@@ -33,6 +34,10 @@ METRICS = (
            "last minute, capped by the pod's CPU quota.", RANK, "loader"),
     Metric("stallscope_loader_workers_quota_limited", "gauge",
            "1 when the CPU quota, not the worker count, limits the loader.", RANK, "loader"),
+    Metric("stallscope_data_transfer_seconds_total", "counter",
+           "Of the data-wait, the time the loop spent getting batches from the loader workers "
+           "(receive, unpickle, the pin-memory thread, the loader's bookkeeping), not waiting "
+           "for a worker's batch to be ready. Multi-process DataLoaders only.", RANK, "loader"),
     Metric("stallscope_shard_read_seconds", "histogram",
            "Latency of one shard read (open + reads), per pod and tier.", TIER, "shards",
            READ_BUCKETS),
@@ -48,6 +53,12 @@ SIGNALS = (
            "Time a loader worker took to produce one batch, one sample per batch.",
            "%s (rate(stallscope_batch_load_seconds_sum{$sel}[$w]))\n/\n"
            "%s (rate(stallscope_batch_load_seconds_count{$sel}[$w]))" % (_BY_RANK, _BY_RANK),
+           ("namespace", "job", "rank", "pod", "node"), cadence="batch"),
+    Signal("transfer_wait_ratio", "ratio", ("rank",), "loader",
+           "Share of the loop's data-wait spent on transfer (receiving, unpickling, pinning a "
+           "batch) rather than waiting for a worker's batch to be ready, one sample per report.",
+           "%s (rate(stallscope_data_transfer_seconds_total{$sel}[$w]))\n/\n"
+           "%s (rate(stallscope_data_wait_seconds_sum{$sel}[$w]))" % (_BY_RANK, _BY_RANK),
            ("namespace", "job", "rank", "pod", "node"), cadence="batch"),
     Signal("shard_read_seconds", "seconds", ("rank",), "shards",
            "Latency of one shard read, one sample per read; in Prometheus its p99 per tier.",

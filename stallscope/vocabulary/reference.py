@@ -42,6 +42,14 @@ def exporters_table():
     return _table(("exporter", "default", "reads", "metrics", "correlator signals"), rows)
 
 
+def _lines(c):
+    lines = "; ".join("%s %s %g" % (line.signal, ">" if line.above else "<", line.threshold)
+                      for line in c.lines)
+    if c.computed:
+        return "computed" + ("; in Prometheus: " + lines if lines else "")
+    return lines or "computed"
+
+
 def reference():
     parts = [BANNER, "# Reference: metrics, signals, causes, exporters", "",
              "Everything here is declared once in `stallscope/vocabulary/`; this page is "
@@ -59,12 +67,12 @@ def reference():
                     [("`%s`" % s.name, s.unit, ", ".join(s.scopes), s.producer,
                       "yes" if s.query else "-", s.help) for s in SIGNALS]),
              "", "## Causes", "",
-             "Named by their fix. Lines: the co-occurrence lines the correlator probes; alerts: "
-             "what pages on the cause, with its line and why it differs, where it does.", "",
+             "Named by their fix. Lines: the co-occurrence lines the correlator probes (of a "
+             "computed cause, scored from the hook's own numbers, where `stallscope diagnose` "
+             "names it from Prometheus alone); alerts: what pages on the cause, with its line "
+             "and why it differs, where it does.", "",
              _table(("cause", "lines", "alerts", "runbook", "first thing to do"),
-                    [("`%s`" % c.name,
-                      "; ".join("%s %s %g" % (line.signal, ">" if line.above else "<", line.threshold)
-                                for line in c.lines) or "computed",
+                    [("`%s`" % c.name, _lines(c),
                       "; ".join("%s (%s %s %g)%s" % (a.name, a.signal, a.op, a.line,
                                                       ": " + a.why if a.why else "")
                                 for a in c.alerts) or "the headline alert",

@@ -71,7 +71,30 @@ def mutate(rng, msg):
     return msg
 
 
+def as_v2(rng, msg):
+    """``msg`` in wire version 2, with the ready-wait column (valid, or one hostile value)
+    when it is a trainer's, when its events are integers."""
+    from array import array
+
+    events = msg.pop("events", None)
+    head = dict(msg, v=2)
+    try:
+        cols = [array("q", [e[k] for e in events]) for k in range(3)]
+    except (TypeError, IndexError, KeyError, OverflowError):
+        return json.dumps(dict(head, events=events)).encode()
+    head["n"] = len(events)
+    if msg.get("role") == "main" and rng.random() < 0.8:
+        ready = [rng.randrange(0, max(w, 0) + 1) for w in cols[1]]
+        if ready and rng.random() < 0.3:
+            ready[rng.randrange(len(ready))] = rng.choice([-1, 2**62, cols[1][0] + 1])
+        cols.append(array("q", ready))
+        head["cols"] = rng.choice([4] * 8 + [3, 5, "4"])
+    return json.dumps(head).encode() + b"\n" + b"".join(c.tobytes() for c in cols)
+
+
 def encode(rng, msg):
+    if rng.random() < 0.3:
+        return as_v2(rng, msg)
     data = json.dumps(msg).encode()
     r = rng.random()
     if r < 0.05:

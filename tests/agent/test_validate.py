@@ -33,8 +33,10 @@ def good(t0=None, **over):
     return json.dumps(msg).encode()
 
 
-def v2(events, n=None, wait=10**6, **over):
-    """A version 2 message: the JSON header, then ``events`` as three int64 columns."""
+def v2(events, n=None, wait=10**6, ready=None, **over):
+    """A version 2 message: the JSON header, then ``events`` as three int64 columns, and
+    a fourth, ``ready`` (the ready waits), when given (the header says ``cols``: 4 unless
+    ``cols`` is given)."""
     import array
 
     now = time.monotonic_ns()
@@ -42,7 +44,11 @@ def v2(events, n=None, wait=10**6, **over):
     head = json.loads(good(**over))
     head.pop("events")
     head.update(v=2, n=events if n is None else n, mono_ns=now)
+    if ready is not None:
+        head.setdefault("cols", 4)
     cols = array.array("q", ends) + array.array("q", [wait] * events) + array.array("q", [10**8] * events)
+    if ready is not None:
+        cols += array.array("q", ready)
     return json.dumps(head).encode() + b"\n" + cols.tobytes()
 
 
@@ -54,6 +60,45 @@ def test_version_2_carries_events_as_binary_columns():
         validate.parse(v2(2, wait=2 * 10**8))  # wait longer than its interval
     assert e.value.reason == "bad_schema"
     assert len(validate.parse(v2(0))["events"]) == 0
+
+
+def test_the_ready_wait_column_is_read_and_checked():
+    msg = validate.parse(v2(3, ready=[0, 4 * 10**5, 10**6]))
+    assert msg["events"].shape == (3, 3) and msg["ready_wait"].tolist() == [0, 4 * 10**5, 10**6]
+    assert validate.parse(v2(3))["ready_wait"] is None   # three columns: no split
+    assert validate.parse(good())["ready_wait"] is None  # version 1: no split
+    assert len(validate.parse(v2(0, ready=[]))["ready_wait"]) == 0
+
+
+@pytest.mark.parametrize("data,reason", [
+    (v2(2, ready=[10, -1]), "bad_ready_wait"),            # negative
+    (v2(2, ready=[10, 10**6 + 1]), "bad_ready_wait"),     # longer than its wait
+    (v2(2, ready=[10, 2**63 - 1]), "bad_ready_wait"),
+    (v2(2, ready=[10, 10], role="worker"), "bad_ready_wait"),  # a worker's events have none
+    (v2(2, ready=[10]), "bad_schema"),                    # a short fourth column
+    (v2(2, ready=[10, 10], cols=3), "bad_schema"),        # a block longer than 3 columns
+    (v2(2, cols=4), "bad_schema"),                        # 4 columns said, 3 sent
+    (v2(2, ready=[10, 10], cols=5), "bad_schema"),
+    (v2(2, ready=[10, 10], cols="4"), "bad_schema"),
+    (v2(2, ready=[10, 10], cols=True), "bad_schema"),
+])
+def test_a_malformed_ready_wait_is_refused_with_a_reason(data, reason):
+    with pytest.raises(validate.Reject) as e:
+        validate.parse(data)
+    assert e.value.reason == reason
+
+
+def test_the_ingest_counts_a_bad_ready_wait_and_keeps_the_rank_unharmed():
+    table = state.RankTable()
+    ing = ingest_of(table)
+    assert ing.handle(v2(2, ready=[10, 20]))
+    assert not ing.handle(v2(2, ready=[10, -20]))
+    assert dict(ing.stats.rejected) == {"bad_ready_wait": 1}
+    rank = table.snapshot()[0]
+    assert rank.wait.count == 2  # the refused report added nothing
+    assert rank.timeline.rows()[:, 3].tolist() == [10, 20]
+    assert ing.handle(v2(1))  # a report without the split: -1 in the timeline
+    assert rank.timeline.rows()[:, 3].tolist() == [10, 20, -1]
 
 
 def ingest_of(table):

@@ -37,8 +37,10 @@ def test_agent_diagnoses_a_starved_loader_and_a_healthy_one(tmp_path):
     want, plan = expected_wait_ratio(starved)
     with lab_session(tmp_path / "lab") as session:
         agent = session.start_agent(30, ["--correlate.interval", "1", "--correlate.window", "30"])
-        slow_job = session.start_job(starved, ranks=1, name="slow")
-        fine_job = session.start_job(fine, ranks=1, name="fine")
+        # each its own pods: as root each lab pod has a cgroup of its own, and a pod name
+        # belongs to the first domain that reports it (the other job's would be refused)
+        slow_job = session.start_job(starved, ranks=1, name="slow", pod_prefix="slow-")
+        fine_job = session.start_job(fine, ranks=1, name="fine", pod_prefix="fine-")
         slow_job.wait_ready()
         fine_job.wait_ready()
         # the stalls start with the first worker round: wait for enough batches
@@ -117,3 +119,53 @@ def test_a_stall_starting_mid_run_is_named_within_seconds(tmp_path):
             while get(agent, "/api/v1/diagnosis?rank=0&job=stepped")[1]["detection"]["stalled"]:
                 assert time.monotonic() < deadline, "the stall did not clear"
                 time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_wait_that_is_transfer_is_named_transfer_cost_and_slow_workers_stay_too_few(tmp_path):
+    """Real DataLoaders, a real agent, the hook's split of each wait (hook/transfer.py):
+    the transfer-cost scenario's rank gets 48 tensors a sample from workers that do no
+    work, so its wait is taking over their shared-memory tensors, not waiting for them;
+    the too-few-workers scenario's rank waits for its workers, with one tensor a batch to
+    take over."""
+    pytest.importorskip("torch")
+    moved, starved = scenarios.get("transfer-cost"), scenarios.get("too-few-workers")
+    with lab_session(tmp_path / "lab") as session:
+        agent = session.start_agent(30, ["--correlate.interval", "1", "--correlate.window", "30"])
+        # each its own pods: a pod name belongs to the first domain that reports it
+        jobs = {"moved": session.start_job(moved, ranks=1, name="moved", pod_prefix="moved-"),
+                "slow": session.start_job(starved, ranks=1, name="slow", pod_prefix="slow-")}
+        for job in jobs.values():
+            job.wait_ready()
+        bodies = {}
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(bodies) < 2:
+            session.check_alive()
+            for name in jobs:
+                status, body = get(agent, "/api/v1/diagnosis?rank=0&job=%s" % name)
+                if status == 200 and body["batches"] >= 30 and body["verdict"] != "unknown":
+                    bodies[name] = body
+            time.sleep(1)
+        body = bodies.get("moved", {})
+        assert body.get("verdict") == "input_bound", json.dumps(body)
+        top = body["causes"][0]
+        assert top["cause"] == "transfer_cost", json.dumps(body["causes"])
+        evidence = {e["signal"]: e["during_stalls"] for e in top["evidence"]}
+        # the workers sleep 0 s a sample and keep the queue full: the wait is transfer
+        assert top["score"] >= 0.8 and evidence["transfer_wait_ratio"] >= 0.8, evidence
+        assert evidence["ready_wait_ratio"] < 0.2 * body["data_wait_ratio"], evidence
+        slow = bodies.get("slow", {})
+        assert slow.get("verdict") == "input_bound", json.dumps(slow)
+        assert slow["causes"][0]["cause"] == "too_few_workers", json.dumps(slow["causes"])
+        # 2 workers at 480 ms a batch: ~90 ms of each wait is for a ready batch
+        cost = next(c for c in slow["causes"] if c["cause"] == "transfer_cost")
+        assert cost["score"] < 0.2, cost
+        print("transfer share: %.3f (transfer-cost rank), %.3f (too-few-workers rank)" % (
+            top["score"], cost["score"]))
+        metrics = agent.metrics()
+        for name in jobs:
+            assert any(line.startswith("stallscope_data_transfer_seconds_total{")
+                       and 'job="%s"' % name in line for line in metrics.splitlines()), name
+        assert 'stallscope_stall_cause_score{cause="transfer_cost",job="moved"' in metrics
+        status, timeline = get(agent, "/api/v1/timeline?rank=0&job=moved&seconds=10")
+        assert status == 200 and all("ready_wait_ns" in b for b in timeline["batches"])

@@ -192,3 +192,36 @@ def test_the_hooks_blocked_report_places_a_stuck_loop():
     me = dict(rank(0, "p", "n", 0.98), job_scope="cluster", batches=0.0)
     assert verdict.decide(me, {"straggler": me}, None)[0] == "input_bound"
     assert verdict.decide(dict(me, data_wait_ratio=None), {"straggler": None}, None)[0] == "unknown"
+
+
+def test_without_the_agent_a_measured_transfer_share_is_scored_at_its_value():
+    """Prometheus alone: transfer_wait_ratio is the share of the wait the hook measured as
+    transfer, the correlator's own score for transfer_cost, not a level-only candidate."""
+    from stallscope.diagnose import cluster
+
+    assert "transfer_wait_ratio" in [s[0] for s in cluster.POD_SIGNALS]
+    row = {"signal": "transfer_wait_ratio", "cause": "transfer_cost", "value": 0.83,
+           "threshold": 0.5, "direction": "above", "source": "prometheus", "expr": "..."}
+    got = verdict.causes_without_agent({"signals": [row]})
+    assert [(c["cause"], c["score"]) for c in got] == [("transfer_cost", 0.83), ("unexplained", 0.17)]
+    assert "83.0%" in got[0]["summary"]
+    # a minority of the wait: not named
+    got = verdict.causes_without_agent({"signals": [dict(row, value=0.3)]})
+    assert [c["cause"] for c in got] == ["unexplained"]
+    # level-only evidence for the others stays a candidate at 0.5
+    psi = {"signal": "psi_io_some_ratio", "cause": "io_pressure", "value": 0.4, "threshold": 0.2,
+           "direction": "above"}
+    got = verdict.causes_without_agent({"signals": [row, psi]})
+    assert [(c["cause"], c["score"]) for c in got][:2] == [("transfer_cost", 0.83), ("io_pressure", 0.5)]
+    s = nextsteps.steps(doc(causes=got))
+    assert "fewer tensors per sample" in s[0]["step"]
+    assert s[0]["runbook"] == "runbooks/StallscopeDataWaitHigh.md"
+    # workers short of CPU stretch the handover: the transfer counts for what is left
+    cfs = {"signal": "cfs_throttled_ratio", "cause": "cpu_throttle", "value": 0.6, "threshold": 0.25,
+           "direction": "above"}
+    got = {c["cause"]: c["score"] for c in verdict.causes_without_agent({"signals": [row, cfs]})}
+    assert got == {"cpu_throttle": 0.5, "transfer_cost": 0.415, "unexplained": 0.5}
+    got = verdict.causes_without_agent({"signals": [row], "cause_scores": [{"cause": "cpu_throttle",
+                                                                            "score": 0.8}]})
+    assert {c["cause"]: c["score"] for c in got} == {"cpu_throttle": 0.8, "transfer_cost": 0.166,
+                                                     "unexplained": 0.2}

@@ -13,7 +13,8 @@ twice under a fixed ``host.clock``, the loader, shard and correlator parts ticke
 The scenario: rank 0 of job ``llm`` in pod ml-team/llm-pretrain-worker-0 (PID 4242,
 PID 1 in its namespace) with two loader workers (4243: in D state; 4244: a zombie
 killed by SIGBUS). Each worker takes 0.3 s per batch, the loop computes 0.1 s per batch:
-the loop waits 0.1 s every second batch, input-bound with too few workers. Shard reads
+the loop waits 0.1 s every second batch, input-bound with too few workers; 2 ms of each
+wait is transfer (the trainer's reports are wire v2 with the ready-wait column). Shard reads
 on the s3fs mount are fast and the page cache mostly hits, so nothing else explains it.
 
 Batch, read and GPU timestamps are fixed offsets before ``time.monotonic_ns()`` at the
@@ -106,6 +107,23 @@ def _report(role: str, ns_pid: int, mono_ns: int, events=(), **extra: Any) -> by
     return json.dumps(msg).encode()
 
 
+def _report_v2(role: str, ns_pid: int, mono_ns: int, events, ready, **extra: Any) -> bytes:
+    """A version 2 report: the batch events as binary columns, with the ready waits."""
+    from array import array
+
+    msg = {"v": 2, "kind": "report", "id": IDENT, "pid": ns_pid, "role": role,
+           "mono_ns": mono_ns, "wall_ns": time.time_ns() - (time.monotonic_ns() - mono_ns),
+           "dropped_total": 0, "n": len(events), "cols": 4}
+    msg.update(extra)
+    cols = [array("q", [e[k] for e in events]) for k in range(3)] + [array("q", ready)]
+    return json.dumps(msg).encode() + b"\n" + b"".join(c.tobytes() for c in cols)
+
+
+def ready_waits(events):
+    """Of each wait, all but 2 ms waited for a ready batch (the rest is transfer)."""
+    return [max(0, e[1] - 2 * MS) for e in events]
+
+
 def timeline(base: int):
     """(main events, {worker ns PID: events}, shard reads) before ``base``."""
     end = base - 32 * S
@@ -144,7 +162,7 @@ def reports(base: int):
         else:  # the loop is inside next() again, for 150 ms so far
             extra["blocked_since_ns"] = events[-1][0] + 100 * MS
             sent = events[-1][0] + 250 * MS
-        out.append((MAIN[0], _report("main", MAIN[1], sent, events, **extra)))
+        out.append((MAIN[0], _report_v2("main", MAIN[1], sent, events, ready_waits(events), **extra)))
         half = slice(lo // 2, hi // 2)
         mine = reads[lo // 5:hi // 5]
         io = {"tiers": ["fuse", "page"], "reads": mine, "cache": [[1, 45, 5]], "slowest": slow}

@@ -1,0 +1,84 @@
+"""``transfer_cost``: the loop waits, but not for its workers.
+
+The hook splits each wait in ``next()`` (hook/transfer.py) into the time spent waiting for
+a worker's batch to be ready (``ready_wait``: the loader's queue was empty) and the rest,
+the *transfer*: receiving the batch's bytes, unpickling it (for every tensor a shared
+memory file descriptor taken over from the worker), pinning it, and the loader's own
+bookkeeping in the loop. Slow workers, a throttled quota or slow storage make the loop
+wait for ready batches; a per-batch transfer cost remains however fast the workers are.
+
+The score is the transfer's share of the steady wait (iterator starts left out), over the
+batches whose wait was split: measured, not inferred, so it needs no co-occurrence. The
+evidence: that share, the transfer's and the ready wait's shares of the step time, and
+the transfer per batch.
+
+Handing a batch over takes the workers' CPU too: the training process takes each
+tensor's file descriptor from the worker's resource-sharer thread, and a worker's
+feeder thread sends the batch's bytes. Workers starved of CPU (a CFS quota, crowded
+CPUs) stretch the transfer as well: the lab's cpu-throttle run measured 91 % of its wait
+as transfer, 0.1 s a batch, against a few ms unthrottled. So the score is discounted by the
+``cpu_throttle`` score (after the workers' own CPU share contradicted it, or not): there,
+more CPU quota is the fix.
+"""
+import numpy as np
+
+from ..vocabulary import DATA_WAIT_LINE, line_of
+
+NAME = "transfer_cost"
+SHARE = line_of(NAME, "transfer_wait_ratio")   # most of the wait
+
+
+def split(trace, steady):
+    """(batches, wait, ready wait, transfer, step) in ns over the steady batches whose
+    wait was split, or None when there are none."""
+    known = steady & (trace.ready >= 0)
+    if not known.any():
+        return None
+    wait = trace.wait[known]
+    ready = np.minimum(trace.ready[known], wait)
+    return (int(known.sum()), float(wait.sum()), float(ready.sum()),
+            float((wait - ready).sum()), float(trace.interval[known].sum()))
+
+
+def score(trace, steady, starved=0.0):
+    """{cause, score, summary, evidence}, or None when the hook did not split the waits
+    (a single-process loader, another iterable, an older hook). ``starved``: the
+    cpu_throttle score, how sure it is that the workers were short of CPU."""
+    found = split(trace, steady)
+    if found is None:
+        return None
+    n, wait, ready, moved, step = found
+    if wait <= 0 or step <= 0:
+        return None
+    share = moved / wait
+    ratio, ready_ratio = moved / step, ready / step
+    per_batch = moved / n / 1e9
+    evidence = [
+        {"signal": SHARE.signal, "scope": "rank", "during_stalls": round(share, 4),
+         "outside_stalls": None, "threshold": SHARE.threshold, "direction": "above",
+         "explained_wait_share": round(share, 4), "samples": n, "judged_by": "measured"},
+        {"signal": "transfer_ratio", "scope": "rank", "during_stalls": round(ratio, 6),
+         "outside_stalls": None, "threshold": DATA_WAIT_LINE, "direction": "above"},
+        {"signal": "ready_wait_ratio", "scope": "rank", "during_stalls": round(ready_ratio, 6),
+         "outside_stalls": None, "threshold": DATA_WAIT_LINE, "direction": "above"},
+        {"signal": "transfer_seconds_per_batch", "scope": "rank", "during_stalls": round(per_batch, 6),
+         "outside_stalls": None, "threshold": None, "direction": "above"},
+    ]
+    text = ("%.0f%% of the data-wait (%.3gs a batch, %.1f%% of the step time) went to getting each "
+            "batch from the workers into the loop (receive, unpickle, pin, the loader's "
+            "bookkeeping); %.1f%% of the step time was spent waiting for a worker's batch to be "
+            "ready." % (100 * share, per_batch, 100 * ratio, 100 * ready_ratio))
+    if share >= SHARE.threshold and starved < 0.5:
+        text += (" More workers or faster storage would not remove it: fewer tensors per batch "
+                 "or fewer, larger transfers would.")
+    if ratio >= DATA_WAIT_LINE:
+        text += " The transfer alone is over the %.0f%% data-wait line." % (100 * DATA_WAIT_LINE)
+    value = share
+    if starved > 0:
+        value = share * (1.0 - starved)
+        text += (" But the workers were short of CPU (cpu_throttle %.2f), and handing a batch's "
+                 "tensors over takes their CPU too: part of this waited on them." % starved)
+        evidence.append({"signal": "cpu_throttle_score", "scope": "rank",
+                         "during_stalls": round(starved, 4), "outside_stalls": None,
+                         "threshold": None, "direction": "below"})
+    return {"cause": NAME, "score": round(value, 4), "summary": text, "evidence": evidence}

@@ -1,0 +1,102 @@
+"""transfer_cost (correlate/transfer.py): the loop's wait split by the hook into waiting
+for a ready batch and transfer, scored by the transfer's share of the steady wait."""
+import numpy as np
+import pytest
+
+from stallscope.correlate import diagnosis
+from stallscope.correlate.trace import RankTrace, Series
+from stallscope.lab import synth
+from tests.helpers.correlate import trace_of
+
+
+def run(workers, load, compute, transfer, n=400, seed=0, load_signal=False):
+    rng = np.random.default_rng(seed)
+    j = synth.jitter(rng, 0.05)
+    events, _ = synth.simulate(n, workers, lambda k, t: j(load), lambda k, t: j(compute),
+                               transfer=None if transfer is None else (lambda k, t: j(transfer)))
+    signals = {}
+    if load_signal:  # the workers' batch load time, one sample a batch (loader part)
+        signals["batch_load_seconds"] = [[int(e[0]), j(load)] for e in events]
+    return trace_of(events, workers=workers, signals=signals)
+
+
+def causes(d):
+    return {c["cause"]: c for c in d["causes"]}
+
+
+def test_a_wait_that_is_mostly_transfer_is_named_transfer_cost():
+    # Workers keep far ahead (20 ms a batch for 2 of them against 150 ms of compute), but
+    # getting each batch into the loop takes 20 ms: ~12 % of each step waits, all of it
+    # transfer.
+    d = diagnosis.analyse(run(workers=2, load=0.02, compute=0.15, transfer=0.02))
+    assert d["verdict"] == "input_bound"
+    assert d["causes"][0]["cause"] == "transfer_cost", d["causes"]
+    top = d["causes"][0]
+    assert top["score"] > 0.95
+    ev = {e["signal"]: e for e in top["evidence"]}
+    assert ev["transfer_wait_ratio"]["during_stalls"] > 0.95
+    assert ev["transfer_ratio"]["during_stalls"] == pytest.approx(0.02 / 0.17, rel=0.1)
+    assert ev["ready_wait_ratio"]["during_stalls"] < 0.005
+    assert ev["transfer_seconds_per_batch"]["during_stalls"] == pytest.approx(0.02, rel=0.1)
+    assert causes(d)["unexplained"]["score"] < 0.05
+    assert "transfer_cost" not in d["not_evaluated"]
+
+
+def test_slow_workers_stay_too_few_workers_with_a_small_transfer():
+    # 2 workers at 480 ms a batch against 150 ms of compute: ~90 ms of ready wait a batch,
+    # 2 ms of transfer.
+    d = diagnosis.analyse(run(workers=2, load=0.48, compute=0.15, transfer=0.002, load_signal=True))
+    assert d["verdict"] == "input_bound"
+    assert d["causes"][0]["cause"] == "too_few_workers", d["causes"]
+    moved = causes(d)["transfer_cost"]
+    assert moved["score"] == pytest.approx(0.002 / 0.092, abs=0.02)
+
+
+def test_workers_short_of_cpu_stretch_the_transfer_and_cpu_throttle_wins():
+    """Throttled workers hand their tensors over slowly (the lab's cpu-throttle run: 91 %
+    of the wait measured as transfer): the transfer is discounted by the cpu_throttle
+    score, and the quota is named."""
+    tr = run(workers=2, load=0.02, compute=0.15, transfer=0.1)
+    span = (int(tr.t_end[0] - tr.interval[0]), int(tr.t_end[-1]))
+    tr.signals["cfs_throttled_ratio"] = Series.from_points(synth.sampled(lambda t: 0.9, *span))
+    tr.signals["workers_cpu_ratio"] = Series.from_points(synth.sampled(lambda t: 0.2, *span))
+    d = diagnosis.analyse(tr)
+    got = causes(d)
+    assert d["causes"][0]["cause"] == "cpu_throttle", d["causes"]
+    assert got["transfer_cost"]["score"] == pytest.approx(
+        got["transfer_cost"]["evidence"][0]["during_stalls"] * (1 - got["cpu_throttle"]["score"]), abs=1e-3)
+    assert "short of CPU" in got["transfer_cost"]["summary"]
+    # workers on their cores contradict the shortage: the transfer is the loop's own
+    tr.signals["workers_cpu_ratio"] = Series.from_points(synth.sampled(lambda t: 1.8, *span))
+    d = diagnosis.analyse(tr)
+    assert d["causes"][0]["cause"] == "transfer_cost", d["causes"]
+
+
+def test_half_and_half_scores_half():
+    # A batch every 170 ms from 2 workers; the loop needs 150 ms of compute and 10 ms of
+    # transfer: it waits 10 ms for a ready batch, then 10 ms for its transfer.
+    d = diagnosis.analyse(run(workers=2, load=0.34, compute=0.15, transfer=0.01))
+    share = causes(d)["transfer_cost"]["score"]
+    assert 0.35 < share < 0.65, share
+
+
+def test_without_the_split_it_is_not_evaluated():
+    d = diagnosis.analyse(run(workers=2, load=0.48, compute=0.15, transfer=None))
+    assert d["verdict"] == "input_bound"
+    assert "transfer_cost" in d["not_evaluated"]
+    assert "transfer_cost" not in causes(d)
+
+
+def test_the_split_survives_the_timeline_json_and_a_stall_segment():
+    events = [(10**9 * k, 10**7, 10**8, 4 * 10**6) for k in range(1, 51)]
+    body = synth.body(events, workers=2)
+    assert body["batches"][0]["ready_wait_ns"] == 4 * 10**6
+    tr = RankTrace.from_timeline(body)
+    assert tr.ready.tolist() == [4 * 10**6] * 50
+    assert tr.since(25 * 10**9).ready.tolist() == [4 * 10**6] * 25
+    old = synth.body([e[:3] for e in events], workers=2)
+    assert "ready_wait_ns" not in old["batches"][0]
+    assert RankTrace.from_timeline(old).ready.tolist() == [-1] * 50
+    arr = np.array(events, np.int64)
+    assert RankTrace.from_events({}, None, arr).ready.tolist() == [4 * 10**6] * 50
+    assert RankTrace.from_events({}, None, arr[:, :3]).ready.tolist() == [-1] * 50
