@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ..hook import wire
+from ..host import log
 from . import identity, validate
 from .held import HELD
 from .hooksocket import HookSocket
@@ -59,6 +60,7 @@ class Ingest:
         self.source_of = source_of
         self.max_bytes = max_bytes
         self.stats = stats or IngestStats()
+        self._logged: set[tuple[str, str, int]] = set()
         self.selector = selectors.DefaultSelector()
         self.stopping = threading.Event()
         self.wake_r, self.wake_w = os.pipe()
@@ -148,6 +150,20 @@ class Ingest:
                 continue
             self.handle(data, peer[0], checked=True)
 
+    def _log_internal(self, e: Exception) -> None:
+        """Say each kind of internal error once, with where it came from: counted alone
+        it cannot be fixed (a fuzz run found some; the message is never logged, it may be
+        hostile)."""
+        import traceback
+
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        key = (type(e).__name__, where.filename, where.lineno or 0)
+        if key in self._logged or len(self._logged) >= 20:
+            return
+        self._logged.add(key)
+        log("ingest: internal error %s at %s:%d (%s): the message was counted as a reject" % (
+            type(e).__name__, where.filename, where.lineno or 0, where.name))
+
     def handle(self, data: bytes, source: identity.Source | None = None, checked: bool = False) -> bool:
         """Validate and apply one message; never raises. ``checked``: from a connection,
         whose sender the kernel named (or could not name: then it is refused)."""
@@ -166,8 +182,9 @@ class Ingest:
         except LookupError:
             self.stats.rejected["rank_limit"] += 1
             return False
-        except Exception:  # a bug in a handler must not stop ingestion
+        except Exception as e:  # a bug in a handler must not stop ingestion
             self.stats.rejected["internal_error"] += 1
+            self._log_internal(e)
             return False
         self.stats.accepted += 1
         self.stats.events += len(msg["events"])
