@@ -1,10 +1,10 @@
 """Fixed-capacity ring buffers of numbers: the agent's per-rank history, bounded in bytes.
 
 A ring allocates its capacity once and touches every page of it then (numpy arrays: 8
-bytes a number): a rank costs its whole history the moment it appears, so the agent's
-RSS plateaus with its ranks instead of creeping up for --timeline-seconds while the
-rings fill (a soak showed +11 MB over the first minutes), and the memory limit set from
-the printed ceiling is met or missed at once, not a quarter of an hour later. It appends whole batches with one copy, and hands out a time window as arrays
+bytes a number): a rank's history is committed the moment the rank appears instead of
+creeping into RSS for --timeline-seconds while the rings fill, so a memory limit set
+from the printed ceiling is met or missed at once. It appends whole batches with one
+copy, and hands out a time window as arrays
 in arrival order, so the correlator needs no conversion and the agent's memory has a
 ceiling that ``--max-ranks`` and ``--timeline-seconds`` fix (see budget.py).
 """
