@@ -9,6 +9,7 @@ as ``unknown_rank``. Nothing a real worker sends is lost to the race.
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from typing import Any, Callable
 
@@ -18,30 +19,40 @@ HELD = object()  # what the agent's apply returns for a held report (counted whe
 
 
 class Held:
+    """Thread-safe: the ingest thread holds and takes, the jobs thread expires (a 1M-message
+    fuzz run caught ``deque mutated during iteration`` between them before the lock)."""
+
     def __init__(self, hold_s: float = HOLD_S, max_held: int = MAX_HELD) -> None:
         self.hold_s = hold_s
         self.max_held = max_held
         self.items: collections.deque[tuple[float, tuple[Any, ...], Any, Any]] = collections.deque()
+        self.lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.items)
 
     def hold(self, key: tuple[Any, ...], msg: Any, source: Any, now: float | None = None) -> bool:
         """Keep ``msg`` for ``key``; False (refuse it) when full."""
-        if len(self.items) >= self.max_held:
-            return False
-        self.items.append((time.monotonic() if now is None else now, key, msg, source))
-        return True
+        with self.lock:
+            if len(self.items) >= self.max_held:
+                return False
+            self.items.append((time.monotonic() if now is None else now, key, msg, source))
+            return True
 
     def take(self, key: tuple[Any, ...]) -> list[tuple[Any, Any]]:
         """The held (msg, source) of ``key``, oldest first, removed."""
-        mine = [(m, s) for _, k, m, s in self.items if k == key]
-        if mine:
-            self.items = collections.deque(x for x in self.items if x[1] != key)
-        return mine
+        with self.lock:
+            mine = [(m, s) for _, k, m, s in self.items if k == key]
+            if mine:
+                self.items = collections.deque(x for x in self.items if x[1] != key)
+            return mine
 
     def expire(self, on_expired: Callable[[], None], now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        while self.items and now - self.items[0][0] > self.hold_s:
-            self.items.popleft()
+        expired = 0
+        with self.lock:
+            while self.items and now - self.items[0][0] > self.hold_s:
+                self.items.popleft()
+                expired += 1
+        for _ in range(expired):
             on_expired()

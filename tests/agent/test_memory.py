@@ -54,3 +54,34 @@ def test_a_workers_report_before_its_trainers_first_is_held_then_applied(tmp_pat
     agent.apply(dict(report("held", 1, "p", []), role="worker"))
     agent.held.expire(agent._expire_held, now=time.monotonic() + 60)  # its trainer never came
     assert agent.stats.rejected["unknown_rank"] == 1 and len(agent.held) == 0
+
+
+def test_held_reports_survive_the_jobs_thread_expiring_them_meanwhile():
+    # The ingest thread takes a rank's held reports while the jobs thread expires old ones:
+    # a 1M-message fuzz run caught "deque mutated during iteration" (an internal_error
+    # reject) before Held had a lock.
+    import threading
+
+    from stallscope.agent.held import Held
+
+    held = Held(hold_s=0.0005, max_held=4096)
+    errors, stop = [], threading.Event()
+
+    def expire():
+        while not stop.is_set():
+            held.expire(lambda: None)
+
+    t = threading.Thread(target=expire)
+    t.start()
+    try:
+        for i in range(20000):
+            held.hold(("j", i % 7), {}, None)
+            try:
+                held.take(("j", (i + 3) % 7))
+            except RuntimeError as e:
+                errors.append(e)
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []
