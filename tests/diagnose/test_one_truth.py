@@ -3,11 +3,9 @@ series whose ratios sit at the margin of the line (and a job with one straggler 
 victims at the transfer floor); for every rank, when the headline alert's expression is
 true over diagnose's window, diagnose's verdict through Prometheus is not ``healthy``,
 and victims are ``not_input_bound`` naming the straggler."""
-import http.server
 import json
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from stallscope.lab.procs import PrometheusProcess, child_env
 from stallscope.mixin import promql
 from stallscope.mixin.config import DEFAULT as CFG
+from tests.helpers.gpu import DcgmServer as MetricsPage  # serves a /metrics page
 from tests.helpers.needs import need_prometheus
 
 pytestmark = pytest.mark.slow
@@ -26,54 +25,31 @@ RANKS = [("margin", 0, 0.026), ("margin", 1, 0.032),
          ("victims", 0, 0.022), ("victims", 1, 0.025), ("victims", 2, 0.023), ("victims", 3, 0.20)]
 
 
-class Exporter:
-    """Serves the hook's per-rank histograms as a real agent would, the sums growing at
-    exactly the configured ratio (so rate() over any window gives it back)."""
+T0 = time.monotonic()
 
-    def __init__(self):
-        self.t0 = time.monotonic()
-        exporter = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = exporter.render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-
-    def render(self):
-        t = 1000.0 + time.monotonic() - self.t0
-        n = int(t / STEP)
-        out = []
-        for metric in ("stallscope_data_wait_seconds", "stallscope_step_seconds"):
-            out.append("# TYPE %s histogram" % metric)
-            for job, rank, ratio in RANKS:
-                lab = 'job="%s",rank="%d",pod="%s-%d",namespace="ml",node="n%d"' % (
-                    job, rank, job, rank, rank % 2)
-                total = t * (ratio if metric == "stallscope_data_wait_seconds" else 1.0)
-                out.append('%s_bucket{%s,le="+Inf"} %d' % (metric, lab, n))
-                out.append("%s_sum{%s} %.6f" % (metric, lab, total))
-                out.append("%s_count{%s} %d" % (metric, lab, n))
-        return "\n".join(out) + "\n"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def render():
+    """The hook's per-rank histograms as a real agent would serve them, the sums growing
+    at exactly the configured ratio (so rate() over any window gives it back)."""
+    t = 1000.0 + time.monotonic() - T0
+    n = int(t / STEP)
+    out = []
+    for metric in ("stallscope_data_wait_seconds", "stallscope_step_seconds"):
+        out.append("# TYPE %s histogram" % metric)
+        for job, rank, ratio in RANKS:
+            lab = 'job="%s",rank="%d",pod="%s-%d",namespace="ml",node="n%d"' % (
+                job, rank, job, rank, rank % 2)
+            total = t * (ratio if metric == "stallscope_data_wait_seconds" else 1.0)
+            out.append('%s_bucket{%s,le="+Inf"} %d' % (metric, lab, n))
+            out.append("%s_sum{%s} %.6f" % (metric, lab, total))
+            out.append("%s_count{%s} %d" % (metric, lab, n))
+    return "\n".join(out) + "\n"
 
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
     need_prometheus()
-    exp = Exporter()
+    exp = MetricsPage(render)
     p = PrometheusProcess([exp.url], workdir=str(tmp_path_factory.mktemp("prom"))).start()
     try:
         sli = promql.data_wait_ratio(CFG, (), WINDOW)

@@ -19,7 +19,7 @@ def fixture(name):
 
 
 class DcgmServer:
-    """Serves ``body`` (mutable) at ``url`` until closed."""
+    """Serves ``body`` (mutable, or a function called per request) at ``url`` until closed."""
 
     def __init__(self, body):
         self.body = body
@@ -27,7 +27,8 @@ class DcgmServer:
 
         class H(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
-                data = srv.body.encode()
+                body = srv.body() if callable(srv.body) else srv.body  # a page that moves
+                data = body.encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(data)))
