@@ -2,7 +2,7 @@
 on-demand one for ``GET /api/v1/diagnosis``, and every second a change-point test on
 each rank's data-wait share (correlate/detect.py): a rank found waiting since some
 moment is analysed at once on that stall, and again every STALL_REFRESH_S while it
-lasts, so a stall is named within seconds and its causes are ranked on the stall itself,
+is young (less often as it ages: stall_refresh), so a stall is named within seconds and its causes are ranked on the stall itself,
 not diluted by the healthy minutes before it. The analysis itself is pure
 (stallscope/correlate/); this part builds its inputs from the host and publishes its
 outputs.
@@ -97,15 +97,17 @@ class CorrelatorPart(Part):
 
     # -- analysis -------------------------------------------------------------------
     def analyse(self, ranks: list[Any], seconds: float, peers_of: list[Any] | None = None,
-                since_ns: int | None = None) -> dict[Any, Any]:
-        """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here."""
+                since_of: dict[Any, int] | None = None) -> dict[Any, Any]:
+        """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here, each
+        trace built once for all of them. ``since_of``: rank key -> when its stall began."""
+        since_of = since_of or {}
         node = self._scope("node", seconds)
         traces = {}
         for r in list(ranks) + list(peers_of if peers_of is not None else ()):
             if r.key not in traces:
                 traces[r.key] = self.trace(r, seconds, node)
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
-                                         window_seconds=seconds, since_ns=since_ns,
+                                         window_seconds=seconds, since_ns=since_of.get(r.key),
                                          quota=self.quota(r.key)) for r in ranks}
 
     def quota(self, key: Any) -> dict[str, Any]:
@@ -119,6 +121,14 @@ class CorrelatorPart(Part):
         time its causes' signals are compared against), within the scheduled window."""
         span = (now_ns - since_ns) / 1e9
         return min(self.window, max(MIN_STALL_WINDOW_S, 2 * span))
+
+    def stall_refresh(self, since_ns: int, now_ns: int) -> float:
+        """How often a stall is re-analysed: every STALL_REFRESH_S while it is young,
+        then less often as it ages, up to the scheduled interval. Its causes settle in
+        its first half minute; re-ranking them every 2 s for as long as it lasts cost
+        most of the agent's CPU when every rank of a busy node waited (issue 15)."""
+        span = (now_ns - since_ns) / 1e9
+        return min(self.every, max(STALL_REFRESH_S, span / 4))
 
     def detect(self, now: float) -> None:
         now_ns = time.monotonic_ns()
@@ -134,19 +144,29 @@ class CorrelatorPart(Part):
         self.detections = found
         for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:
             del self.stalls[key]
+        due: dict[str, list[Any]] = {}
         for r in ranks:
             d = found[r.key]
             if not d.stalled or d.since_ns is None:
                 continue
             last = self.stalls.get(r.key)
-            if last is not None and now - last[0] < STALL_REFRESH_S:
+            if last is not None and now - last[0] < self.stall_refresh(d.since_ns, now_ns):
                 continue
-            peers = [p for p in ranks if p.ident["job"] == r.ident["job"]]
-            result = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
-                                  since_ns=d.since_ns)[r.key]
-            result["detection"] = d.as_json(now_ns)
-            with self.lock:
-                self.stalls[r.key] = (now, d.since_ns, dict(r.labels), result)
+            due.setdefault(r.ident["job"], []).append(r)
+        # One analysis per job for all of its ranks due now: each peer's trace is built
+        # once, not once per stalled rank (64 stalled ranks cost 64 x 64 traces before).
+        # The window is the widest the job's due stalls need; each rank is still judged
+        # on its own stall (since_of), the rest is the quiet time before it.
+        for job, members in due.items():
+            peers = [p for p in ranks if p.ident["job"] == job]
+            window = max(self.stall_window(found[r.key].since_ns, now_ns) for r in members)
+            results = self.analyse(members, window, peers,
+                                   since_of={r.key: found[r.key].since_ns for r in members})
+            for r in members:
+                result = results[r.key]
+                result["detection"] = found[r.key].as_json(now_ns)
+                with self.lock:
+                    self.stalls[r.key] = (now, found[r.key].since_ns, dict(r.labels), result)
 
     def tick(self, now: float | None = None) -> None:
         """Every second: a full run every ``interval`` seconds, and sooner (every
@@ -243,7 +263,7 @@ class CorrelatorPart(Part):
             d = self.detections.get(r.key, detect.NONE)
             if seconds is None and d.stalled and d.since_ns is not None:  # the stall's own window
                 results[r.key] = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
-                                              since_ns=d.since_ns)[r.key]
+                                              since_of={r.key: d.since_ns})[r.key]
             results[r.key]["detection"] = d.as_json(now_ns)
         chosen = max(found, key=lambda r: _severity(results[r.key]))
         body = dict(results[chosen.key])
