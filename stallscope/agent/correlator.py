@@ -189,8 +189,13 @@ class CorrelatorPart(Part):
         self.last_run = t0 if now is None else now
         try:
             ranks = self.host.ranks()
-            found = self.analyse(ranks, self.window)
-            labelled = [(dict(r.labels), found[r.key]) for r in ranks]
+            with self.lock:
+                stalled = {k: v[3] for k, v in self.stalls.items()}
+            # A stalled rank's metrics come from its stall's own analysis (current()),
+            # refreshed by detect(): analysing it here too would be thrown away.
+            todo = [r for r in ranks if r.key not in stalled]
+            found = self.analyse(todo, self.window, peers_of=ranks) if todo else {}
+            labelled = [(dict(r.labels), found.get(r.key) or stalled[r.key]) for r in ranks]
             with self.lock:
                 self.results = labelled
                 self.runs += 1
