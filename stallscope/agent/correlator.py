@@ -110,8 +110,9 @@ class CorrelatorPart(Part):
 
     def quota(self, key: Any) -> dict[str, Any]:
         if self.quota_of is None:
-            return {"measured": False, "cores": None}
-        return {"measured": True, "cores": self.quota_of(key)[0]}
+            return {"measured": False, "cores": None, "ranks": None}
+        cores, ranks = self.quota_of(key)
+        return {"measured": True, "cores": cores, "ranks": ranks}
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:
