@@ -22,7 +22,8 @@ The plan (JSON):
   samples wait ``heavy_sleep_s`` instead: a per-sample cost that varies widely), then,
   with ``sample_pace_s``, a wait for the worker's next slot (each worker delivers at
   most one sample per ``sample_pace_s``, as through a stream with a per-connection rate
-  cap: a worker that fell behind makes up a sleep's overrun, never a burst after sitting idle), and a tensor of
+  cap: a worker that fell behind makes up a sleep's overrun, never a burst after sitting
+  idle), and a tensor of
   ``sample_bytes`` (or, with
   ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
   batch for the training process to take over, a transfer cost)
