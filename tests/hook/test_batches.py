@@ -290,7 +290,11 @@ def test_a_loader_restarted_with_more_workers_shows_before_and_after(agent, hook
         assert ch["after"]["data_wait_ratio"] < ch["before"]["data_wait_ratio"] / 3, ch
         assert ch["after"]["step_seconds"] < 0.8 * ch["before"]["step_seconds"], ch
         p = ch["predicted"]
-        assert p is not None and p["settings"]["num_workers"] >= 4, p
+        # the prediction the rank's last diagnosis made before the change, whichever cause it
+        # named (on this test agent, without the workers' CPU signal, often "unexplained":
+        # then the headroom, the step with no wait); a worker count, when named, keeps up
+        assert p is not None and p["predicted_step_seconds"] > 0, ch
+        assert p["settings"].get("num_workers", 4) >= 4, p
         after = ch["after"]["step_seconds"]
         assert ch["step_error"] == pytest.approx((p["predicted_step_seconds"] - after) / after, abs=1e-3)
     finally:
