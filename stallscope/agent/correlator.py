@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from ..correlate import detect, diagnosis
+from ..correlate import change, detect, diagnosis
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
@@ -75,6 +75,9 @@ class CorrelatorPart(Part):
         self.results: list[Any] = []        # [(labels, diagnosis)] from the last scheduled run
         self.detections: dict[Any, detect.Detection] = {}   # rank key -> the latest test
         self.stalls: dict[Any, Any] = {}    # rank key -> (analysed at, since_ns, labels, diagnosis)
+        self.settings: dict[Any, dict] = {}  # rank key -> loader settings and quota last seen
+        self.changes: dict[Any, dict] = {}   # rank key -> the latest change marked (change.py)
+        self.last_watch_ns = 0
         self.runs = 0
         self.failures = 0
         self.last_duration = 0.0
@@ -112,8 +115,9 @@ class CorrelatorPart(Part):
 
     def quota(self, key: Any) -> dict[str, Any]:
         if self.quota_of is None:
-            return {"measured": False, "cores": None}
-        return {"measured": True, "cores": self.quota_of(key)[0]}
+            return {"measured": False, "cores": None, "ranks": None}
+        cores, ranks = self.quota_of(key)
+        return {"measured": True, "cores": cores, "ranks": ranks}
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:
@@ -174,6 +178,7 @@ class CorrelatorPart(Part):
         appear within seconds of its first batches, not a whole interval later."""
         now = time.monotonic() if now is None else now
         self.detect(now)
+        self.watch_settings()
         if now - self.last_run >= self.every:
             return self.refresh(now)
         if now - self.last_run >= GATHERING_S:
@@ -183,6 +188,30 @@ class CorrelatorPart(Part):
                    for r in self.host.ranks()):
                 return self.refresh(now)
         return None
+
+    def watch_settings(self) -> None:
+        """Mark a change of a rank's loader settings or CPU quota, with the prediction
+        its last diagnosis made before it (the proof afterwards: change.py)."""
+        ranks = self.host.ranks()
+        known = {tuple(sorted(labels.items())): d for labels, d in self.current()}
+        # the change came after the previous look: batches since then count as "after"
+        # (their iterator's first batch, the workers' start, is left out: change.py)
+        now_ns, at_ns = time.monotonic_ns(), self.last_watch_ns
+        self.last_watch_ns = now_ns
+        for r in ranks:
+            if r.loader is None:
+                continue
+            new = change.settings_of(r.loader, self.quota(r.key)["cores"])
+            old = self.settings.get(r.key)
+            self.settings[r.key] = new
+            if old is not None and new != old:
+                d = known.get(tuple(sorted(r.labels.items()))) or {}
+                with self.lock:
+                    self.changes[r.key] = change.mark(old, new, at_ns or now_ns, d.get("prediction"))
+        live = {r.key for r in ranks}
+        for key in [k for k in self.settings if k not in live]:
+            self.settings.pop(key, None)
+            self.changes.pop(key, None)
 
     def refresh(self, now: float | None = None) -> None:
         t0 = time.monotonic()
@@ -270,6 +299,9 @@ class CorrelatorPart(Part):
                 results[r.key] = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
                                               since_of={r.key: d.since_ns})[r.key]
             results[r.key]["detection"] = d.as_json(now_ns)
+            marked = self.changes.get(r.key)
+            if marked is not None:
+                results[r.key]["change"] = change.view(marked, self.trace(r, seconds or self.window))
         chosen = max(found, key=lambda r: _severity(results[r.key]))
         body = dict(results[chosen.key])
         if len(found) > 1:

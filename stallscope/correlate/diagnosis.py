@@ -19,11 +19,13 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import epochs, rules, transfer, workers
+from . import epochs, measured, predict, rules, transfer, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
 from .trace import WaitIndex
+
+PREDICTED_CAUSES = 2  # the named cause and its runner-up
 
 
 def _who(ident):
@@ -144,7 +146,20 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             scored.append(started)
         out["causes"] = causes_mod.rank_causes(scored)
         out["not_evaluated"] = sorted(missing, key=causes_mod.VOCABULARY.index)
+        add_predictions(out, measured.measure(trace, ib, quota))
     return out
+
+
+def add_predictions(out: dict[str, Any], m: Any) -> None:
+    """The headroom and, for the two best causes, what their fix will buy
+    (predict.py); ``prediction`` is the top cause's."""
+    if m is None:
+        return
+    out["headroom"] = predict.headroom(m)
+    for c in out["causes"][:PREDICTED_CAUSES]:
+        c["prediction"] = predict.for_cause(c["cause"], m)
+    if out["causes"]:
+        out["prediction"] = out["causes"][0]["prediction"]
 
 
 def top_cause(diagnosis: dict[str, Any]) -> Any:

@@ -4,7 +4,7 @@ causes ranked, the slowest ranks, what to do next and the commands for a deeper 
 import datetime
 import json
 
-from . import window
+from . import outlook, window
 
 VERDICT_LINE = {
     "input_bound": "INPUT-BOUND",
@@ -98,6 +98,10 @@ def render_text(doc):
         out += ["", "Likely causes"]
         for i, c in enumerate(causes[:5], 1):
             out.append("  %d. %-21s %.2f  %s" % (i, c["cause"], c["score"], c.get("summary") or ""))
+
+    told = outlook.lines(doc)
+    if told:
+        out += [""] + told
 
     top = doc.get("top_ranks") or []
     if top:

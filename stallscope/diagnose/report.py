@@ -8,7 +8,7 @@ import statistics
 import time
 
 from . import cluster as cluster_mod
-from . import fetch, nextsteps, verdict
+from . import fetch, nextsteps, outlook, verdict
 from . import node as node_mod
 from . import stacks as stacks_mod
 from . import window as durations
@@ -153,6 +153,7 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
         "agent_url": (nd or {}).get("url") or (fetch.base_url(url) if url else None),
         "prometheus_url": fetch.base_url(prometheus_url) if prometheus_url else None,
     }
+    doc.update(outlook.of(doc, diag))
     doc["evidence"] = verdict.evidence(me, cl, diag, rank_info, causes)
     doc["stacks"] = stack_doc
     if plot:

@@ -143,6 +143,20 @@ SCENARIOS = (
                           target={"sample_cpu_s": 0.006, "sample_sleep_s": 0.0},
                           alerts=WAIT + _alerts("StallscopeCPUThrottled")),
              synthetic=synthetic.cpu_throttle),
+    # issue 17: scenarios where the obvious fix is wrong or capped
+    Scenario("quota-capped", "One rank's 2 loader workers need 10 ms of CPU per sample (80 ms a "
+             "batch: 0.53 CPU at the job's pace) in a cgroup with a 0.4-CPU CFS quota: the loader "
+             "delivers a batch every 200 ms at best against 150 ms of compute, so more workers only "
+             "share the same throttled CPU; the fix is the CPU limit.", _cause("cpu_throttle"),
+             real=RealRun(fault=lambda: faults.CpuQuota(0.4),
+                          target={"sample_cpu_s": 0.01, "sample_sleep_s": 0.0},
+                          alerts=WAIT, may_fire=_alerts("StallscopeCPUThrottled"))),
+    Scenario("variable-cost", "One rank's per-sample cost varies widely: every 4th batch takes "
+             "120 ms a sample (960 ms), the others 15 ms (120 ms); the mean, 330 ms a batch, says "
+             "3 workers keep up with 150 ms of compute, but the loop takes batches in order and "
+             "waits behind each costly one.", _cause("too_few_workers"),
+             real=RealRun(target={"sample_sleep_s": 0.015, "heavy_batch_every": 4,
+                                  "heavy_sleep_s": 0.12}, alerts=WAIT)),
     Scenario("cpu-throttle-episodes", "Throttling that comes and goes, with a decoy: I/O "
              "pressure high all along, not moving with the stalls.", _cause("cpu_throttle"),
              synthetic=synthetic.cpu_throttle_episodes),

@@ -18,10 +18,12 @@ The plan (JSON):
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
-  stall that starts and ends mid-run), then, with ``sample_pace_s``, a wait for the
-  worker's next slot (each worker delivers at most one sample per ``sample_pace_s``,
-  as through a stream with a per-connection rate cap: a worker that fell behind makes
-  up a sleep's overrun, never a burst after sitting idle), and a tensor of
+  stall that starts and ends mid-run; with ``heavy_batch_every`` N, every Nth batch's
+  samples wait ``heavy_sleep_s`` instead: a per-sample cost that varies widely), then,
+  with ``sample_pace_s``, a wait for the worker's next slot (each worker delivers at
+  most one sample per ``sample_pace_s``, as through a stream with a per-connection rate
+  cap: a worker that fell behind makes up a sleep's overrun, never a burst after sitting
+  idle), and a tensor of
   ``sample_bytes`` (or, with
   ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
   batch for the training process to take over, a transfer cost)
@@ -101,6 +103,9 @@ def _dataset(plan):
             if plan.get("sample_cpu_s"):
                 _busy(plan["sample_cpu_s"])
             sleep_s = self.sleep_seconds()
+            heavy = plan.get("heavy_batch_every")
+            if heavy and (i // plan.get("batch_size", 8)) % heavy == 0:
+                sleep_s = plan["heavy_sleep_s"]  # a costly batch now and then: a wide spread
             if sleep_s:
                 time.sleep(sleep_s)
             if self.pace_s:
