@@ -23,7 +23,7 @@ from .. import exporters
 from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
-from . import http, httppool, identity, ingest
+from . import http, httppool, identity, ingest, malloc
 from .api import CoreRoutes
 from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
@@ -220,6 +220,7 @@ class Agent:
 
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT. Returns the process exit code."""
+    malloc.tune()  # before any of the agent's threads allocates (malloc.py)
     agent = Agent(config)
     done = threading.Event()
     # Before anything answers: a SIGTERM right after /healthz first says ok must stop
