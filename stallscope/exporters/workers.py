@@ -60,7 +60,7 @@ class WorkersExporter(base.Exporter):
         self.procs = {}     # pid -> psutil.Process (kept: it remembers the create time)
         self.cpu_seen = {}  # (pid, create_time) -> CPU seconds at the last reading
         self.cpu_total = collections.Counter()  # rank key -> accumulated worker CPU seconds
-        self.exits = collections.Counter()      # pod labels + (signal, reason) -> n
+        self.exits = collections.Counter()      # pod labels + (reason,) -> n
         self.exits_seen: dict[tuple, float] = {}  # pod labels -> when one of its ranks was last seen
         self.exit_counted: collections.OrderedDict = collections.OrderedDict()  # dead PIDs counted
         self.deaths: collections.deque = collections.deque(maxlen=DEATHS_KEPT)
@@ -110,9 +110,11 @@ class WorkersExporter(base.Exporter):
         with self.lock:
             for r in ranks:
                 self.exits_seen[self._pod(r)] = now
+                for reason in worker_deaths.REASONS:  # every reason from 0: increase() sees the first
+                    self.exits[self._pod(r) + (reason,)] += 0
             self.exits_seen = {k: t for k, t in self.exits_seen.items() if now - t < DEATH_KEEP_S}
             self.exits = collections.Counter({k: v for k, v in self.exits.items()
-                                              if k[:-2] in self.exits_seen})
+                                              if k[:-1] in self.exits_seen})
             exits = sorted(self.exits.items())
         self.cpu_total = collections.Counter({k: v for k, v in self.cpu_total.items() if k in keys})
         self.memory = {k: v for k, v in self.memory.items() if k in keys}
@@ -134,7 +136,7 @@ class WorkersExporter(base.Exporter):
             r["worker"] = i
             if r.get("exit_signal"):
                 self._died(rank, r["pid"], r["exit_signal"], now)
-            if "rss_bytes" in r:
+            if r.get("rss_bytes"):  # 0: a process tearing down its memory (an OOM victim)
                 first = self.rss_seen.get(r["pid"])
                 self.rss_seen[r["pid"]] = first[:2] + (now, r["rss_bytes"]) if first else \
                     (now, r["rss_bytes"], now, r["rss_bytes"])
@@ -256,7 +258,7 @@ class WorkersExporter(base.Exporter):
         death["summary"] = worker_deaths.explain(death)
         with self.lock:
             self.deaths.append(death)
-            self.exits[self._pod(rank) + (sig, death["reason"])] += 1
+            self.exits[self._pod(rank) + (death["reason"],)] += 1
             self.exits_seen[self._pod(rank)] = now
             if count is not None:  # the next kill counts from here
                 self.memory[rank.key] = (d, v, count)

@@ -127,15 +127,13 @@ def _no_progress(cfg):
 
 
 def _worker_killed(cfg):
-    # An event, not a level: a pod's counter that rose in the window, or that appeared in
-    # it (a counter's first sample is already 1, which increase() cannot see).
+    # An event, not a level: the pod's counter rose (each reason is exported from 0).
     exits = promql.sel(cfg, "stallscope_loader_worker_exits_total", 'reason!="other"')
-    expr = "(%s unless %s offset %s)\nor\n(increase(%s[%s]) > 0)" % (
-        exits, exits, cfg.rate_window, exits, cfg.rate_window)
+    expr = "increase(%s[%s]) > 0" % (exits, cfg.rate_window)
     return Alert(
         "StallscopeLoaderWorkerKilled", "stallscope.causes", "warning", "0m", expr, exits,
         "A DataLoader worker of pod {{ $labels.namespace }}/{{ $labels.pod }} died ({{ $labels.reason }}).",
-        "A loader worker of %s ended by {{ $labels.signal }} within the last %s; the agent's "
+        "A loader worker of %s ended by a signal within the last %s; the agent's "
         "evidence says {{ $labels.reason }} (shm_exhaustion: /dev/shm was full; memory_limit: the "
         "OOM killer of the pod's memory cgroup; native_crash: a crash in native code; killed: "
         "another SIGKILL). `stallscope diagnose {{ $labels.pod }} -n {{ $labels.namespace }}` "

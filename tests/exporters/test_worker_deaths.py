@@ -94,7 +94,7 @@ def test_a_worker_killed_by_a_full_dev_shm_is_a_sigbus_of_shm_exhaustion(agent_f
             assert "/dev/shm" in d["summary"]
         # the exporters' families are from their last collection: wait for the next
         wait_until(lambda: scraped(agent.metrics(), "stallscope_loader_worker_exits_total", job="wd",
-                                   pod="p0", signal="SIGBUS", reason="shm_exhaustion")
+                                   pod="p0", reason="shm_exhaustion")
                    == [len(deaths_of(agent))], timeout=10)
     finally:
         kill(trainer)
@@ -130,7 +130,7 @@ def test_a_worker_oom_killed_under_a_memory_limit_is_memory_limit_with_its_growt
                 if d["rss_growth_bytes_per_second"] is not None:
                     assert d["rss_growth_bytes_per_second"] > 20 << 20
             wait_until(lambda: scraped(agent.metrics(), "stallscope_loader_worker_exits_total",
-                                       job="wd", signal="SIGKILL", reason="memory_limit")
+                                       job="wd", reason="memory_limit")
                        == [len(deaths_of(agent))], timeout=10)
         finally:
             kill(trainer)
