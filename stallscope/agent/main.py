@@ -104,6 +104,8 @@ class Agent:
             self.host, config.enabled, config.parts, config.exporters)
         by_name: dict[str, Any] = {e.name: e for e in self.node_exporters}
         cfs, gpu = by_name.get("cfs"), by_name.get("gpu")  # their explicit calls, when they run
+        workers = by_name.get("workers")
+        self.peer_gone = workers.peer_gone if workers else None  # why a worker died
         self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
         self.correlator = CorrelatorPart(self.host, config.correlator,
                                          gpu_source_of=gpu.source_of if gpu else (lambda _k: None),
@@ -177,7 +179,7 @@ class Agent:
             self.hook_socket.remove()
             raise BindError("cannot listen on %s: %s" % (o.listen, e.strerror)) from None
         self.ingest = ingest.Ingest(sock, self.apply, self.source_of, stats=self.stats,
-                                    hook_socket=self.hook_socket)
+                                    hook_socket=self.hook_socket, on_close=self.peer_gone)
         self.ingest.start()
         self._serving = threading.Thread(target=self.server.serve_forever, name="stallscope-http",
                                          daemon=True)

@@ -125,6 +125,12 @@ def render_text(doc):
                 text += " (capped by the CPU quota)"
         out += ["", "Loader: " + text]
 
+    deaths = doc.get("worker_deaths") or []
+    if deaths:
+        out += ["", "Loader workers that died"]
+        out += ["  %s (runbook: runbooks/StallscopeLoaderWorkerKilled.md)" % d["summary"]
+                for d in deaths[-5:]]
+
     st = doc.get("stacks")
     if st:
         out += ["", "Stacks (py-spy)"]

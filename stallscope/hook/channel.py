@@ -106,6 +106,18 @@ class Channel:
         self.retry_at = 0.0
 
     # -- called from the training process (never on the per-batch path) ---------------
+    def connect_now(self) -> None:
+        """Connect before anything is sent: the agent then knows this process from its
+        start (SO_PEERCRED) and sees its end, since the kernel closes the connection when
+        the process dies, even one that dies before its first report (a loader worker
+        killed by SIGBUS or the OOM killer on its first batch). Never raises."""
+        with self.flush_lock:
+            if self.sock is None:
+                try:
+                    self._connect()
+                except Exception:
+                    self.retry_at = time.monotonic() + RECONNECT_S
+
     def add_stream(self, stream: Stream) -> Stream:
         with self.lock:
             self.streams.append(stream)

@@ -108,6 +108,15 @@ CAUSES = (
         "StallscopeShmNearlyFull",
         "Give the pod a larger /dev/shm (emptyDir medium: Memory with a sizeLimit) or lower "
         "prefetch_factor x num_workers."),
+    # A worker OOM-killed at the pod's memory limit (issue 18): judged from the worker's
+    # exit (SIGKILL with the memory cgroup's oom_kill count up, exporters/worker_deaths.py),
+    # not from a signal moving with the stalls.
+    Cause("memory_limit", "A loader worker was OOM-killed at the pod's memory limit", (), (),
+          "StallscopeLoaderWorkerKilled",
+          "Raise the pod's memory limit to cover num_workers x the workers' RSS (plus /dev/shm, "
+          "whose pages count against it), or cut that RSS: keep the dataset's index in numpy "
+          "arrays or Arrow, not Python lists and dicts, whose refcount writes copy every page "
+          "into each worker (copy-on-access); fewer workers.", computed=True),
     Cause("io_pressure", "Tasks stalled on I/O", (
         Line("psi_io_some_ratio", 0.2), Line("psi_io_full_ratio", 0.1)),
         (CauseAlert(

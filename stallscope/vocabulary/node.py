@@ -66,7 +66,12 @@ METRICS = (
     Metric("stallscope_loader_worker_max_resident_memory_bytes", "gauge",
            "RSS of the rank's largest loader worker.", RANK, "workers"),
     Metric("stallscope_loader_worker_exits_total", "counter",
-           "Loader workers seen ending by a signal.", RANK + ("signal",), "workers"),
+           "Loader workers of the pod seen ending by a signal, by why (each reason from 0): "
+           "shm_exhaustion (SIGBUS, "
+           "/dev/shm full), memory_limit (SIGKILL by the OOM killer of the worker's memory "
+           "cgroup), native_crash (SIGSEGV, SIGABRT, SIGILL, SIGFPE), killed (another SIGKILL), "
+           "other. Kept 15 minutes after the pod's ranks are gone.", POD + ("reason",),
+           "workers"),
     Metric("stallscope_loader_worker_cpu_seconds_total", "counter",
            "CPU time of one loader worker (--exporter.workers.per-worker).", RANK + ("worker",),
            "workers"),

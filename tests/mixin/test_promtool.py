@@ -184,6 +184,20 @@ CASES = {
           "The hook of rank 0 (pod train-0 on node n1) reported within the last 1h but not now, while "
           "other ranks of job train still report: the process died or hangs, or it lost the agent's "
           "socket.")]),
+    # A worker's death: the pod's counter rises at minute 10; one that stands still
+    # (train-1) and reason "other" (train-0) do not page.
+    "StallscopeLoaderWorkerKilled": (
+        [(sel("stallscope_loader_worker_exits_total", **pod_labels("train-0", reason="memory_limit")),
+          "0x9 1+0x30"),
+         (sel("stallscope_loader_worker_exits_total", **pod_labels("train-0", reason="other")), "0+1x40"),
+         (sel("stallscope_loader_worker_exits_total", **pod_labels("train-1", reason="shm_exhaustion")),
+          "1+0x40")], 10,
+        [(pod_labels("train-0", reason="memory_limit"),
+          "A DataLoader worker of pod ml/train-0 died (memory_limit).",
+          "A loader worker of %s ended by a signal within the last 5m; the agent's evidence says "
+          "memory_limit (shm_exhaustion: /dev/shm was full; memory_limit: the OOM killer of the pod's "
+          "memory cgroup; native_crash: a crash in native code; killed: another SIGKILL). `stallscope "
+          "diagnose train-0 -n ml` names the worker, its last RSS and the limit." % WHERE0)]),
     "StallscopeExporterFailing": (
         [(sel("stallscope_exporter_success", exporter="fuse", **AGENT), "0+0x40"),
          (sel("stallscope_exporter_success", exporter="psi", **AGENT), "1+0x40")], 0,
