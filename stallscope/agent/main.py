@@ -120,7 +120,7 @@ class Agent:
         self.registry.register(self.parts)
         self.routes = CoreRoutes(self.host, self.parts, self.budget).routes()
         self.routes.update(self.parts.routes())
-        self.jobs = [(2.0, self._expire)] + self.parts.jobs()
+        self.jobs = [(2.0, self._expire), (malloc.TRIM_S, malloc.trim)] + self.parts.jobs()
         self.ingest: ingest.Ingest | None = None
         self.hook_socket: HookSocket | None = None
         self.server: Any = None
