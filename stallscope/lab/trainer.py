@@ -23,7 +23,8 @@ The plan (JSON):
   with ``sample_pace_s``, a wait for the worker's next slot (each worker delivers at
   most one sample per ``sample_pace_s``, as through a stream with a per-connection rate
   cap: a worker that fell behind makes up a sleep's overrun, never a burst after sitting
-  idle), and a tensor of
+  idle); with ``slow_worker_sleep_s``, the worker whose id is ``slow_worker_id`` waits
+  that much more per sample (one slow worker among the others), and a tensor of
   ``sample_bytes`` (or, with
   ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
   batch for the training process to take over, a transfer cost)
@@ -102,7 +103,7 @@ def _dataset(plan):
             data = b"".join(self.source.read(i * n + k) for k in range(n)) if self.source else b""
             if plan.get("sample_cpu_s"):
                 _busy(plan["sample_cpu_s"])
-            sleep_s = self.sleep_seconds()
+            sleep_s = self.sleep_seconds() + self.slow_worker_extra()
             heavy = plan.get("heavy_batch_every")
             if heavy and (i // plan.get("batch_size", 8)) % heavy == 0:
                 sleep_s = plan["heavy_sleep_s"]  # a costly batch now and then: a wide spread
@@ -114,6 +115,17 @@ def _dataset(plan):
                 part = -(-self.floats // self.tensors)
                 return tuple(torch.full((part,), float(len(data) % 7)) for _ in range(self.tensors))
             return torch.full((self.floats,), float(len(data) % 7))
+
+        def slow_worker_extra(self):
+            # One slow worker (issue 18): the loader worker with id slow_worker_id waits
+            # slow_worker_sleep_s more per sample, as on a slow shard or a crowded core.
+            extra = plan.get("slow_worker_sleep_s")
+            if not extra:
+                return 0.0
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            return extra if info is not None and info.id == plan.get("slow_worker_id", 0) else 0.0
 
         def wait_for_slot(self):
             # This worker's next delivery slot. Lateness of up to SLOT_CREDIT_S (a sleep
