@@ -19,7 +19,7 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import epochs, measured, predict, rules, slow_worker, transfer, workers
+from . import epochs, measured, oom, predict, rules, slow_worker, transfer, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
@@ -146,6 +146,11 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             missing.append("too_few_workers")
         else:
             scored.append(tfw)
+        killed = oom.score(trace)
+        if killed is None:
+            missing.append(oom.NAME)
+        else:
+            scored.append(killed)
         started = epochs.score(ib)
         if started is not None:
             scored.append(started)
