@@ -19,7 +19,7 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import epochs, measured, predict, rules, transfer, workers
+from . import epochs, measured, oom, predict, rules, slow_worker, transfer, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
@@ -135,12 +135,22 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             missing.append(transfer.NAME)
         else:
             scored.append(moved)
+        held = slow_worker.score(trace, steady)
+        if held is None:
+            missing.append(slow_worker.NAME)
+        else:
+            scored.append(held)
         others = max((c["score"] for c in scored), default=0.0)
         tfw = workers.score(trace, per, others, swi)
         if tfw is None:
             missing.append("too_few_workers")
         else:
             scored.append(tfw)
+        killed = oom.score(trace)
+        if killed is None:
+            missing.append(oom.NAME)
+        else:
+            scored.append(killed)
         started = epochs.score(ib)
         if started is not None:
             scored.append(started)

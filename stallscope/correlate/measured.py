@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import signal
+from . import slow_worker
 from .overlap import iterator_starts
 from .predict import Measured
 
@@ -49,7 +50,8 @@ def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
         shm_size = float(free[-1] / (1 - used[-1]))
         shm_used = float(shm_size * used.max())
     q = quota or {}
-    return Measured(
+    by_worker = slow_worker.per_worker(trace)
+    return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
         step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
         load=load, workers=loader.get("num_workers"), prefetch=loader.get("prefetch_factor"),
         persistent=loader.get("persistent_workers"), quota_cores=q.get("cores"),

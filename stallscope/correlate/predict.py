@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE
+from . import slow_worker
 
 TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
 CPU_MARGIN = 1.25                # headroom over the measured CPU demand (spread, bursts)
@@ -62,6 +63,7 @@ class Measured:
     shard_reads_per_second: float | None = None
     shm_size_bytes: float | None = None
     shm_used_bytes: float | None = None
+    worker_loads: tuple | None = None   # each worker's load time samples (slow_worker.py)
 
     @property
     def compute_mean(self) -> float:
@@ -266,6 +268,23 @@ def storage(m: Measured) -> dict[str, Any] | None:
     return found
 
 
+def in_order_false(m: Measured) -> dict[str, Any] | None:
+    """slow_worker's fix: the DataLoader's queue replayed with each worker's own load
+    times, in order (as now) and with in_order=False (fast workers take the slow one's
+    share, the loop takes whichever batch is ready)."""
+    if not m.worker_loads or len(m.worker_loads) < 2 or not len(m.compute):
+        return None
+    prefetch = m.prefetch or 2
+    now = slow_worker.replay(list(m.worker_loads), m.compute, prefetch, True)
+    wait = slow_worker.replay(list(m.worker_loads), m.compute, prefetch, False)
+    step = m.compute_mean / max(1e-9, 1.0 - wait)
+    return _result("in_order=False", {"in_order": False}, wait, step, m,
+                   "the DataLoader's queue replayed with each of %d workers' load times: wait %.1f%% "
+                   "in order, %.1f%% with in_order=False" % (len(m.worker_loads), 100 * now, 100 * wait),
+                   "high" if min(len(x) for x in m.worker_loads) >= 20 else "medium",
+                   removed_share=round(max(0.0, 1.0 - wait / now), 4) if now > 0 else 0.0)
+
+
 NO_CONFIG_FIX = {"fuse_unhealthy": "remount the FUSE daemon and restart the rank",
                  "checkpoint_contention": "move checkpoint writes off the training data's storage",
                  "io_pressure": "move the other I/O off the node's data device",
@@ -290,6 +309,8 @@ def for_cause(cause: str, m: Measured) -> dict[str, Any] | None:
         found = shm(m)
     elif cause == "epoch_start":
         found = persistent(m)
+    elif cause == "slow_worker":
+        found = in_order_false(m)
     if found is not None:
         return dict(found, cause=cause)
     h = headroom(m)

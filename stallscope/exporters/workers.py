@@ -34,6 +34,7 @@ from ..vocabulary import signal
 from . import base, worker_deaths
 
 ALIVE, DSTATE, CPU_RATIO = (signal(n).name for n in ("workers_alive", "workers_dstate", "workers_cpu_ratio"))
+OOM_KILLED = signal("workers_oom_killed").name
 SHM_USED = signal("shm_used_ratio").name
 SHM_LOOKBACK_S = 10.0
 DEATHS_KEPT = 64        # recent deaths kept for the API and diagnose (all ranks)
@@ -66,6 +67,7 @@ class WorkersExporter(base.Exporter):
         self.deaths: collections.deque = collections.deque(maxlen=DEATHS_KEPT)
         self.layout = cgroups.Layout(host.cgroupfs)
         self.memory: dict[Any, tuple] = {}      # rank key -> (memory cgroup dir, version, oom_kill)
+        self.oom_pending: dict[Any, int] = {}   # rank key -> workers OOM-killed since the last sample
         self.rss_seen: dict[int, tuple] = {}    # pid -> (t first, rss first, t last, rss last)
         self.rates = base.Rates(host)
 
@@ -118,6 +120,8 @@ class WorkersExporter(base.Exporter):
             exits = sorted(self.exits.items())
         self.cpu_total = collections.Counter({k: v for k, v in self.cpu_total.items() if k in keys})
         self.memory = {k: v for k, v in self.memory.items() if k in keys}
+        with self.lock:
+            self.oom_pending = {k: v for k, v in self.oom_pending.items() if k in keys}
         self.rss_seen = {p: v for p, v in self.rss_seen.items() if p in wanted}
         self.cpu_seen = {k: v for k, v in self.cpu_seen.items() if k in seen}
         self.procs = {p: v for p, v in self.procs.items() if p in wanted}
@@ -159,6 +163,10 @@ class WorkersExporter(base.Exporter):
             d = self.rates.delta(rank.key, (self.cpu_total[rank.key],))
             if d is not None:
                 self.record(rank.key, CPU_RATIO, d[1][0] / d[0])
+        with self.lock:
+            killed = self.oom_pending.pop(rank.key, 0)
+        # every collection, 0 included: the correlator scores memory_limit from it
+        self.record(rank.key, OOM_KILLED, killed)
         self._baseline_oom(rank)
         self.rows[rank.key] = [
             {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "created"}
@@ -259,6 +267,8 @@ class WorkersExporter(base.Exporter):
         with self.lock:
             self.deaths.append(death)
             self.exits[self._pod(rank) + (death["reason"],)] += 1
+            if death["reason"] == "memory_limit":
+                self.oom_pending[rank.key] = self.oom_pending.get(rank.key, 0) + 1
             self.exits_seen[self._pod(rank)] = now
             if count is not None:  # the next kill counts from here
                 self.memory[rank.key] = (d, v, count)

@@ -157,6 +157,20 @@ SCENARIOS = (
              "waits behind each costly one.", _cause("too_few_workers"),
              real=RealRun(target={"sample_sleep_s": 0.015, "heavy_batch_every": 4,
                                   "heavy_sleep_s": 0.12}, alerts=WAIT)),
+    # issue 18: inside the loader
+    Scenario("slow-worker", "One rank has 4 loader workers, and worker 2 takes 100 ms more per "
+             "sample than the others (816 ms a batch against 16 ms): the loader hands batches out "
+             "in turn and delivers them in order, so every 4th batch waits for that worker while "
+             "the others' batches are ready; a batch every ~204 ms against 150 ms of compute. "
+             "in_order=False would let the fast workers carry the load.", _cause("slow_worker"),
+             real=RealRun(target={"workers": 4, "slow_worker_id": 2, "slow_worker_sleep_s": 0.1},
+                          alerts=WAIT)),
+    Scenario("epoch-start", "One rank's epochs are 20 batches and its 2 loader workers are not "
+             "persistent: every epoch forks them again and each spends 1.5 s starting up (an index "
+             "built in worker_init_fn) before its first batch. The steady state keeps up; ~1.5 s "
+             "of every ~4.5 s epoch waits at its start.", _cause("epoch_start"),
+             real=RealRun(target={"epoch_batches": 20, "persistent_workers": False,
+                                  "worker_start_s": 1.5}, alerts=WAIT)),
     Scenario("cpu-throttle-episodes", "Throttling that comes and goes, with a decoy: I/O "
              "pressure high all along, not moving with the stalls.", _cause("cpu_throttle"),
              synthetic=synthetic.cpu_throttle_episodes),

@@ -61,6 +61,15 @@ CAUSES = (
           "remove: fewer tensors per sample (pack them into one), larger batches per transfer, "
           "collate in the workers rather than in the main process, and pin_memory=True so a "
           "thread receives batches beside the loop.", computed=True),
+    # One worker slower than the others (issue 18): the DataLoader hands batches out in
+    # turn and delivers them in order, so the loop waits for that worker's batch while
+    # the others' are ready (correlate/slow_worker.py, from per-worker load times).
+    Cause("slow_worker", "One loader worker is slower than the others and in-order delivery "
+          "holds every batch behind its", (), (),
+          "StallscopeDataWaitHigh",
+          "Find why that worker is slow (its shard, its host's CPU, a sample that is costly to "
+          "decode); pass in_order=False to the DataLoader (torch >= 2.6) so the loop takes "
+          "the other workers' ready batches instead of waiting in line.", computed=True),
     Cause("epoch_start", "Each epoch waits for its loader workers to start", (), (),
           "StallscopeDataWaitHigh",
           "Set persistent_workers=True so workers survive across epochs; make worker start-up "

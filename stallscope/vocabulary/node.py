@@ -128,6 +128,9 @@ SIGNALS = (
            "Requests in flight on the rank's FUSE connections (fusectl).",
            "stallscope_fuse_waiting_requests{$sel}", ("namespace", "pod", "mountpoint")),
     Signal("workers_alive", "count", ("rank",), "workers", "Loader workers of the rank alive."),
+    Signal("workers_oom_killed", "count", ("rank",), "workers",
+           "Loader workers of the rank OOM-killed at its memory limit since the previous "
+           "collection (worker_deaths.py: SIGKILL with the memory cgroup's oom_kill up)."),
     Signal("workers_dstate", "count", ("rank",), "workers",
            "Loader workers of the rank in D state (blocked in the kernel).",
            "stallscope_loader_workers_dstate{$sel}", ("namespace", "job", "rank", "pod", "node")),

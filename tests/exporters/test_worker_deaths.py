@@ -100,6 +100,11 @@ def test_a_worker_killed_by_a_full_dev_shm_is_a_sigbus_of_shm_exhaustion(agent_f
         kill(trainer)
 
 
+def oom_signal_total(agent):
+    body = agent.api("/api/v1/timeline?rank=0&job=wd&seconds=120")
+    return sum(v for _t, v in body.get("signals", {}).get("workers_oom_killed", []))
+
+
 @pytest.mark.slow
 def test_a_worker_oom_killed_under_a_memory_limit_is_memory_limit_with_its_growth(
         agent_factory, hook_env, tmp_path):
@@ -132,5 +137,7 @@ def test_a_worker_oom_killed_under_a_memory_limit_is_memory_limit_with_its_growt
             wait_until(lambda: scraped(agent.metrics(), "stallscope_loader_worker_exits_total",
                                        job="wd", reason="memory_limit")
                        == [len(deaths_of(agent))], timeout=10)
+            # the correlator's signal for the memory_limit cause counts the same kills
+            wait_until(lambda: oom_signal_total(agent) == len(deaths_of(agent)), timeout=10)
         finally:
             kill(trainer)
