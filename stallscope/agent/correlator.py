@@ -2,8 +2,9 @@
 on-demand one for ``GET /api/v1/diagnosis``, and every second a change-point test on
 each rank's data-wait share (correlate/detect.py): a rank found waiting since some
 moment is analysed at once on that stall, and again every STALL_REFRESH_S while it
-is young (less often as it ages: stall_refresh), so a stall is named within seconds and its causes are ranked on the stall itself,
-not diluted by the healthy minutes before it. The analysis itself is pure
+is young (less often as it ages: stall_refresh), so a stall is named within seconds
+and its causes are ranked on the stall itself, not diluted by the healthy minutes
+before it. The analysis itself is pure
 (stallscope/correlate/); this part builds its inputs from the host and publishes its
 outputs.
 
