@@ -64,8 +64,10 @@ class CorrelatorPart(Part):
 
     def __init__(self, host: Any, options: CorrelatorOptions = CorrelatorOptions(),
                  gpu_source_of: Callable[[Any], str | None] = no_gpu,
-                 quota_of: Callable[[Any], tuple[float | None, int | None]] | None = None) -> None:
+                 quota_of: Callable[[Any], tuple[float | None, int | None]] | None = None,
+                 hang_of: Callable[[Any], dict | None] = lambda _k: None) -> None:
         super().__init__(host)
+        self.hang_of = hang_of  # rank key -> the hangs part's latest triage (hangs.py)
         # rank key -> (CFS quota in cores, ranks sharing it), from the cfs exporter; None
         # when it is off (then the quota's absence is not measured)
         self.quota_of = quota_of
@@ -300,6 +302,9 @@ class CorrelatorPart(Part):
                 results[r.key] = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
                                               since_of={r.key: d.since_ns})[r.key]
             results[r.key]["detection"] = d.as_json(now_ns)
+            hang = self.hang_of(r.key)
+            if hang is not None:  # the stacks of its blocked next() call (hangs.py)
+                results[r.key]["hang"] = hang
             marked = self.changes.get(r.key)
             if marked is not None:
                 results[r.key]["change"] = change.view(marked, self.trace(r, seconds or self.window))

@@ -27,6 +27,7 @@ from . import http, httppool, identity, ingest, malloc
 from .api import CoreRoutes
 from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
+from .hangs import HangOptions, HangsPart
 from .held import HELD, Held
 from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
 from .host import AgentHost, Parts
@@ -82,6 +83,7 @@ class Config:
     exporters: exporters.ExportersOptions = exporters.ExportersOptions()
     enabled: dict[str, bool | None] = dataclasses.field(default_factory=dict)
     correlator: CorrelatorOptions = CorrelatorOptions()
+    hangs: HangOptions = HangOptions()
     parts: dict[type, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -107,12 +109,14 @@ class Agent:
         workers = by_name.get("workers")
         self.peer_gone = workers.peer_gone if workers else None  # why a worker died
         self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
+        self.hangs = HangsPart(self.host, config.hangs)
         self.correlator = CorrelatorPart(self.host, config.correlator,
                                          gpu_source_of=gpu.source_of if gpu else (lambda _k: None),
-                                         quota_of=cfs.quota_of if cfs else None)
+                                         quota_of=cfs.quota_of if cfs else None,
+                                         hang_of=self.hangs.latest)
         part_list: list[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
                                  ShardPart(self.host), *self.node_exporters, self.runner,
-                                 self.correlator]
+                                 self.correlator, self.hangs]
         self.parts = Parts(self.host, part_list)
         self.registry = CollectorRegistry(auto_describe=False)
         for collector in self.parts.collectors():

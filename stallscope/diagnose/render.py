@@ -131,6 +131,14 @@ def render_text(doc):
         out += ["  %s (runbook: runbooks/StallscopeLoaderWorkerKilled.md)" % d["summary"]
                 for d in deaths[-5:]]
 
+    hang = doc.get("hang")
+    if hang:
+        out += ["", "Hang (stacks the agent dumped once the rank was blocked %.0f s)"
+                % hang.get("threshold_seconds", 0), "  " + hang["summary"]]
+        out += ["  %-6s %-7d %-2s %-9s %s" % (p["role"], p["pid"], p.get("state") or "?",
+                                               p.get("class") or "-", p.get("where") or p.get("error") or "")
+                for p in hang.get("processes") or []]
+
     st = doc.get("stacks")
     if st:
         out += ["", "Stacks (py-spy)"]
