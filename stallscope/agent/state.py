@@ -378,4 +378,14 @@ class RankTable:
         # Hook timestamps are CLOCK_MONOTONIC (perf_counter_ns), the clock of monotonic_ns.
         horizon = time.monotonic_ns() - int(min(seconds * 1e9, self.timeline_ns))
         with self.lock:
-            return rank.timeline.since(horizon)
+            rows = rank.timeline.since(horizon)
+            blocked, start = rank.provisional_ns, rank.provisional_start_ns
+        if not blocked:
+            return rows
+        # A call still blocked in next() is a wait that has not ended: it goes last, as
+        # far as the hook has reported it, as the SLI's sums already count it. Without it
+        # a rank hung on a frozen mount was analysed on its waits before the hang only
+        # (a lab run ranked transfer_cost over the dead FUSE mount, issue 18).
+        prev = int(rows[-1, 0]) if len(rows) else start
+        end = start + blocked
+        return np.vstack([rows, np.array([[end, blocked, end - min(prev, start), -1]], np.int64)])

@@ -133,10 +133,6 @@ SCENARIOS = (
              "transfer into the main process). The trace is rank 0's: a victim, not input-bound, "
              "naming rank 3.", _cause("storage_latency"), view="peer",
              real=RealRun(fault=faults.RemoteShards, ranks=4, alerts=WAIT)),
-    # transfer-cost goes here (the transfer_cost cause, being built on another branch): the
-    # per-batch cost of moving a batch from the workers into the main process, the floor
-    # that margin's and victims' healthy ranks wait (1-2 % of a step on this machine).
-    # Not built on this branch.
     Scenario("cpu-throttle", "One rank's loader workers need 6 ms of CPU per sample (0.32 CPU "
              "at the job's pace) but run in a cgroup with a 0.2-CPU CFS quota.", _cause("cpu_throttle"),
              real=RealRun(fault=lambda: faults.CpuQuota(0.2),
