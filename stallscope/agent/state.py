@@ -386,6 +386,8 @@ class RankTable:
         # far as the hook has reported it, as the SLI's sums already count it. Without it
         # a rank hung on a frozen mount was analysed on its waits before the hang only
         # (a lab run ranked transfer_cost over the dead FUSE mount, issue 18).
+        # Its ready wait is all of it: a call blocked past the hook's 1 s report delay is
+        # waiting for a batch to be made (a transfer takes milliseconds), not receiving one.
         prev = int(rows[-1, 0]) if len(rows) else start
         end = start + blocked
-        return np.vstack([rows, np.array([[end, blocked, end - min(prev, start), -1]], np.int64)])
+        return np.vstack([rows, np.array([[end, blocked, end - min(prev, start), blocked]], np.int64)])

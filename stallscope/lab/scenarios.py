@@ -204,6 +204,16 @@ SCENARIOS = (
              "fails with ENOTCONN; the loader retries, then skips the sample.", _cause("fuse_unhealthy"),
              real=RealRun(fault=faults.DeadFuse, alerts=WAIT + _alerts("StallscopeFuseMountDown")),
              synthetic=synthetic.fuse_down),
+    Scenario("hang", "The FUSE daemon under one rank's shards stops answering (SIGSTOP) a third "
+             "into the run: a worker's read waits in D state for good and the rank hangs in "
+             "next(); the agent triages the hang (who is stuck where) and the stuck mount is the "
+             "cause.", _cause("fuse_unhealthy"),
+             real=RealRun(fault=faults.FrozenFuse, alerts=WAIT + _alerts("StallscopeFuseMountDown"),
+                          # a frozen daemon's mount is also stuck; its readers wait in D
+                          # state (the pod's I/O PSI); the job makes no progress
+                          # (StallscopeJobNoProgress: the mixin's SLO alert, no cause's)
+                          may_fire=_alerts("StallscopeFuseMountStuck", "StallscopeIOPressure")
+                          + ("StallscopeJobNoProgress",))),
     Scenario("shm-exhaustion", "One rank's /dev/shm (its own mount namespace) is 16 MiB with 14 MiB "
              "held by leftovers: its workers fail to place 768 KiB batches in shared memory "
              "(\"unable to allocate shared memory(shm)\") and retry.", _cause("shm_exhaustion"),
