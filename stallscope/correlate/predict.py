@@ -17,7 +17,14 @@ The models, and why each:
   interval between batches; this holds throttled or not, since throttling stretches
   the wall time, not the work). Under a quota of Q cores the loader cannot deliver
   faster than one batch per C / Q, whatever W. When that floor is above the compute,
-  more workers buy nothing: the change is the CPU limit C / T_c plus a margin.
+  more workers buy nothing: the change is a CPU limit. Which limit: the same replay,
+  searched over Q, with each batch's load time less the share of it the quota held
+  the worker back (the cgroup's throttled seconds per worker); what the node's other
+  tasks took from the workers (their run-queue wait beyond the throttling) stays in
+  the load times, since a larger limit does not give that back. So the margin over
+  C / T_c is what the measured spread and crowding need, not a fixed factor; where no
+  limit reaches the target with these workers, the workers are raised too, and where
+  nothing does (a crowded node), the prediction says what wait remains.
 - persistent_workers: each iterator's first batch waits for its workers to start; with
   persistent workers that wait becomes one ordinary steady-state wait.
 - /dev/shm: the workers hold up to workers x prefetch_factor batches there.
@@ -33,7 +40,9 @@ import numpy as np
 from ..vocabulary import DATA_WAIT_LINE
 
 TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
-CPU_MARGIN = 1.25                # headroom over the measured CPU demand (spread, bursts)
+CPU_MARGIN = 1.25                # over the mean CPU demand, only without per-batch load times
+LIMIT_STEP = 0.05                # cores: a CPU limit is named to this step
+LIMIT_SPAN = 4.0                 # a limit is searched up to this many times the mean demand
 MAIN_CORE = 1.0                  # a rank's training process keeps one core of a shared quota
 REPLAY_BATCHES = 600
 MAX_WORKERS = 64
@@ -62,6 +71,8 @@ class Measured:
     shard_reads_per_second: float | None = None
     shm_size_bytes: float | None = None
     shm_used_bytes: float | None = None
+    throttled_seconds_rate: float | None = None  # threads held back by the quota, per second
+    runqueue_ratio: float | None = None     # run-queue wait per second, per worker
 
     @property
     def compute_mean(self) -> float:
@@ -72,6 +83,25 @@ class Measured:
         if self.workers_cpu_cores is None or self.step_seconds <= 0:
             return None
         return self.workers_cpu_cores * self.step_seconds
+
+    @property
+    def held_back(self) -> float | None:
+        """Share of each worker's time the quota held it back (None: not measured). The
+        cgroup's throttled seconds per worker; never more than the run-queue wait, which
+        counts throttled tasks too."""
+        if self.throttled_seconds_rate is None or not self.workers:
+            return None
+        share = self.throttled_seconds_rate / self.workers
+        if self.runqueue_ratio is not None:
+            share = min(share, self.runqueue_ratio)
+        return float(min(max(share, 0.0), 0.95))
+
+    @property
+    def crowded(self) -> float:
+        """Run-queue wait per worker that the quota does not explain: the node's other tasks."""
+        if self.runqueue_ratio is None:
+            return 0.0
+        return max(0.0, self.runqueue_ratio - (self.held_back or 0.0))
 
     @property
     def loader_cores(self) -> float | None:
@@ -165,7 +195,6 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
         text += "; the means alone say %d" % mean_need
     cap = m.loader_cores
     if floor and (floor > m.compute_mean * (1 - TARGET) or wait > TARGET):
-        needed_cpu_limit(m)
         text += ("; the CPU quota (%.2g cores for the workers) lets them deliver one batch per "
                  "%.3gs at most (%.3g CPU-s a batch): more workers share the same CPU" % (
                      cap, floor, m.cpu_per_batch))
@@ -181,43 +210,108 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
                    wait, step, m, basis + text, "high" if len(m.load) >= 50 else "medium", **more)
 
 
+def unthrottled_load(m: Measured) -> np.ndarray | None:
+    """The per-batch load times without the quota's hold: less the held-back share when
+    measured; otherwise (no throttling figures) the CPU work alone, each worker at the
+    CPU share it did not get, an upper bound on the gain."""
+    if m.load is None or not len(m.load) or not m.workers:
+        return None
+    if m.held_back is not None:
+        return m.load * (1.0 - m.held_back)
+    got = (m.workers_cpu_cores or 0) / m.workers
+    return m.load * min(1.0, got) if got > 0 else m.load
+
+
+def _loader_limit(cores: float, m: Measured) -> float:
+    """The pod's CPU limit for ``cores`` of loader CPU (a shared quota keeps a core per rank)."""
+    if m.quota_ranks:
+        cores = m.quota_ranks * (cores + MAIN_CORE)
+    return math.ceil(round(cores / LIMIT_STEP, 6)) * LIMIT_STEP
+
+
+def limit_search(m: Measured, load: np.ndarray, workers: int) -> tuple[float, float, float]:
+    """(loader cores, wait, step): the smallest loader CPU (in LIMIT_STEP) whose replay
+    with ``workers`` waits no more than TARGET, or, if none up to LIMIT_SPAN x the mean
+    demand does, the smallest within a step of the best reachable wait."""
+    c, prefetch = m.cpu_per_batch, m.prefetch or 2
+    lo = max(1, math.floor(c / m.compute_mean / LIMIT_STEP))  # the mean demand: no less
+    hi = max(lo + 1, math.ceil(LIMIT_SPAN * c / m.compute_mean / LIMIT_STEP))
+
+    def at(k):
+        return replay(load, m.compute, workers, prefetch, c / (k * LIMIT_STEP))
+    top_wait, _ = at(hi)
+    goal = TARGET if top_wait <= TARGET else top_wait + LIMIT_STEP * TARGET
+    while lo < hi:  # the wait falls as the limit rises: bisect the grid
+        mid = (lo + hi) // 2
+        if at(mid)[0] <= goal:
+            hi = mid
+        else:
+            lo = mid + 1
+    wait, step = at(lo)
+    return lo * LIMIT_STEP, wait, step
+
+
 def needed_cpu_limit(m: Measured) -> float | None:
     c = m.cpu_per_batch
     if not c or m.compute_mean <= 0:
         return None
-    cores = CPU_MARGIN * c / m.compute_mean
-    if m.quota_ranks:
-        cores = m.quota_ranks * (cores + MAIN_CORE)
-    return math.ceil(cores * 10) / 10
+    load = unthrottled_load(m)
+    if load is None:
+        return _loader_limit(CPU_MARGIN * c / m.compute_mean, m)
+    return _loader_limit(limit_search(m, load, m.workers)[0], m)
 
 
 def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -> dict[str, Any] | None:
-    """The CPU limit at which the loader stops being throttled, from its measured demand."""
-    limit = needed_cpu_limit(m)
-    if limit is None:
-        return None
+    """The CPU limit at which the loader stops being throttled: the replay searched over
+    the limit, with the load times the quota did not stretch (module docstring)."""
     c = m.cpu_per_batch
-    loader = limit / m.quota_ranks - MAIN_CORE if m.quota_ranks else limit
-    floor = c / loader
+    if not c or m.compute_mean <= 0:
+        return None
+    load = unthrottled_load(m)
     w = m.workers or 1
-    if m.load is not None and len(m.load) and m.workers:
-        # unthrottled, a worker's batch takes its CPU work plus what it waited on besides
-        # throttling: the measured time shrunk to the CPU share it did not get
-        got = (m.workers_cpu_cores or 0) / m.workers
-        load = m.load * min(1.0, got) if got > 0 else m.load
-        wait, step = replay(load, m.compute, w, m.prefetch or 2, floor)
-    else:
-        step = max(m.compute_mean, floor)
+    settings: dict[str, Any] = {}
+    if load is None:
+        cores = CPU_MARGIN * c / m.compute_mean
+        step = max(m.compute_mean, c / cores)
         wait = 1 - m.compute_mean / step
+        how = "a %.0f%% margin over the mean demand (no per-batch load times)" % (100 * (CPU_MARGIN - 1))
+    else:
+        cores, wait, step = limit_search(m, load, w)
+        if wait > TARGET:  # these workers cannot keep up even unthrottled: more of them too
+            for more in range(w + 1, MAX_WORKERS + 1):
+                k, wt, st = limit_search(m, load, more)
+                if wt <= TARGET:
+                    cores, wait, step, w = k, wt, st, more
+                    settings["num_workers"] = more
+                    break
+        how = ("the replay of the queue (%d workers, the measured spread) under the limit, with "
+               "the load times less the %.0f%% the quota held each worker back" % (
+                   w, 100 * (m.held_back or 0.0)))
+    limit = _loader_limit(cores, m)
+    settings = dict({"cpu_limit_cores": limit}, **settings)
     text = ("the workers need %.3g CPU-s per batch (%.2g cores at %.3gs of compute a batch); "
-            "a limit of %.2g cores leaves %.0f%% margin" % (c, c / m.compute_mean, m.compute_mean,
-                                                            limit, 100 * (CPU_MARGIN - 1)))
-    more = {"cpu_limit_cores": limit}
+            "a limit of %.3g cores (%.2g for the loader, %.0f%% over the mean demand) from %s" % (
+                c, c / m.compute_mean, m.compute_mean, limit, cores,
+                100 * (cores * m.compute_mean / c - 1), how))
+    if m.quota_ranks:
+        text += "; %d rank(s) share the quota, each keeping %.3g core for its training process" % (
+            m.quota_ranks, MAIN_CORE)
+    more: dict[str, Any] = {"cpu_limit_cores": limit}
+    if m.crowded > 0.1:
+        text += ("; the node's other tasks kept the workers waiting for a core %.0f%% of the time "
+                 "besides the quota, which no limit gives back" % (100 * m.crowded))
+        more["crowded_ratio"] = round(m.crowded, 4)
+    if wait > TARGET:
+        text += "; no limit brings the wait under the line: %.1f%% remains" % (100 * wait)
     if capped_workers is not None:
         more["workers_alone_useless"] = True
-    return _result("raise the CPU limit to %.2g cores%s" % (
-        limit, " (more workers alone would not help)" if capped_workers is not None else ""),
-        {"cpu_limit_cores": limit}, wait, step, m, (basis + "; " if basis else "") + text, "medium", **more)
+    change = "raise the CPU limit to %.3g cores" % limit
+    if "num_workers" in settings:
+        change += " and num_workers from %d to %d" % (m.workers, settings["num_workers"])
+    if capped_workers is not None:
+        change += " (more workers alone would not help)"
+    return _result(change, settings, wait, step, m, (basis + "; " if basis else "") + text,
+                   "medium", **more)
 
 
 def persistent(m: Measured) -> dict[str, Any] | None:

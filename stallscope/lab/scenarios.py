@@ -157,6 +157,13 @@ SCENARIOS = (
              "waits behind each costly one.", _cause("too_few_workers"),
              real=RealRun(target={"sample_sleep_s": 0.015, "heavy_batch_every": 4,
                                   "heavy_sleep_s": 0.12}, alerts=WAIT)),
+    Scenario("epoch-start", "One rank's epochs are 20 batches and its loader has no persistent "
+             "workers: at every epoch its 2 workers are forked again and each spends 1 s getting "
+             "ready (imports, opening the dataset) before its first sample, ~1 s of wait every 3 s; "
+             "in the steady state the loader keeps far ahead. The fix is persistent_workers=True.",
+             _cause("epoch_start"),
+             real=RealRun(target={"epoch_batches": 20, "persistent_workers": False,
+                                  "worker_start_s": 1.0}, alerts=WAIT)),
     Scenario("cpu-throttle-episodes", "Throttling that comes and goes, with a decoy: I/O "
              "pressure high all along, not moving with the stalls.", _cause("cpu_throttle"),
              synthetic=synthetic.cpu_throttle_episodes),

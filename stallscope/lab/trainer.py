@@ -14,7 +14,11 @@ The plan (JSON):
 
 - ``rank``, ``world_size``, ``master`` (host:port of the gloo rendezvous; a world of
   one rank trains alone, without a process group), ``max_s``
-- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``, ``pin_memory``
+- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``, ``pin_memory``,
+  ``persistent_workers`` (default true); with ``epoch_batches`` N an epoch is N batches
+  and the loop starts a new iterator after each (without persistent workers, each epoch
+  forks its workers again); ``worker_start_s``: what each worker spends getting ready
+  before its first sample (imports, opening the dataset), at every start
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
@@ -93,6 +97,8 @@ def _dataset(plan):
             return self.sleep_s
 
         def __len__(self):
+            if plan.get("epoch_batches"):
+                return plan["epoch_batches"] * plan.get("batch_size", 8)
             return 10 ** 8  # one epoch outlasts any run: no worker restarts
 
         def __getitem__(self, i):
@@ -151,17 +157,28 @@ def _retrying_collate(backoff_s):
     return collate
 
 
-def _worker_init(cgroup, cpus):
+def _worker_init(cgroup, cpus, start_s):
     # A fault made this cgroup with a CFS quota, or chose the CPUs the workers share with
     # busy neighbours; each loader worker moves itself as it starts, so only the workers
-    # are affected.
+    # are affected. ``start_s``: the worker's own start-up cost (a real one imports and
+    # opens its dataset), paid again at every epoch without persistent workers.
     def init(_worker_id):
         if cgroup:
             with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if start_s:
+            time.sleep(start_s)
     return init
+
+
+def _epochs(loader, epoch_batches):
+    """The batches of one endless epoch, or of epoch after epoch (a new iterator each)."""
+    while True:
+        yield from loader
+        if not epoch_batches or _stop:
+            return
 
 
 def _wait_to_be_stopped(deadline):
@@ -189,10 +206,11 @@ def main(argv):
     workers = plan.get("workers", 2)
     kw = {}
     if workers:
-        kw = dict(persistent_workers=True, prefetch_factor=plan.get("prefetch_factor", 2),
-                  multiprocessing_context="fork")
-        if plan.get("worker_cgroup") or plan.get("worker_cpus"):
-            kw["worker_init_fn"] = _worker_init(plan.get("worker_cgroup"), plan.get("worker_cpus"))
+        kw = dict(persistent_workers=plan.get("persistent_workers", True),
+                  prefetch_factor=plan.get("prefetch_factor", 2), multiprocessing_context="fork")
+        if plan.get("worker_cgroup") or plan.get("worker_cpus") or plan.get("worker_start_s"):
+            kw["worker_init_fn"] = _worker_init(plan.get("worker_cgroup"), plan.get("worker_cpus"),
+                                                plan.get("worker_start_s"))
         if plan.get("shm_retry_s"):
             kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
         if plan.get("in_order") is False:
@@ -217,7 +235,7 @@ def main(argv):
         # waits in the first all_reduce for a peer that started late.
         dist.barrier()
     try:
-        for batch in loader:
+        for batch in _epochs(loader, plan.get("epoch_batches")):
             arrived = time.monotonic()
             if isinstance(batch, (list, tuple)):  # tensors_per_sample: one per part
                 batch = torch.cat(batch, 1)
