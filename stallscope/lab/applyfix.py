@@ -37,11 +37,11 @@ def fixed(scenario, settings):
         if key in PLAN_KEYS:
             target[PLAN_KEYS[key]] = value
         elif key == "cpu_limit_cores":
-            fault = _replaced(fault, faults.CpuQuota, lambda old: faults.CpuQuota(value), scenario,
+            fault = _replaced(fault, faults.CpuQuota, lambda old, v=value: faults.CpuQuota(v), scenario,
                               "a CPU limit")
         elif key == "shm_mib":
-            fault = _replaced(fault, faults.TinyShm, lambda old: faults.TinyShm(
-                size_mib=value, leftover_mib=old.leftover_mib, sample_kib=old.sample_kib),
+            fault = _replaced(fault, faults.TinyShm, lambda old, v=value: faults.TinyShm(
+                size_mib=v, leftover_mib=old.leftover_mib, sample_kib=old.sample_kib),
                 scenario, "a /dev/shm size")
         else:
             raise Unavailable("%s: the lab cannot apply %s=%r" % (scenario.name, key, value))
@@ -71,6 +71,18 @@ def measured(result):
     return row.get("data_wait_ratio"), step
 
 
+def peers_wait(result):
+    """The most any rank without the fault waited in the same run: the machine's floor
+    (a crowded machine starves the healthy loaders too), or None in a one-rank run."""
+    waits = [r.get("data_wait_ratio") for r in result["ranks"] if r["rank"] != result["target_rank"]]
+    waits = [w for w in waits if w is not None]
+    return max(waits) if waits else None
+
+
+def _compute(wait, step):
+    return step * (1 - wait) if wait is not None and step else None
+
+
 def compare(prediction, after, before=None, workers_alone=None):
     wait, step = measured(after)
     pred = prediction["predicted_step_seconds"]
@@ -81,9 +93,15 @@ def compare(prediction, after, before=None, workers_alone=None):
            "measured_step_seconds": round(step, 6) if step else None,
            "step_error": round((pred - step) / step, 4) if step else None,
            "stall_gone": wait is not None and wait < DATA_WAIT_LINE}
+    out["peers_data_wait_ratio"] = peers_wait(after)
     if before is not None:
         out["before_data_wait_ratio"], b = measured(before)
         out["before_step_seconds"] = round(b, 6) if b else None
+        # the step without its wait, before and after: the prediction keeps the compute
+        # measured before, so a change of it between the runs is the machine's, not the model's
+        was, now = _compute(out["before_data_wait_ratio"], b), _compute(wait, step)
+        if was and now:
+            out["compute_change"] = round(now / was - 1, 4)
     if workers_alone is not None:
         w, s = measured(workers_alone)
         out["workers_alone"] = {"data_wait_ratio": w, "step_seconds": round(s, 6) if s else None}
@@ -126,6 +144,9 @@ def render(fix):
                 _s(fix["predicted_step_seconds"]), _pc(fix["measured_data_wait_ratio"]),
                 _s(fix["measured_step_seconds"]), _pc(fix["step_error"]),
                 "gone" if fix["stall_gone"] else "NOT gone"))
+    if fix.get("peers_data_wait_ratio") is not None or fix.get("compute_change") is not None:
+        text += "  the machine: ranks without the fault waited %s after; compute per step %s\n" % (
+            _pc(fix.get("peers_data_wait_ratio")), _signed(fix.get("compute_change")))
     if fix.get("workers_alone"):
         w = fix["workers_alone"]
         text += "  more workers alone (old quota): data-wait %s, step %s\n" % (
@@ -135,6 +156,10 @@ def render(fix):
 
 def _pc(x):
     return "n/a" if x is None else "%.1f%%" % (100 * x)
+
+
+def _signed(x):
+    return "n/a" if x is None else "%+.1f%%" % (100 * x)
 
 
 def _s(x):
