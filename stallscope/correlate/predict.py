@@ -43,6 +43,7 @@ TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
 CPU_MARGIN = 1.25                # over the mean CPU demand, only without per-batch load times
 LIMIT_STEP = 0.05                # cores: a CPU limit is named to this step
 LIMIT_SPAN = 4.0                 # a limit is searched up to this many times the mean demand
+CROWDED = 0.1                    # run-queue wait per worker, beyond the quota's, of a crowded node
 MAIN_CORE = 1.0                  # a rank's training process keeps one core of a shared quota
 REPLAY_BATCHES = 600
 MAX_WORKERS = 64
@@ -102,6 +103,19 @@ class Measured:
         if self.runqueue_ratio is None:
             return 0.0
         return max(0.0, self.runqueue_ratio - (self.held_back or 0.0))
+
+    @property
+    def node_cores(self) -> float | None:
+        """On a crowded node: the CPU the node would give all the workers without the quota,
+        what they got plus their held-back time at the rate they ran while runnable. A
+        fixed share, so the model does not promise that more workers or a larger limit
+        win CPU from the node's other tasks (the lab's cpu-throttle rerun at load 32: 4
+        workers under 0.8 cores waited 32 %, where a per-worker rate predicted 1 %)."""
+        if self.crowded < CROWDED or not self.workers_cpu_cores or not self.workers:
+            return None
+        per = self.workers_cpu_cores / self.workers
+        rate = per / (per + self.crowded)
+        return self.workers * (per + (self.held_back or 0.0) * rate)
 
     @property
     def loader_cores(self) -> float | None:
@@ -236,9 +250,10 @@ def limit_search(m: Measured, load: np.ndarray, workers: int) -> tuple[float, fl
     c, prefetch = m.cpu_per_batch, m.prefetch or 2
     lo = max(1, math.floor(c / m.compute_mean / LIMIT_STEP))  # the mean demand: no less
     hi = max(lo + 1, math.ceil(LIMIT_SPAN * c / m.compute_mean / LIMIT_STEP))
+    node = m.node_cores or math.inf
 
     def at(k):
-        return replay(load, m.compute, workers, prefetch, c / (k * LIMIT_STEP))
+        return replay(load, m.compute, workers, prefetch, c / min(k * LIMIT_STEP, node))
     top_wait, _ = at(hi)
     goal = TARGET if top_wait <= TARGET else top_wait + LIMIT_STEP * TARGET
     while lo < hi:  # the wait falls as the limit rises: bisect the grid
@@ -277,8 +292,9 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
         how = "a %.0f%% margin over the mean demand (no per-batch load times)" % (100 * (CPU_MARGIN - 1))
     else:
         cores, wait, step = limit_search(m, load, w)
-        if wait > TARGET:  # these workers cannot keep up even unthrottled: more of them too
-            for more in range(w + 1, MAX_WORKERS + 1):
+        node_bound = m.node_cores is not None and c / m.node_cores > m.compute_mean * (1 - TARGET)
+        if wait > TARGET and not node_bound:  # these workers cannot keep up unthrottled: more too
+            for more in range(w + 1, min(MAX_WORKERS, 4 * w) + 1):
                 k, wt, st = limit_search(m, load, more)
                 if wt <= TARGET:
                     cores, wait, step, w = k, wt, st, more
@@ -297,10 +313,13 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
         text += "; %d rank(s) share the quota, each keeping %.3g core for its training process" % (
             m.quota_ranks, MAIN_CORE)
     more: dict[str, Any] = {"cpu_limit_cores": limit}
-    if m.crowded > 0.1:
+    if m.crowded >= CROWDED:
         text += ("; the node's other tasks kept the workers waiting for a core %.0f%% of the time "
                  "besides the quota, which no limit gives back" % (100 * m.crowded))
         more["crowded_ratio"] = round(m.crowded, 4)
+        if m.node_cores is not None:
+            text += " (they would get %.2g cores from it: a batch per %.3gs at best)" % (
+                m.node_cores, c / m.node_cores)
     if wait > TARGET:
         text += "; no limit brings the wait under the line: %.1f%% remains" % (100 * wait)
     if capped_workers is not None:
