@@ -127,3 +127,34 @@ def test_a_crowded_node_caps_the_loader_at_the_share_it_gave():
     assert p["predicted_step_seconds"] == pytest.approx(0.21, rel=0.02)
     assert p["predicted_data_wait_ratio"] == pytest.approx(1 - 0.15 / 0.21, abs=0.02)
     assert "no limit brings the wait under the line" in p["basis"]
+
+
+def test_persistent_workers_removes_the_first_batch_cost():
+    # 100 batches of 0.1 s compute, no steady wait; 2 epoch starts of 1 s each
+    total = 100 * 0.1 + 2.0
+    m = Measured(step_seconds=total / 100, compute=np.full(98, 0.1), data_wait_ratio=2.0 / total,
+                 workers=2, persistent=False, iterator_starts=2, iterator_start_wait_seconds=2.0,
+                 steady_wait_seconds=0.0, batches=100)
+    p = predict.for_cause("epoch_start", m)
+    assert p["settings"] == {"persistent_workers": True}
+    assert p["predicted_data_wait_ratio"] == pytest.approx(0.0, abs=1e-6)
+    assert p["predicted_step_seconds"] == pytest.approx(0.1, rel=1e-6)
+    assert p["first_batch_seconds"] == pytest.approx(1.0)
+    assert predict.for_cause("epoch_start", Measured(**{**m.__dict__, "persistent": True}))[
+        "confidence"] == "upper bound"
+
+
+def test_no_configuration_fix_gives_the_headroom():
+    m = _m(np.full(50, 0.3), np.full(50, 0.1))
+    p = predict.for_cause("fuse_unhealthy", m)
+    assert p["settings"] == {} and p["confidence"] == "upper bound"
+    assert p["predicted_step_seconds"] == pytest.approx(0.1)
+    assert p["speedup"] == pytest.approx(1.5)
+    h = predict.headroom(m)
+    assert h["step_seconds_without_wait"] == pytest.approx(0.1)
+
+
+def test_shm_size_from_the_measured_use():
+    m = _m(np.full(50, 0.3), np.full(50, 0.1), shm_size_bytes=16 * 2**20, shm_used_bytes=15 * 2**20)
+    p = predict.for_cause("shm_exhaustion", m)
+    assert p["settings"]["shm_mib"] >= 32
