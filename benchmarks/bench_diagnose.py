@@ -5,7 +5,9 @@ the spine's 23 per rank (data-wait and step histograms, loader info, drops) and 
 nodes' agent build_info, plus one real agent on node-0167 fed by a real DataLoader run
 as rank 1337, slowed (its workers sleep 90 ms per sample). diagnose is then timed on
 that rank's pod (cluster view over all 2,048 ranks + node detail from its agent) and on
-a healthy synthetic pod (whose "agent" answers 404: the degraded path).
+a healthy synthetic pod (whose "agent" answers 404: the degraded path). Predictions are
+on (issue 17): the slowed pod's report must carry the agent's prediction (its change and
+predicted step), the headroom and the cost, all inside the timed call.
 
     .venv/bin/python benchmarks/bench_diagnose.py [--quick]
 
@@ -149,6 +151,8 @@ def main():
         agent.stop()
     assert slow["straggler"]["rank"] == REAL and slow["verdict"] == "input_bound", slow["reason"]
     assert slow["job_ranks"] == RANKS and ok["verdict"] == "not_input_bound", ok["reason"]
+    pred = slow.get("prediction") or {}
+    assert pred.get("predicted_step_seconds") and slow.get("cost"), "no prediction or cost in the report"
     worst = max(slow_t + ok_t)
     print("bench_diagnose: job of %d ranks (%d series scraped every second, exposition built in %.0f ms), "
           "window %s" % (RANKS, lines + 23, 1000 * gen, window))
@@ -157,6 +161,9 @@ def main():
           % (JOB, REAL, statistics.median(slow_t), max(slow_t), rounds, slow["verdict"],
              slow["straggler"]["rank"], 100 * slow["data_wait_ratio"],
              100 * slow["job_median_data_wait_ratio"]))
+    print("  prediction (in the timed call): %s -> step %.3fs, data-wait %.1f%%; job cost %.1f GPU-hours a day"
+          % (pred["change"], pred["predicted_step_seconds"], 100 * pred["predicted_data_wait_ratio"],
+             slow["cost"]["gpu_hours_per_day"]))
     print("  healthy pod %s-42 (its agent answers 404: degraded):   median %.3f s, max %.3f s; verdict %s"
           % (JOB, statistics.median(ok_t), max(ok_t), ok["verdict"]))
     print("  CLI, wall time incl. interpreter start: %.3f s (exit %d)" % (cli_t, cli.returncode))
