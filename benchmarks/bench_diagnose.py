@@ -114,6 +114,20 @@ def timed(pod, prom_url, window, rounds):
     return doc, times
 
 
+def agent_request(url, pod, rounds):
+    """Seconds of the node agent's /api/v1/diagnosis alone: the node detail, where the
+    correlator and its predictions run (on the request)."""
+    import urllib.request
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        with urllib.request.urlopen("%s/api/v1/diagnosis?pod=%s&namespace=%s" % (url, pod, NS),
+                                    timeout=30) as r:
+            assert r.status == 200 and b'"prediction"' in r.read()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a 20 s window and 3 runs each (~40 s)")
@@ -139,6 +153,7 @@ def main():
         time.sleep(window_s + 2)  # a full window of steady state for every rank
         slow, slow_t = timed("%s-%d" % (JOB, REAL), prom.url, window, rounds)
         ok, ok_t = timed("%s-42" % JOB, prom.url, window, rounds)
+        agent_t = agent_request(agent.url, "%s-%d" % (JOB, REAL), rounds)
         t = time.perf_counter()
         cli = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", "%s-%d" % (JOB, REAL),
                               "-n", NS, "--prometheus", prom.url, "--window", window],
@@ -161,6 +176,9 @@ def main():
           % (JOB, REAL, statistics.median(slow_t), max(slow_t), rounds, slow["verdict"],
              slow["straggler"]["rank"], 100 * slow["data_wait_ratio"],
              100 * slow["job_median_data_wait_ratio"]))
+    print("  of which the agent's /api/v1/diagnosis (correlator + predictions): median %.3f s (%.0f%% of "
+          "the slowed pod's median)" % (statistics.median(agent_t),
+                                        100 * statistics.median(agent_t) / statistics.median(slow_t)))
     print("  prediction (in the timed call): %s -> step %.3fs, data-wait %.1f%%; job cost %.1f GPU-hours a day"
           % (pred["change"], pred["predicted_step_seconds"], 100 * pred["predicted_data_wait_ratio"],
              slow["cost"]["gpu_hours_per_day"]))
