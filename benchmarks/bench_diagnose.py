@@ -179,7 +179,8 @@ def main():
     print("  of which the agent's /api/v1/diagnosis (correlator + predictions): median %.3f s (%.0f%% of "
           "the slowed pod's median)" % (statistics.median(agent_t),
                                         100 * statistics.median(agent_t) / statistics.median(slow_t)))
-    print("  prediction (in the timed call): %s -> step %.3fs, data-wait %.1f%%; job cost %.1f GPU-hours a day"
+    print("  prediction (in the timed call): %s -> step %.3fs, data-wait %.1f%%; "
+          "job cost %.1f GPU-hours a day"
           % (pred["change"], pred["predicted_step_seconds"], 100 * pred["predicted_data_wait_ratio"],
              slow["cost"]["gpu_hours_per_day"]))
     print("  healthy pod %s-42 (its agent answers 404: degraded):   median %.3f s, max %.3f s; verdict %s"
