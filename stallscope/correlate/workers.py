@@ -8,8 +8,9 @@ The evidence:
 1. the measured T_l (``batch_load_seconds`` from the workers) predicts the observed wait:
    on the means, T_l / W - T_c, or, when the load times vary, the in-order queue replayed
    with their spread (predict.replay; a costly batch holds up every later one, which the
-   means hide: the ``variable-cost`` lab scenario); or, without it, the stalls come every W batches (any loader slower than the compute
-   does that, so this alone is weaker evidence);
+   means hide: the ``variable-cost`` lab scenario); or, without it, the stalls come
+   every W batches (any loader slower than the compute does that, so this alone is
+   weaker evidence);
 2. the stalls persist through the window: a structural shortfall does not come and go,
    while stalls in episodes mean something changed (a fault, recorded or not);
 3. what the workers do while the loop stalls (``workers_cpu_ratio``, the CPU seconds

@@ -90,7 +90,8 @@ def render_fixes(rows):
             lines.append("%-22s no rerun: %s" % (r["scenario"], f["error"]))
             continue
         lines.append(_FIX % (r["scenario"], f["change"][:44],
-                             "%s/%s" % (_pc(f["predicted_data_wait_ratio"]), _pc(f["measured_data_wait_ratio"])),
+                             "%s/%s" % (_pc(f["predicted_data_wait_ratio"]),
+                                        _pc(f["measured_data_wait_ratio"])),
                              "%s/%s" % (_s(f["predicted_step_seconds"]), _s(f["measured_step_seconds"])),
                              _pc(f["step_error"], signed=True), _pc(f.get("peers_data_wait_ratio"))))
     gone = [r for r in rows if not r["fix"].get("error")]

@@ -38,7 +38,8 @@ def test_what_the_lab_cannot_apply_is_refused_not_faked():
 
 def _run(target_wait, target_step_s, peer_wait, batches=100):
     return {"target_rank": 1, "ranks": [
-        {"rank": 0, "batches": batches, "step_seconds": target_step_s * batches, "data_wait_ratio": peer_wait},
+        {"rank": 0, "batches": batches, "step_seconds": target_step_s * batches,
+         "data_wait_ratio": peer_wait},
         {"rank": 1, "batches": batches, "step_seconds": target_step_s * batches,
          "data_wait_ratio": target_wait}]}
 
