@@ -43,6 +43,7 @@ TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
 CPU_MARGIN = 1.25                # over the mean CPU demand, only without per-batch load times
 LIMIT_STEP = 0.05                # cores: a CPU limit is named to this step
 LIMIT_SPAN = 4.0                 # a limit is searched up to this many times the mean demand
+HELD_BACK_MIN = 0.02             # a quota that holds the workers back less is not what slows them
 CROWDED = 0.1                    # run-queue wait per worker, beyond the quota's, of a crowded node
 MAIN_CORE = 1.0                  # a rank's training process keeps one core of a shared quota
 REPLAY_BATCHES = 600
@@ -267,9 +268,10 @@ def limit_search(m: Measured, load: np.ndarray, workers: int) -> tuple[float, fl
     with ``workers`` waits no more than TARGET, or, if none up to LIMIT_SPAN x the mean
     demand does, the smallest within a step of the best reachable wait."""
     c, prefetch = m.cpu_per_batch, m.prefetch or 2
-    lo = max(1, math.floor(c / m.compute_mean / LIMIT_STEP))  # the mean demand: no less
+    lo = max(1, math.ceil(c / m.compute_mean / LIMIT_STEP - 1e-9))  # the mean demand: no less
     hi = max(lo + 1, math.ceil(LIMIT_SPAN * c / m.compute_mean / LIMIT_STEP))
-    node = m.node_cores or math.inf
+    # the node's share caps only workers beyond the current ones: theirs is in their load times
+    node = (m.node_cores or math.inf) if workers > (m.workers or 1) else math.inf
 
     def at(k):
         return replay(load, m.compute, workers, prefetch, c / min(k * LIMIT_STEP, node))
@@ -301,6 +303,8 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
     c = m.cpu_per_batch
     if not c or m.compute_mean <= 0:
         return None
+    if m.held_back is not None and m.held_back < HELD_BACK_MIN:
+        return None  # the quota does not hold the workers back now: a limit buys nothing
     load = unthrottled_load(m)
     w = m.workers or 1
     settings: dict[str, Any] = {}

@@ -158,3 +158,11 @@ def test_shm_size_from_the_measured_use():
     m = _m(np.full(50, 0.3), np.full(50, 0.1), shm_size_bytes=16 * 2**20, shm_used_bytes=15 * 2**20)
     p = predict.for_cause("shm_exhaustion", m)
     assert p["settings"]["shm_mib"] >= 32
+
+
+def test_no_limit_is_named_when_the_quota_does_not_hold_the_workers_back():
+    # the quota-capped run at load 51: the workers waited 90 % for a core and the quota held
+    # them back 0 %: they did not even use it up, so a larger one buys nothing
+    m = _throttled(np.full(100, 1.0), np.full(100, 0.165), held_back=0.0, crowded=0.9)
+    assert predict.cpu_limit(m) is None
+    assert predict.for_cause("cpu_throttle", m)["confidence"] == "upper bound"
