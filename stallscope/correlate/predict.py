@@ -357,19 +357,21 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
 
 
 def persistent(m: Measured) -> dict[str, Any] | None:
-    """persistent_workers=True: each epoch's first-batch wait becomes a steady one."""
+    """persistent_workers=True: each epoch's first-batch wait becomes a steady one.
+    ``step_seconds`` is the steady batches' mean (measured.py); an iterator's first batch
+    has an interval of its wait alone (the compute before it ended the previous
+    iterator), so afterwards each such batch is one steady step: compute + steady wait."""
     if not m.iterator_starts or m.persistent:
         return None
-    removed = m.iterator_start_wait_seconds - m.iterator_starts * m.steady_wait_seconds
-    total = m.step_seconds * max(1, m.batches)
-    wait_s = m.data_wait_ratio * total - max(0.0, removed)
-    step_total = total - max(0.0, removed)
+    starts, steady_n = m.iterator_starts, max(0, m.batches - m.iterator_starts)
+    removed = m.iterator_start_wait_seconds - starts * m.steady_wait_seconds
+    wall = m.step_seconds * steady_n + starts * (m.compute_mean + m.steady_wait_seconds)
+    wait_s = m.steady_wait_seconds * (steady_n + starts)
     return _result("set persistent_workers=True", {"persistent_workers": True},
-                   wait_s / step_total if step_total > 0 else 0.0,
-                   step_total / max(1, m.batches), m,
+                   wait_s / wall if wall > 0 else 0.0, wall / max(1, m.batches), m,
                    "removes %.3gs of worker start-up at each of %d iterator start(s)" % (
-                       removed / m.iterator_starts, m.iterator_starts), "high",
-                   first_batch_seconds=round(m.iterator_start_wait_seconds / m.iterator_starts, 6))
+                       removed / starts, starts), "high",
+                   first_batch_seconds=round(m.iterator_start_wait_seconds / starts, 6))
 
 
 def shm(m: Measured) -> dict[str, Any] | None:

@@ -130,9 +130,10 @@ def test_a_crowded_node_caps_the_loader_at_the_share_it_gave():
 
 
 def test_persistent_workers_removes_the_first_batch_cost():
-    # 100 batches of 0.1 s compute, no steady wait; 2 epoch starts of 1 s each
-    total = 100 * 0.1 + 2.0
-    m = Measured(step_seconds=total / 100, compute=np.full(98, 0.1), data_wait_ratio=2.0 / total,
+    # 100 batches, 2 of them epoch starts of 1 s each (their interval is their wait), the
+    # 98 others 0.1 s of compute without a wait (step_seconds: the steady batches' mean)
+    total = 98 * 0.1 + 2.0
+    m = Measured(step_seconds=0.1, compute=np.full(98, 0.1), data_wait_ratio=2.0 / total,
                  workers=2, persistent=False, iterator_starts=2, iterator_start_wait_seconds=2.0,
                  steady_wait_seconds=0.0, batches=100)
     p = predict.for_cause("epoch_start", m)
