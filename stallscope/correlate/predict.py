@@ -406,7 +406,9 @@ def storage(m: Measured) -> dict[str, Any] | None:
     return found
 
 
-NO_CONFIG_FIX = {"fuse_unhealthy": "remount the FUSE daemon and restart the rank",
+NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work: on the CPU the workers get, neither "
+                                    "more of them nor a larger CPU limit is predicted to keep up",
+                 "fuse_unhealthy": "remount the FUSE daemon and restart the rank",
                  "checkpoint_contention": "move checkpoint writes off the training data's storage",
                  "io_pressure": "move the other I/O off the node's data device",
                  "memory_pressure": "raise the memory limit or cut the loader's footprint",
