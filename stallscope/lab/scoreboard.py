@@ -5,8 +5,9 @@ headline alert and diagnose's verdicts agree (findings.agreement: ``agree``,
 
 With ``--apply-fix`` each scenario is also rerun with diagnose's predicted change
 (lab/applyfix.py) and a second table puts predicted beside measured. It is opt-in: a
-rerun (two for a CPU limit) per scenario makes the scoreboard take about three times as
-long (every real scenario: ~20 min without, ~50 min with, on the lab's 2-core machine)."""
+rerun (two for a CPU limit) per scenario makes the scoreboard take two to three times as
+long (~2.4 min a scenario with it on the lab's loaded 2-core machine: every real scenario
+~45 min, against ~20 without)."""
 import json
 import sys
 
