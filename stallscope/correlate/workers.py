@@ -23,7 +23,7 @@ slow too, and there the fix is elsewhere.
 import numpy as np
 
 from ..vocabulary import signal
-from .predict import replay
+from .queue import replay
 from .trace import WaitIndex
 
 WORKERS_CPU = signal("workers_cpu_ratio").name
