@@ -5,7 +5,9 @@ the spine's 23 per rank (data-wait and step histograms, loader info, drops) and 
 nodes' agent build_info, plus one real agent on node-0167 fed by a real DataLoader run
 as rank 1337, slowed (its workers sleep 90 ms per sample). diagnose is then timed on
 that rank's pod (cluster view over all 2,048 ranks + node detail from its agent) and on
-a healthy synthetic pod (whose "agent" answers 404: the degraded path).
+a healthy synthetic pod (whose "agent" answers 404: the degraded path). Predictions are
+on (issue 17): the slowed pod's report must carry the agent's prediction (its change and
+predicted step), the headroom and the cost, all inside the timed call.
 
     .venv/bin/python benchmarks/bench_diagnose.py [--quick]
 
@@ -112,6 +114,20 @@ def timed(pod, prom_url, window, rounds):
     return doc, times
 
 
+def agent_request(url, pod, rounds):
+    """Seconds of the node agent's /api/v1/diagnosis alone: the node detail, where the
+    correlator and its predictions run (on the request)."""
+    import urllib.request
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        with urllib.request.urlopen("%s/api/v1/diagnosis?pod=%s&namespace=%s" % (url, pod, NS),
+                                    timeout=30) as r:
+            assert r.status == 200 and b'"prediction"' in r.read()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a 20 s window and 3 runs each (~40 s)")
@@ -137,6 +153,7 @@ def main():
         time.sleep(window_s + 2)  # a full window of steady state for every rank
         slow, slow_t = timed("%s-%d" % (JOB, REAL), prom.url, window, rounds)
         ok, ok_t = timed("%s-42" % JOB, prom.url, window, rounds)
+        agent_t = agent_request(agent.url, "%s-%d" % (JOB, REAL), rounds)
         t = time.perf_counter()
         cli = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", "%s-%d" % (JOB, REAL),
                               "-n", NS, "--prometheus", prom.url, "--window", window],
@@ -149,6 +166,8 @@ def main():
         agent.stop()
     assert slow["straggler"]["rank"] == REAL and slow["verdict"] == "input_bound", slow["reason"]
     assert slow["job_ranks"] == RANKS and ok["verdict"] == "not_input_bound", ok["reason"]
+    pred = slow.get("prediction") or {}
+    assert pred.get("predicted_step_seconds") and slow.get("cost"), "no prediction or cost in the report"
     worst = max(slow_t + ok_t)
     print("bench_diagnose: job of %d ranks (%d series scraped every second, exposition built in %.0f ms), "
           "window %s" % (RANKS, lines + 23, 1000 * gen, window))
@@ -157,6 +176,13 @@ def main():
           % (JOB, REAL, statistics.median(slow_t), max(slow_t), rounds, slow["verdict"],
              slow["straggler"]["rank"], 100 * slow["data_wait_ratio"],
              100 * slow["job_median_data_wait_ratio"]))
+    print("  of which the agent's /api/v1/diagnosis (correlator + predictions): median %.3f s (%.0f%% of "
+          "the slowed pod's median)" % (statistics.median(agent_t),
+                                        100 * statistics.median(agent_t) / statistics.median(slow_t)))
+    print("  prediction (in the timed call): %s -> step %.3fs, data-wait %.1f%%; "
+          "job cost %.1f GPU-hours a day"
+          % (pred["change"], pred["predicted_step_seconds"], 100 * pred["predicted_data_wait_ratio"],
+             slow["cost"]["gpu_hours_per_day"]))
     print("  healthy pod %s-42 (its agent answers 404: degraded):   median %.3f s, max %.3f s; verdict %s"
           % (JOB, statistics.median(ok_t), max(ok_t), ok["verdict"]))
     print("  CLI, wall time incl. interpreter start: %.3f s (exit %d)" % (cli_t, cli.returncode))

@@ -219,13 +219,18 @@ def lab_run(scenario, ranks, duration, keep, record, as_json, prometheus, workdi
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @_PROM
 @_RECORD
-def lab_scoreboard(scenarios, ranks, duration, as_json, prometheus, record):
+@click.option("--apply-fix", is_flag=True,
+              help="Rerun each scenario with the change diagnose predicted and add a table of "
+                   "predicted vs measured data-wait and step (about 3x as long).")
+def lab_scoreboard(scenarios, ranks, duration, as_json, prometheus, record, apply_fix):
     """Run SCENARIOS (default: all) in sequence and print, per scenario, the expected and
     the diagnosed cause, the rank named, and whether the alerts matched. Scenarios this
-    machine cannot run are listed as skipped with the reason."""
+    machine cannot run are listed as skipped with the reason. With --apply-fix, also
+    predicted vs measured after each scenario's predicted change."""
     from .lab import commands
 
-    sys.exit(commands.scoreboard_cmd(list(scenarios), ranks, duration, as_json, prometheus, record))
+    sys.exit(commands.scoreboard_cmd(list(scenarios), ranks, duration, as_json, prometheus, record,
+                                     apply_fix))
 
 
 @main.command()

@@ -2,9 +2,9 @@
 change, the agent marks the moment; the diagnosis then shows the rank's data-wait and
 step time before -> after it, beside the prediction made before the change.
 
-Before and after are the steady batches on each side of the mark (an iterator's first
-batch waits for its workers to start: that is epoch_start's, not the new settings'
-steady pace)."""
+Before and after are the steady batches on each side of the new settings' first batch
+(an iterator's first batch, and the new workers' first round, wait for the workers to
+start: that is epoch_start's, not the new settings' steady pace)."""
 from __future__ import annotations
 
 import time
@@ -41,10 +41,29 @@ def _stats(trace: Any, keep: np.ndarray) -> dict[str, Any] | None:
             "step_seconds": round(float(interval.mean()) / 1e9, 6)}
 
 
+def _split(marked: dict, trace: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after) masks. The mark's time is the agent's previous look, up to a
+    second before the change: the batches between it and the new settings' first one
+    are the old settings', so the split is at the first iterator start after the mark
+    (a loader's settings change only with a new iterator). After it, the new workers'
+    first round (one batch from each, started together) is their start-up, not the
+    steady pace the prediction is about: on a loaded machine forking 8 workers took
+    seconds, a fifth of a short "after"."""
+    n = len(trace.t_end)
+    starts = np.flatnonzero(iterator_starts(trace) & (trace.t_end > marked["at_ns"]))
+    if not len(starts):
+        after = trace.t_end > marked["at_ns"]
+        return ~after, after
+    first = int(starts[0])
+    idx = np.arange(n)
+    round_ = int((marked.get("to") or {}).get("num_workers") or 0)
+    return idx < first, idx > first + round_ - 1 if round_ else idx >= first
+
+
 def view(marked: dict, trace: Any) -> dict[str, Any]:
     """The mark with before/after measured on ``trace``, and how the prediction did."""
-    after_mask = trace.t_end > marked["at_ns"]
-    out = dict(marked, before=_stats(trace, ~after_mask), after=_stats(trace, after_mask))
+    before_mask, after_mask = _split(marked, trace)
+    out = dict(marked, before=_stats(trace, before_mask), after=_stats(trace, after_mask))
     a, p = out["after"], marked.get("predicted") or {}
     out["stall_gone"] = a is not None and a["data_wait_ratio"] < DATA_WAIT_LINE
     if a is not None and p.get("predicted_step_seconds"):

@@ -153,6 +153,7 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             scored.append(killed)
         started = epochs.score(ib)
         if started is not None:
+            scored = epochs.steady_part(scored, started)
             scored.append(started)
         out["causes"] = causes_mod.rank_causes(scored)
         out["not_evaluated"] = sorted(missing, key=causes_mod.VOCABULARY.index)

@@ -1,7 +1,7 @@
 """The numbers the predictions need (predict.Measured), taken from one rank's trace:
 per-batch compute and load samples (their spread, not only their means), the loader's
-settings, the workers' CPU use, the CFS quota, shard reads, /dev/shm and the iterators'
-first batches."""
+settings, the workers' CPU use, the CFS quota and how long it held them back, their
+run-queue wait, shard reads, /dev/shm and the iterators' first batches."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,6 +18,8 @@ WORKERS_CPU = signal("workers_cpu_ratio").name
 SHARD_READ = signal("shard_read_seconds").name
 SHM_USED = signal("shm_used_ratio").name
 SHM_FREE = signal("shm_free_bytes").name
+THROTTLED = signal("cfs_throttled_seconds_rate").name
+RUNQUEUE = signal("workers_runqueue_ratio").name
 
 
 def _values(trace: Any, name: str, scopes: tuple = ("rank",)) -> np.ndarray | None:
@@ -49,6 +51,7 @@ def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
     if used is not None and free is not None and used[-1] < 1:
         shm_size = float(free[-1] / (1 - used[-1]))
         shm_used = float(shm_size * used.max())
+    throttled, runqueue = _values(trace, THROTTLED), _values(trace, RUNQUEUE)
     q = quota or {}
     by_worker = slow_worker.per_worker(trace)
     return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
@@ -60,4 +63,6 @@ def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
         steady_wait_seconds=float(wait.mean()), batches=trace.n, window_seconds=seconds,
         shard_read_p99=float(np.quantile(reads, 0.99)) if reads is not None else None,
         shard_reads_per_second=(len(reads) / seconds) if reads is not None and seconds > 0 else None,
-        shm_size_bytes=shm_size, shm_used_bytes=shm_used)
+        shm_size_bytes=shm_size, shm_used_bytes=shm_used,
+        throttled_seconds_rate=float(throttled.mean()) if throttled is not None else None,
+        runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None)

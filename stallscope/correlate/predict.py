@@ -17,105 +17,34 @@ The models, and why each:
   interval between batches; this holds throttled or not, since throttling stretches
   the wall time, not the work). Under a quota of Q cores the loader cannot deliver
   faster than one batch per C / Q, whatever W. When that floor is above the compute,
-  more workers buy nothing: the change is the CPU limit C / T_c plus a margin.
+  more workers buy nothing: the change is a CPU limit. Which limit: the same replay,
+  searched over Q, with each batch's load time less the share of it the quota held
+  the worker back (the cgroup's throttled seconds per worker); what the node's other
+  tasks took from the workers (their run-queue wait beyond the throttling) stays in
+  the load times, since a larger limit does not give that back. So the margin over
+  C / T_c is what the measured spread and crowding need, not a fixed factor; where no
+  limit reaches the target with these workers, the workers are raised too, and where
+  nothing does (a crowded node), the prediction says what wait remains.
 - persistent_workers: each iterator's first batch waits for its workers to start; with
   persistent workers that wait becomes one ordinary steady-state wait.
 - /dev/shm: the workers hold up to workers x prefetch_factor batches there.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
 import numpy as np
 
-from ..vocabulary import DATA_WAIT_LINE
 from . import slow_worker
+from .queue import CROWDED, MAIN_CORE, REPLAY_BATCHES, TARGET, Measured, replay
 
-TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
-CPU_MARGIN = 1.25                # headroom over the measured CPU demand (spread, bursts)
-MAIN_CORE = 1.0                  # a rank's training process keeps one core of a shared quota
-REPLAY_BATCHES = 600
+__all__ = ["MAIN_CORE", "REPLAY_BATCHES", "TARGET", "Measured", "for_cause", "headroom", "replay"]
+CPU_MARGIN = 1.25                # over the mean CPU demand, only without per-batch load times
+LIMIT_STEP = 0.05                # cores: a CPU limit is named to this step
+LIMIT_SPAN = 4.0                 # a limit is searched up to this many times the mean demand
+HELD_BACK_MIN = 0.02             # a quota that holds the workers back less is not what slows them
 MAX_WORKERS = 64
-SEED = 17
-
-
-@dataclasses.dataclass(frozen=True)
-class Measured:
-    """One rank's numbers over the window (seconds; None: not measured)."""
-    step_seconds: float                    # mean interval between batches (steady)
-    compute: np.ndarray                    # per-batch compute samples (interval - wait)
-    data_wait_ratio: float                 # every batch, as the alert counts it
-    load: np.ndarray | None = None      # per-batch load time samples from the workers
-    workers: int | None = None
-    prefetch: int | None = None
-    persistent: bool | None = None
-    quota_cores: float | None = None    # the CFS quota over the loader (cores)
-    quota_ranks: int | None = None      # ranks whose main process shares that quota
-    workers_cpu_cores: float | None = None  # all workers' CPU use (cores)
-    iterator_starts: int = 0
-    iterator_start_wait_seconds: float = 0.0
-    steady_wait_seconds: float = 0.0       # mean wait of a steady batch
-    batches: int = 0
-    window_seconds: float = 0.0
-    shard_read_p99: float | None = None
-    shard_reads_per_second: float | None = None
-    shm_size_bytes: float | None = None
-    shm_used_bytes: float | None = None
-    worker_loads: tuple | None = None   # each worker's load time samples (slow_worker.py)
-
-    @property
-    def compute_mean(self) -> float:
-        return float(np.mean(self.compute)) if len(self.compute) else 0.0
-
-    @property
-    def cpu_per_batch(self) -> float | None:
-        if self.workers_cpu_cores is None or self.step_seconds <= 0:
-            return None
-        return self.workers_cpu_cores * self.step_seconds
-
-    @property
-    def loader_cores(self) -> float | None:
-        """Cores of the quota the workers may use (a shared quota keeps a core per rank)."""
-        if not self.quota_cores:
-            return None
-        if self.quota_ranks:
-            return max(0.1, self.quota_cores / self.quota_ranks - MAIN_CORE)
-        return self.quota_cores
-
-
-def replay(load: np.ndarray, compute: np.ndarray, workers: int, prefetch: int = 2,
-           floor: float = 0.0, n: int = REPLAY_BATCHES, seed: int = SEED) -> tuple[float, float]:
-    """(data-wait share, mean step seconds) of the DataLoader queue replayed with
-    service times ``load`` and compute times ``compute`` (drawn with replacement);
-    ``floor``: the loader delivers at most one batch per ``floor`` seconds (a CPU cap)."""
-    rng = np.random.default_rng(seed)
-    svc = rng.choice(load, n).tolist()
-    comp = rng.choice(compute, n).tolist()
-    w = max(1, workers)
-    depth = max(1, prefetch) * w
-    free = [0.0] * w                # when each worker is free
-    taken = [0.0] * n               # when the loop took batch i
-    cap_free = 0.0                  # the CPU cap as one shared pipe
-    loop = 0.0
-    waits = steps = 0.0
-    skip = min(n // 4, 2 * depth)   # the start-up: the queue fills
-    for i in range(n):
-        issued = taken[i - depth] if i >= depth else 0.0
-        start = max(free[i % w], issued)
-        ready = start + svc[i]
-        if floor > 0:
-            ready = cap_free = max(ready, cap_free + floor)
-        free[i % w] = ready
-        got = max(ready, loop)
-        if i >= skip:
-            waits += got - loop
-            steps += got - loop + comp[i]
-        taken[i] = got
-        loop = got + comp[i]
-    n_steady = n - skip
-    return (waits / steps if steps > 0 else 0.0), steps / max(1, n_steady)
 
 
 def _result(change: str, settings: dict, wait: float, step: float, m: Measured, basis: str,
@@ -142,6 +71,31 @@ def _cpu_floor(m: Measured, cores: float | None) -> float:
     return c / cores if c and cores else 0.0
 
 
+def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float, float]:
+    """(W, wait, step): the fewest workers from the current count whose replay waits no
+    more than TARGET, or MAX_WORKERS' figures. The wait does not rise with W, so a
+    bisection: ~7 replays, not one per count (at load 36 on 2 cores a replay took 4.5 ms
+    and counting up to 64 under a binding CPU floor 0.35 s). Under a floor above the
+    compute no count can keep up: the current count's figures, at once."""
+    def at(w):
+        return replay(m.load, m.compute, w, prefetch, floor)
+    if floor > m.compute_mean * (1 - TARGET):
+        return (m.workers,) + at(m.workers)
+    lo, hi = m.workers, MAX_WORKERS
+    top = at(hi)
+    if top[0] > TARGET:
+        return (hi,) + top
+    found = {hi: top}
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found[mid] = at(mid)
+        if found[mid][0] <= TARGET:
+            hi = mid
+        else:
+            lo = mid + 1
+    return (lo,) + (found.get(lo) or at(lo))
+
+
 def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
     """The worker count that keeps up (replayed with the measured spread), capped by
     the CPU quota; when the cap binds, the CPU limit that would be needed."""
@@ -152,13 +106,7 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
     mean_need = max(1, math.ceil(float(np.mean(m.load)) / max(m.compute_mean, 1e-9)))
     # a worker uses its share of the workers' CPU; W workers can use no more cores than the quota
     per_worker = (m.workers_cpu_cores / m.workers) if m.workers_cpu_cores else None
-    best = None
-    for w in range(m.workers, MAX_WORKERS + 1):
-        wait, step = replay(m.load, m.compute, w, prefetch, floor)
-        best = (w, wait, step)
-        if wait <= TARGET:
-            break
-    w, wait, step = best
+    w, wait, step = fewest_workers(m, prefetch, floor)
     spread = float(np.std(m.load) / np.mean(m.load)) if np.mean(m.load) > 0 else 0.0
     text = ("replayed the DataLoader queue (%d workers, prefetch %d, in-order delivery) with the "
             "%d measured load times (mean %.3gs, spread %.0f%%) and compute times (mean %.3gs)"
@@ -167,7 +115,6 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
         text += "; the means alone say %d" % mean_need
     cap = m.loader_cores
     if floor and (floor > m.compute_mean * (1 - TARGET) or wait > TARGET):
-        needed_cpu_limit(m)
         text += ("; the CPU quota (%.2g cores for the workers) lets them deliver one batch per "
                  "%.3gs at most (%.3g CPU-s a batch): more workers share the same CPU" % (
                      cap, floor, m.cpu_per_batch))
@@ -183,59 +130,136 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
                    wait, step, m, basis + text, "high" if len(m.load) >= 50 else "medium", **more)
 
 
+def unthrottled_load(m: Measured) -> np.ndarray | None:
+    """The per-batch load times without the quota's hold: less the held-back share when
+    measured; otherwise (no throttling figures) the CPU work alone, each worker at the
+    CPU share it did not get, an upper bound on the gain."""
+    if m.load is None or not len(m.load) or not m.workers:
+        return None
+    if m.held_back is not None:
+        return m.load * (1.0 - m.held_back)
+    got = (m.workers_cpu_cores or 0) / m.workers
+    return m.load * min(1.0, got) if got > 0 else m.load
+
+
+def _loader_limit(cores: float, m: Measured) -> float:
+    """The pod's CPU limit for ``cores`` of loader CPU (a shared quota keeps a core per rank)."""
+    if m.quota_ranks:
+        cores = m.quota_ranks * (cores + MAIN_CORE)
+    return math.ceil(round(cores / LIMIT_STEP, 6)) * LIMIT_STEP
+
+
+def limit_search(m: Measured, load: np.ndarray, workers: int) -> tuple[float, float, float]:
+    """(loader cores, wait, step): the smallest loader CPU (in LIMIT_STEP) whose replay
+    with ``workers`` waits no more than TARGET, or, if none up to LIMIT_SPAN x the mean
+    demand does, the smallest within TARGET of the best reachable wait."""
+    c, prefetch = m.cpu_per_batch, m.prefetch or 2
+    lo = max(1, math.ceil(c / m.compute_mean / LIMIT_STEP - 1e-9))  # the mean demand: no less
+    hi = max(lo + 1, math.ceil(LIMIT_SPAN * c / m.compute_mean / LIMIT_STEP))
+    # the node's share caps only workers beyond the current ones: theirs is in their load times
+    node = (m.node_cores or math.inf) if workers > (m.workers or 1) else math.inf
+
+    def at(k):
+        return replay(load, m.compute, workers, prefetch, c / min(k * LIMIT_STEP, node))
+    top_wait, _ = at(hi)
+    # none reaches the target: the smallest within a target of the best (the wait is flat
+    # there; a tighter goal chased noise: 1.05 cores, 3x the demand, for 39 % remaining)
+    goal = TARGET if top_wait <= TARGET else top_wait + TARGET
+    while lo < hi:  # the wait falls as the limit rises: bisect the grid
+        mid = (lo + hi) // 2
+        if at(mid)[0] <= goal:
+            hi = mid
+        else:
+            lo = mid + 1
+    wait, step = at(lo)
+    return lo * LIMIT_STEP, wait, step
+
+
 def needed_cpu_limit(m: Measured) -> float | None:
     c = m.cpu_per_batch
     if not c or m.compute_mean <= 0:
         return None
-    cores = CPU_MARGIN * c / m.compute_mean
-    if m.quota_ranks:
-        cores = m.quota_ranks * (cores + MAIN_CORE)
-    return math.ceil(cores * 10) / 10
+    load = unthrottled_load(m)
+    if load is None:
+        return _loader_limit(CPU_MARGIN * c / m.compute_mean, m)
+    return _loader_limit(limit_search(m, load, m.workers)[0], m)
 
 
 def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -> dict[str, Any] | None:
-    """The CPU limit at which the loader stops being throttled, from its measured demand."""
-    limit = needed_cpu_limit(m)
-    if limit is None:
-        return None
+    """The CPU limit at which the loader stops being throttled: the replay searched over
+    the limit, with the load times the quota did not stretch (module docstring)."""
     c = m.cpu_per_batch
-    loader = limit / m.quota_ranks - MAIN_CORE if m.quota_ranks else limit
-    floor = c / loader
+    if not c or m.compute_mean <= 0:
+        return None
+    if m.held_back is not None and m.held_back < HELD_BACK_MIN:
+        return None  # the quota does not hold the workers back now: a limit buys nothing
+    load = unthrottled_load(m)
     w = m.workers or 1
-    if m.load is not None and len(m.load) and m.workers:
-        # unthrottled, a worker's batch takes its CPU work plus what it waited on besides
-        # throttling: the measured time shrunk to the CPU share it did not get
-        got = (m.workers_cpu_cores or 0) / m.workers
-        load = m.load * min(1.0, got) if got > 0 else m.load
-        wait, step = replay(load, m.compute, w, m.prefetch or 2, floor)
-    else:
-        step = max(m.compute_mean, floor)
+    settings: dict[str, Any] = {}
+    if load is None:
+        cores = CPU_MARGIN * c / m.compute_mean
+        step = max(m.compute_mean, c / cores)
         wait = 1 - m.compute_mean / step
+        how = "a %.0f%% margin over the mean demand (no per-batch load times)" % (100 * (CPU_MARGIN - 1))
+    else:
+        cores, wait, step = limit_search(m, load, w)
+        node_bound = m.node_cores is not None and c / m.node_cores > m.compute_mean * (1 - TARGET)
+        if wait > TARGET and not node_bound:  # these workers cannot keep up unthrottled: more too
+            for more in range(w + 1, min(MAX_WORKERS, 4 * w) + 1):
+                k, wt, st = limit_search(m, load, more)
+                if wt <= TARGET:
+                    cores, wait, step, w = k, wt, st, more
+                    settings["num_workers"] = more
+                    break
+        how = ("the replay of the queue (%d workers, the measured spread) under the limit, with "
+               "the load times less the %.0f%% the quota held each worker back" % (
+                   w, 100 * (m.held_back or 0.0)))
+    limit = _loader_limit(cores, m)
+    settings = dict({"cpu_limit_cores": limit}, **settings)
     text = ("the workers need %.3g CPU-s per batch (%.2g cores at %.3gs of compute a batch); "
-            "a limit of %.2g cores leaves %.0f%% margin" % (c, c / m.compute_mean, m.compute_mean,
-                                                            limit, 100 * (CPU_MARGIN - 1)))
-    more = {"cpu_limit_cores": limit}
+            "a limit of %.3g cores (%.2g for the loader, %.0f%% over the mean demand) from %s" % (
+                c, c / m.compute_mean, m.compute_mean, limit, cores,
+                100 * (cores * m.compute_mean / c - 1), how))
+    if m.quota_ranks:
+        text += "; %d rank(s) share the quota, each keeping %.3g core for its training process" % (
+            m.quota_ranks, MAIN_CORE)
+    more: dict[str, Any] = {"cpu_limit_cores": limit}
+    if m.crowded >= CROWDED:
+        text += ("; the node's other tasks kept the workers waiting for a core %.0f%% of the time "
+                 "besides the quota, which no limit gives back" % (100 * m.crowded))
+        more["crowded_ratio"] = round(m.crowded, 4)
+        if m.node_cores is not None:
+            text += " (they would get %.2g cores from it: a batch per %.3gs at best)" % (
+                m.node_cores, c / m.node_cores)
+    if wait > TARGET:
+        text += "; no limit brings the wait under the line: %.1f%% remains" % (100 * wait)
     if capped_workers is not None:
         more["workers_alone_useless"] = True
-    return _result("raise the CPU limit to %.2g cores%s" % (
-        limit, " (more workers alone would not help)" if capped_workers is not None else ""),
-        {"cpu_limit_cores": limit}, wait, step, m, (basis + "; " if basis else "") + text, "medium", **more)
+    change = "raise the CPU limit to %.3g cores" % limit
+    if "num_workers" in settings:
+        change += " and num_workers from %d to %d" % (m.workers, settings["num_workers"])
+    if capped_workers is not None:
+        change += " (more workers alone would not help)"
+    return _result(change, settings, wait, step, m, (basis + "; " if basis else "") + text,
+                   "medium", **more)
 
 
 def persistent(m: Measured) -> dict[str, Any] | None:
-    """persistent_workers=True: each epoch's first-batch wait becomes a steady one."""
+    """persistent_workers=True: each epoch's first-batch wait becomes a steady one.
+    ``step_seconds`` is the steady batches' mean (measured.py); an iterator's first batch
+    has an interval of its wait alone (the compute before it ended the previous
+    iterator), so afterwards each such batch is one steady step: compute + steady wait."""
     if not m.iterator_starts or m.persistent:
         return None
-    removed = m.iterator_start_wait_seconds - m.iterator_starts * m.steady_wait_seconds
-    total = m.step_seconds * max(1, m.batches)
-    wait_s = m.data_wait_ratio * total - max(0.0, removed)
-    step_total = total - max(0.0, removed)
+    starts, steady_n = m.iterator_starts, max(0, m.batches - m.iterator_starts)
+    removed = m.iterator_start_wait_seconds - starts * m.steady_wait_seconds
+    wall = m.step_seconds * steady_n + starts * (m.compute_mean + m.steady_wait_seconds)
+    wait_s = m.steady_wait_seconds * (steady_n + starts)
     return _result("set persistent_workers=True", {"persistent_workers": True},
-                   wait_s / step_total if step_total > 0 else 0.0,
-                   step_total / max(1, m.batches), m,
+                   wait_s / wall if wall > 0 else 0.0, wall / max(1, m.batches), m,
                    "removes %.3gs of worker start-up at each of %d iterator start(s)" % (
-                       removed / m.iterator_starts, m.iterator_starts), "high",
-                   first_batch_seconds=round(m.iterator_start_wait_seconds / m.iterator_starts, 6))
+                       removed / starts, starts), "high",
+                   first_batch_seconds=round(m.iterator_start_wait_seconds / starts, 6))
 
 
 def shm(m: Measured) -> dict[str, Any] | None:
@@ -285,7 +309,9 @@ def in_order_false(m: Measured) -> dict[str, Any] | None:
                    removed_share=round(max(0.0, 1.0 - wait / now), 4) if now > 0 else 0.0)
 
 
-NO_CONFIG_FIX = {"fuse_unhealthy": "remount the FUSE daemon and restart the rank",
+NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work: on the CPU the workers get, neither "
+                                    "more of them nor a larger CPU limit is predicted to keep up",
+                 "fuse_unhealthy": "remount the FUSE daemon and restart the rank",
                  "checkpoint_contention": "move checkpoint writes off the training data's storage",
                  "io_pressure": "move the other I/O off the node's data device",
                  "memory_pressure": "raise the memory limit or cut the loader's footprint",

@@ -5,9 +5,12 @@ With W workers each taking T_l per batch, the loader delivers one batch every T_
 when that exceeds the compute time per batch T_c the loop waits about T_l / W - T_c per
 batch, and, because the workers take batches in turn, the waits come every W batches.
 The evidence:
-1. the measured T_l (``batch_load_seconds`` from the workers) predicts the observed wait;
-   or, without it, the stalls come every W batches (any loader slower than the compute
-   does that, so this alone is weaker evidence);
+1. the measured T_l (``batch_load_seconds`` from the workers) predicts the observed wait:
+   on the means, T_l / W - T_c, or, when the load times vary, the in-order queue replayed
+   with their spread (predict.replay; a costly batch holds up every later one, which the
+   means hide: the ``variable-cost`` lab scenario); or, without it, the stalls come
+   every W batches (any loader slower than the compute does that, so this alone is
+   weaker evidence);
 2. the stalls persist through the window: a structural shortfall does not come and go,
    while stalls in episodes mean something changed (a fault, recorded or not);
 3. what the workers do while the loop stalls (``workers_cpu_ratio``, the CPU seconds
@@ -20,6 +23,7 @@ slow too, and there the fix is elsewhere.
 import numpy as np
 
 from ..vocabulary import signal
+from .queue import replay
 from .trace import WaitIndex
 
 WORKERS_CPU = signal("workers_cpu_ratio").name
@@ -29,6 +33,7 @@ BUSY_LOW, BUSY_HIGH = 0.3, 0.7   # workers' CPU share: idle-ish .. clearly busy
 FED_LOW, FED_HIGH = 0.5, 0.8     # workers' CPU share that starts/ends contradicting a shortage
 OFF_CPU = 0.75                   # factor for workers off the CPU, or CPU use unknown
 PERIOD_WEIGHT = 0.9              # a matching period alone is slightly weaker evidence
+REPLAY_MIN = 8                   # load samples below which the queue is judged on the means
 ROUNDS_PER_SEGMENT = 4           # persistence: segments of ~4 worker rounds, 5..40 of them
 
 
@@ -59,6 +64,18 @@ def persistence(trace, workers=1):
     ratio = np.where(empty | (step <= 0), 0.0, wait / np.maximum(step, 1))
     overall = trace.wait.sum() / max(trace.interval.sum(), 1)
     return float(np.mean(ratio >= 0.5 * overall)) if overall > 0 else 0.0
+
+
+def _queued_wait(trace, load, steady, workers):
+    """Mean wait a batch of the DataLoader's queue replayed with the measured load and
+    compute samples (predict.replay): unlike T_l / W - T_c on the means, it counts the
+    head-of-line blocking of in-order delivery when load times vary. 0 with too few samples."""
+    if len(load) < REPLAY_MIN or steady.sum() < REPLAY_MIN:
+        return 0.0
+    compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
+    prefetch = (trace.loader or {}).get("prefetch_factor") or 2
+    share, step = replay(np.asarray(load, float), compute, workers, prefetch)
+    return share * step
 
 
 def busy_share(trace, wait_index):
@@ -121,6 +138,12 @@ def score(trace, period, others_best=0.0, wait_index=None):
         if t_load is not None:
             per_batch = t_load / workers
             predicted = max(0.0, per_batch - compute)
+            queued = _queued_wait(trace, recent.v, steady, workers)
+            if queued > predicted:
+                predicted = queued
+                reasons.append("replayed in order with the measured spread of load times (%.0f%%), "
+                               "the queue waits %.3gs a batch: a slow batch holds up those behind it"
+                               % (100 * float(np.std(recent.v) / max(t_load, 1e-12)), queued))
             base = min(1.0, predicted / mean_wait) if mean_wait > 0 else 0.0
             evidence.append({"signal": "batch_load_seconds / num_workers", "scope": scope,
                              "during_stalls": round(per_batch, 6), "outside_stalls": None,

@@ -3,11 +3,13 @@ prediction for the faulty rank, run it again with that change applied, and put t
 prediction beside what the second run measured (issue 17).
 
 A change is applied as the trainer's plan or the fault would carry it: ``num_workers``
-becomes the target's ``workers``, ``prefetch_factor`` its ``prefetch_factor``, a CPU
-limit the CFS quota of its workers' cgroup. A change the lab cannot apply (a larger
-/dev/shm, persistent workers on a single-epoch run) is reported, not faked. Where the
-prediction names a CPU limit instead of more workers, a third run doubles the workers
-under the old quota, to show that they alone do not fix it.
+becomes the target's ``workers``, ``prefetch_factor`` its ``prefetch_factor``,
+``persistent_workers`` its ``persistent_workers`` (lab/trainer.py restarts the iterator
+each ``epoch_batches``), a CPU limit the CFS quota of its workers' cgroup, ``shm_mib`` the
+size of its own /dev/shm (the leftovers stay). A change the lab cannot apply is reported,
+not faked. Where the prediction names a CPU limit instead of more workers, a third run
+doubles the workers under the old quota, to show that they alone do not fix it. Only
+the first run is recorded (``--record``): the reruns are not the scenario any more.
 """
 import dataclasses
 
@@ -15,7 +17,8 @@ from ..vocabulary import DATA_WAIT_LINE
 from . import faults
 from .job import Unavailable
 
-PLAN_KEYS = {"num_workers": "workers", "prefetch_factor": "prefetch_factor"}
+PLAN_KEYS = {"num_workers": "workers", "prefetch_factor": "prefetch_factor",
+             "persistent_workers": "persistent_workers"}
 
 
 def prediction_of(result):
@@ -34,16 +37,31 @@ def fixed(scenario, settings):
         if key in PLAN_KEYS:
             target[PLAN_KEYS[key]] = value
         elif key == "cpu_limit_cores":
-            if not isinstance(real.fault(), faults.CpuQuota):
-                raise Unavailable("%s: the lab applies a CPU limit only to a CpuQuota fault" % scenario.name)
-            fault = _quota(value)
+            fault = _replaced(fault, faults.CpuQuota, lambda old, v=value: faults.CpuQuota(v), scenario,
+                              "a CPU limit")
+        elif key == "shm_mib":
+            fault = _replaced(fault, faults.TinyShm, lambda old, v=value: faults.TinyShm(
+                size_mib=v, leftover_mib=old.leftover_mib, sample_kib=old.sample_kib),
+                scenario, "a /dev/shm size")
         else:
             raise Unavailable("%s: the lab cannot apply %s=%r" % (scenario.name, key, value))
     return dataclasses.replace(scenario, real=dataclasses.replace(real, target=target, fault=fault))
 
 
-def _quota(cores):
-    return lambda: faults.CpuQuota(cores)
+def _replaced(make_fault, kind, new, scenario, what):
+    """A fault factory like ``make_fault`` whose ``kind`` part is ``new(old part)`` (in a
+    Combined fault too), or raise Unavailable when the scenario has no such part."""
+    fault = make_fault()
+    parts = fault.parts if isinstance(fault, faults.Combined) else (fault,)
+    if not any(isinstance(p, kind) for p in parts):
+        raise Unavailable("%s: the lab applies %s only to a %s fault" % (scenario.name, what, kind.__name__))
+
+    def make():
+        fresh = make_fault()
+        got = [new(p) if isinstance(p, kind) else p
+               for p in (fresh.parts if isinstance(fresh, faults.Combined) else (fresh,))]
+        return faults.Combined(*got) if isinstance(fresh, faults.Combined) else got[0]
+    return make
 
 
 def measured(result):
@@ -51,6 +69,18 @@ def measured(result):
     row = next(r for r in result["ranks"] if r["rank"] == result["target_rank"])
     step = row["step_seconds"] / row["batches"] if row.get("batches") else None
     return row.get("data_wait_ratio"), step
+
+
+def peers_wait(result):
+    """The most any rank without the fault waited in the same run: the machine's floor
+    (a crowded machine starves the healthy loaders too), or None in a one-rank run."""
+    waits = [r.get("data_wait_ratio") for r in result["ranks"] if r["rank"] != result["target_rank"]]
+    waits = [w for w in waits if w is not None]
+    return max(waits) if waits else None
+
+
+def _compute(wait, step):
+    return step * (1 - wait) if wait is not None and step else None
 
 
 def compare(prediction, after, before=None, workers_alone=None):
@@ -63,9 +93,15 @@ def compare(prediction, after, before=None, workers_alone=None):
            "measured_step_seconds": round(step, 6) if step else None,
            "step_error": round((pred - step) / step, 4) if step else None,
            "stall_gone": wait is not None and wait < DATA_WAIT_LINE}
+    out["peers_data_wait_ratio"] = peers_wait(after)
     if before is not None:
         out["before_data_wait_ratio"], b = measured(before)
         out["before_step_seconds"] = round(b, 6) if b else None
+        # the step without its wait, before and after: the prediction keeps the compute
+        # measured before, so a change of it between the runs is the machine's, not the model's
+        was, now = _compute(out["before_data_wait_ratio"], b), _compute(wait, step)
+        if was and now:
+            out["compute_change"] = round(now / was - 1, 4)
     if workers_alone is not None:
         w, s = measured(workers_alone)
         out["workers_alone"] = {"data_wait_ratio": w, "step_seconds": round(s, 6) if s else None}
@@ -86,12 +122,13 @@ def run(scenario, opts, run_one):
     except Unavailable as e:
         first["fix"] = {"error": str(e), "change": p["change"]}
         return first
-    after = run_one(after_scenario, opts)
+    rerun = dataclasses.replace(opts, record=None)
+    after = run_one(after_scenario, rerun)
     alone = None
     if "cpu_limit_cores" in p["settings"]:
         plan = dict(scenario.real.everyone, **scenario.real.target)
         workers = 2 * plan.get("workers", 2)
-        alone = run_one(fixed(scenario, {"num_workers": workers}), opts)
+        alone = run_one(fixed(scenario, {"num_workers": workers}), rerun)
     first["fix"] = compare(p, after, first, alone)
     first["after"] = {k: after[k] for k in ("ranks", "found", "ok")}
     return first
@@ -107,6 +144,9 @@ def render(fix):
                 _s(fix["predicted_step_seconds"]), _pc(fix["measured_data_wait_ratio"]),
                 _s(fix["measured_step_seconds"]), _pc(fix["step_error"]),
                 "gone" if fix["stall_gone"] else "NOT gone"))
+    if fix.get("peers_data_wait_ratio") is not None or fix.get("compute_change") is not None:
+        text += "  the machine: ranks without the fault waited %s after; compute per step %s\n" % (
+            _pc(fix.get("peers_data_wait_ratio")), _signed(fix.get("compute_change")))
     if fix.get("workers_alone"):
         w = fix["workers_alone"]
         text += "  more workers alone (old quota): data-wait %s, step %s\n" % (
@@ -116,6 +156,10 @@ def render(fix):
 
 def _pc(x):
     return "n/a" if x is None else "%.1f%%" % (100 * x)
+
+
+def _signed(x):
+    return "n/a" if x is None else "%+.1f%%" % (100 * x)
 
 
 def _s(x):

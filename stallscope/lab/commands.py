@@ -72,11 +72,11 @@ def run(name, ranks, duration, keep, record, as_json, prometheus, workdir, apply
     return 0 if result["ok"] else 1
 
 
-def scoreboard_cmd(names, ranks, duration, as_json, prometheus, record):
+def scoreboard_cmd(names, ranks, duration, as_json, prometheus, record, apply_fix=False):
     from .scoreboard import scoreboard
 
     return scoreboard(names or [s.name for s in scenarios.REAL], ranks, duration,
-                      as_json, prometheus, record)
+                      as_json, prometheus, record, apply_fix)
 
 
 def demo(name, duration):

@@ -147,10 +147,11 @@ SCENARIOS = (
              real=RealRun(fault=lambda: faults.CpuQuota(0.4),
                           target={"sample_cpu_s": 0.01, "sample_sleep_s": 0.0},
                           alerts=WAIT, may_fire=_alerts("StallscopeCPUThrottled"))),
-    Scenario("variable-cost", "One rank's per-sample cost varies widely: every 4th batch takes "
-             "120 ms a sample (960 ms), the others 15 ms (120 ms); the mean, 330 ms a batch, says "
-             "3 workers keep up with 150 ms of compute, but the loop takes batches in order and "
-             "waits behind each costly one.", _cause("too_few_workers"),
+    Scenario("variable-cost", "One rank's per-sample cost varies widely: one batch in 4, at "
+             "random, takes 120 ms a sample (960 ms), the others 15 ms (120 ms); its 2 workers "
+             "deliver one batch per 165 ms on the mean, against 150 ms of compute plus the step's "
+             "overhead, which looks nearly enough (and 3 workers plenty), but the loop takes batches "
+             "in order and waits behind each costly one.", _cause("too_few_workers"),
              real=RealRun(target={"sample_sleep_s": 0.015, "heavy_batch_every": 4,
                                   "heavy_sleep_s": 0.12}, alerts=WAIT)),
     # issue 18: inside the loader

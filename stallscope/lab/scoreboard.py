@@ -1,14 +1,30 @@
 """``stallscope lab scoreboard``: every scenario in sequence, one row each: expected
 cause vs diagnosed cause, the rank named, whether the alerts matched, and whether the
 headline alert and diagnose's verdicts agree (findings.agreement: ``agree``,
-``explained`` when a silent alert has a reason, ``DISAGREE``)."""
+``explained`` when a silent alert has a reason, ``DISAGREE``).
+
+With ``--apply-fix`` each scenario is also rerun with diagnose's predicted change
+(lab/applyfix.py) and a second table puts predicted beside measured. It is opt-in: a
+rerun (two for a CPU limit) per scenario makes the scoreboard take two to three times as
+long (~2.4 min a scenario with it on the lab's loaded 2-core machine: every real scenario
+~45 min, against ~20 without)."""
 import json
 import sys
 
-from . import runner, scenarios, teardown
+from ..vocabulary import DATA_WAIT_LINE
+from . import applyfix, runner, scenarios, teardown
+
+STEP_ERROR = 0.15  # issue 17: the predicted step within 15 % of the measured one
 
 
 def row(name, result=None, skipped=None):
+    out = _row(name, result, skipped)
+    if result is not None and result.get("fix") is not None:
+        out["fix"] = result["fix"]
+    return out
+
+
+def _row(name, result=None, skipped=None):
     if result is None:
         return {"scenario": name, "expected_cause": scenarios.get(name).cause, "found_cause": None,
                 "expected_rank": None, "found_rank": None, "alerts": None, "agreement": None,
@@ -54,7 +70,45 @@ def render(rows):
                  "StallscopeDataWaitHigh vs diagnose's verdicts%s)" % (
                      sum(1 for r in done if r["ok"]), len(done), len(rows) - len(done),
                      _sources(done)))
+    fixes = [r for r in rows if r.get("fix") is not None]
+    if fixes:
+        lines += [""] + render_fixes(fixes)
     return "\n".join(lines) + "\n"
+
+
+_FIX = "%-22s %-44s %-15s %-15s %-7s %s"
+
+
+def render_fixes(rows):
+    """The apply-fix table: the change diagnose predicted, predicted vs measured data-wait
+    and step after it, the step error, and the machine's floor (the wait of the ranks
+    without the fault in the same rerun)."""
+    head = _FIX % ("scenario", "change", "wait pred/meas", "step pred/meas", "error", "peers' wait")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        f = r["fix"]
+        if f.get("error"):
+            lines.append("%-22s no rerun: %s" % (r["scenario"], f["error"]))
+            continue
+        lines.append(_FIX % (r["scenario"], f["change"][:44],
+                             "%s/%s" % (_pc(f["predicted_data_wait_ratio"]),
+                                        _pc(f["measured_data_wait_ratio"])),
+                             "%s/%s" % (_s(f["predicted_step_seconds"]), _s(f["measured_step_seconds"])),
+                             _pc(f["step_error"], signed=True), _pc(f.get("peers_data_wait_ratio"))))
+    gone = [r for r in rows if not r["fix"].get("error")]
+    lines.append("%d/%d fixes took the wait under the %.0f%% line, %d within %.0f%% of the predicted step"
+                 % (sum(1 for r in gone if r["fix"]["stall_gone"]), len(gone), 100 * DATA_WAIT_LINE,
+                    sum(1 for r in gone if r["fix"]["step_error"] is not None
+                        and abs(r["fix"]["step_error"]) <= STEP_ERROR), 100 * STEP_ERROR))
+    return lines
+
+
+def _pc(x, signed=False):
+    return "-" if x is None else ("%+.1f%%" if signed else "%.1f%%") % (100 * x)
+
+
+def _s(x):
+    return "-" if x is None else "%.3fs" % x
 
 
 def _sources(done):
@@ -63,12 +117,15 @@ def _sources(done):
     return "".join("; " + names.get(s, s) for s in found)
 
 
-def scoreboard(names, ranks, duration, as_json, prometheus, record):
+def scoreboard(names, ranks, duration, as_json, prometheus, record, apply_fix=False):
     rows = []
     for name in names:
         opts = runner.Options(ranks=ranks, duration=duration, prometheus=prometheus, record=record)
         try:
-            rows.append(row(name, runner.run(scenarios.get(name), opts)))
+            if apply_fix:
+                rows.append(row(name, applyfix.run(scenarios.get(name), opts, runner.run)))
+            else:
+                rows.append(row(name, runner.run(scenarios.get(name), opts)))
         except runner.Unavailable as e:
             rows.append(row(name, skipped=str(e).split(" ", 1)[1]))
         except teardown.Interrupted as e:

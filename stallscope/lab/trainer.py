@@ -14,12 +14,17 @@ The plan (JSON):
 
 - ``rank``, ``world_size``, ``master`` (host:port of the gloo rendezvous; a world of
   one rank trains alone, without a process group), ``max_s``
-- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``, ``pin_memory``
+- loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``, ``pin_memory``,
+  ``persistent_workers`` (default true); with ``epoch_batches`` N an epoch is N batches
+  and the loop starts a new iterator after each (without persistent workers, each epoch
+  forks its workers again); ``worker_start_s``: what each worker spends getting ready
+  before its first sample (imports, opening the dataset), at every start
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
-  stall that starts and ends mid-run; with ``heavy_batch_every`` N, every Nth batch's
-  samples wait ``heavy_sleep_s`` instead: a per-sample cost that varies widely), then,
+  stall that starts and ends mid-run; with ``heavy_batch_every`` N, one batch in N, drawn
+  at random (a fixed draw per batch index), has samples that wait ``heavy_sleep_s``
+  instead: a per-sample cost that varies widely), then,
   with ``sample_pace_s``, a wait for the worker's next slot (each worker delivers at
   most one sample per ``sample_pace_s``, as through a stream with a per-connection rate
   cap: a worker that fell behind makes up a sleep's overrun, never a burst after sitting
@@ -47,6 +52,7 @@ reports while the dead peer goes silent.
 """
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -69,6 +75,13 @@ def _busy(seconds):
     while time.thread_time() < end:
         x += 1
     return x
+
+
+def _draw(batch):
+    """A fixed pseudo-random number in [0, 1) per batch index, the same in every worker.
+    Random, not every Nth: batch i goes to worker i mod W, so every 4th batch with 2
+    workers put every costly batch on worker 0, a worker imbalance, not a spread."""
+    return random.Random(batch).random()
 
 
 def _dataset(plan):
@@ -110,7 +123,7 @@ def _dataset(plan):
                 _busy(plan["sample_cpu_s"])
             sleep_s = self.sleep_seconds() + self.slow_worker_extra()
             heavy = plan.get("heavy_batch_every")
-            if heavy and (i // plan.get("batch_size", 8)) % heavy == 0:
+            if heavy and _draw(i // plan.get("batch_size", 8)) < 1.0 / heavy:
                 sleep_s = plan["heavy_sleep_s"]  # a costly batch now and then: a wide spread
             if sleep_s:
                 time.sleep(sleep_s)
@@ -182,6 +195,8 @@ def _worker_init(cgroup, cpus, start_s=0.0):
                 f.write(str(os.getpid()))
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if start_s:
+            time.sleep(start_s)
     return init
 
 

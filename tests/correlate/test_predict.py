@@ -49,14 +49,15 @@ def test_too_few_workers_names_the_count_and_step():
 
 def test_quota_cap_names_the_cpu_limit_not_workers():
     # 2 workers need 0.08 CPU-s a batch; a 0.4-core quota delivers one batch per 0.2 s at
-    # best against 0.15 s of compute: no worker count fixes it, a limit of
-    # 1.25 x 0.08 / 0.15 = 0.67 -> 0.7 cores does
+    # best against 0.15 s of compute: no worker count fixes it. Constant times (no spread)
+    # and pure CPU work (no throttling figures: the load shrinks to the CPU share): the
+    # smallest limit over the demand 0.08 / 0.15 = 0.533 cores, 0.55, keeps up
     m = _m(np.full(100, 0.4), np.full(100, 0.15), quota_cores=0.4, workers_cpu_cores=0.4)
     assert m.cpu_per_batch == pytest.approx(0.08)
     p = predict.for_cause("too_few_workers", m)
-    assert p["settings"] == {"cpu_limit_cores": 0.7}
+    assert p["settings"] == {"cpu_limit_cores": pytest.approx(0.55)}
     assert p["workers_alone_useless"] is True
-    # under the new limit the floor is 0.08 / 0.7 = 0.114 s < compute: the step is the compute
+    # under the new limit the floor is 0.08 / 0.55 = 0.145 s < compute: the step is the compute
     assert p["predicted_step_seconds"] == pytest.approx(0.15, rel=0.02)
     # and more workers under the old quota: the replay stays on the 0.2 s floor
     _, step = replay(np.full(100, 0.08), np.full(100, 0.15), 8, floor=0.08 / 0.4)
@@ -67,14 +68,72 @@ def test_shared_quota_keeps_a_core_per_rank():
     m = _m(np.full(100, 0.4), np.full(100, 0.15), quota_cores=4.0, quota_ranks=2,
            workers_cpu_cores=0.4)
     assert m.loader_cores == pytest.approx(1.0)
-    # per rank 0.67 cores for the workers + 1 for the loop, for 2 ranks: 3.4 cores
-    assert predict.needed_cpu_limit(m) == pytest.approx(3.4)
+    # per rank 0.55 cores for the workers (as above) + 1 for the loop, for 2 ranks: 3.1 cores
+    assert predict.needed_cpu_limit(m) == pytest.approx(3.1)
+
+
+def _throttled(load, compute, held_back, crowded=0.0, workers=2, quota=0.4):
+    """A rank whose workers the quota held back ``held_back`` of their time and the node's
+    other tasks ``crowded`` besides; CPU demand 0.08 CPU-s a batch."""
+    m = _m(load, compute, workers=workers, quota_cores=quota, throttled_seconds_rate=held_back * workers,
+           runqueue_ratio=held_back + crowded)
+    return Measured(**{**m.__dict__, "workers_cpu_cores": 0.08 / m.step_seconds})
+
+
+def test_cpu_limit_margin_is_what_the_measured_spread_needs():
+    # The same mean demand (0.08 CPU-s against 0.15 s of compute: 0.533 cores) with and
+    # without spread in the compute times: the limit that keeps the replayed wait under
+    # the target is higher with the spread, and one step less would not do
+    rng = np.random.default_rng(3)
+    flat = _throttled(np.full(300, 0.4), np.full(300, 0.15), held_back=0.6)
+    wide = _throttled(np.full(300, 0.4), 0.15 * rng.choice([0.5, 1.5], 300), held_back=0.6)
+    a, b = predict.cpu_limit(flat), predict.cpu_limit(wide)
+    assert a["settings"]["cpu_limit_cores"] == pytest.approx(0.55)
+    assert b["settings"]["cpu_limit_cores"] > a["settings"]["cpu_limit_cores"]
+    for m, p in ((flat, a), (wide, b)):
+        assert p["predicted_data_wait_ratio"] <= predict.TARGET
+        below = p["settings"]["cpu_limit_cores"] - predict.LIMIT_STEP
+        wait, _ = replay(predict.unthrottled_load(m), m.compute, 2, 2, 0.08 / below)
+        assert wait > predict.TARGET, (p, wait)
+    # unthrottled, each batch takes the 40 % of its time the quota did not hold it back
+    assert predict.unthrottled_load(flat) == pytest.approx(np.full(300, 0.16))
+
+
+def test_workers_too_slow_even_unthrottled_are_raised_with_the_limit():
+    # held back 30 % by the quota, hardly crowded (5 %): unthrottled a batch still takes
+    # 0.7 x 0.6 s = 0.42 s, so 2 workers deliver one per 0.21 s > 0.15 s of compute whatever
+    # the limit: the change raises the workers too (3: one per 0.14 s)
+    m = _throttled(np.full(300, 0.6), np.full(300, 0.15), held_back=0.3, crowded=0.05)
+    p = predict.cpu_limit(m)
+    assert p["settings"]["num_workers"] == 3
+    assert p["predicted_data_wait_ratio"] <= predict.TARGET
+
+
+def test_a_crowded_node_caps_the_loader_at_the_share_it_gave():
+    # held back 30 % by the quota and 40 % more by the node's other tasks. The workers used
+    # 0.08 CPU-s per 0.3 s step = 0.267 cores, 0.133 each; while runnable they ran
+    # 0.133 / (0.133 + 0.4) = 25 % of the time, so unthrottled the node gives them
+    # 2 x (0.133 + 0.3 x 0.25) = 0.417 cores: one batch per 0.08 / 0.417 = 0.192 s at best.
+    # No limit and no worker count is promised to beat that (more workers would, on the
+    # per-worker rate: 3 x 0.14 s); here the 2 workers' own pace, 0.7 x 0.6 / 2 = 0.21 s a
+    # batch, is slower still and sets the step. The wait that remains is said
+    m = _throttled(np.full(300, 0.6), np.full(300, 0.15), held_back=0.3, crowded=0.4)
+    assert m.crowded == pytest.approx(0.4)
+    assert m.node_cores == pytest.approx(2 * (0.08 / 0.3 / 2 + 0.3 * 0.25), rel=1e-3)
+    p = predict.cpu_limit(m)
+    assert "num_workers" not in p["settings"]
+    assert p["crowded_ratio"] == pytest.approx(0.4)
+    assert 0.08 / m.node_cores < 0.21
+    assert p["predicted_step_seconds"] == pytest.approx(0.21, rel=0.02)
+    assert p["predicted_data_wait_ratio"] == pytest.approx(1 - 0.15 / 0.21, abs=0.02)
+    assert "no limit brings the wait under the line" in p["basis"]
 
 
 def test_persistent_workers_removes_the_first_batch_cost():
-    # 100 batches of 0.1 s compute, no steady wait; 2 epoch starts of 1 s each
-    total = 100 * 0.1 + 2.0
-    m = Measured(step_seconds=total / 100, compute=np.full(98, 0.1), data_wait_ratio=2.0 / total,
+    # 100 batches, 2 of them epoch starts of 1 s each (their interval is their wait), the
+    # 98 others 0.1 s of compute without a wait (step_seconds: the steady batches' mean)
+    total = 98 * 0.1 + 2.0
+    m = Measured(step_seconds=0.1, compute=np.full(98, 0.1), data_wait_ratio=2.0 / total,
                  workers=2, persistent=False, iterator_starts=2, iterator_start_wait_seconds=2.0,
                  steady_wait_seconds=0.0, batches=100)
     p = predict.for_cause("epoch_start", m)
@@ -100,3 +159,11 @@ def test_shm_size_from_the_measured_use():
     m = _m(np.full(50, 0.3), np.full(50, 0.1), shm_size_bytes=16 * 2**20, shm_used_bytes=15 * 2**20)
     p = predict.for_cause("shm_exhaustion", m)
     assert p["settings"]["shm_mib"] >= 32
+
+
+def test_no_limit_is_named_when_the_quota_does_not_hold_the_workers_back():
+    # the quota-capped run at load 51: the workers waited 90 % for a core and the quota held
+    # them back 0 %: they did not even use it up, so a larger one buys nothing
+    m = _throttled(np.full(100, 1.0), np.full(100, 0.165), held_back=0.0, crowded=0.9)
+    assert predict.cpu_limit(m) is None
+    assert predict.for_cause("cpu_throttle", m)["confidence"] == "upper bound"

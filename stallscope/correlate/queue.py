@@ -1,0 +1,135 @@
+"""The DataLoader's queue, replayed (issue 17): one rank's measured numbers
+(``Measured``) and ``replay``, which the predictions (predict.py) and the
+too_few_workers evidence (workers.py) share.
+
+W workers take batches in turn (batch i goes to worker i mod W), at most
+prefetch_factor x W are in flight, and the loop takes them *in order*. Service and
+compute times are drawn (seeded) from the measured per-batch samples, so their spread
+counts: with variable service time one slow batch holds up every later one
+(head-of-line blocking). A closed form for an in-order, bounded, multi-server queue
+does not exist; a 600-batch replay takes about a millisecond on an idle core.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..vocabulary import DATA_WAIT_LINE
+
+TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
+CROWDED = 0.1                    # run-queue wait per worker, beyond the quota's, of a crowded node
+MAIN_CORE = 1.0                  # a rank's training process keeps one core of a shared quota
+REPLAY_BATCHES = 600
+SEED = 17
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """One rank's numbers over the window (seconds; None: not measured)."""
+    step_seconds: float                    # mean interval between batches (steady)
+    compute: np.ndarray                    # per-batch compute samples (interval - wait)
+    data_wait_ratio: float                 # every batch, as the alert counts it
+    load: np.ndarray | None = None      # per-batch load time samples from the workers
+    workers: int | None = None
+    prefetch: int | None = None
+    persistent: bool | None = None
+    quota_cores: float | None = None    # the CFS quota over the loader (cores)
+    quota_ranks: int | None = None      # ranks whose main process shares that quota
+    workers_cpu_cores: float | None = None  # all workers' CPU use (cores)
+    iterator_starts: int = 0
+    iterator_start_wait_seconds: float = 0.0
+    steady_wait_seconds: float = 0.0       # mean wait of a steady batch
+    batches: int = 0
+    window_seconds: float = 0.0
+    shard_read_p99: float | None = None
+    shard_reads_per_second: float | None = None
+    shm_size_bytes: float | None = None
+    shm_used_bytes: float | None = None
+    worker_loads: tuple | None = None   # each worker's load time samples (slow_worker.py)
+    throttled_seconds_rate: float | None = None  # threads held back by the quota, per second
+    runqueue_ratio: float | None = None     # run-queue wait per second, per worker
+
+    @property
+    def compute_mean(self) -> float:
+        return float(np.mean(self.compute)) if len(self.compute) else 0.0
+
+    @property
+    def cpu_per_batch(self) -> float | None:
+        if self.workers_cpu_cores is None or self.step_seconds <= 0:
+            return None
+        return self.workers_cpu_cores * self.step_seconds
+
+    @property
+    def held_back(self) -> float | None:
+        """Share of each worker's time the quota held it back (None: not measured). The
+        cgroup's throttled seconds per worker; never more than the run-queue wait, which
+        counts throttled tasks too."""
+        if self.throttled_seconds_rate is None or not self.workers:
+            return None
+        share = self.throttled_seconds_rate / self.workers
+        if self.runqueue_ratio is not None:
+            share = min(share, self.runqueue_ratio)
+        return float(min(max(share, 0.0), 0.95))
+
+    @property
+    def crowded(self) -> float:
+        """Run-queue wait per worker that the quota does not explain: the node's other tasks."""
+        if self.runqueue_ratio is None:
+            return 0.0
+        return max(0.0, self.runqueue_ratio - (self.held_back or 0.0))
+
+    @property
+    def node_cores(self) -> float | None:
+        """On a crowded node: the CPU the node would give all the workers without the quota,
+        what they got plus their held-back time at the rate they ran while runnable. A
+        fixed share, so the model does not promise that more workers or a larger limit
+        win CPU from the node's other tasks (the lab's cpu-throttle rerun at load 32: 4
+        workers under 0.8 cores waited 32 %, where a per-worker rate predicted 1 %)."""
+        if self.crowded < CROWDED or not self.workers_cpu_cores or not self.workers:
+            return None
+        per = self.workers_cpu_cores / self.workers
+        rate = per / (per + self.crowded)
+        return self.workers * (per + (self.held_back or 0.0) * rate)
+
+    @property
+    def loader_cores(self) -> float | None:
+        """Cores of the quota the workers may use (a shared quota keeps a core per rank)."""
+        if not self.quota_cores:
+            return None
+        if self.quota_ranks:
+            return max(0.1, self.quota_cores / self.quota_ranks - MAIN_CORE)
+        return self.quota_cores
+
+
+def replay(load: np.ndarray, compute: np.ndarray, workers: int, prefetch: int = 2,
+           floor: float = 0.0, n: int = REPLAY_BATCHES, seed: int = SEED) -> tuple[float, float]:
+    """(data-wait share, mean step seconds) of the DataLoader queue replayed with
+    service times ``load`` and compute times ``compute`` (drawn with replacement);
+    ``floor``: the loader delivers at most one batch per ``floor`` seconds (a CPU cap)."""
+    rng = np.random.default_rng(seed)
+    svc = rng.choice(load, n).tolist()
+    comp = rng.choice(compute, n).tolist()
+    w = max(1, workers)
+    depth = max(1, prefetch) * w
+    free = [0.0] * w                # when each worker is free
+    taken = [0.0] * n               # when the loop took batch i
+    cap_free = 0.0                  # the CPU cap as one shared pipe
+    loop = 0.0
+    waits = steps = 0.0
+    skip = min(n // 4, 2 * depth)   # the start-up: the queue fills
+    for i in range(n):
+        issued = taken[i - depth] if i >= depth else 0.0
+        start = max(free[i % w], issued)
+        ready = start + svc[i]
+        if floor > 0:
+            ready = cap_free = max(ready, cap_free + floor)
+        free[i % w] = ready
+        got = max(ready, loop)
+        if i >= skip:
+            waits += got - loop
+            steps += got - loop + comp[i]
+        taken[i] = got
+        loop = got + comp[i]
+    n_steady = n - skip
+    return (waits / steps if steps > 0 else 0.0), steps / max(1, n_steady)
