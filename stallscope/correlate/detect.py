@@ -36,6 +36,7 @@ MIN_BATCHES = 10
 MIN_BINS = 3
 MIN_EXCESS_S = 0.25
 QUIET_BINS = 5
+HANG_BINS = 5    # one wait this long is a stall by itself (a hang in next())
 Z = 3.0
 
 
@@ -59,10 +60,23 @@ class Detection:
 NONE = Detection(False, None, 0.0, 0, 0.0, 0.0)
 
 
+def _hang(trace: Any, now_ns: int) -> Detection | None:
+    """The newest batch waited HANG_BINS seconds or more (the agent's timeline ends with a
+    call still blocked in next(), as far as it has lasted): a stall since that call
+    began. The bins cannot show it: one wait, however long, is one batch in one bin."""
+    t_end, wait, step = int(trace.t_end[-1]), int(trace.wait[-1]), int(trace.interval[-1])
+    if wait < HANG_BINS * BIN_NS or now_ns - t_end >= QUIET_BINS * BIN_NS or step <= 0:
+        return None
+    return Detection(True, t_end - wait, wait / step, 1, wait / 1e9, float("inf"))
+
+
 def detect(trace: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> Detection:
     """The latest stall of ``trace`` (a RankTrace) as of ``now_ns``."""
     if trace.n < 2:
         return NONE
+    hung = _hang(trace, now_ns)
+    if hung is not None:
+        return hung
     steady = ~iterator_starts(trace)
     t, wait, step = trace.t_end[steady], trace.wait[steady], trace.interval[steady]
     age = (now_ns - t) // BIN_NS

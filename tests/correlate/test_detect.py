@@ -56,7 +56,10 @@ def test_recorded_runs_flagged_exactly_when_labelled_input_bound(path):
     [(_, doc)] = [d for d in load(os.path.dirname(path)) if d[0] == path]
     trace = RankTrace.from_timeline(doc["timeline"])
     flagged = False
-    for now in range(int(trace.t_end[0]) + 2 * SEC, int(trace.t_end[-1]) + 1, SEC // 2):
+    # every half second, and at the recording's end: a hang's open wait (lab-hang) is its
+    # last row, as the agent had it when the recording was taken
+    ends = list(range(int(trace.t_end[0]) + 2 * SEC, int(trace.t_end[-1]) + 1, SEC // 2))
+    for now in ends + [int(trace.t_end[-1])]:
         keep = trace.t_end <= now
         sub = RankTrace.from_events({}, None, np.stack([trace.t_end[keep], trace.wait[keep],
                                                         trace.interval[keep]], 1))
@@ -107,3 +110,19 @@ def test_the_quiet_shortcut_never_hides_what_the_whole_test_finds(share):
             assert not detect(RankTrace.from_events({}, None, seen), now).stalled, now_s
     if share < 0.02:
         assert skipped > 100  # a healthy loop is mostly skipped: the shortcut is taken
+
+
+def test_a_call_blocked_for_seconds_is_a_stall_since_it_began():
+    """The agent's timeline ends with a call still blocked in next() (its wait so far):
+    one batch in one bin, which the per-bin test cannot flag, yet a hang."""
+    ev, _ = synth.simulate(300, 2, lambda k, t: 0.05, lambda k, t: 0.1, t0=10 * SEC)
+    ev = np.array(ev, np.int64)
+    last = int(ev[-1, 0])
+    began = last + int(0.1 * SEC)               # the next call, after its compute
+    for blocked_s, stalled in ((3.0, False), (6.0, True)):
+        end = began + int(blocked_s * SEC)
+        rows = np.vstack([ev, [[end, end - began, end - last]]])
+        d = detect(RankTrace.from_events({}, None, rows), end + SEC // 2)
+        assert d.stalled is stalled, (blocked_s, d)
+        if stalled:
+            assert d.since_ns == began and d.share > 0.9
