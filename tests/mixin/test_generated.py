@@ -108,7 +108,7 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
             assert 'cluster="a"' in sel[1], (sel, expr)
     alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
     assert alerts["StallscopeDataWaitHigh"]["for"] == "7m"
-    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("rate2m > 0.05")
+    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("rate2m) > 0.05")
     assert "> 0.4" in alerts["StallscopeCPUThrottled"]["expr"]
     assert alerts["StallscopeCPUThrottled"]["for"] == "3m"
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
@@ -171,7 +171,7 @@ def test_dashboards_have_stable_uids_variables_and_described_panels(boards):
             for t in p["targets"]:
                 # every panel follows the node variable (rank- and pod-level series carry
                 # it, agent self-metrics are joined to it), except job-level ones
-                job_level = t["expr"].startswith(("ALERTS", "job:"))
+                job_level = t["expr"].startswith(("ALERTS", "job:")) or "job_le:" in t["expr"]
                 assert ('$node' in t["expr"]) != job_level, (p["title"], t["expr"])
 
 
