@@ -11,7 +11,9 @@ failing FUSE mount.
 
 Values: every counter grows at a per-second rate from a simple healthy job (a step
 every 0.5 s, data-wait 0.2-0.8 % per rank, CFS throttling 2 %); the straggler (a control
-file names node, rank and onset) waits 30 % of each step from its onset on, with its
+file names node, rank and onset) waits 50 % of each step from its onset on (enough for
+the 5m ratio to cross the 2 % line within one scrape, so the time to the alert measures
+the pipeline, not the window's arithmetic), with its
 pod's CPU quota throttling half the periods, so the counters stay monotonic and the
 rates change at the onset. Values depend only on the time, so several serving
 processes (SO_REUSEPORT) agree without sharing state.
@@ -59,7 +61,7 @@ def wait_buckets(per_batch):
 def rank_rates(name, le, ratio, slow):
     """(value, is_counter) of a rank-labelled series: rate per second for counters."""
     r = 1.0 / STEP
-    wait = 0.30 if slow else ratio
+    wait = 0.50 if slow else ratio
     load = 2.4 if slow else 0.8
     table = {
         "stallscope_data_wait_seconds_count": r, "stallscope_data_wait_seconds_sum": wait,
@@ -80,7 +82,8 @@ def rank_rates(name, le, ratio, slow):
               "stallscope_loader_workers_quota_limited": 1.0 if slow else 0.0,
               "stallscope_loader_workers_alive": 4.0, "stallscope_loader_workers_dstate": 0.0,
               "stallscope_loader_worker_max_resident_memory_bytes": 2.7e8,
-              "stallscope_gpu_busy_ratio": 0.95 - wait, "stallscope_gpu_idle_overlap_ratio": 0.9 if slow else 0.1,
+              "stallscope_gpu_busy_ratio": 0.95 - wait,
+              "stallscope_gpu_idle_overlap_ratio": 0.9 if slow else 0.1,
               "stallscope_stall_period_steps": 0.0}
     return gauges[name], False
 
@@ -90,16 +93,19 @@ def pod_rates(name, labels, slow):
     node_wide = labels.get("pod", "") == ""
     le = float(labels["le"]) if "le" in labels else None
     counters = {
-        "stallscope_cpu_cfs_periods_total": 10.0, "stallscope_cpu_cfs_throttled_periods_total": 5.0 if slow else 0.2,
+        "stallscope_cpu_cfs_periods_total": 10.0,
+        "stallscope_cpu_cfs_throttled_periods_total": 5.0 if slow else 0.2,
         "stallscope_cpu_cfs_throttled_seconds_total": 0.4 if slow else 0.005,
         "stallscope_pressure_cpu_waiting_seconds_total": 0.06 if node_wide else (0.4 if slow else 0.03),
         "stallscope_pressure_cpu_stalled_seconds_total": 0.0 if node_wide else 0.01,
-        "stallscope_pressure_io_waiting_seconds_total": 0.02, "stallscope_pressure_io_stalled_seconds_total": 0.01,
+        "stallscope_pressure_io_waiting_seconds_total": 0.02,
+        "stallscope_pressure_io_stalled_seconds_total": 0.01,
         "stallscope_pressure_memory_waiting_seconds_total": 0.001,
         "stallscope_pressure_memory_stalled_seconds_total": 0.0005,
         "stallscope_shard_read_seconds_count": 4.0, "stallscope_shard_read_seconds_sum": 0.03,
         "stallscope_cache_requests_total": 9.0 if labels.get("result") == "hit" else 1.0,
-        "stallscope_agent_messages_total": 4.0 * RANKS_PER_NODE, "stallscope_agent_events_total": 2.0 * RANKS_PER_NODE,
+        "stallscope_agent_messages_total": 4.0 * RANKS_PER_NODE,
+        "stallscope_agent_events_total": 2.0 * RANKS_PER_NODE,
         "stallscope_correlator_runs_total": 0.2, "stallscope_agent_http_requests_total":
             (1 / 15.0) if labels.get("code") == "2xx" else 0.0,
     }

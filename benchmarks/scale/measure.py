@@ -8,7 +8,7 @@ import sys
 import time
 import urllib.parse
 
-from servers import ROOT, VMALERT_PORT, get
+from servers import ROOT, VMALERT_PORT, get, nice_15
 
 HEADLINE = "StallscopeDataWaitHigh"
 
@@ -117,10 +117,12 @@ def straggler_to_alert(path, url, control, node, rank, limit_s):
 
 def diagnose(url, pod, namespace):
     """(wall seconds, exit code, report) of `stallscope diagnose POD --prometheus URL --json`."""
-    exe = os.path.join(os.path.dirname(sys.executable), "stallscope")
+    # `python -m` from the checkout: this tree's diagnose, not whichever the venv's
+    # console script was installed from.
     t = time.perf_counter()
-    r = subprocess.run(["nice", "-n", "15", exe, "diagnose", pod, "-n", namespace, "--prometheus", url, "--json"],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", pod, "-n", namespace,
+                        "--prometheus", url, "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, preexec_fn=nice_15)
     took = time.perf_counter() - t
     try:
         report = json.loads(r.stdout)

@@ -9,36 +9,36 @@ import time
 import urllib.parse
 
 import yaml
-
 from servers import ROOT, SCRAPE_INTERVAL, get
 
 RATE_INTERVAL = "%ds" % max(4 * SCRAPE_INTERVAL, 60)  # Grafana's $__rate_interval for a 15 s scrape
 
 
+def _targets(panels):
+    """(panel title, expr) of every target, rows' panels included."""
+    for p in panels:
+        yield from _targets(p.get("panels", []))
+        for t in p.get("targets", []):
+            if t.get("expr"):
+                yield p.get("title"), t["expr"]
+
+
 def panel_queries(namespace, job, node):
     """[(dashboard/panel, expr)] with the template variables filled."""
-    fill = {"$namespace": namespace, "$job": job, "$__rate_interval": RATE_INTERVAL}
     out = []
     for path in sorted(glob.glob(os.path.join(ROOT, "dashboards", "*.json"))):
         name = os.path.basename(path)[:-5].replace("stallscope-", "")
-        values = dict(fill, **({"$node": node} if name == "node" else {"$node": ".*"}), **{"$pod": ".*", "$rank": ".*"})
+        values = {"$namespace": namespace, "$job": job, "$__rate_interval": RATE_INTERVAL,
+                  "$node": node if name == "node" else ".*", "$pod": ".*", "$rank": ".*"}
         with open(path) as f:
             dash = json.load(f)
         seen = {}
-
-        def walk(panels):
-            for p in panels:
-                walk(p.get("panels", []))
-                for t in p.get("targets", []):
-                    expr = t.get("expr")
-                    if not expr:
-                        continue
-                    for k in sorted(values, key=len, reverse=True):
-                        expr = expr.replace(k, values[k])
-                    title = "%s/%s" % (name, p.get("title"))
-                    seen[title] = seen.get(title, 0) + 1
-                    out.append((title + ("" if seen[title] == 1 else " #%d" % seen[title]), expr))
-        walk(dash.get("panels", []))
+        for title, expr in _targets(dash.get("panels", [])):
+            for k in sorted(values, key=len, reverse=True):
+                expr = expr.replace(k, values[k])
+            title = "%s/%s" % (name, title)
+            seen[title] = seen.get(title, 0) + 1
+            out.append((title + ("" if seen[title] == 1 else " #%d" % seen[title]), expr))
     return out
 
 
@@ -80,4 +80,5 @@ def time_panels(url, namespace, job, node, range_s=600, step=SCRAPE_INTERVAL):
 def time_rules(url):
     """Each rule expression as the evaluator asks for it: an instant query."""
     now = time.time()
-    return [(name, *timed(url, "/api/v1/query", {"query": expr, "time": now})) for name, expr in rule_queries()]
+    return [(name, *timed(url, "/api/v1/query", {"query": expr, "time": now}))
+            for name, expr in rule_queries()]

@@ -24,11 +24,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import agents  # noqa: E402
-import measure  # noqa: E402
-import queries  # noqa: E402
-import servers  # noqa: E402
-import table  # noqa: E402
+import agents
+import measure
+import queries
+import servers
+import table
 
 RESULTS = os.path.join(servers.ROOT, "benchmarks", "scale", "results.jsonl")
 

@@ -26,14 +26,19 @@ VMAGENT_PORT = 18429  # member i listens on VMAGENT_PORT + i
 VMALERT_PORT = 18880
 
 
+def nice_15():
+    os.nice(max(0, 15 - os.nice(0)))
+
+
 class Proc:
     def __init__(self, name, args, rundir, env=None):
         self.name = name
         self.log = open(os.path.join(rundir, name + ".log"), "w")
-        # nice 15: the machine is shared; every server runs at the same priority so the
-        # measured ratios between them hold.
-        self.p = subprocess.Popen(["nice", "-n", "15"] + args, stdout=self.log, stderr=subprocess.STDOUT,
-                                  env=env, start_new_session=True)
+        # Niceness 15, not 15 more than the rig's (run under `nice -n 15` as this shared
+        # machine asks, it would be 19 and lose to every other engineer's nice-15 tests):
+        # every server at the same priority, so the ratios between them hold.
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True, preexec_fn=nice_15)
 
     def rss_bytes(self):
         """Resident set of the server process (the nice wrapper execs it: same PID)."""
@@ -59,7 +64,8 @@ def get(url, timeout=60):
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.read()
     except urllib.error.HTTPError as e:  # the server's reason, not just its status
-        raise RuntimeError("%s: %s %s" % (url[:200], e.code, e.read()[:500].decode(errors="replace"))) from None
+        reason = e.read()[:500].decode(errors="replace")
+        raise RuntimeError("%s: %s %s" % (url[:200], e.code, reason)) from None
 
 
 def wait_http(url, seconds=60):
@@ -120,8 +126,9 @@ def start_prometheus(nodes, rundir, rules, procs):
     c["rule_files"] = rules
     with open(cfg, "w") as f:
         json.dump(c, f)
-    procs["prometheus"] = Proc("prometheus", ["prometheus", "--config.file", cfg, "--storage.tsdb.path", os.path.join(rundir, "prom"),
-                            "--web.listen-address", "127.0.0.1:%d" % PROM_PORT, "--storage.tsdb.retention.time", "1d"],
+    procs["prometheus"] = Proc("prometheus", [
+        "prometheus", "--config.file", cfg, "--storage.tsdb.path", os.path.join(rundir, "prom"),
+        "--web.listen-address", "127.0.0.1:%d" % PROM_PORT, "--storage.tsdb.retention.time", "1d"],
              rundir)
     url = "http://127.0.0.1:%d" % PROM_PORT
     wait_http(url + "/-/ready")

@@ -25,8 +25,9 @@ def rows(r):
         ("samples/s ingested", "%d" % r.get("samples_per_s", 0)),
         ("memory (RSS), per server", "<br>".join("%s %s" % (n, _mib(v)) for n, v in
                                                  sorted((r.get("rss_bytes") or {}).items()))),
-        ("rule group evaluation, slowest", "<br>".join("%s %s" % (g.replace("stallscope.", ""), _s(s))
-                                                       for g, s in sorted(groups.items(), key=lambda x: -x[1])[:2])),
+        ("rule group evaluation, slowest", "<br>".join(
+            "%s %s" % (g.replace("stallscope.", ""), _s(s))
+            for g, s in sorted(groups.items(), key=lambda x: -x[1])[:2])),
         ("dashboard panels: count, slowest, median", "%d, %s (%s), %s" % (
             len(panels), _s(panels[0][1]) if panels else "-", panels[0][0] if panels else "",
             _s(panels[len(panels) // 2][1]) if panels else "-")),
