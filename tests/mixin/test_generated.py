@@ -179,7 +179,7 @@ def test_dashboards_and_alerts_share_the_sli_definition(boards):
     n = promql.names(config.DEFAULT)
     text = json.dumps(boards["stallscope-overview.json"])
     assert n["rank_ratio"] in text and n["job_max"] in text and n["job_median"] in text
-    recorded = {r["record"] for r in rules.recording_rules(config.DEFAULT)}
+    recorded = {r["record"] for g in rules.recording_groups(config.DEFAULT) for r in g["rules"]}
     assert recorded == set(n.values())
     # the raw SLI formula lives only in the recording rule
     raw = "stallscope_data_wait_seconds_sum"

@@ -15,7 +15,8 @@ from tests.helpers import ROOT
 
 RULE_FILES = [os.path.join(ROOT, "alerts", "rules.yaml"), os.path.join(ROOT, "alerts", "alerts.yaml")]
 RUNBOOKS = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
-GROUPS = ["stallscope.sli", "stallscope.slo", "stallscope.causes", "stallscope.health"]
+GROUPS = ["stallscope.sli", "stallscope.distribution", "stallscope.slo", "stallscope.causes",
+          "stallscope.health"]
 AGENT = dict(job="stallscope", instance="10.0.0.1:9478")
 POD0 = dict(job="train", namespace="ml", pod="train-0", node="n1", instance="10.0.0.1:9478")
 WHERE0 = "pod ml/train-0 (job train, node n1)"
