@@ -100,7 +100,7 @@ def straggler_to_alert(path, url, control, node, rank, limit_s):
     with open(tmp, "w") as f:
         json.dump({"node": node, "rank": rank, "onset": onset}, f)
     os.replace(tmp, control)
-    out = {"pending_s": None, "firing_s": None}
+    out = {"pending_s": None, "firing_s": None, "onset": onset}
     while time.time() - onset < limit_s and out["firing_s"] is None:
         try:
             states = {s for name, s, _ in alerts(path, url) if name == HEADLINE}
@@ -113,6 +113,25 @@ def straggler_to_alert(path, url, control, node, rank, limit_s):
             out["pending_s"] = out["firing_s"]
         time.sleep(1.0)
     return out
+
+
+def first_over(url, expr, start, line=0.02, step=5):
+    """Seconds after ``start`` of the first point of ``expr`` over ``line`` (query_range)."""
+    q = urllib.parse.urlencode({"query": expr, "start": start - step, "end": time.time(), "step": step})
+    body = json.loads(get("%s/api/v1/query_range?%s" % (url, q), timeout=120))
+    points = [(float(t), float(v)) for r in body["data"]["result"] for t, v in r["values"]]
+    crossed = [t for t, v in sorted(points) if t >= start and v > line]
+    return round(crossed[0] - start, 1) if crossed else None
+
+
+def alert_stages(url, onset, rank):
+    """Where the time to the alert goes: when the straggler's data (the raw 5m ratio, as
+    the server evaluates it) crossed the line, and when the recording rule's series did."""
+    sel = '{rank="%d"}' % rank
+    raw = ("sum(rate(stallscope_data_wait_seconds_sum%s[5m])) / sum(rate(stallscope_step_seconds_sum%s[5m]))"
+           % (sel, sel))
+    return {"raw_over_line_s": first_over(url, raw, onset),
+            "record_over_line_s": first_over(url, "rank:stallscope_data_wait_ratio:rate5m" + sel, onset)}
 
 
 def diagnose(url, pod, namespace):

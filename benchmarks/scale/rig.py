@@ -60,6 +60,7 @@ def run(ranks, path, for_duration, steady_s, keep):
         node, rank = nodes // 2 + 1, (nodes // 2 + 1) * agents.RANKS_PER_NODE + 3
         limit = _seconds(for_duration) + 300
         out["alert"] = measure.straggler_to_alert(path, url, control, node, rank, limit)
+        out["alert"].update(measure.alert_stages(url, out["alert"]["onset"], rank))
         print("alert:", out["alert"], flush=True)
         took, code, report = measure.diagnose(url, "%s-worker-%d" % (job, node), namespace)
         strag = report.get("straggler") or {}

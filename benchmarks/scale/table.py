@@ -33,8 +33,10 @@ def rows(r):
             _s(panels[len(panels) // 2][1]) if panels else "-")),
         ("rule expressions: count, slowest", "%d, %s (%s)" % (len(rules), _s(rules[0][1]) if rules else "-",
                                                               rules[0][0] if rules else "")),
-        ("straggler to headline alert pending / firing (for: %s)" % r.get("for"),
+        ("straggler to headline alert: pending / firing (for: %s)" % r.get("for"),
          "%s / %s" % (_s(alert.get("pending_s")), _s(alert.get("firing_s")))),
+        ("... of which: 5m ratio over the line (raw / recorded)",
+         "%s / %s" % (_s(alert.get("raw_over_line_s")), _s(alert.get("record_over_line_s")))),
         ("`stallscope diagnose` wall time; straggler named",
          "%s; %s" % (_s(diag.get("wall_s")), "rank %s" % diag.get("named_rank")
                      if diag.get("named_rank") == diag.get("injected_rank") else "NO: %s" % diag)),
