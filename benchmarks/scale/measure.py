@@ -47,7 +47,7 @@ def ranks_recorded(url, ranks):
     """True once the recording rule has a value for every rank."""
     try:
         return scalar(url, "count(rank:stallscope_data_wait_ratio:rate5m)") == ranks
-    except (OSError, KeyError, ValueError):
+    except (OSError, RuntimeError, KeyError, ValueError):  # RuntimeError: a 5xx while busy
         return False
 
 

@@ -74,7 +74,7 @@ def wait_http(url, seconds=60):
         try:
             get(url, timeout=2)
             return
-        except OSError:
+        except (OSError, RuntimeError):  # not listening yet, or 503 while starting
             time.sleep(0.5)
     raise RuntimeError("%s did not answer within %ds" % (url, seconds))
 
@@ -140,7 +140,10 @@ def start_victoriametrics(nodes, rundir, rules, procs, members=2):
     url = "http://127.0.0.1:%d" % VM_PORT
     procs["victoria-metrics"] = Proc("victoria-metrics", [
         "victoria-metrics", "-storageDataPath", os.path.join(rundir, "vm"), "-retentionPeriod", "1d",
-        "-httpListenAddr", "127.0.0.1:%d" % VM_PORT, "-search.latencyOffset", "5s"], rundir)
+        "-httpListenAddr", "127.0.0.1:%d" % VM_PORT, "-search.latencyOffset", "5s",
+        # 2 cores allow 4 concurrent queries: queue the rig's and vmalert's rather than
+        # refuse them after 10 s (503) while the machine is loaded
+        "-search.maxQueueDuration", "60s"], rundir)
     wait_http(url + "/health")
     for i in range(members):
         procs["vmagent-%d" % i] = Proc("vmagent-%d" % i, [
