@@ -18,6 +18,7 @@ Not in CI: a run takes 4-8 minutes and GiBs of memory at 16,384 ranks.
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -114,6 +115,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the run directories (data, logs)")
     ap.add_argument("--table", action="store_true", help="print the table from --results and exit")
     a = ap.parse_args()
+    # SIGTERM (and SIGINT, which background jobs ignore) unwind through run()'s finally,
+    # which stops every server it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
     if not a.table:
         for ranks in a.ranks:
             for path in (["prometheus", "vm"] if a.path == "both" else [a.path]):
