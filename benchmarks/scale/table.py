@@ -18,8 +18,7 @@ def rows(r):
     alert, diag = r.get("alert") or {}, r.get("diagnose") or {}
     groups = r.get("rule_group_eval_s") or {}
     return [
-        ("active series (server's own count)", "%.0f" % (r.get("active_series") or 0)),
-        ("series in storage", "%.0f" % (r.get("series_total") or 0)),
+        ("series in storage (TSDB status)", "%.0f" % (r.get("series_total") or r.get("active_series") or 0)),
         ("series per rank, max / mean (budget 40)", "%.0f / %.1f" % (r.get("series_per_rank_max") or 0,
                                                                       r.get("series_per_rank_mean") or 0)),
         ("samples/s ingested", "%d" % r.get("samples_per_s", 0)),
