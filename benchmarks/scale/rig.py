@@ -56,8 +56,9 @@ def run(ranks, path, for_duration, steady_s, keep):
         namespace, job = agents.NAMESPACE, agents.JOB
         out["panels"] = queries.time_panels(url, namespace, job, "node-%05d" % (nodes // 2))
         out["rules"] = queries.time_rules(url)
-        print("queries: slowest panel %.2fs, slowest rule %.2fs" % (
-            max(t for _, t, _ in out["panels"]), max(t for _, t, _ in out["rules"])), flush=True)
+        print("queries: slowest panel %.2fs, slowest rule %.2fs; refused: %s" % (
+            max(t or 0 for _, t, _ in out["panels"]), max(t or 0 for _, t, _ in out["rules"]),
+            [(n, e) for n, t, e in out["panels"] + out["rules"] if t is None]), flush=True)
         node, rank = nodes // 2 + 1, (nodes // 2 + 1) * agents.RANKS_PER_NODE + 3
         limit = _seconds(for_duration) + 300
         out["alert"] = measure.straggler_to_alert(path, url, control, node, rank, limit)

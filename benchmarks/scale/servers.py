@@ -64,7 +64,7 @@ def get(url, timeout=60):
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.read()
     except urllib.error.HTTPError as e:  # the server's reason, not just its status
-        reason = e.read()[:500].decode(errors="replace")
+        reason = e.read()[-600:].decode(errors="replace")  # the end says why
         raise RuntimeError("%s: %s %s" % (url[:200], e.code, reason)) from None
 
 

@@ -13,8 +13,9 @@ def _s(v):
 
 
 def rows(r):
-    panels = sorted(r.get("panels", []), key=lambda p: -p[1])
-    rules = sorted(r.get("rules", []), key=lambda p: -p[1])
+    failed = [p for p in r.get("panels", []) + r.get("rules", []) if p[1] is None]
+    panels = sorted((p for p in r.get("panels", []) if p[1] is not None), key=lambda p: -p[1])
+    rules = sorted((p for p in r.get("rules", []) if p[1] is not None), key=lambda p: -p[1])
     alert, diag = r.get("alert") or {}, r.get("diagnose") or {}
     groups = r.get("rule_group_eval_s") or {}
     return [
@@ -32,6 +33,7 @@ def rows(r):
             _s(panels[len(panels) // 2][1]) if panels else "-")),
         ("rule expressions: count, slowest", "%d, %s (%s)" % (len(rules), _s(rules[0][1]) if rules else "-",
                                                               rules[0][0] if rules else "")),
+        ("queries the server refused", ", ".join(p[0] for p in failed) or "none"),
         ("straggler to headline alert: pending / firing (for: %s)" % r.get("for"),
          "%s / %s" % (_s(alert.get("pending_s")), _s(alert.get("firing_s")))),
         ("... of which: 5m ratio over the line (raw / recorded)",
