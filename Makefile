@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot
 
-.PHONY: setup system demo test test-fast lint bench fuzz soak generate clean
+.PHONY: setup system demo test test-fast lint bench fuzz soak scale generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,13 @@ fuzz: setup system
 
 soak: setup
 	$(PY) benchmarks/soak_agent.py --minutes 30
+
+# Not in CI: the scale rig (benchmarks/scale/rig.py), 2,048 and 8,192 ranks (8 a node) on
+# one Prometheus and on two sharding vmagents + victoria-metrics + vmalert, 4-8 minutes a
+# run; it appends to benchmarks/scale/results.jsonl and prints the table of docs/deploy.md.
+# 16,384 ranks: `$(PY) benchmarks/scale/rig.py --ranks 16384` (GiBs of memory).
+scale: setup system
+	$(PY) benchmarks/scale/rig.py --ranks 2048 8192
 
 # Dashboards, rules and the PrometheusRule come from stallscope/mixin, the metric/signal/
 # cause reference and the exporter table of the docs from stallscope/vocabulary; CI fails

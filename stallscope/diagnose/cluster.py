@@ -76,15 +76,31 @@ def _missing(prom, pod, namespace, w):
             % (pod, pod, prom.url, hint))
 
 
+def recorded_sli(**match):
+    """The alert's own per-rank figure: the mixin's rank-level 5m recording rule."""
+    return promql.sel(CFG, promql.names(CFG)["rank_ratio"], *matchers(**match))
+
+
 def job_ranks(prom, job, namespace, w):
-    rows = prom.query(sli(w, job=job, namespace=namespace))
+    """(every rank of the job with its data-wait ratio, the expression that gave them).
+
+    The ratios are the rank-level recording rule's at the report's time when the rules
+    are loaded (the figures the alert that paged reads), and raw over the window only
+    where they are not: raw, this is the one query that reads every rank's series over
+    the whole window, and at 16,384 ranks it alone took diagnose past its 5 s budget
+    (benchmarks/scale, docs/deploy.md). The pod's own ranks stay raw over the window."""
+    expr = recorded_sli(job=job, namespace=namespace)
+    rows = prom.query(expr)
+    if not rows:
+        expr = sli(w, job=job, namespace=namespace)
+        rows = prom.query(expr)
     best = {}
     for labels, value in rows:
         r = _rank_row(labels, value)
         key = (r["rank"], r["pod"])
         if key not in best or (value or 0.0) > (best[key]["data_wait_ratio"] or 0.0):
             best[key] = r
-    return list(best.values())
+    return list(best.values()), expr
 
 
 def since(prom, who, window_s):
@@ -201,8 +217,14 @@ def view(prom, pod, namespace, window_s, top_k=TOP_K):
         jobs = {j: pool.submit(job_ranks, prom, j, namespace, w) for j in sorted({r["job"] for r in mine})}
         node_agents = {n: pool.submit(agent_url, prom, n, w) for n in sorted({r["node"] for r in mine})}
         signals = pool.submit(pod_signals, prom, pod, namespace, w)
-        ranks = {j: f.result() for j, f in jobs.items()}
+        own = pool.submit(prom.query, sli(w, pod=pod, namespace=namespace))
+        ranks, exprs = {}, {}
+        for j, f in jobs.items():
+            ranks[j], exprs[j] = f.result()
         by_key = {(r["job"], r["rank"], r["pod"]): r for rows in ranks.values() for r in rows}
+        for labels, value in own.result():  # the pod's own ranks: raw over the window
+            r = _rank_row(labels, value)
+            by_key[(r["job"], r["rank"], r["pod"])] = r
         pod_ranks = [by_key.get((r["job"], r["rank"], r["pod"]), r) for r in mine]
         me = _worst(pod_ranks)
         job = ranks[me["job"]]
@@ -233,6 +255,6 @@ def view(prom, pod, namespace, window_s, top_k=TOP_K):
             "signals": signals.result(),
             "cause_scores": scores.result(),
             "sizing": sizing.result(),
-            "sli_expr": sli(w, job=me["job"], namespace=namespace),
+            "sli_expr": exprs[me["job"]],
         }
     return out

@@ -80,10 +80,10 @@ def _cause(cfg, name, signal, cmp, metrics, summary, description):
 
 # -- the alerts ----------------------------------------------------------------------------
 def _headline(cfg, name, severity, threshold):
-    n = promql.names(cfg)
+    job_max = promql.job_max(cfg)
     return Alert(
         name, "stallscope.slo", severity, cfg.data_wait_for,
-        "%s > %s" % (n["job_max"], num(threshold)), n["job_max"],
+        "%s > %s" % (job_max, num(threshold)), job_max,
         "Training job {{ $labels.namespace }}/{{ $labels.job }} is waiting on its input pipeline.",
         "The slowest rank of job {{ $labels.job }} spent {{ $value | humanizePercentage }} of its "
         "step time blocked in next(loader) over the last %s (threshold %s); in synchronous "
@@ -95,9 +95,9 @@ def _headline(cfg, name, severity, threshold):
 def _straggler(cfg):
     n = promql.names(cfg)
     expr = ("%s\n> on (namespace, job) group_left ()\n(%s * %s)\nand\n%s > %s" % (
-        n["rank_ratio"], num(cfg.straggler_factor), n["job_median"], n["rank_ratio"],
+        n["rank_ratio"], num(cfg.straggler_factor), promql.job_median(cfg), n["rank_ratio"],
         num(cfg.data_wait_warning)))
-    probe = "%s\n* on (namespace, job) group_left ()\n(%s >= 0)" % (n["rank_ratio"], n["job_median"])
+    probe = "%s\n* on (namespace, job) group_left ()\n(%s >= 0)" % (n["rank_ratio"], promql.job_median(cfg))
     median = _query("%s{namespace=%%q, job=%%q}" % n["job_median"], "$labels.namespace", "$labels.job")
     return Alert(
         "StallscopeStragglerRank", "stallscope.slo", "warning", cfg.straggler_for, expr, probe,

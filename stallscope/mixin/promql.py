@@ -39,7 +39,23 @@ def names(cfg):
         "job_idle": "job:stallscope_idle_accelerators:rate%s" % w,
         "job_idle_cause": "job:stallscope_idle_accelerators_by_cause:rate%s" % w,
         "job_idle_cost": "job:stallscope_idle_cost_per_day:rate%s" % w,
+        "job_wait_buckets": "job_le:stallscope_data_wait_seconds_bucket:rate%s" % w,
     }
+
+
+def job_max(cfg):
+    """The job's slowest rank, from the rank-level record. Alerts take the job statistics
+    from the rank-level record rather than from the job-level records: a rule evaluator
+    that reads recorded series back from its store (vmalert, with VictoriaMetrics) sees a
+    record of a record one evaluation later, which the scale rig measured as the headline
+    alert firing ~35 s later than on Prometheus (docs/deploy.md). Dashboards keep the
+    job-level records."""
+    return "max by (namespace, job) (%s)" % names(cfg)["rank_ratio"]
+
+
+def job_median(cfg):
+    """The job's median rank (see job_max)."""
+    return "quantile by (namespace, job) (0.5, %s)" % names(cfg)["rank_ratio"]
 
 
 def data_wait_ratio(cfg, matchers=(), window=None):

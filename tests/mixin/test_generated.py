@@ -108,7 +108,7 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
             assert 'cluster="a"' in sel[1], (sel, expr)
     alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
     assert alerts["StallscopeDataWaitHigh"]["for"] == "7m"
-    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("rate2m > 0.05")
+    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("rate2m) > 0.05")
     assert "> 0.4" in alerts["StallscopeCPUThrottled"]["expr"]
     assert alerts["StallscopeCPUThrottled"]["for"] == "3m"
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
@@ -171,7 +171,7 @@ def test_dashboards_have_stable_uids_variables_and_described_panels(boards):
             for t in p["targets"]:
                 # every panel follows the node variable (rank- and pod-level series carry
                 # it, agent self-metrics are joined to it), except job-level ones
-                job_level = t["expr"].startswith(("ALERTS", "job:"))
+                job_level = t["expr"].startswith(("ALERTS", "job:")) or "job_le:" in t["expr"]
                 assert ('$node' in t["expr"]) != job_level, (p["title"], t["expr"])
 
 
@@ -179,7 +179,7 @@ def test_dashboards_and_alerts_share_the_sli_definition(boards):
     n = promql.names(config.DEFAULT)
     text = json.dumps(boards["stallscope-overview.json"])
     assert n["rank_ratio"] in text and n["job_max"] in text and n["job_median"] in text
-    recorded = {r["record"] for r in rules.recording_rules(config.DEFAULT)}
+    recorded = {r["record"] for g in rules.recording_groups(config.DEFAULT) for r in g["rules"]}
     # the cost per day is recorded only when the config names a price per GPU-hour
     assert recorded == set(n.values()) - {n["job_idle_cost"]}
     assert n["job_idle"] in text and n["job_idle_cause"] in text

@@ -15,13 +15,14 @@ from tests.helpers import ROOT
 
 RULE_FILES = [os.path.join(ROOT, "alerts", "rules.yaml"), os.path.join(ROOT, "alerts", "alerts.yaml")]
 RUNBOOKS = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
-GROUPS = ["stallscope.sli", "stallscope.slo", "stallscope.causes", "stallscope.health"]
+GROUPS = ["stallscope.sli", "stallscope.distribution", "stallscope.slo", "stallscope.causes",
+          "stallscope.health"]
 AGENT = dict(job="stallscope", instance="10.0.0.1:9478")
 POD0 = dict(job="train", namespace="ml", pod="train-0", node="n1", instance="10.0.0.1:9478")
 WHERE0 = "pod ml/train-0 (job train, node n1)"
 WAITING0 = "Waiting ranks in the pod: rank 0 waits 5%."
 
-SLI_RULES = len(rules.recording_rules(config.DEFAULT))
+SLI_RULES = sum(len(g["rules"]) for g in rules.recording_groups(config.DEFAULT))
 
 pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
                                 reason="needs promtool (apt-get install prometheus)")

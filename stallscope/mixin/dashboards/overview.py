@@ -66,9 +66,11 @@ def build(cfg):
                 "a hot column a job-wide stall, stripes a periodic stall.",
                 q(ratio, "{{job}} rank {{rank}}"), warn=warn, crit=crit),
         heat("Data-wait per batch (distribution)", "How long single next(loader) calls blocked, "
-             "all selected ranks together (histogram buckets). Prefetched batches sit in the lowest "
-             "band; a band at seconds means batches that were not ready at all.",
-             q("sum by (le) (%s)" % promql.rate(cfg, "stallscope_data_wait_seconds_bucket", VARS_RANK, RATE),
+             "all ranks of the selected jobs together (histogram buckets, over %s, from a recording "
+             "rule: summing every rank's buckets at view time grows with the job). Prefetched "
+             "batches sit in the lowest band; a band at seconds means batches that were not "
+             "ready at all." % cfg.rate_window,
+             q("sum by (le) (%s)" % promql.sel(cfg, n["job_wait_buckets"], *job_sel),
                "{{le}}", fmt=HEATMAP), w=24),
     )
 
