@@ -1,0 +1,123 @@
+"""Finding a watched DataLoader's own iterator, however its ``__iter__`` is wrapped.
+
+``watch()`` needs the DataLoader's iterator object (``_BaseDataLoaderIter``) for the
+evidence that only it carries: the worker PIDs, the queue polls that split a wait into
+waiting for a ready batch and transfer (transfer.py), and the moment its workers start
+(to lend them our ``worker_init_fn``, batches.py). ``iter(loader)`` does not always hand
+it over: another profiler may patch ``DataLoader.__iter__`` with a generator (TraceML's
+auto mode), and framework loaders wrap the DataLoader and yield from its iterator
+(accelerate's ``DataLoaderShard``, Lightning's ``CombinedLoader``). A generator does not
+even create the iterator until its first ``next()``.
+
+So the claim is made where every DataLoader iterator is made: ``DataLoader._get_iterator``,
+patched once per process. While a watched iterator is being set up (``iter()`` and, when
+that returned a stand-in, its first ``next()``), the claim is armed for this thread; the
+first DataLoader iterator built meanwhile is the watched one's. Unarmed, the patch costs
+one attribute read per epoch.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+
+from . import channel, transfer
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from .identity import Ident
+
+
+class Claim:
+    """One armed claim: who asks (the rank identity, this thread), and what was found."""
+
+    __slots__ = ("ident", "thread", "loader", "iterator", "polls")
+
+    def __init__(self, ident: Ident) -> None:
+        self.ident = ident
+        self.thread = threading.get_ident()
+        self.loader: Any = None     # the DataLoader whose iterator was built
+        self.iterator: Any = None   # its _BaseDataLoaderIter
+        self.polls: tuple[list[int], bool] | None = None  # transfer.attach's result
+
+    def take(self, loader: Any, it: Any) -> None:
+        self.loader, self.iterator = loader, it
+        self.polls = transfer.attach(it)
+
+    def adopt(self, loader: Any) -> bool:
+        """Persistent workers: no new iterator is built after the first epoch; the
+        DataLoader keeps its own in ``_iterator``. True when ``loader`` has one."""
+        it = getattr(loader, "_iterator", None) if loader is not None else None
+        if it is None or not hasattr(it, "_workers"):
+            return False
+        self.take(loader, it)
+        return True
+
+
+_armed: Claim | None = None
+
+
+def arm(ident: Ident) -> Claim:
+    global _armed
+    _patch()
+    claim = Claim(ident)
+    _armed = claim
+    return claim
+
+
+def disarm(claim: Claim) -> None:
+    global _armed
+    if _armed is claim:
+        _armed = None
+
+
+def _patch() -> None:
+    dataloader = sys.modules.get("torch.utils.data.dataloader")
+    cls = getattr(dataloader, "DataLoader", None)
+    if cls is None:
+        return
+    original = cls.__dict__.get("_get_iterator")
+    if original is None or getattr(original, "_stallscope", False):
+        return
+
+    def _get_iterator(self: Any) -> Any:
+        claim = _armed
+        if claim is None or claim.iterator is not None or claim.thread != threading.get_ident():
+            return original(self)
+        it = _build(original, self, claim.ident)
+        try:
+            claim.take(self, it)
+        except Exception:
+            pass
+        return it
+
+    _get_iterator._stallscope = True  # type: ignore[attr-defined]
+    cls._get_iterator = _get_iterator
+
+
+def _build(original: Callable[[Any], Any], loader: Any, ident: Ident) -> Any:
+    """``original(loader)`` with our worker_init_fn lent for the moment the workers start,
+    and the single-process fetcher timed (batches.py)."""
+    from . import batches  # batches imports this module
+
+    user_fn, lent = None, False
+    try:
+        if (loader.num_workers or 0) > 0:
+            user_fn = loader.worker_init_fn
+            if not isinstance(user_fn, batches.WorkerInit):
+                loader.worker_init_fn = batches.WorkerInit(user_fn, ident, channel.get().path)
+                lent = True
+    except Exception:
+        pass
+    try:
+        it = original(loader)
+    finally:
+        if lent:
+            try:
+                loader.worker_init_fn = user_fn
+            except Exception:
+                pass
+    batches.time_single_process(it)
+    return it
