@@ -138,6 +138,30 @@ def is_loader_iterator(it: object) -> bool:
     return hasattr(it, "_dataset_fetcher") or hasattr(it, "_worker_result_queue")
 
 
+def build_iterator(original: Callable[[Any], Any], loader: Any, ident: Ident) -> Any:
+    """``original(loader)`` (DataLoader._get_iterator, claim.py) with our worker_init_fn
+    lent for the moment the workers start, and the single-process fetcher timed."""
+    user_fn, lent = None, False
+    try:
+        if (loader.num_workers or 0) > 0:
+            user_fn = loader.worker_init_fn
+            if not isinstance(user_fn, WorkerInit):
+                loader.worker_init_fn = WorkerInit(user_fn, ident, channel.get().path)
+                lent = True
+    except Exception:
+        pass
+    try:
+        it = original(loader)
+    finally:
+        if lent:
+            try:
+                loader.worker_init_fn = user_fn
+            except Exception:
+                pass
+    time_single_process(it)
+    return it
+
+
 def iterate(loader: Any, ident: Ident) -> tuple[Any, claim.Claim | None]:
     """``iter(loader)`` with a claim armed on the DataLoader iterator built meanwhile
     (claim.py: worker timing, PIDs, polls). The claim comes back still armed when
@@ -149,7 +173,7 @@ def iterate(loader: Any, ident: Ident) -> tuple[Any, claim.Claim | None]:
             process.ident = ident  # shard reads in this process report as this rank
         adapters.enable()
         if "torch.utils.data.dataloader" in sys.modules:
-            armed = claim.arm(ident)
+            armed = claim.arm(ident, build_iterator)
     except Exception:
         armed = None
     try:

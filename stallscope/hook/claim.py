@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from . import channel, transfer
+from . import transfer
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -33,10 +33,11 @@ if TYPE_CHECKING:
 class Claim:
     """One armed claim: who asks (the rank identity, this thread), and what was found."""
 
-    __slots__ = ("ident", "thread", "loader", "iterator", "polls")
+    __slots__ = ("ident", "build", "thread", "loader", "iterator", "polls")
 
-    def __init__(self, ident: Ident) -> None:
+    def __init__(self, ident: Ident, build: Callable[[Callable[[Any], Any], Any, Ident], Any]) -> None:
         self.ident = ident
+        self.build = build  # (the original _get_iterator, the DataLoader, ident) -> iterator
         self.thread = threading.get_ident()
         self.loader: Any = None     # the DataLoader whose iterator was built
         self.iterator: Any = None   # its _BaseDataLoaderIter
@@ -59,10 +60,12 @@ class Claim:
 _armed: Claim | None = None
 
 
-def arm(ident: Ident) -> Claim:
+def arm(ident: Ident, build: Callable[[Callable[[Any], Any], Any, Ident], Any]) -> Claim:
+    """Claim the next DataLoader iterator this thread builds; ``build`` builds it
+    (batches.py: with our worker_init_fn lent, the single-process fetcher timed)."""
     global _armed
     _patch()
-    claim = Claim(ident)
+    claim = Claim(ident, build)
     _armed = claim
     return claim
 
@@ -86,7 +89,7 @@ def _patch() -> None:
         claim = _armed
         if claim is None or claim.iterator is not None or claim.thread != threading.get_ident():
             return original(self)
-        it = _build(original, self, claim.ident)
+        it = claim.build(original, self, claim.ident)
         try:
             claim.take(self, it)
         except Exception:
@@ -95,29 +98,3 @@ def _patch() -> None:
 
     _get_iterator._stallscope = True  # type: ignore[attr-defined]
     cls._get_iterator = _get_iterator
-
-
-def _build(original: Callable[[Any], Any], loader: Any, ident: Ident) -> Any:
-    """``original(loader)`` with our worker_init_fn lent for the moment the workers start,
-    and the single-process fetcher timed (batches.py)."""
-    from . import batches  # batches imports this module
-
-    user_fn, lent = None, False
-    try:
-        if (loader.num_workers or 0) > 0:
-            user_fn = loader.worker_init_fn
-            if not isinstance(user_fn, batches.WorkerInit):
-                loader.worker_init_fn = batches.WorkerInit(user_fn, ident, channel.get().path)
-                lent = True
-    except Exception:
-        pass
-    try:
-        it = original(loader)
-    finally:
-        if lent:
-            try:
-                loader.worker_init_fn = user_fn
-            except Exception:
-                pass
-    batches.time_single_process(it)
-    return it

@@ -121,12 +121,11 @@ class _Watched:
 def _settle(proxy: _Watched, stream: channel.Stream, armed: claim.Claim | None, it: Any) -> None:
     """The evidence from the DataLoader's own iterator: settings, worker PIDs, polls."""
     try:
-        found = armed is not None and armed.iterator is not None
-        if found:
-            object.__setattr__(proxy, "_ss_dl", armed.loader)  # for later epochs (persistent)
-        stream.loader = loader_info(armed.loader if found else proxy._ss_wrapped,
-                                    armed.iterator if found else it)
-        polls = armed.polls if armed is not None else None
+        loader, inner, polls = proxy._ss_wrapped, it, None
+        if armed is not None and armed.iterator is not None:
+            loader, inner, polls = armed.loader, armed.iterator, armed.polls
+            object.__setattr__(proxy, "_ss_dl", loader)  # for later epochs (persistent)
+        stream.loader = loader_info(loader, inner)
         if polls is not None:
             stream.split(*polls)
     except Exception:

@@ -14,8 +14,11 @@ from tests.helpers import TRAINERS
 # The too-few-workers scenario's loader (lab/scenarios.py): 2 workers, 8 samples of 60 ms
 # a batch, 150 ms of compute: a batch every 240 ms, so ~37 % of each step waits.
 STARVED = dict(workers=2, batch=8, sample_s=0.06, compute_s=0.15, batches=70)
-# Samples of 1 ms: the two workers keep far ahead of 100 ms of compute.
-HEALTHY = dict(workers=2, batch=8, sample_s=0.001, compute_s=0.1, batches=70)
+# Samples of 1 ms: the two workers keep far ahead of 400 ms of compute (the lab's
+# compute-bound scenario). Shorter steps are not safe here: on a 2-core machine at a load
+# of 30, the loop gets the CPU back ~30 ms after its batch is ready, which the agent
+# rightly counts as transfer wait (25 % of a 100 ms step, measured).
+HEALTHY = dict(workers=2, batch=8, sample_s=0.001, compute_s=0.4, batches=45)
 AGENT_ARGS = ("--correlate.interval", "1", "--correlate.window", "30")
 
 

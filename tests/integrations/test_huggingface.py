@@ -3,8 +3,15 @@ and a plain accelerate loop over a watch_prepared loader. A starved loader is
 input_bound with too_few_workers; a fast one is not input_bound."""
 import pytest
 
-from tests.helpers.frameworks import (AGENT_ARGS, HEALTHY, STARVED, Run, assert_healthy, assert_starved,
-                                      settled_diagnoses)
+from tests.helpers.frameworks import (
+    AGENT_ARGS,
+    HEALTHY,
+    STARVED,
+    Run,
+    assert_healthy,
+    assert_starved,
+    settled_diagnoses,
+)
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")

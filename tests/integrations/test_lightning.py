@@ -4,8 +4,15 @@ too_few_workers and the other waiting for it in the collective (both starve alik
 all-reduce makes the later one the straggler); a fit on a fast loader is not input_bound."""
 import pytest
 
-from tests.helpers.frameworks import (AGENT_ARGS, HEALTHY, STARVED, Run, assert_healthy, assert_starved,
-                                      settled_diagnoses)
+from tests.helpers.frameworks import (
+    AGENT_ARGS,
+    HEALTHY,
+    STARVED,
+    Run,
+    assert_healthy,
+    assert_starved,
+    settled_diagnoses,
+)
 
 pytest.importorskip("pytorch_lightning")
 

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from slow_data import SlowSamples, compute, linger  # noqa: E402
+from slow_data import SlowSamples, compute, linger
 
 
 class Tiny(torch.nn.Module):

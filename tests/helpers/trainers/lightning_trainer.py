@@ -14,9 +14,9 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from slow_data import SlowSamples, compute, linger  # noqa: E402
+from slow_data import SlowSamples, compute, linger
 
-from stallscope.integrations.lightning import StallscopeCallback  # noqa: E402
+from stallscope.integrations.lightning import StallscopeCallback
 
 
 class Tiny(pl.LightningModule):
