@@ -83,8 +83,10 @@ def test_run_shows_ranks_live_and_reports_the_injected_cause(reports):
 
 
 def _pixels_near(img, rgb, tol=14):
-    px = img.convert("RGB").getdata()
-    return sum(1 for p in px if all(abs(a - b) <= tol for a, b in zip(p, rgb)))
+    import numpy as np
+
+    px = np.asarray(img.convert("RGB"), dtype=np.int16)
+    return int((np.abs(px - np.array(rgb, dtype=np.int16)) <= tol).all(axis=2).sum())
 
 
 @pytest.mark.slow
@@ -127,6 +129,7 @@ def test_compare_exits_non_zero_when_b_regressed(reports, tmp_path):
     bad.write_text("[1, 2]")
     out = compare(str(bad), slow)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not a stallscope run report" in out.stderr
+    assert "step time" in worse.stdout
 
 
 @pytest.mark.slow
