@@ -16,10 +16,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("STALLSCOPE_SOCKET", "/nonexistent/stallscope-bench.sock")
 os.environ["STALLSCOPE_FLUSH_INTERVAL"] = "3600"  # the flush thread's work is not the loop's
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import torch
+from torch.utils.data import DataLoader
 
-import stallscope  # noqa: E402
+import stallscope
 
 ROUNDS = 40  # short epochs, plain and watched alternating: the best of each finds the
 # machine's quiet moments, which a shared 2-core machine has few of
