@@ -33,12 +33,11 @@ if TYPE_CHECKING:
 class Claim:
     """One armed claim: who asks (the rank identity, this thread), and what was found."""
 
-    __slots__ = ("ident", "build", "thread", "loader", "iterator", "polls")
+    __slots__ = ("ident", "build", "loader", "iterator", "polls")
 
     def __init__(self, ident: Ident, build: Callable[[Callable[[Any], Any], Any, Ident], Any]) -> None:
         self.ident = ident
         self.build = build  # (the original _get_iterator, the DataLoader, ident) -> iterator
-        self.thread = threading.get_ident()
         self.loader: Any = None     # the DataLoader whose iterator was built
         self.iterator: Any = None   # its _BaseDataLoaderIter
         self.polls: tuple[list[int], bool] | None = None  # transfer.attach's result
@@ -57,23 +56,22 @@ class Claim:
         return True
 
 
-_armed: Claim | None = None
+_local = threading.local()  # .armed: this thread's armed claim
 
 
 def arm(ident: Ident, build: Callable[[Callable[[Any], Any], Any, Ident], Any]) -> Claim:
     """Claim the next DataLoader iterator this thread builds; ``build`` builds it
-    (batches.py: with our worker_init_fn lent, the single-process fetcher timed)."""
-    global _armed
+    (batches.py: with our worker_init_fn lent, the single-process fetcher timed). A claim
+    left armed (a stand-in never advanced) gives way to the next one armed here."""
     _patch()
     claim = Claim(ident, build)
-    _armed = claim
+    _local.armed = claim
     return claim
 
 
 def disarm(claim: Claim) -> None:
-    global _armed
-    if _armed is claim:
-        _armed = None
+    if getattr(_local, "armed", None) is claim:
+        _local.armed = None
 
 
 def _patch() -> None:
@@ -86,8 +84,8 @@ def _patch() -> None:
         return
 
     def _get_iterator(self: Any) -> Any:
-        claim = _armed
-        if claim is None or claim.iterator is not None or claim.thread != threading.get_ident():
+        claim: Claim | None = getattr(_local, "armed", None)
+        if claim is None or claim.iterator is not None:
             return original(self)
         it = claim.build(original, self, claim.ident)
         try:
