@@ -116,7 +116,7 @@ def finish(agent, pod, bodies, elapsed, cmd, code, json_out, html_out, workdir, 
     png = os.path.join(workdir, "timeline.png")
     window = "%ds" % min(3600, max(30, int(elapsed) + 5))
     try:
-        doc = report.run(pod, agent_url=agent.url, window=window, plot=png)
+        doc = report.run(pod, agent_url=agent.url, window=window, plot=png, finished=True)
     except DiagnoseError as e:
         print("stallscope run: no report: %s" % e, file=err)
         return None

@@ -32,7 +32,8 @@ def test_hf_starved_loader_is_input_bound_and_a_fast_one_is_not(agent_factory, t
         entry = next(r for r in agent.api("/api/v1/ranks")["ranks"] if r["job"] == "hf-slow")
         assert len(entry["worker_pids"]) == STARVED["workers"], entry
         load = entry["sizing"]["batch_load_seconds"]
-        assert STARVED["batch"] * STARVED["sample_s"] <= load < 3 * STARVED["batch"] * STARVED["sample_s"], entry
+        injected = STARVED["batch"] * STARVED["sample_s"]
+        assert injected <= load < 3 * injected, entry
         assert_healthy(got[("hf-fine", 0)])
     finally:
         for r in runs:

@@ -24,11 +24,11 @@ class Session:
     """`stallscope run ... -- python examples/train.py ARGS`, its output lines with the
     time each arrived."""
 
-    def __init__(self, tmp, name, *args):
+    def __init__(self, tmp, name, *args, ranks=1):
         self.json, self.html = str(tmp / (name + ".json")), str(tmp / (name + ".html"))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stallscope", "run", "--json", self.json, "--html", self.html,
-             "--", "python", EXAMPLE] + list(args),
+            [sys.executable, "-m", "stallscope", "run", "--ranks", str(ranks), "--json", self.json,
+             "--html", self.html, "--", "python", EXAMPLE] + list(args),
             env=child_env({"OMP_NUM_THREADS": "1"}), cwd=str(tmp), text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.lines = []
@@ -170,3 +170,18 @@ def test_ctrl_c_leaves_nothing_behind(tmp_path):
             s.proc.kill()
     assert not os.path.exists(workdir)
     assert _processes_with(tag) == [] and _processes_with(workdir) == []
+
+
+@pytest.mark.slow
+def test_ranks_run_under_torchrun_and_the_worst_is_reported(tmp_path):
+    s = Session(tmp_path, "two", "--slow", "--batches", "40", ranks=2)
+    assert s.wait() == 0, s.text()[-3000:]
+    with open(s.json) as f:
+        doc = json.load(f)
+    assert [r["rank"] for r in doc["run"]["ranks"]] == [0, 1], doc["run"]
+    assert doc["verdict"] == "input_bound" and doc["causes"][0]["cause"] == "too_few_workers", doc["causes"]
+    assert doc["rank"] in (0, 1) and doc["data_wait_ratio"] == max(
+        r["data_wait_ratio"] for r in doc["run"]["ranks"]), doc["run"]
+    live = {line.split("rank ")[1].split(" ")[0] for _, line in s.lines
+            if line.startswith("[") and "rank " in line}
+    assert live == {"0", "1"}, s.text()[-2000:]
