@@ -58,7 +58,7 @@ def traceml_aggregator(tmp_path):
             return s.connect_ex(("127.0.0.1", port)) == 0
     try:
         wait_until(up, timeout=30)
-        yield port
+        yield port, str(tmp_path / "traceml")
     finally:
         proc.terminate()
         try:
@@ -70,13 +70,15 @@ def traceml_aggregator(tmp_path):
 
 @pytest.mark.slow
 def test_traceml_auto_mode_keeps_the_worker_reports(agent, hook_env, traceml_aggregator):
-    env_port = {"TRACEML_AGGREGATOR_PORT": str(traceml_aggregator)}
-    os.environ.update(env_port)  # hook_env copies os.environ
+    port, logs = traceml_aggregator
+    env = {"TRACEML_AGGREGATOR_PORT": str(port), "TRACEML_LOGS_DIR": logs}
+    os.environ.update(env)  # hook_env copies os.environ
     try:
         proc = run_trainer(agent, hook_env, dict(workers=2, sample_s=0.01, batch=4, compute_s=0.002,
                                                  batches=10, wrap="traceml"), rank=7)
     finally:
-        del os.environ["TRACEML_AGGREGATOR_PORT"]
+        for k in env:
+            del os.environ[k]
     try:
         out = finish(proc)
         _check_full_evidence(agent, out, 7, out["batches"])

@@ -9,7 +9,7 @@ its stdin closes, so the agent keeps the rank while the test reads it.
 "wrap" puts another tool's instrumentation in front of the loader's iterator first:
 "generator" patches DataLoader.__iter__ with a generator around the original (the way
 TraceML's auto mode does), "traceml" runs TraceML's own auto mode (traceml_ai.init,
-reporting to the aggregator at TRACEML_AGGREGATOR_PORT).
+reporting to the aggregator at TRACEML_AGGREGATOR_PORT, its logs in TRACEML_LOGS_DIR).
 """
 import json
 import os
@@ -59,7 +59,7 @@ def wrap_iter(how):
         import traceml_ai
 
         traceml_ai.init(mode="auto", aggregator_port=int(os.environ["TRACEML_AGGREGATOR_PORT"]),
-                        on_missing_aggregator="raise")
+                        logs_dir=os.environ["TRACEML_LOGS_DIR"], on_missing_aggregator="raise")
         assert getattr(DataLoader, "_traceml_patched", False), "TraceML did not patch DataLoader"
 
 
