@@ -258,7 +258,8 @@ def run(ranks, json_out, html_out, command):
     """Train on this machine with stallscope watching: stallscope run -- python train.py ...
 
     \b
-    Starts an agent on a private socket (no root, no Prometheus), runs COMMAND with
+    Starts an agent on a private socket (no root, no Prometheus), runs COMMAND (a bare
+    `python` is the Python stallscope is installed in) with
     STALLSCOPE_SOCKET and STALLSCOPE_JOB set for its ranks (the trainer calls
     stallscope.watch(loader) or uses an integration), prints one line per rank each
     second (data-wait share, batches/s, verdict), and at the end the diagnose report of
