@@ -79,9 +79,22 @@ def settled_diagnoses(agent, runs, wanted, timeout=240):
     return got
 
 
+def own_top_cause(causes):
+    """The leading cause that is the rank's own. A shared one (node-wide pressure, which
+    other tenants cause: vocabulary ``shared``) may lead on this shared 2-core machine,
+    where other test runs keep the node's I/O pressure at 50 % for minutes (measured)."""
+    from stallscope import vocabulary
+
+    shared = {c.name for c in vocabulary.CAUSES if c.shared}
+    own = [c for c in causes if c["cause"] not in shared]
+    if own and own[0] is not causes[0]:
+        print("a shared cause leads: %s %.2f" % (causes[0]["cause"], causes[0]["score"]))
+    return own[0]["cause"] if own else None
+
+
 def assert_starved(body, cfg):
     assert body["verdict"] == "input_bound", json.dumps(body)
-    assert body["causes"][0]["cause"] == "too_few_workers", json.dumps(body["causes"])
+    assert own_top_cause(body["causes"]) == "too_few_workers", json.dumps(body["causes"])
     want = expected_wait_ratio(cfg)
     # a framework adds work to each step (optimizer, hooks), which only shortens the wait;
     # a loaded machine only makes loading slower
