@@ -199,11 +199,16 @@ def lab_list():
 @click.option("--workdir", type=click.Path(file_okay=False),
               help="Put logs, shards and mount points here and keep them [default: a temporary "
                    "directory, removed afterwards].")
-def lab_run(scenario, ranks, duration, keep, record, as_json, prometheus, workdir):
+@click.option("--apply-fix", is_flag=True,
+              help="Then run it again with the change diagnose predicted applied (more workers, a "
+                   "larger CPU quota ...) and print predicted vs measured; exit 1 unless the stall "
+                   "is gone.")
+def lab_run(scenario, ranks, duration, keep, record, as_json, prometheus, workdir, apply_fix):
     """Run one SCENARIO end to end and say whether stallscope found its cause and rank."""
     from .lab import commands
 
-    sys.exit(commands.run(scenario, ranks, duration, keep, record, as_json, prometheus, workdir))
+    sys.exit(commands.run(scenario, ranks, duration, keep, record, as_json, prometheus, workdir,
+                          apply_fix))
 
 
 @lab.command("scoreboard")

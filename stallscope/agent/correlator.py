@@ -2,8 +2,9 @@
 on-demand one for ``GET /api/v1/diagnosis``, and every second a change-point test on
 each rank's data-wait share (correlate/detect.py): a rank found waiting since some
 moment is analysed at once on that stall, and again every STALL_REFRESH_S while it
-lasts, so a stall is named within seconds and its causes are ranked on the stall itself,
-not diluted by the healthy minutes before it. The analysis itself is pure
+is young (less often as it ages: stall_refresh), so a stall is named within seconds
+and its causes are ranked on the stall itself, not diluted by the healthy minutes
+before it. The analysis itself is pure
 (stallscope/correlate/); this part builds its inputs from the host and publishes its
 outputs.
 
@@ -23,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from ..correlate import detect, diagnosis
+from ..correlate import change, detect, diagnosis
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
@@ -63,8 +64,10 @@ class CorrelatorPart(Part):
 
     def __init__(self, host: Any, options: CorrelatorOptions = CorrelatorOptions(),
                  gpu_source_of: Callable[[Any], str | None] = no_gpu,
-                 quota_of: Callable[[Any], tuple[float | None, int | None]] | None = None) -> None:
+                 quota_of: Callable[[Any], tuple[float | None, int | None]] | None = None,
+                 hang_of: Callable[[Any], dict | None] = lambda _k: None) -> None:
         super().__init__(host)
+        self.hang_of = hang_of  # rank key -> the hangs part's latest triage (hangs.py)
         # rank key -> (CFS quota in cores, ranks sharing it), from the cfs exporter; None
         # when it is off (then the quota's absence is not measured)
         self.quota_of = quota_of
@@ -75,6 +78,9 @@ class CorrelatorPart(Part):
         self.results: list[Any] = []        # [(labels, diagnosis)] from the last scheduled run
         self.detections: dict[Any, detect.Detection] = {}   # rank key -> the latest test
         self.stalls: dict[Any, Any] = {}    # rank key -> (analysed at, since_ns, labels, diagnosis)
+        self.settings: dict[Any, dict] = {}  # rank key -> loader settings and quota last seen
+        self.changes: dict[Any, dict] = {}   # rank key -> the latest change marked (change.py)
+        self.last_watch_ns = 0
         self.runs = 0
         self.failures = 0
         self.last_duration = 0.0
@@ -97,21 +103,24 @@ class CorrelatorPart(Part):
 
     # -- analysis -------------------------------------------------------------------
     def analyse(self, ranks: list[Any], seconds: float, peers_of: list[Any] | None = None,
-                since_ns: int | None = None) -> dict[Any, Any]:
-        """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here."""
+                since_of: dict[Any, int] | None = None) -> dict[Any, Any]:
+        """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here, each
+        trace built once for all of them. ``since_of``: rank key -> when its stall began."""
+        since_of = since_of or {}
         node = self._scope("node", seconds)
         traces = {}
         for r in list(ranks) + list(peers_of if peers_of is not None else ()):
             if r.key not in traces:
                 traces[r.key] = self.trace(r, seconds, node)
         return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
-                                         window_seconds=seconds, since_ns=since_ns,
+                                         window_seconds=seconds, since_ns=since_of.get(r.key),
                                          quota=self.quota(r.key)) for r in ranks}
 
     def quota(self, key: Any) -> dict[str, Any]:
         if self.quota_of is None:
-            return {"measured": False, "cores": None}
-        return {"measured": True, "cores": self.quota_of(key)[0]}
+            return {"measured": False, "cores": None, "ranks": None}
+        cores, ranks = self.quota_of(key)
+        return {"measured": True, "cores": cores, "ranks": ranks}
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:
@@ -119,6 +128,14 @@ class CorrelatorPart(Part):
         time its causes' signals are compared against), within the scheduled window."""
         span = (now_ns - since_ns) / 1e9
         return min(self.window, max(MIN_STALL_WINDOW_S, 2 * span))
+
+    def stall_refresh(self, since_ns: int, now_ns: int) -> float:
+        """How often a stall is re-analysed: every STALL_REFRESH_S while it is young,
+        then less often as it ages, up to the scheduled interval. Its causes settle in
+        its first half minute; re-ranking them every 2 s for as long as it lasts cost
+        most of the agent's CPU when every rank of a busy node waited (issue 15)."""
+        span = (now_ns - since_ns) / 1e9
+        return min(self.every, max(STALL_REFRESH_S, span / 4))
 
     def detect(self, now: float) -> None:
         now_ns = time.monotonic_ns()
@@ -134,19 +151,29 @@ class CorrelatorPart(Part):
         self.detections = found
         for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:
             del self.stalls[key]
+        due: dict[str, list[Any]] = {}
         for r in ranks:
             d = found[r.key]
             if not d.stalled or d.since_ns is None:
                 continue
             last = self.stalls.get(r.key)
-            if last is not None and now - last[0] < STALL_REFRESH_S:
+            if last is not None and now - last[0] < self.stall_refresh(d.since_ns, now_ns):
                 continue
-            peers = [p for p in ranks if p.ident["job"] == r.ident["job"]]
-            result = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
-                                  since_ns=d.since_ns)[r.key]
-            result["detection"] = d.as_json(now_ns)
-            with self.lock:
-                self.stalls[r.key] = (now, d.since_ns, dict(r.labels), result)
+            due.setdefault(r.ident["job"], []).append(r)
+        # One analysis per job for all of its ranks due now: each peer's trace is built
+        # once, not once per stalled rank (64 stalled ranks cost 64 x 64 traces before).
+        # The window is the widest the job's due stalls need; each rank is still judged
+        # on its own stall (since_of), the rest is the quiet time before it.
+        for job, members in due.items():
+            peers = [p for p in ranks if p.ident["job"] == job]
+            window = max(self.stall_window(found[r.key].since_ns, now_ns) for r in members)
+            results = self.analyse(members, window, peers,
+                                   since_of={r.key: found[r.key].since_ns for r in members})
+            for r in members:
+                result = results[r.key]
+                result["detection"] = found[r.key].as_json(now_ns)
+                with self.lock:
+                    self.stalls[r.key] = (now, found[r.key].since_ns, dict(r.labels), result)
 
     def tick(self, now: float | None = None) -> None:
         """Every second: a full run every ``interval`` seconds, and sooner (every
@@ -154,6 +181,7 @@ class CorrelatorPart(Part):
         appear within seconds of its first batches, not a whole interval later."""
         now = time.monotonic() if now is None else now
         self.detect(now)
+        self.watch_settings()
         if now - self.last_run >= self.every:
             return self.refresh(now)
         if now - self.last_run >= GATHERING_S:
@@ -164,13 +192,42 @@ class CorrelatorPart(Part):
                 return self.refresh(now)
         return None
 
+    def watch_settings(self) -> None:
+        """Mark a change of a rank's loader settings or CPU quota, with the prediction
+        its last diagnosis made before it (the proof afterwards: change.py)."""
+        ranks = self.host.ranks()
+        known = {tuple(sorted(labels.items())): d for labels, d in self.current()}
+        # the change came after the previous look: batches since then count as "after"
+        # (their iterator's first batch, the workers' start, is left out: change.py)
+        now_ns, at_ns = time.monotonic_ns(), self.last_watch_ns
+        self.last_watch_ns = now_ns
+        for r in ranks:
+            if r.loader is None:
+                continue
+            new = change.settings_of(r.loader, self.quota(r.key)["cores"])
+            old = self.settings.get(r.key)
+            self.settings[r.key] = new
+            if old is not None and new != old:
+                d = known.get(tuple(sorted(r.labels.items()))) or {}
+                with self.lock:
+                    self.changes[r.key] = change.mark(old, new, at_ns or now_ns, d.get("prediction"))
+        live = {r.key for r in ranks}
+        for key in [k for k in self.settings if k not in live]:
+            self.settings.pop(key, None)
+            self.changes.pop(key, None)
+
     def refresh(self, now: float | None = None) -> None:
         t0 = time.monotonic()
         self.last_run = t0 if now is None else now
         try:
             ranks = self.host.ranks()
-            found = self.analyse(ranks, self.window)
-            labelled = [(dict(r.labels), found[r.key]) for r in ranks]
+            with self.lock:
+                stalled = {k: v[3] for k, v in self.stalls.items()}
+            # A stalled rank's metrics come from its stall's own analysis (current()),
+            # refreshed by detect(): analysing it here too would be thrown away.
+            todo = [r for r in ranks if r.key not in stalled]
+            found = self.analyse(todo, self.window, peers_of=ranks) if todo else {}
+            labelled = [(dict(r.labels), found.get(r.key) or stalled[r.key]) for r in ranks]
             with self.lock:
                 self.results = labelled
                 self.runs += 1
@@ -243,8 +300,14 @@ class CorrelatorPart(Part):
             d = self.detections.get(r.key, detect.NONE)
             if seconds is None and d.stalled and d.since_ns is not None:  # the stall's own window
                 results[r.key] = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
-                                              since_ns=d.since_ns)[r.key]
+                                              since_of={r.key: d.since_ns})[r.key]
             results[r.key]["detection"] = d.as_json(now_ns)
+            hang = self.hang_of(r.key)
+            if hang is not None:  # the stacks of its blocked next() call (hangs.py)
+                results[r.key]["hang"] = hang
+            marked = self.changes.get(r.key)
+            if marked is not None:
+                results[r.key]["change"] = change.view(marked, self.trace(r, seconds or self.window))
         chosen = max(found, key=lambda r: _severity(results[r.key]))
         body = dict(results[chosen.key])
         if len(found) > 1:

@@ -53,8 +53,13 @@ class Ingest:
 
     def __init__(self, sock: Any, apply: Apply, source_of: SourceOf,
                  max_bytes: int = wire.MAX_MESSAGE_BYTES, stats: IngestStats | None = None,
-                 hook_socket: HookSocket | None = None) -> None:
+                 hook_socket: HookSocket | None = None,
+                 on_close: Callable[[identity.Source], None] | None = None) -> None:
         self.sock = sock
+        # Told of each sender whose connection closed: a process that died leaves its
+        # exit status readable (a zombie) until its parent reaps it, so this is the
+        # moment to read why it died (the workers exporter's peer_gone).
+        self.on_close = on_close
         self.hook_socket = hook_socket   # watched once a second, recreated when gone
         self.apply = apply
         self.source_of = source_of
@@ -144,6 +149,11 @@ class Ingest:
                 self.selector.unregister(conn)
                 conn.close()
                 self.stats.connections -= 1
+                if self.on_close is not None and peer[0] is not None:
+                    try:
+                        self.on_close(peer[0])
+                    except Exception as e:  # must not stop ingestion
+                        self._log_internal(e)
                 return
             if flags & socket.MSG_TRUNC or len(data) > self.max_bytes:
                 self.stats.rejected["oversize"] += 1

@@ -10,6 +10,9 @@ exporter through ``quota_of``, wired by the composition root), less one core per
 for the training process itself. Without a quota there is no cap: the node's cores
 are not the pod's to take.
 
+Each worker batch's sample carries a twin, ``batch_worker_pid``: which worker made it
+(correlate/slow_worker.py splits the load times by worker).
+
 It also keeps the rank's transfer time: of each wait, the part not spent waiting for a
 worker's batch to be ready (the hook's fourth column, hook/transfer.py), as the counter
 ``stallscope_data_transfer_seconds_total`` (its rate over the data-wait sum's is the
@@ -33,6 +36,7 @@ from .histogram import Histogram
 # 10 ms (small tabular batch) to seconds (video decode), read as _sum/_count (T_l).
 LOAD_BUCKETS = buckets("stallscope_batch_load_seconds")
 BATCH_LOAD = signal("batch_load_seconds").name
+BATCH_WORKER = signal("batch_worker_pid").name
 TRANSFER_WAIT = signal("transfer_wait_ratio").name
 WINDOW_S = 60.0       # T_l and T_c are means over the last minute
 SLOT_S = 5.0
@@ -66,13 +70,25 @@ class Window:
         """A report's values at once: one sum per slot they fall in."""
         if not len(t_ns):
             return
-        sids, where = np.unique(t_ns // self.slot_ns, return_inverse=True)
-        sums = np.bincount(where, weights=values_ns, minlength=len(sids))
-        counts = np.bincount(where, minlength=len(sids))
-        for sid, total, count in zip(sids.tolist(), sums.tolist(), counts.tolist()):
-            s = self._slot(sid)
-            s[0] += int(total)
-            s[1] += count
+        sids = t_ns // self.slot_ns
+        lo, hi = int(sids.min()), int(sids.max())
+        if lo == hi:  # the usual report: every batch in one slot
+            s = self._slot(lo)
+            s[0] += int(values_ns.sum())
+            s[1] += len(t_ns)
+            return
+        ids: np.ndarray | None = None
+        if hi - lo < len(sids):  # a few neighbouring slots: counted by offset
+            where = sids - lo
+        else:  # times far apart (a day, from a hostile sender): only the slots they hit
+            ids, where = np.unique(sids, return_inverse=True)
+        sums = np.bincount(where, weights=values_ns).tolist()
+        counts = np.bincount(where).tolist()
+        for i, count in enumerate(counts):
+            if count:
+                s = self._slot(lo + i if ids is None else int(ids[i]))
+                s[0] += int(sums[i])
+                s[1] += count
 
     def totals(self, now_ns: int) -> tuple[int, int]:
         first = now_ns // self.slot_ns - self.n + 1
@@ -152,6 +168,11 @@ class LoaderPart(Part):
                 st.hist.observe_many_ns(events[:, 1])
                 st.load.add_many(events[:, 0], events[:, 1])
             self.host.samples.record_many(rank.key, BATCH_LOAD, events[:, 0], events[:, 1] / 1e9)
+            # which worker made them (its PID in the agent's namespace, from SO_PEERCRED via
+            # the rank table's map): the slow_worker cause splits the load times by it
+            host = rank.worker_map.get(report["pid"], report["pid"])
+            self.host.samples.record_many(rank.key, BATCH_WORKER, events[:, 0],
+                                          np.full(len(events), float(host)))
         else:
             compute = events[:, 2] - events[:, 1]
             busy = compute > 0

@@ -23,10 +23,11 @@ from .. import exporters
 from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
-from . import http, httppool, identity, ingest
+from . import http, httppool, identity, ingest, malloc
 from .api import CoreRoutes
 from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
+from .hangs import HangOptions, HangsPart
 from .held import HELD, Held
 from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
 from .host import AgentHost, Parts
@@ -82,6 +83,7 @@ class Config:
     exporters: exporters.ExportersOptions = exporters.ExportersOptions()
     enabled: dict[str, bool | None] = dataclasses.field(default_factory=dict)
     correlator: CorrelatorOptions = CorrelatorOptions()
+    hangs: HangOptions = HangOptions()
     parts: dict[type, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -104,13 +106,17 @@ class Agent:
             self.host, config.enabled, config.parts, config.exporters)
         by_name: dict[str, Any] = {e.name: e for e in self.node_exporters}
         cfs, gpu = by_name.get("cfs"), by_name.get("gpu")  # their explicit calls, when they run
+        workers = by_name.get("workers")
+        self.peer_gone = workers.peer_gone if workers else None  # why a worker died
         self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
+        self.hangs = HangsPart(self.host, config.hangs)
         self.correlator = CorrelatorPart(self.host, config.correlator,
                                          gpu_source_of=gpu.source_of if gpu else (lambda _k: None),
-                                         quota_of=cfs.quota_of if cfs else None)
+                                         quota_of=cfs.quota_of if cfs else None,
+                                         hang_of=self.hangs.latest)
         part_list: list[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
                                  ShardPart(self.host), *self.node_exporters, self.runner,
-                                 self.correlator]
+                                 self.correlator, self.hangs]
         self.parts = Parts(self.host, part_list)
         self.registry = CollectorRegistry(auto_describe=False)
         for collector in self.parts.collectors():
@@ -118,7 +124,7 @@ class Agent:
         self.registry.register(self.parts)
         self.routes = CoreRoutes(self.host, self.parts, self.budget).routes()
         self.routes.update(self.parts.routes())
-        self.jobs = [(2.0, self._expire)] + self.parts.jobs()
+        self.jobs = [(2.0, self._expire), (malloc.TRIM_S, malloc.trim)] + self.parts.jobs()
         self.ingest: ingest.Ingest | None = None
         self.hook_socket: HookSocket | None = None
         self.server: Any = None
@@ -177,7 +183,7 @@ class Agent:
             self.hook_socket.remove()
             raise BindError("cannot listen on %s: %s" % (o.listen, e.strerror)) from None
         self.ingest = ingest.Ingest(sock, self.apply, self.source_of, stats=self.stats,
-                                    hook_socket=self.hook_socket)
+                                    hook_socket=self.hook_socket, on_close=self.peer_gone)
         self.ingest.start()
         self._serving = threading.Thread(target=self.server.serve_forever, name="stallscope-http",
                                          daemon=True)
@@ -220,6 +226,7 @@ class Agent:
 
 def run(config: Config) -> int:
     """Run until SIGTERM/SIGINT. Returns the process exit code."""
+    malloc.tune()  # before any of the agent's threads allocates (malloc.py)
     agent = Agent(config)
     done = threading.Event()
     # Before anything answers: a SIGTERM right after /healthz first says ok must stop

@@ -15,6 +15,7 @@ from .. import exporters
 from ..host.options import click_options, from_kwargs
 from ..vocabulary import EXPORTERS
 from .correlator import CorrelatorOptions
+from .hangs import HangOptions
 from .main import AgentOptions, Config
 
 
@@ -25,7 +26,8 @@ def _toggle(entry: Any) -> Callable[[Any], Any]:
 
 
 def _classes() -> list[Any]:
-    return [AgentOptions] + [exporters.ExportersOptions] + exporters.option_classes() + [CorrelatorOptions]
+    return [AgentOptions] + [exporters.ExportersOptions] + exporters.option_classes() + [CorrelatorOptions,
+                                                                                 HangOptions]
 
 
 def add_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,7 +44,8 @@ def config_from(kwargs: dict[str, Any]) -> Config:
     parts = {cls: from_kwargs(cls, kwargs) for cls in exporters.option_classes()}
     config = Config(agent=from_kwargs(AgentOptions, kwargs),
                     exporters=from_kwargs(exporters.ExportersOptions, kwargs), enabled=enabled,
-                    correlator=from_kwargs(CorrelatorOptions, kwargs), parts=parts)
+                    correlator=from_kwargs(CorrelatorOptions, kwargs),
+                    hangs=from_kwargs(HangOptions, kwargs), parts=parts)
     if kwargs:
         raise TypeError("unknown agent options: %s" % ", ".join(sorted(kwargs)))
     return config

@@ -120,7 +120,7 @@ def _check_events(ev: np.ndarray, now_ns: int) -> np.ndarray:
     """Every event at once: non-negative, wait <= interval, times within the clock."""
     if not len(ev):
         return ev
-    if (ev < 0).any() or (ev > MAX_NS).any():
+    if ev.min() < 0 or ev.max() > MAX_NS:  # two reductions, no temporary arrays
         raise Reject("bad_schema", "event fields must be non-negative integers")
     if (ev[:, 1] > ev[:, 2]).any():
         raise Reject("bad_schema", "an event's wait exceeds its interval")
@@ -160,6 +160,14 @@ def _loader(raw: Any) -> dict[str, Any] | None:
     if not isinstance(pids, list) or len(pids) > MAX_PIDS:
         raise Reject("bad_schema", "loader.worker_pids must be a list of at most %d" % MAX_PIDS)
     out["worker_pids"] = [_int(p, 1, 1 << 31, "loader.worker_pids[]") for p in pids]
+    # [pid, exit code] of workers that ended badly, as the trainer's waitpid saw them
+    exits = raw.get("worker_exits", [])
+    if not isinstance(exits, list) or len(exits) > MAX_PIDS or not all(
+            isinstance(e, list) and len(e) == 2 for e in exits):
+        raise Reject("bad_schema", "loader.worker_exits must be a list of [pid, exit code] pairs")
+    if exits:
+        out["worker_exits"] = [[_int(p, 1, 1 << 31, "loader.worker_exits[][0]"),
+                                _int(c, -128, 255, "loader.worker_exits[][1]")] for p, c in exits]
     return out
 
 

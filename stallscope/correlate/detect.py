@@ -100,8 +100,8 @@ def detect(trace: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> Detection:
     k = len(shares)
     se = float(shares.std(ddof=1)) / np.sqrt(k) if k > 1 else float("inf")
     z = (share - line) / se if se > 0 else (float("inf") if share > line else 0.0)
-    stalled = (share >= line and excess_s >= MIN_EXCESS_S and ns >= MIN_BATCHES
-               and k >= MIN_BINS and z >= Z)
+    stalled = bool(share >= line and excess_s >= MIN_EXCESS_S and ns >= MIN_BATCHES
+                   and k >= MIN_BINS and z >= Z)  # a numpy bool would reach the JSON as "True"
     since = int(now_ns - (bins - start) * BIN_NS)
     return Detection(stalled, since, share, ns, excess_s, float(min(z, 1e6)))
 

@@ -19,11 +19,13 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import epochs, rules, transfer, workers
+from . import epochs, measured, oom, predict, rules, slow_worker, transfer, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
 from .trace import WaitIndex
+
+PREDICTED_CAUSES = 2  # the named cause and its runner-up
 
 
 def _who(ident):
@@ -133,18 +135,41 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             missing.append(transfer.NAME)
         else:
             scored.append(moved)
+        held = slow_worker.score(trace, steady)
+        if held is None:
+            missing.append(slow_worker.NAME)
+        else:
+            scored.append(held)
         others = max((c["score"] for c in scored), default=0.0)
         tfw = workers.score(trace, per, others, swi)
         if tfw is None:
             missing.append("too_few_workers")
         else:
             scored.append(tfw)
+        killed = oom.score(trace)
+        if killed is None:
+            missing.append(oom.NAME)
+        else:
+            scored.append(killed)
         started = epochs.score(ib)
         if started is not None:
             scored.append(started)
         out["causes"] = causes_mod.rank_causes(scored)
         out["not_evaluated"] = sorted(missing, key=causes_mod.VOCABULARY.index)
+        add_predictions(out, measured.measure(trace, ib, quota))
     return out
+
+
+def add_predictions(out: dict[str, Any], m: Any) -> None:
+    """The headroom and, for the two best causes, what their fix will buy
+    (predict.py); ``prediction`` is the top cause's."""
+    if m is None:
+        return
+    out["headroom"] = predict.headroom(m)
+    for c in out["causes"][:PREDICTED_CAUSES]:
+        c["prediction"] = predict.for_cause(c["cause"], m)
+    if out["causes"]:
+        out["prediction"] = out["causes"][0]["prediction"]
 
 
 def top_cause(diagnosis: dict[str, Any]) -> Any:

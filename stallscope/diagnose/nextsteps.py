@@ -50,6 +50,11 @@ def steps(doc):
             alert, text = runbook_alert(c), known.advice
             if c["cause"] == "too_few_workers" and doc.get("sizing", {}).get("workers_needed"):
                 text = _more_workers(doc)
+            p = c.get("prediction") or {}
+            if p.get("settings"):  # the measured change replaces the generic advice's first step
+                text = "%s%s: predicted data-wait %.1f%%, step %.3gs. %s" % (
+                    p["change"][0].upper(), p["change"][1:], 100 * p["predicted_data_wait_ratio"],
+                    p["predicted_step_seconds"], text)
             add(alert, text)
         add("StallscopeDataWaitHigh", "Compare the worst and the median rank: close means the whole "
             "job starves (shared storage, per-sample cost); far apart means one bad rank or node.")

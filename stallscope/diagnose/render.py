@@ -4,7 +4,7 @@ causes ranked, the slowest ranks, what to do next and the commands for a deeper 
 import datetime
 import json
 
-from . import window
+from . import outlook, window
 
 VERDICT_LINE = {
     "input_bound": "INPUT-BOUND",
@@ -99,6 +99,10 @@ def render_text(doc):
         for i, c in enumerate(causes[:5], 1):
             out.append("  %d. %-21s %.2f  %s" % (i, c["cause"], c["score"], c.get("summary") or ""))
 
+    told = outlook.lines(doc)
+    if told:
+        out += [""] + told
+
     top = doc.get("top_ranks") or []
     if top:
         out += ["", "Slowest ranks of job %s (%d ranks)" % (doc["job"], doc.get("job_ranks") or len(top))]
@@ -120,6 +124,20 @@ def render_text(doc):
             if z.get("quota_limited"):
                 text += " (capped by the CPU quota)"
         out += ["", "Loader: " + text]
+
+    deaths = doc.get("worker_deaths") or []
+    if deaths:
+        out += ["", "Loader workers that died"]
+        out += ["  %s (runbook: runbooks/StallscopeLoaderWorkerKilled.md)" % d["summary"]
+                for d in deaths[-5:]]
+
+    hang = doc.get("hang")
+    if hang:
+        out += ["", "Hang (stacks the agent dumped once the rank was blocked %.0f s)"
+                % hang.get("threshold_seconds", 0), "  " + hang["summary"]]
+        out += ["  %-6s %-7d %-2s %-9s %s" % (p["role"], p["pid"], p.get("state") or "?",
+                                               p.get("class") or "-", p.get("where") or p.get("error") or "")
+                for p in hang.get("processes") or []]
 
     st = doc.get("stacks")
     if st:

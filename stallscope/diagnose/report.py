@@ -8,7 +8,7 @@ import statistics
 import time
 
 from . import cluster as cluster_mod
-from . import fetch, nextsteps, verdict
+from . import fetch, nextsteps, outlook, verdict
 from . import node as node_mod
 from . import stacks as stacks_mod
 from . import window as durations
@@ -149,11 +149,16 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
                  if rank_info else None),
         "progress": me.get("progress"),
         "blocked_in_next_seconds": rank_info.get("blocked_in_next_seconds"),
+        # why its loader workers died (the agent's workers exporter, issue 18)
+        "worker_deaths": rank_info.get("worker_deaths") or [],
+        # the agent's triage of a next() call blocked past its threshold (agent/hangs.py)
+        "hang": rank_info.get("hang") or (diag or {}).get("hang"),
         "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),
         "agent_verdict": (diag or {}).get("verdict"), "sli_expr": (cl or {}).get("sli_expr"),
         "agent_url": (nd or {}).get("url") or (fetch.base_url(url) if url else None),
         "prometheus_url": fetch.base_url(prometheus_url) if prometheus_url else None,
     }
+    doc.update(outlook.of(doc, diag))
     doc["evidence"] = verdict.evidence(me, cl, diag, rank_info, causes)
     doc["stacks"] = stack_doc
     if plot:

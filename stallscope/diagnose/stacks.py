@@ -66,11 +66,13 @@ def ptrace_hint():
     return text
 
 
-def dump(py_spy, pid, timeout=TIMEOUT):
-    """The threads py-spy sees in ``pid``; StacksError with a one-line reason."""
+def dump(py_spy, pid, timeout=TIMEOUT, nonblocking=False):
+    """The threads py-spy sees in ``pid``; StacksError with a one-line reason.
+    ``nonblocking``: read its memory without pausing it (for a process stuck in the
+    kernel, whose ptrace stop would wait for the stuck call: agent/hangs.py)."""
+    cmd = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--nonblocking"] if nonblocking else [])
     try:
-        p = subprocess.run([py_spy, "dump", "--pid", str(pid), "--json"], capture_output=True,
-                           text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise StacksError("py-spy dump of PID %d took over %.0fs" % (pid, timeout)) from None
     except OSError as e:
@@ -104,9 +106,9 @@ def main_thread(threads, pid):
     return threads[0] if threads else {}
 
 
-def one(py_spy, pid, role):
+def one(py_spy, pid, role, nonblocking=False):
     try:
-        threads = dump(py_spy, pid)
+        threads = dump(py_spy, pid, nonblocking=nonblocking)
     except StacksError as e:
         return {"pid": pid, "role": role, "class": None, "error": str(e)}
     t = main_thread(threads, pid)

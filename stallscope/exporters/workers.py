@@ -5,9 +5,12 @@ kernel, typically on I/O such as a hung FUSE mount), CPU seconds of all its work
 (accumulated across worker generations, since non-persistent workers are replaced
 every epoch) and the largest worker's RSS (copy-on-access growth of a dataset held in
 Python objects shows as steady RSS growth per worker: pytorch/pytorch#13246). Exits
-by a signal (SIGBUS from a full /dev/shm, SIGKILL from the OOM killer) are counted
-when seen: the exit status is readable only while the worker is a zombie (field 52
-of /proc/<pid>/stat, proc(5)), so quickly reaped workers may go uncounted.
+by a signal are counted per pod with their reason (worker_deaths.py: SIGBUS with
+/dev/shm full, SIGKILL with an OOM kill in the worker's memory cgroup, a native
+crash): the exit status is readable only while the worker is a zombie (field 52 of
+/proc/<pid>/stat, proc(5)), so it is read when the worker's hook connection closes
+(``peer_gone``, from the ingest thread: the kernel closes it as the worker dies, before
+its parent can reap it) and on each collection.
 
 Series per worker (``worker`` = its index) multiply the per-rank budget by
 num_workers, so they are off unless ``--exporter.workers.per-worker``; the per-worker
@@ -17,17 +20,25 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import time
 from typing import Any
 
 import psutil
 
 from ..host.families import family
 from ..host.options import flag
-from ..system.procfs import exit_signal
+from ..system import cgroups
+from ..system.procfs import exit_signal, signal_name
+from ..vocabulary import labels as label_sets
 from ..vocabulary import signal
-from . import base
+from . import base, worker_deaths
 
 ALIVE, DSTATE, CPU_RATIO = (signal(n).name for n in ("workers_alive", "workers_dstate", "workers_cpu_ratio"))
+OOM_KILLED = signal("workers_oom_killed").name
+SHM_USED = signal("shm_used_ratio").name
+SHM_LOOKBACK_S = 10.0
+DEATHS_KEPT = 64        # recent deaths kept for the API and diagnose (all ranks)
+DEATH_KEEP_S = 900.0    # a pod's exit counters outlive its ranks this long, for the alert
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +61,14 @@ class WorkersExporter(base.Exporter):
         self.procs = {}     # pid -> psutil.Process (kept: it remembers the create time)
         self.cpu_seen = {}  # (pid, create_time) -> CPU seconds at the last reading
         self.cpu_total = collections.Counter()  # rank key -> accumulated worker CPU seconds
-        self.exits = collections.Counter()      # rank labels + (signal,) -> n
-        self.exit_counted = set()               # zombie PIDs already counted
+        self.exits = collections.Counter()      # pod labels + (reason,) -> n
+        self.exits_seen: dict[tuple, float] = {}  # pod labels -> when one of its ranks was last seen
+        self.exit_counted: collections.OrderedDict = collections.OrderedDict()  # dead PIDs counted
+        self.deaths: collections.deque = collections.deque(maxlen=DEATHS_KEPT)
+        self.layout = cgroups.Layout(host.cgroupfs)
+        self.memory: dict[Any, tuple] = {}      # rank key -> (memory cgroup dir, version, oom_kill)
+        self.oom_pending: dict[Any, int] = {}   # rank key -> workers OOM-killed since the last sample
+        self.rss_seen: dict[int, tuple] = {}    # pid -> (t first, rss first, t last, rss last)
         self.rates = base.Rates(host)
 
     def _read(self, pid):
@@ -90,28 +107,43 @@ class WorkersExporter(base.Exporter):
                 seen |= self._rank(rank, fams)
         # forget what belongs to ranks and workers that are gone
         keys = {r.key for r in ranks}
-        labels = {tuple(r.labels.values()) for r in ranks}
+        now = time.monotonic()
         wanted = {p for r in ranks for p in r.worker_pids}
+        with self.lock:
+            for r in ranks:
+                self.exits_seen[self._pod(r)] = now
+                for reason in worker_deaths.REASONS:  # every reason from 0: increase() sees the first
+                    self.exits[self._pod(r) + (reason,)] += 0
+            self.exits_seen = {k: t for k, t in self.exits_seen.items() if now - t < DEATH_KEEP_S}
+            self.exits = collections.Counter({k: v for k, v in self.exits.items()
+                                              if k[:-1] in self.exits_seen})
+            exits = sorted(self.exits.items())
         self.cpu_total = collections.Counter({k: v for k, v in self.cpu_total.items() if k in keys})
-        self.exits = collections.Counter({k: v for k, v in self.exits.items() if k[:-1] in labels})
+        self.memory = {k: v for k, v in self.memory.items() if k in keys}
+        with self.lock:
+            self.oom_pending = {k: v for k, v in self.oom_pending.items() if k in keys}
+        self.rss_seen = {p: v for p, v in self.rss_seen.items() if p in wanted}
         self.cpu_seen = {k: v for k, v in self.cpu_seen.items() if k in seen}
         self.procs = {p: v for p, v in self.procs.items() if p in wanted}
-        self.exit_counted &= wanted
         self.rows = {k: v for k, v in self.rows.items() if k in keys}
-        for key, n in sorted(self.exits.items()):
+        for key, n in exits:
             fams["exits"].add_values(key, n)
         self.rates.prune()
         return [f.family for f in fams.values()]
 
     def _rank(self, rank, fams):
-        labels = tuple(rank.labels.values())
         rows = [self._read(pid) for pid in list(rank.worker_pids)]
         alive = [r for r in rows if r["state"] not in ("zombie", "exited")]
+        now = time.monotonic()
+        self._reported_exits(rank, now)
         for i, r in enumerate(rows):
             r["worker"] = i
-            if r.get("exit_signal") and r["pid"] not in self.exit_counted:
-                self.exit_counted.add(r["pid"])
-                self.exits[labels + (r["exit_signal"],)] += 1
+            if r.get("exit_signal"):
+                self._died(rank, r["pid"], r["exit_signal"], now)
+            if r.get("rss_bytes"):  # 0: a process tearing down its memory (an OOM victim)
+                first = self.rss_seen.get(r["pid"])
+                self.rss_seen[r["pid"]] = first[:2] + (now, r["rss_bytes"]) if first else \
+                    (now, r["rss_bytes"], now, r["rss_bytes"])
             if "cpu_seconds" in r:
                 key = (r["pid"], r["created"])
                 self.cpu_total[rank.key] += r["cpu_seconds"] - self.cpu_seen.get(key, 0.0)
@@ -131,6 +163,11 @@ class WorkersExporter(base.Exporter):
             d = self.rates.delta(rank.key, (self.cpu_total[rank.key],))
             if d is not None:
                 self.record(rank.key, CPU_RATIO, d[1][0] / d[0])
+        with self.lock:
+            killed = self.oom_pending.pop(rank.key, 0)
+        # every collection, 0 included: the correlator scores memory_limit from it
+        self.record(rank.key, OOM_KILLED, killed)
+        self._baseline_oom(rank)
         self.rows[rank.key] = [
             {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "created"}
             for r in rows]
@@ -138,4 +175,100 @@ class WorkersExporter(base.Exporter):
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:
         rows = self.rows.get(rank.key)
-        return {"workers": rows} if rows is not None else {}
+        out: dict[str, Any] = {"workers": rows} if rows is not None else {}
+        with self.lock:
+            deaths = [d for d in self.deaths if d["key"] == rank.key]
+        if deaths:
+            out["worker_deaths"] = [{k: v for k, v in d.items() if k != "key"} for d in deaths]
+        return out
+
+    # -- why a worker died ---------------------------------------------------------------
+    @staticmethod
+    def _pod(rank: Any) -> tuple:
+        return label_sets.values(label_sets.POD, rank.labels)
+
+    def _memory_of(self, rank: Any) -> tuple:
+        """(memory cgroup dir, version) of the rank's main process: its workers live in
+        its cgroup (the container's), and a zombie's own /proc/<pid>/cgroup may already
+        name the root."""
+        return worker_deaths.memory_dir(self.layout, rank.cgroup or cgroups.of_pid(
+            self.host.procfs, rank.pid))
+
+    def _baseline_oom(self, rank: Any) -> None:
+        """The OOM-kill count of the rank's memory cgroup when first seen: a worker's
+        SIGKILL is an OOM kill when the count rose since then or since the previous
+        death (not since the last collection, which may fall between the kill and the
+        moment its victim's exit is read)."""
+        d, v = self._memory_of(rank)
+        with self.lock:
+            known = self.memory.get(rank.key)
+            if known is None or known[0] != d:
+                self.memory[rank.key] = (d, v, worker_deaths.oom_kills(d, v))
+
+    def _rank_of(self, source: Any) -> Any:
+        parents = {p for p, _start in source.ancestors}
+        for rank in self.host.ranks():
+            if source.pid in rank.worker_pids or (rank.pid is not None and rank.pid in parents):
+                return rank
+        return None
+
+    def _reported_exits(self, rank: Any, now: float) -> None:
+        """Exits the trainer's own waitpid saw (the hook sends them once the loader
+        raised): the record that survives a worker its parent reaped at once. Only for
+        PIDs it reported as its workers; mapped into the agent's PID namespace."""
+        exits = (rank.loader or {}).get("worker_exits") or ()
+        hosts = dict(zip(rank.reported_workers, rank.translated_workers))
+        for pid, code in exits:
+            if code < 0 and pid in hosts:
+                host = rank.worker_map.get(pid, hosts[pid])
+                self._died(rank, host, signal_name(-code), now)
+
+    def peer_gone(self, source: Any) -> None:
+        """A hook connection closed (ingest thread): if its process died by a signal,
+        read why now, while it is a zombie and the evidence is fresh."""
+        sig = exit_signal(self.host.procfs, source.pid)
+        if not sig:
+            return
+        rank = self._rank_of(source)
+        if rank is not None:
+            self._died(rank, source.pid, sig, time.monotonic())
+
+    def _died(self, rank: Any, pid: int, sig: str, now: float) -> None:
+        with self.lock:
+            if pid in self.exit_counted:
+                return
+            self.exit_counted[pid] = True
+            while len(self.exit_counted) > 4 * DEATHS_KEPT:
+                self.exit_counted.popitem(last=False)
+            before = self.memory.get(rank.key)
+            rss = self.rss_seen.get(pid)
+        d, v = self._memory_of(rank)
+        count = worker_deaths.oom_kills(d, v)
+        delta = None
+        if count is not None:
+            base = before[2] if before and before[0] == d and before[2] is not None else 0
+            delta = count - base
+        # /dev/shm now, or at its fullest over the last seconds (the shm exporter's
+        # samples): the dead worker's own segments, or another's, may be gone already
+        shm = worker_deaths.shm_used_ratio(self.proc(rank.pid, "root", "dev", "shm")) \
+            if rank.pid is not None else None
+        recent = [v for _t, v in self.host.samples.series(rank.key, SHM_USED, SHM_LOOKBACK_S)]
+        if recent:
+            shm = max(recent + ([shm] if shm is not None else []))
+        death = {"key": rank.key, "rank": rank.labels.get("rank"), "pid": pid, "signal": sig,
+                 "reason": worker_deaths.classify(sig, shm, delta), "at": time.time(),
+                 "shm_used_ratio": None if shm is None else round(shm, 4),
+                 "oom_kill_delta": delta, "memory_cgroup": d,
+                 "memory_limit_bytes": worker_deaths.memory_limit(d, v),
+                 "last_rss_bytes": rss[3] if rss else None,
+                 "rss_growth_bytes_per_second": round((rss[3] - rss[1]) / (rss[2] - rss[0]))
+                 if rss and rss[2] - rss[0] >= 1.0 else None}
+        death["summary"] = worker_deaths.explain(death)
+        with self.lock:
+            self.deaths.append(death)
+            self.exits[self._pod(rank) + (death["reason"],)] += 1
+            if death["reason"] == "memory_limit":
+                self.oom_pending[rank.key] = self.oom_pending.get(rank.key, 0) + 1
+            self.exits_seen[self._pod(rank)] = now
+            if count is not None:  # the next kill counts from here
+                self.memory[rank.key] = (d, v, count)

@@ -100,6 +100,7 @@ def start_worker(ident: Ident, socket_path: str | None) -> None:
         ch = channel.get()
         if socket_path and ch.sock is None:
             ch.path = socket_path
+        ch.connect_now()  # the agent learns of the worker's death from the hang-up
         _patch_create_fetcher()
         adapters.enable()
         process.flush_at_exit()

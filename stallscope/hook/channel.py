@@ -38,9 +38,11 @@ if TYPE_CHECKING:
     # (ident, role, payload) of one message that is not a stream's batches
     Extra = tuple[Ident, str, Message]
 
-FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "0.25") or 0.25)
+# Each message costs the agent ~100 us whatever it holds (issue 15): a trainer's batches go
+# twice a second (detection needs seconds, not milliseconds), its workers' every 2 s.
+FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "0.5") or 0.5)
 HEARTBEAT_S = 5.0
-WORKER_FLUSH_S = 1.0  # a loader worker's stream is delivered at most this often
+WORKER_FLUSH_S = 2.0  # a loader worker's stream is delivered at most this often
 BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
 BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)
 RECONNECT_S = 1.0
@@ -106,6 +108,18 @@ class Channel:
         self.retry_at = 0.0
 
     # -- called from the training process (never on the per-batch path) ---------------
+    def connect_now(self) -> None:
+        """Connect before anything is sent: the agent then knows this process from its
+        start (SO_PEERCRED) and sees its end, since the kernel closes the connection when
+        the process dies, even one that dies before its first report (a loader worker
+        killed by SIGBUS or the OOM killer on its first batch). Never raises."""
+        with self.flush_lock:
+            if self.sock is None:
+                try:
+                    self._connect()
+                except Exception:
+                    self.retry_at = time.monotonic() + RECONNECT_S
+
     def add_stream(self, stream: Stream) -> Stream:
         with self.lock:
             self.streams.append(stream)
@@ -164,8 +178,8 @@ class Channel:
             done = stream.finished() and not stream.buf
             blocked = stream.blocked_since is not None and now - stream.last_sent >= BLOCKED_REPORT_S
             # A worker's batch times feed the loader's sizing, not the stall's detection:
-            # they go once a second, which cuts the messages of a rank with 8 workers by
-            # two thirds (most of the agent's ingest CPU, issue 15).
+            # they go every WORKER_FLUSH_S: a rank with 8 workers sends 6 messages a
+            # second, not 36 (per-message work was most of the agent's ingest CPU, issue 15).
             due = stream.pending and (stream.role != "worker"
                                       or now - stream.last_sent >= WORKER_FLUSH_S)
             if due or blocked or now - stream.last_sent >= HEARTBEAT_S or done:

@@ -54,9 +54,13 @@ class _WatchedIterator:
         append(_now())
         try:
             item = self._next()
-        except BaseException:  # StopIteration or the loader's own error, passed through
+        except StopIteration:
             self._stream.buf.pop()  # keep (start, end) pairs aligned; the flush never
             raise                   # takes an odd trailing start, so it is still there
+        except BaseException:  # the loader's own error, passed through
+            self._stream.buf.pop()
+            _note_worker_exits(self._it, self._stream)
+            raise
         append(_now())
         return item
 
@@ -194,6 +198,22 @@ _PROXY_TYPES = (_Watched, _WatchedSized, _WatchedIter, _WatchedSizedIter)
 def _is_dataloader(obj: object) -> bool:
     data = sys.modules.get("torch.utils.data")
     return data is not None and isinstance(obj, data.DataLoader)
+
+
+def _note_worker_exits(it: object, stream: channel.Stream) -> None:
+    """After the loader raised: the exit codes of its workers that ended badly (-N: by
+    signal N, multiprocessing's convention), sent with the next report so the agent can
+    say why ("killed by signal: Bus error" says only what). The parent's own waitpid is
+    the only record that survives the worker being reaped. Never raises."""
+    try:
+        exits = [[w.pid, w.exitcode] for w in getattr(it, "_workers", None) or ()
+                 if getattr(w, "pid", None) and w.exitcode]  # exitcode: a non-blocking waitpid
+        if exits and stream.loader is not None:
+            stream.loader = dict(stream.loader, worker_exits=exits[:64])
+            stream.last_sent = 0.0  # due at the next flush, not the next heartbeat
+            channel.get().wake.set()
+    except Exception:
+        pass
 
 
 def loader_info(loader: object, it: object = None) -> dict[str, object] | None:

@@ -29,10 +29,13 @@ def list_scenarios():
     return 0
 
 
-def _one(name, opts):
+def _one(name, opts, apply_fix=False):
     """(exit code, result or None) of one scenario run; prints errors as one line."""
     try:
         scenario = scenarios.get(name)
+        if apply_fix:
+            from . import applyfix
+            return None, applyfix.run(scenario, opts, runner.run)
         return None, runner.run(scenario, opts)
     except ValueError as e:
         _err(str(e))
@@ -51,16 +54,21 @@ def _one(name, opts):
         return 1, None
 
 
-def run(name, ranks, duration, keep, record, as_json, prometheus, workdir):
+def run(name, ranks, duration, keep, record, as_json, prometheus, workdir, apply_fix=False):
     opts = runner.Options(ranks=ranks, duration=duration, keep=keep, record=record,
                           prometheus=prometheus, workdir=workdir)
-    code, result = _one(name, opts)
+    code, result = _one(name, opts, apply_fix)
     if result is None:
         return code
     if as_json:
         print(json.dumps(result, indent=1, default=str))
     elif not keep:
         sys.stdout.write(render(result))
+        if apply_fix:
+            from . import applyfix
+            sys.stdout.write(applyfix.render(result["fix"]))
+    if apply_fix and not (result.get("fix") or {}).get("stall_gone"):
+        return 1
     return 0 if result["ok"] else 1
 
 

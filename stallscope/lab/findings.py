@@ -31,9 +31,10 @@ HEADLINE = "StallscopeDataWaitHigh"
 def agent_args(window):
     """The agent as the lab runs it: exporters every second, the correlator every 2 s
     over the whole run, and a SIMULATED GPU per rank (no real GPU is read, and every GPU
-    series says so)."""
+    series says so). A rank blocked in next() 5 s gets its stacks dumped (hangs.py)."""
     return ["--node", "lab-node", "--exporter.interval", "1", "--gpu.simulated", "--no-gpu.nvml",
-            "--correlate.interval", "2", "--correlate.window", str(max(10, int(window + 30)))]
+            "--correlate.interval", "2", "--correlate.window", str(max(10, int(window + 30))),
+            "--hangs.threshold", "5"]
 
 
 def prometheus_installed():

@@ -133,16 +133,40 @@ SCENARIOS = (
              "transfer into the main process). The trace is rank 0's: a victim, not input-bound, "
              "naming rank 3.", _cause("storage_latency"), view="peer",
              real=RealRun(fault=faults.RemoteShards, ranks=4, alerts=WAIT)),
-    # transfer-cost goes here (the transfer_cost cause, being built on another branch): the
-    # per-batch cost of moving a batch from the workers into the main process, the floor
-    # that margin's and victims' healthy ranks wait (1-2 % of a step on this machine).
-    # Not built on this branch.
     Scenario("cpu-throttle", "One rank's loader workers need 6 ms of CPU per sample (0.32 CPU "
              "at the job's pace) but run in a cgroup with a 0.2-CPU CFS quota.", _cause("cpu_throttle"),
              real=RealRun(fault=lambda: faults.CpuQuota(0.2),
                           target={"sample_cpu_s": 0.006, "sample_sleep_s": 0.0},
                           alerts=WAIT + _alerts("StallscopeCPUThrottled")),
              synthetic=synthetic.cpu_throttle),
+    # issue 17: scenarios where the obvious fix is wrong or capped
+    Scenario("quota-capped", "One rank's 2 loader workers need 10 ms of CPU per sample (80 ms a "
+             "batch: 0.53 CPU at the job's pace) in a cgroup with a 0.4-CPU CFS quota: the loader "
+             "delivers a batch every 200 ms at best against 150 ms of compute, so more workers only "
+             "share the same throttled CPU; the fix is the CPU limit.", _cause("cpu_throttle"),
+             real=RealRun(fault=lambda: faults.CpuQuota(0.4),
+                          target={"sample_cpu_s": 0.01, "sample_sleep_s": 0.0},
+                          alerts=WAIT, may_fire=_alerts("StallscopeCPUThrottled"))),
+    Scenario("variable-cost", "One rank's per-sample cost varies widely: every 4th batch takes "
+             "120 ms a sample (960 ms), the others 15 ms (120 ms); the mean, 330 ms a batch, says "
+             "3 workers keep up with 150 ms of compute, but the loop takes batches in order and "
+             "waits behind each costly one.", _cause("too_few_workers"),
+             real=RealRun(target={"sample_sleep_s": 0.015, "heavy_batch_every": 4,
+                                  "heavy_sleep_s": 0.12}, alerts=WAIT)),
+    # issue 18: inside the loader
+    Scenario("slow-worker", "One rank has 4 loader workers, and worker 2 takes 100 ms more per "
+             "sample than the others (816 ms a batch against 16 ms): the loader hands batches out "
+             "in turn and delivers them in order, so every 4th batch waits for that worker while "
+             "the others' batches are ready; a batch every ~204 ms against 150 ms of compute. "
+             "in_order=False would let the fast workers carry the load.", _cause("slow_worker"),
+             real=RealRun(target={"workers": 4, "slow_worker_id": 2, "slow_worker_sleep_s": 0.1},
+                          alerts=WAIT)),
+    Scenario("epoch-start", "One rank's epochs are 20 batches and its 2 loader workers are not "
+             "persistent: every epoch forks them again and each spends 1.5 s starting up (an index "
+             "built in worker_init_fn) before its first batch. The steady state keeps up; ~1.5 s "
+             "of every ~4.5 s epoch waits at its start.", _cause("epoch_start"),
+             real=RealRun(target={"epoch_batches": 20, "persistent_workers": False,
+                                  "worker_start_s": 1.5}, alerts=WAIT)),
     Scenario("cpu-throttle-episodes", "Throttling that comes and goes, with a decoy: I/O "
              "pressure high all along, not moving with the stalls.", _cause("cpu_throttle"),
              synthetic=synthetic.cpu_throttle_episodes),

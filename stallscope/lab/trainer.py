@@ -18,10 +18,13 @@ The plan (JSON):
 - per sample: a read from ``source`` (sources.py; ``reads_per_sample`` reads),
   ``sample_cpu_s`` of thread CPU time, ``sample_sleep_s`` of waiting (or, with
   ``sample_sleep_file``, the seconds written in that file, read again every 0.2 s: a
-  stall that starts and ends mid-run), then, with ``sample_pace_s``, a wait for the
-  worker's next slot (each worker delivers at most one sample per ``sample_pace_s``,
-  as through a stream with a per-connection rate cap: a worker that fell behind makes
-  up a sleep's overrun, never a burst after sitting idle), and a tensor of
+  stall that starts and ends mid-run; with ``heavy_batch_every`` N, every Nth batch's
+  samples wait ``heavy_sleep_s`` instead: a per-sample cost that varies widely), then,
+  with ``sample_pace_s``, a wait for the worker's next slot (each worker delivers at
+  most one sample per ``sample_pace_s``, as through a stream with a per-connection rate
+  cap: a worker that fell behind makes up a sleep's overrun, never a burst after sitting
+  idle); with ``slow_worker_sleep_s``, the worker whose id is ``slow_worker_id`` waits
+  that much more per sample (one slow worker among the others), and a tensor of
   ``sample_bytes`` (or, with
   ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
   batch for the training process to take over, a transfer cost)
@@ -30,6 +33,9 @@ The plan (JSON):
   when a real GPU runs ahead of the CPU: the step takes ``compute_s`` from the batch's
   arrival (more only when the CPU work is longer), however long the CPU work took on a
   busy machine
+- epochs: ``epoch_batches`` (an epoch of that many batches, then a new iterator),
+  ``persistent_workers`` (default true; false re-forks the workers every epoch),
+  ``worker_start_s`` (each worker's start-up cost, slept in its worker_init_fn)
 - loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
   throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
   that retries while /dev/shm is full)
@@ -91,6 +97,8 @@ def _dataset(plan):
             return self.sleep_s
 
         def __len__(self):
+            if plan.get("epoch_batches"):  # short epochs: the loader restarts its iterator
+                return plan["epoch_batches"] * plan.get("batch_size", 8)
             return 10 ** 8  # one epoch outlasts any run: no worker restarts
 
         def __getitem__(self, i):
@@ -100,7 +108,10 @@ def _dataset(plan):
             data = b"".join(self.source.read(i * n + k) for k in range(n)) if self.source else b""
             if plan.get("sample_cpu_s"):
                 _busy(plan["sample_cpu_s"])
-            sleep_s = self.sleep_seconds()
+            sleep_s = self.sleep_seconds() + self.slow_worker_extra()
+            heavy = plan.get("heavy_batch_every")
+            if heavy and (i // plan.get("batch_size", 8)) % heavy == 0:
+                sleep_s = plan["heavy_sleep_s"]  # a costly batch now and then: a wide spread
             if sleep_s:
                 time.sleep(sleep_s)
             if self.pace_s:
@@ -109,6 +120,17 @@ def _dataset(plan):
                 part = -(-self.floats // self.tensors)
                 return tuple(torch.full((part,), float(len(data) % 7)) for _ in range(self.tensors))
             return torch.full((self.floats,), float(len(data) % 7))
+
+        def slow_worker_extra(self):
+            # One slow worker (issue 18): the loader worker with id slow_worker_id waits
+            # slow_worker_sleep_s more per sample, as on a slow shard or a crowded core.
+            extra = plan.get("slow_worker_sleep_s")
+            if not extra:
+                return 0.0
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            return extra if info is not None and info.id == plan.get("slow_worker_id", 0) else 0.0
 
         def wait_for_slot(self):
             # This worker's next delivery slot. Lateness of up to SLOT_CREDIT_S (a sleep
@@ -146,17 +168,28 @@ def _retrying_collate(backoff_s):
     return collate
 
 
-def _worker_init(cgroup, cpus):
+def _worker_init(cgroup, cpus, start_s=0.0):
     # A fault made this cgroup with a CFS quota, or chose the CPUs the workers share with
     # busy neighbours; each loader worker moves itself as it starts, so only the workers
-    # are affected.
+    # are affected. ``start_s``: an expensive worker start-up (an index built, a file
+    # opened and mapped), paid again by every worker of every epoch without
+    # persistent_workers.
     def init(_worker_id):
+        if start_s:
+            time.sleep(start_s)
         if cgroup:
             with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
         if cpus:
             os.sched_setaffinity(0, cpus)
     return init
+
+
+def _epochs(loader, done):
+    """The loader's batches, epoch after epoch, until ``done()`` (one epoch outlasts the
+    run unless the plan sets ``epoch_batches``)."""
+    while not done():
+        yield from loader
 
 
 def _wait_to_be_stopped(deadline):
@@ -184,10 +217,11 @@ def main(argv):
     workers = plan.get("workers", 2)
     kw = {}
     if workers:
-        kw = dict(persistent_workers=True, prefetch_factor=plan.get("prefetch_factor", 2),
-                  multiprocessing_context="fork")
-        if plan.get("worker_cgroup") or plan.get("worker_cpus"):
-            kw["worker_init_fn"] = _worker_init(plan.get("worker_cgroup"), plan.get("worker_cpus"))
+        kw = dict(persistent_workers=plan.get("persistent_workers", True),
+                  prefetch_factor=plan.get("prefetch_factor", 2), multiprocessing_context="fork")
+        if plan.get("worker_cgroup") or plan.get("worker_cpus") or plan.get("worker_start_s"):
+            kw["worker_init_fn"] = _worker_init(plan.get("worker_cgroup"), plan.get("worker_cpus"),
+                                                plan.get("worker_start_s", 0.0))
         if plan.get("shm_retry_s"):
             kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
         if plan.get("in_order") is False:
@@ -212,7 +246,7 @@ def main(argv):
         # waits in the first all_reduce for a peer that started late.
         dist.barrier()
     try:
-        for batch in loader:
+        for batch in _epochs(loader, lambda: _stop or time.monotonic() > deadline):
             arrived = time.monotonic()
             if isinstance(batch, (list, tuple)):  # tensors_per_sample: one per part
                 batch = torch.cat(batch, 1)

@@ -126,6 +126,21 @@ def _no_progress(cfg):
         ("stallscope_step_seconds",))
 
 
+def _worker_killed(cfg):
+    # An event, not a level: the pod's counter rose (each reason is exported from 0).
+    exits = promql.sel(cfg, "stallscope_loader_worker_exits_total", 'reason!="other"')
+    expr = "increase(%s[%s]) > 0" % (exits, cfg.rate_window)
+    return Alert(
+        "StallscopeLoaderWorkerKilled", "stallscope.causes", "warning", "0m", expr, exits,
+        "A DataLoader worker of pod {{ $labels.namespace }}/{{ $labels.pod }} died ({{ $labels.reason }}).",
+        "A loader worker of %s ended by a signal within the last %s; the agent's "
+        "evidence says {{ $labels.reason }} (shm_exhaustion: /dev/shm was full; memory_limit: the "
+        "OOM killer of the pod's memory cgroup; native_crash: a crash in native code; killed: "
+        "another SIGKILL). `stallscope diagnose {{ $labels.pod }} -n {{ $labels.namespace }}` "
+        "names the worker, its last RSS and the limit." % (_pod_where(cfg), cfg.rate_window),
+        ("stallscope_loader_worker_exits_total",))
+
+
 def _line_text(signal, value):
     unit = vocabulary.signal(signal).unit
     return pct(value) if unit == "ratio" else num(value) + ("s" if unit == "seconds" else "")
@@ -192,4 +207,4 @@ def all_alerts(cfg):
     return ([_headline(cfg, "StallscopeDataWaitHigh", "warning", cfg.data_wait_warning),
              _headline(cfg, "StallscopeDataWaitCritical", "critical", cfg.data_wait_critical),
              _straggler(cfg), _no_progress(cfg)]
-            + _causes(cfg) + _health(cfg))
+            + _causes(cfg) + [_worker_killed(cfg)] + _health(cfg))

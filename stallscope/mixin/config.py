@@ -40,6 +40,9 @@ class MixinConfig:
     # The cause alerts' lines, by alert name; an alert not named here keeps the
     # vocabulary's line (stallscope/vocabulary/causes.py).
     lines: tuple = ()
+    # Price of one accelerator-hour (any currency): when set, the idle-accelerator
+    # recording rule gets a cost per day beside it, and the job dashboard shows it.
+    gpu_hour_price: float = 0.0
 
     # Where the alerts' runbook_url points: base + AlertName + ".md".
     runbook_base_url: str = "https://github.com/stallscope/stallscope/blob/main/runbooks/"

@@ -36,6 +36,9 @@ def names(cfg):
         "rank_steps": "rank:stallscope_steps:rate%s" % w,
         "job_max": "job:stallscope_data_wait_ratio:max_rate%s" % w,
         "job_median": "job:stallscope_data_wait_ratio:median_rate%s" % w,
+        "job_idle": "job:stallscope_idle_accelerators:rate%s" % w,
+        "job_idle_cause": "job:stallscope_idle_accelerators_by_cause:rate%s" % w,
+        "job_idle_cost": "job:stallscope_idle_cost_per_day:rate%s" % w,
     }
 
 

@@ -13,7 +13,29 @@ def recording_rules(cfg):
         {"record": n["rank_steps"], "expr": promql.steps_rate(cfg)},
         {"record": n["job_max"], "expr": "max by (namespace, job) (%s)" % n["rank_ratio"]},
         {"record": n["job_median"], "expr": "quantile by (namespace, job) (0.5, %s)" % n["rank_ratio"]},
+    ] + cost_rules(cfg)
+
+
+def cost_rules(cfg):
+    """Accelerators idle on input wait, per job (issue 17): every rank of a synchronous
+    job idles while its straggler waits, so world size (the ranks reporting) x the
+    straggler's waiting share; an accelerator-second lost per second of wall time. Per
+    rank the cost is its own share, already recorded (rank_ratio): no new per-rank
+    series. Attributed to the job's best-scored cause, and priced when the config
+    names a price per GPU-hour."""
+    n = promql.names(cfg)
+    rules = [
+        {"record": n["job_idle"], "expr": "count by (namespace, job) (%s)\n* on (namespace, job)\n%s" % (
+            n["rank_ratio"], n["job_max"])},
+        {"record": n["job_idle_cause"], "expr": (
+            "%s\n* on (namespace, job) group_left (cause)\n"
+            "(0 * topk by (namespace, job) (1, max by (namespace, job, cause) (%s)) + 1)" % (
+                n["job_idle"], promql.sel(cfg, "stallscope_stall_cause_score")))},
     ]
+    if cfg.gpu_hour_price:
+        rules.append({"record": n["job_idle_cost"],
+                      "expr": "%s * 24 * %g" % (n["job_idle"], cfg.gpu_hour_price)})
+    return rules
 
 
 def recording_groups(cfg):

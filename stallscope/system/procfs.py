@@ -95,6 +95,11 @@ def exit_signal(procfs: str, pid: object) -> str | None:
     sig = st.exit_code & 0x7F
     if not sig or sig == 0x7F:
         return None
+    return signal_name(sig)
+
+
+def signal_name(sig: int) -> str:
+    """``SIGBUS`` for 7; the number itself where Python has no name for it."""
     try:
         return signal.Signals(sig).name
     except ValueError:

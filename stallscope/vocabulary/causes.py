@@ -61,6 +61,15 @@ CAUSES = (
           "remove: fewer tensors per sample (pack them into one), larger batches per transfer, "
           "collate in the workers rather than in the main process, and pin_memory=True so a "
           "thread receives batches beside the loop.", computed=True),
+    # One worker slower than the others (issue 18): the DataLoader hands batches out in
+    # turn and delivers them in order, so the loop waits for that worker's batch while
+    # the others' are ready (correlate/slow_worker.py, from per-worker load times).
+    Cause("slow_worker", "One loader worker is slower than the others and in-order delivery "
+          "holds every batch behind its", (), (),
+          "StallscopeDataWaitHigh",
+          "Find why that worker is slow (its shard, its host's CPU, a sample that is costly to "
+          "decode); pass in_order=False to the DataLoader (torch >= 2.6) so the loop takes "
+          "the other workers' ready batches instead of waiting in line.", computed=True),
     Cause("epoch_start", "Each epoch waits for its loader workers to start", (), (),
           "StallscopeDataWaitHigh",
           "Set persistent_workers=True so workers survive across epochs; make worker start-up "
@@ -108,6 +117,15 @@ CAUSES = (
         "StallscopeShmNearlyFull",
         "Give the pod a larger /dev/shm (emptyDir medium: Memory with a sizeLimit) or lower "
         "prefetch_factor x num_workers."),
+    # A worker OOM-killed at the pod's memory limit (issue 18): judged from the worker's
+    # exit (SIGKILL with the memory cgroup's oom_kill count up, exporters/worker_deaths.py),
+    # not from a signal moving with the stalls.
+    Cause("memory_limit", "A loader worker was OOM-killed at the pod's memory limit", (), (),
+          "StallscopeLoaderWorkerKilled",
+          "Raise the pod's memory limit to cover num_workers x the workers' RSS (plus /dev/shm, "
+          "whose pages count against it), or cut that RSS: keep the dataset's index in numpy "
+          "arrays or Arrow, not Python lists and dicts, whose refcount writes copy every page "
+          "into each worker (copy-on-access); fewer workers.", computed=True),
     Cause("io_pressure", "Tasks stalled on I/O", (
         Line("psi_io_some_ratio", 0.2), Line("psi_io_full_ratio", 0.1)),
         (CauseAlert(

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 KINDS = ("counter", "gauge", "histogram")
-UNITS = ("ratio", "seconds", "count", "flag", "bytes", "bytes_rate")
+UNITS = ("ratio", "seconds", "count", "flag", "bytes", "bytes_rate", "pid")
 SCOPES = ("rank", "node", "gpu")
 # How often a signal is sampled, which sizes its history in the agent: once per batch or
 # read (as fast as the loader), a GPU's sample period (10 Hz at most), or once per

@@ -54,6 +54,11 @@ SIGNALS = (
            "%s (rate(stallscope_batch_load_seconds_sum{$sel}[$w]))\n/\n"
            "%s (rate(stallscope_batch_load_seconds_count{$sel}[$w]))" % (_BY_RANK, _BY_RANK),
            ("namespace", "job", "rank", "pod", "node"), cadence="batch"),
+    # Which worker made each batch (issue 18): the slow_worker cause splits the load times
+    # by it. No Prometheus face: a series per worker PID would break the per-rank budget.
+    Signal("batch_worker_pid", "pid", ("rank",), "loader",
+           "Host PID of the loader worker that produced each batch, one sample per batch at "
+           "the same time stamp as its batch_load_seconds sample.", cadence="batch"),
     Signal("transfer_wait_ratio", "ratio", ("rank",), "loader",
            "Share of the loop's data-wait spent on transfer (receiving, unpickling, pinning a "
            "batch) rather than waiting for a worker's batch to be ready, one sample per report.",

@@ -66,7 +66,12 @@ METRICS = (
     Metric("stallscope_loader_worker_max_resident_memory_bytes", "gauge",
            "RSS of the rank's largest loader worker.", RANK, "workers"),
     Metric("stallscope_loader_worker_exits_total", "counter",
-           "Loader workers seen ending by a signal.", RANK + ("signal",), "workers"),
+           "Loader workers of the pod seen ending by a signal, by why (each reason from 0): "
+           "shm_exhaustion (SIGBUS, "
+           "/dev/shm full), memory_limit (SIGKILL by the OOM killer of the worker's memory "
+           "cgroup), native_crash (SIGSEGV, SIGABRT, SIGILL, SIGFPE), killed (another SIGKILL), "
+           "other. Kept 15 minutes after the pod's ranks are gone.", POD + ("reason",),
+           "workers"),
     Metric("stallscope_loader_worker_cpu_seconds_total", "counter",
            "CPU time of one loader worker (--exporter.workers.per-worker).", RANK + ("worker",),
            "workers"),
@@ -123,6 +128,9 @@ SIGNALS = (
            "Requests in flight on the rank's FUSE connections (fusectl).",
            "stallscope_fuse_waiting_requests{$sel}", ("namespace", "pod", "mountpoint")),
     Signal("workers_alive", "count", ("rank",), "workers", "Loader workers of the rank alive."),
+    Signal("workers_oom_killed", "count", ("rank",), "workers",
+           "Loader workers of the rank OOM-killed at its memory limit since the previous "
+           "collection (worker_deaths.py: SIGKILL with the memory cgroup's oom_kill up)."),
     Signal("workers_dstate", "count", ("rank",), "workers",
            "Loader workers of the rank in D state (blocked in the kernel).",
            "stallscope_loader_workers_dstate{$sel}", ("namespace", "job", "rank", "pod", "node")),

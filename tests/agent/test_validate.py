@@ -240,11 +240,15 @@ def test_a_wait_in_progress_grows_the_sums_and_the_batch_settles_them():
     assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (10**9, 10**9, 0)
     assert ing.handle(good(t0, events=[], mono_ns=base + 3 * 10**9, blocked_since_ns=base))
     assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (3 * 10**9, 3 * 10**9, 0)
+    # the open wait is the timeline's last row, so the correlator analyses the hang itself
+    # (its batches are none yet: the row is the wait so far, ending at the last report)
+    assert table.timeline(rank, 600).tolist() == [[t0 + 3 * 10**9, 3 * 10**9, 3 * 10**9, -1]]
     assert ing.handle(good(t0, events=[[base + 4 * 10**9, 4 * 10**9, 5 * 10**9]],
                            mono_ns=base + 4 * 10**9 + 5))
     # exactly the real wait and interval once it is over, counted once
     assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (4 * 10**9, 5 * 10**9, 1)
     assert rank.provisional_ns == 0
+    assert table.timeline(rank, 600)[:, :3].tolist() == [[t0 + 4 * 10**9, 4 * 10**9, 5 * 10**9]]
     # a call that ends without a batch (the epoch's last next(), StopIteration) keeps the
     # wait counted so far, and the next call's batch is not charged for it
     assert ing.handle(good(t0, events=[], mono_ns=base + 7 * 10**9, blocked_since_ns=base + 5 * 10**9))

@@ -1,6 +1,7 @@
 """The change-point detector: a stall is found within seconds of its start, its start is
 placed where it began, and healthy runs (synthetic and recorded real ones) never are."""
 import glob
+import json
 import os
 
 import numpy as np
@@ -77,6 +78,8 @@ def test_a_stall_that_ends_clears_and_the_next_is_dated_on_its_own():
         return detect(RankTrace.from_events({}, None, ev[ev[:, 0] <= now]), now)
     assert at(105).stalled
     assert not at(125).stalled        # 15 s after the first stall ended
+    # a JSON true/false (a numpy bool was served as the string "True" by the API)
+    assert json.dumps(at(105).as_json(int(105 * SEC))).count('"stalled": true') == 1
     d = at(180)
     assert d.stalled and abs(d.since_ns / SEC - 170) <= 3   # the second, from its own start
 

@@ -99,24 +99,24 @@ def test_a_stall_starting_mid_run_is_named_within_seconds(tmp_path):
         job.wait_ready()
         time.sleep(20)  # a healthy stretch
         for share in (0.1, 0.2, 0.5):
-            assert not get(agent, "/api/v1/diagnosis?rank=0&job=stepped")[1]["detection"]["stalled"]
+            assert get(agent, "/api/v1/diagnosis?rank=0&job=stepped")[1]["detection"]["stalled"] is False
             control.write_text(str(per_sample_for(share, BASE)))
             changed = time.monotonic()
             body = {}
             while time.monotonic() - changed < 40:
                 session.check_alive()
                 body = get(agent, "/api/v1/diagnosis?rank=0&job=stepped")[1]
-                if body.get("detection", {}).get("stalled") and body["verdict"] == "input_bound":
+                if body.get("detection", {}).get("stalled") is True and body["verdict"] == "input_bound":
                     break
                 time.sleep(0.25)
             latency = time.monotonic() - changed
-            assert body["detection"]["stalled"], (share, body.get("detection"))
+            assert body["detection"]["stalled"] is True, (share, body.get("detection"))  # JSON true
             # 10 s is the goal; a loaded 2-core machine gets the slack.
             assert latency < 15, (share, latency)
             assert body["causes"][0]["cause"] == "too_few_workers", (share, body["causes"][:2])
             control.write_text(str(BASE["sample_sleep_s"]))
             deadline = time.monotonic() + 40
-            while get(agent, "/api/v1/diagnosis?rank=0&job=stepped")[1]["detection"]["stalled"]:
+            while get(agent, "/api/v1/diagnosis?rank=0&job=stepped")[1]["detection"]["stalled"] is not False:
                 assert time.monotonic() < deadline, "the stall did not clear"
                 time.sleep(0.5)
 

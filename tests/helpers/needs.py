@@ -41,3 +41,19 @@ def as_nobody(cmd):
         pytest.skip("needs setpriv (util-linux)")
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
             "--inh-caps=-all,+dac_read_search", "--ambient-caps=+dac_read_search"] + list(cmd)
+
+
+def need_memory_cgroup():
+    """(base directory, "v1"/"v2") where a child memory cgroup with a limit can be made."""
+    need_root()
+    base = "/sys/fs/cgroup/memory"
+    if os.path.exists(os.path.join(base, "memory.limit_in_bytes")) and os.access(base, os.W_OK):
+        return base, "v1"
+    base = "/sys/fs/cgroup"
+    try:
+        with open(os.path.join(base, "cgroup.subtree_control")) as f:
+            if "memory" in f.read().split():
+                return base, "v2"
+    except OSError:
+        pass
+    pytest.skip("needs a writable memory cgroup (v1 memory controller, or v2 with memory enabled)")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from stallscope.mixin import alerts, config
+from stallscope.mixin import alerts, config, promql, rules
 from tests.helpers import ROOT
 
 RULE_FILES = [os.path.join(ROOT, "alerts", "rules.yaml"), os.path.join(ROOT, "alerts", "alerts.yaml")]
@@ -20,6 +20,8 @@ AGENT = dict(job="stallscope", instance="10.0.0.1:9478")
 POD0 = dict(job="train", namespace="ml", pod="train-0", node="n1", instance="10.0.0.1:9478")
 WHERE0 = "pod ml/train-0 (job train, node n1)"
 WAITING0 = "Waiting ranks in the pod: rank 0 waits 5%."
+
+SLI_RULES = len(rules.recording_rules(config.DEFAULT))
 
 pytestmark = pytest.mark.skipif(not shutil.which("promtool"),
                                 reason="needs promtool (apt-get install prometheus)")
@@ -182,6 +184,20 @@ CASES = {
           "The hook of rank 0 (pod train-0 on node n1) reported within the last 1h but not now, while "
           "other ranks of job train still report: the process died or hangs, or it lost the agent's "
           "socket.")]),
+    # A worker's death: the pod's counter rises at minute 10; one that stands still
+    # (train-1) and reason "other" (train-0) do not page.
+    "StallscopeLoaderWorkerKilled": (
+        [(sel("stallscope_loader_worker_exits_total", **pod_labels("train-0", reason="memory_limit")),
+          "0x9 1+0x30"),
+         (sel("stallscope_loader_worker_exits_total", **pod_labels("train-0", reason="other")), "0+1x40"),
+         (sel("stallscope_loader_worker_exits_total", **pod_labels("train-1", reason="shm_exhaustion")),
+          "1+0x40")], 10,
+        [(pod_labels("train-0", reason="memory_limit"),
+          "A DataLoader worker of pod ml/train-0 died (memory_limit).",
+          "A loader worker of %s ended by a signal within the last 5m; the agent's evidence says "
+          "memory_limit (shm_exhaustion: /dev/shm was full; memory_limit: the OOM killer of the pod's "
+          "memory cgroup; native_crash: a crash in native code; killed: another SIGKILL). `stallscope "
+          "diagnose train-0 -n ml` names the worker, its last RSS and the limit." % WHERE0)]),
     "StallscopeExporterFailing": (
         [(sel("stallscope_exporter_success", exporter="fuse", **AGENT), "0+0x40"),
          (sel("stallscope_exporter_success", exporter="psi", **AGENT), "1+0x40")], 0,
@@ -229,14 +245,16 @@ def unit_test(name, tmp_path, before=-1, after=0):
 def test_promtool_check_rules(tmp_path):
     r = subprocess.run(["promtool", "check", "rules", *RULE_FILES], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 4 rules found" in r.stdout and "SUCCESS: %d rules found" % len(CASES) in r.stdout
+    assert "SUCCESS: %d rules found" % SLI_RULES in r.stdout
+    assert "SUCCESS: %d rules found" % len(CASES) in r.stdout
     # the PrometheusRule manifest carries the same groups: check its spec as a rule file
     text = open(os.path.join(ROOT, "deploy", "kubernetes", "base", "prometheusrule.yaml")).read()
     spec = text.split("\nspec:\n", 1)[1]
     groups = tmp_path / "spec.yaml"
     groups.write_text("".join(line[2:] + "\n" for line in spec.splitlines()))
     r = subprocess.run(["promtool", "check", "rules", str(groups)], capture_output=True, text=True)
-    assert r.returncode == 0 and "SUCCESS: %d rules found" % (4 + len(CASES)) in r.stdout, r.stdout + r.stderr
+    found = "SUCCESS: %d rules found" % (SLI_RULES + len(CASES))
+    assert r.returncode == 0 and found in r.stdout, r.stdout + r.stderr
 
 
 def test_every_alert_has_a_unit_test():
@@ -253,3 +271,45 @@ def test_a_wrong_boundary_fails(tmp_path):
     # The harness can fail: expecting the alert one evaluation early must not pass.
     code, out = unit_test("StallscopeDataWaitHigh", tmp_path, before=-2, after=-1)
     assert code != 0 and "StallscopeDataWaitHigh" in out
+
+
+def test_idle_accelerators_rule_is_world_size_times_the_stragglers_share(tmp_path):
+    # 4 ranks; rank 3 waits 6 s of every 60 s of steps (10 %), the others 0.6 s (1 %):
+    # every rank idles while rank 3 waits, so 4 x 0.10 = 0.4 accelerators idle, 9.6
+    # GPU-hours a day, attributed to the best-scored cause of the job
+    series = rank(0, 0.6) + rank(1, 0.6) + rank(2, 0.6) + rank(3, 6) + rank(0, 0.6, job="calm")
+    score = dict(POD0, pod="train-3", rank="3")
+    series += [(sel("stallscope_stall_cause_score", cause="too_few_workers", **score), "0.8x40"),
+               (sel("stallscope_stall_cause_score", cause="cpu_throttle", **score), "0.3x40")]
+    n = promql.names(config.DEFAULT)
+    doc = {"rule_files": RULE_FILES, "evaluation_interval": "1m", "group_eval_order": GROUPS,
+           "tests": [{"interval": "1m",
+                      "input_series": [{"series": s, "values": v} for s, v in series],
+                      "promql_expr_test": [
+                          {"expr": "round(%s, 1e-6)" % n["job_idle"], "eval_time": "10m", "exp_samples": [
+                              {"labels": '{job="train", namespace="ml"}', "value": 0.4},
+                              {"labels": '{job="calm", namespace="ml"}', "value": 0.01}]},
+                          {"expr": "round(%s * 24, 1e-6)" % n["job_idle"], "eval_time": "10m",
+                           "exp_samples": [
+                              {"labels": '{job="train", namespace="ml"}', "value": 9.6},
+                              {"labels": '{job="calm", namespace="ml"}', "value": 0.24}]},
+                          {"expr": "round(%s, 1e-6)" % n["job_idle_cause"], "eval_time": "10m",
+                           "exp_samples": [{"labels": '{cause="too_few_workers", job="train", '
+                                                      'namespace="ml"}', "value": 0.4}]}]}]}
+    path = tmp_path / "idle.test.yaml"
+    path.write_text(json.dumps(doc, indent=1))
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the harness can fail: a wrong world size must not pass
+    doc["tests"][0]["promql_expr_test"][0]["exp_samples"][0]["value"] = 0.1
+    path.write_text(json.dumps(doc, indent=1))
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+
+
+def test_priced_config_records_the_cost_per_day():
+    cfg = config.load(gpu_hour_price=2.5)
+    priced = {r["record"]: r["expr"] for r in rules.recording_rules(cfg)}
+    name = promql.names(cfg)["job_idle_cost"]
+    assert priced[name].endswith("* 24 * 2.5")
+    assert name not in {r["record"] for r in rules.recording_rules(config.DEFAULT)}

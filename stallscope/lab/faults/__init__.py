@@ -26,6 +26,7 @@ from .storage import (
     CheckpointBurst,
     ColdCache,
     DeadFuse,
+    FrozenFuse,
     LocalCache,
     NodeWriter,
     RemoteShards,
@@ -35,5 +36,6 @@ from .storage import (
 )
 
 __all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "Fault",
+           "FrozenFuse",
            "LocalCache", "NoFault", "NodeWriter", "RemoteShards", "SlowFuse", "TinyShm", "available",
            "http_up", "start_objstore"]

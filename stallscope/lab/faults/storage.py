@@ -77,6 +77,26 @@ class DeadFuse(SlowFuse):
                 self.fs.proc.pid, run.target))
 
 
+class FrozenFuse(SlowFuse):
+    """The FUSE daemon under the target rank's shards stops answering (SIGSTOP) mid-run:
+    a worker's next read waits in D state for good and the rank hangs in next()."""
+
+    def __init__(self, latency=0.002, freeze_at=0.3):
+        super().__init__(latency, tail_every=0)
+        self.freeze_at = freeze_at
+        self.frozen = False
+        self.summary = ("the FUSE daemon under the target rank's shards is frozen (SIGSTOP) after "
+                        "%d%% of the run: a read never returns and the rank hangs in next()"
+                        % (freeze_at * 100))
+
+    def tick(self, run, elapsed):
+        if not self.frozen and elapsed >= self.freeze_at * run.duration:
+            self.frozen = True
+            self.fs.kill(signal.SIGSTOP)  # SlowFS.stop() continues it and aborts the connection
+            run.say("fault: froze the FUSE daemon (pid %d) under rank %d's shards" % (
+                self.fs.proc.pid, run.target))
+
+
 def start_objstore(run, latency=0.0, bandwidth_mbps=0.0, brownouts=None):
     """The lab's object store over the shard directory; returns its URL. ``brownouts``:
     (every, for, latency) seconds, see objstore.py."""

@@ -42,6 +42,17 @@ def build(cfg):
            [q(promql.sel(cfg, n["job_max"], *job_sel), "{{namespace}}/{{job}} worst"),
             q(promql.sel(cfg, n["job_median"], *job_sel), "{{namespace}}/{{job}} median")],
            "percentunit", w=24, min_val=0, warn=warn, crit=crit),
+        ts("Idle accelerators (input wait)", "Accelerators idle on input wait, per job (recorded "
+           "as %s): world size x the straggler's waiting share, since every rank of a synchronous "
+           "job idles while the straggler waits; x 24 is GPU-hours lost a day%s. By cause: the "
+           "job's best-scored cause (%s)." % (n["job_idle"], ", priced at %g per GPU-hour" %
+                                              cfg.gpu_hour_price if cfg.gpu_hour_price else "",
+                                              n["job_idle_cause"]),
+           [q(promql.sel(cfg, n["job_idle"], *job_sel), "{{namespace}}/{{job}}"),
+            q(promql.sel(cfg, n["job_idle_cause"], *job_sel), "{{namespace}}/{{job}} {{cause}}")]
+           + ([q(promql.sel(cfg, n["job_idle_cost"], *job_sel), "{{namespace}}/{{job}} cost/day")]
+              if cfg.gpu_hour_price else []),
+           "short", w=24, min_val=0),
         tabular("Slowest ranks", "The %d ranks with the largest data-wait share now, with their pod "
                 "and node: start `stallscope diagnose <pod> -n <namespace>` with the first row."
                 % cfg.topk,

@@ -80,6 +80,16 @@ def main():
         for _batch in loader:
             time.sleep(cfg.get("compute_s", 0.005))
             batches += 1
+    if cfg.get("then"):  # the loader restarted with other settings (issue 17's proof afterwards)
+        cfg.update(cfg.pop("then"))
+        kw = dict(persistent_workers=True, multiprocessing_context=cfg.get("start", "fork"))
+        n = cfg.get("batches", 20) * cfg.get("batch", 4)
+        dl = DataLoader(kind(n, cfg.get("sample_s", 0.01)), batch_size=cfg.get("batch", 4),
+                        num_workers=cfg["workers"], **kw)
+        for _batch in stallscope.watch(dl):
+            time.sleep(cfg.get("compute_s", 0.005))
+            batches += 1
+        workers = cfg["workers"]
     pids = [w.pid for w in dl._iterator._workers] if workers else []
     channel.get().flush()
     print(json.dumps({"pid": os.getpid(), "worker_pids": pids, "batches": batches}), flush=True)

@@ -1,0 +1,63 @@
+"""The numbers the predictions need (predict.Measured), taken from one rank's trace:
+per-batch compute and load samples (their spread, not only their means), the loader's
+settings, the workers' CPU use, the CFS quota, shard reads, /dev/shm and the iterators'
+first batches."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..vocabulary import signal
+from . import slow_worker
+from .overlap import iterator_starts
+from .predict import Measured
+
+BATCH_LOAD = signal("batch_load_seconds").name
+WORKERS_CPU = signal("workers_cpu_ratio").name
+SHARD_READ = signal("shard_read_seconds").name
+SHM_USED = signal("shm_used_ratio").name
+SHM_FREE = signal("shm_free_bytes").name
+
+
+def _values(trace: Any, name: str, scopes: tuple = ("rank",)) -> np.ndarray | None:
+    span = trace.span()
+    _, s = trace.signal(name, scopes)
+    if s is None or span is None:
+        return None
+    s = s.clip(*span)
+    return s.v if len(s) else None
+
+
+def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
+    """predict.Measured for ``trace`` (input_bound()'s numbers in ``ib``), or None with
+    too few steady batches."""
+    steady = ~iterator_starts(trace)
+    if steady.sum() < 5:
+        return None
+    interval = trace.interval[steady] / 1e9
+    wait = trace.wait[steady] / 1e9
+    compute = np.maximum(interval - wait, 0.0)
+    loader = trace.loader or {}
+    load = _values(trace, BATCH_LOAD)
+    cpu = _values(trace, WORKERS_CPU)
+    reads = _values(trace, SHARD_READ)
+    span = trace.span()
+    seconds = (span[1] - span[0]) / 1e9 if span else 0.0
+    used, free = _values(trace, SHM_USED, ("rank", "node")), _values(trace, SHM_FREE, ("rank", "node"))
+    shm_size = shm_used = None
+    if used is not None and free is not None and used[-1] < 1:
+        shm_size = float(free[-1] / (1 - used[-1]))
+        shm_used = float(shm_size * used.max())
+    q = quota or {}
+    by_worker = slow_worker.per_worker(trace)
+    return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
+        step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
+        load=load, workers=loader.get("num_workers"), prefetch=loader.get("prefetch_factor"),
+        persistent=loader.get("persistent_workers"), quota_cores=q.get("cores"),
+        quota_ranks=q.get("ranks"), workers_cpu_cores=float(cpu.mean()) if cpu is not None else None,
+        iterator_starts=ib.iterator_starts, iterator_start_wait_seconds=ib.iterator_start_wait_seconds,
+        steady_wait_seconds=float(wait.mean()), batches=trace.n, window_seconds=seconds,
+        shard_read_p99=float(np.quantile(reads, 0.99)) if reads is not None else None,
+        shard_reads_per_second=(len(reads) / seconds) if reads is not None and seconds > 0 else None,
+        shm_size_bytes=shm_size, shm_used_bytes=shm_used)

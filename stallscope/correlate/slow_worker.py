@@ -1,0 +1,213 @@
+"""slow_worker: one loader worker holds every batch behind its own (issue 18, item 2).
+
+A DataLoader hands batch indices to its workers in turn and, with ``in_order=True`` (the
+default), delivers batches in that order: when one worker is slower than the others, the
+loop waits for its batch while the others' batches are ready (pytorch/pytorch#135409).
+With ``in_order=False`` (torch >= 2.6) the loop takes whichever batch is ready and new
+indices go to workers with room, so the fast workers carry the load.
+
+Measured from the workers' own reports: each batch's load time (``batch_load_seconds``)
+and the worker that made it (``batch_worker_pid``, the same time stamps). Per worker: its
+load times. Per steady wait of the loop: the worker whose batch ended it (the last batch
+finished before the wait ended) and whether, when it began, batches were ready (finished
+by the workers, not yet taken by the loop: held back by the order). The score:
+
+    score = (share of the wait spent on the slowest worker's batches)
+          x (share of the wait that in_order=False removes, replayed below)
+          x (how far the slowest worker stands out: its median load over the others')
+          x (1, or CONSISTENCY_MISS when its fast batches are as fast as the others':
+             costly batches that happened to fall to one worker, not a slow worker)
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from ..vocabulary import signal
+
+NAME = "slow_worker"
+BATCH_LOAD = signal("batch_load_seconds").name
+BATCH_WORKER = signal("batch_worker_pid").name
+MIN_PER_WORKER = 3          # batches a worker must have made in the window
+SPREAD_LOW, SPREAD_HIGH = 1.25, 2.0   # slowest / others' median load: no .. clear spread
+CONSISTENCY_MISS = 0.25
+REPLAY_BATCHES = 600
+SEED = 17
+
+
+def per_worker(trace: Any) -> dict[int, np.ndarray] | None:
+    """{worker PID: its batches' load times (s), oldest first} over the trace's span, or
+    None without the workers' per-batch reports."""
+    span = trace.span()
+    _, load = trace.signal(BATCH_LOAD, ("rank",))
+    _, who = trace.signal(BATCH_WORKER, ("rank",))
+    if span is None or load is None or who is None:
+        return None
+    load, who = load.clip(*span), who.clip(*span)
+    if len(load) != len(who) or not np.array_equal(load.t, who.t):
+        return None  # recorded together, one sample each per batch: anything else is torn
+    pids = who.v.astype(np.int64)
+    return {int(p): load.v[pids == p] for p in np.unique(pids)}
+
+
+def _completions(trace: Any, span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    _, load = trace.signal(BATCH_LOAD, ("rank",))
+    _, who = trace.signal(BATCH_WORKER, ("rank",))
+    load, who = load.clip(*span), who.clip(*span)
+    return load.t, who.v.astype(np.int64)
+
+
+def attribute(trace: Any, steady: np.ndarray) -> tuple[dict[int, float], dict[int, float]]:
+    """Per worker PID: (seconds of steady wait its batch ended, of those seconds the part
+    whose wait began with another batch ready: finished by a worker, not yet taken by
+    the loop, which only the order keeps it from taking)."""
+    t_done, pid = _completions(trace, trace.span())
+    behind: dict[int, float] = {}
+    held: dict[int, float] = {}
+    ends, waits = trace.t_end[steady], trace.wait[steady]
+    starts = ends - waits
+    last = np.searchsorted(t_done, ends, side="right") - 1   # the batch that ended each wait
+    first = np.searchsorted(t_done, starts, side="right")    # batches finished before it began
+    # batches taken by the loop before each wait began (prefetched batches finished before
+    # the window are not counted: the ready count errs low)
+    taken = np.searchsorted(trace.t_end, starts, side="right")
+    ready = first - taken
+    # a wait whose batch was finished before it began was a transfer, not a worker's
+    for i in np.nonzero((waits > 0) & (last >= 0) & (last >= first))[0]:
+        w = int(pid[last[i]])
+        s = float(waits[i]) / 1e9
+        behind[w] = behind.get(w, 0.0) + s
+        if ready[i] > 0:
+            held[w] = held.get(w, 0.0) + s
+    return behind, held
+
+
+def replay(loads: list[np.ndarray], compute: np.ndarray, prefetch: int, in_order: bool,
+           n: int = REPLAY_BATCHES, seed: int = SEED) -> float:
+    """The loop's data-wait share with each worker's own load times (drawn with
+    replacement), as torch's _MultiProcessingDataLoaderIter schedules them: indices go
+    to the workers in turn (in_order=False: to the next one with fewer than prefetch
+    outstanding), and the loop takes batches in order (or whichever is ready first)."""
+    rng = np.random.default_rng(seed)
+    w = len(loads)
+    draws = [rng.choice(x, n).tolist() for x in loads]
+    comp = rng.choice(compute, n).tolist() if len(compute) else [0.0] * n
+    cap = max(1, prefetch)
+    free = [0.0] * w
+    count = [0] * w
+    outstanding = [0] * w
+    order: list[tuple[float, int]] = []   # in order: (ready time, worker) per batch
+    ready: list[tuple[float, int, int]] = []  # out of order: heap of (ready, seq, worker)
+    cursor = [0, 0]  # next worker in the cycle, batches issued
+
+    def issue(now: float) -> None:
+        for _ in range(w):
+            k = cursor[0] % w
+            cursor[0] += 1
+            if in_order or outstanding[k] < cap:
+                break
+        else:
+            return
+        done = max(free[k], now) + draws[k][count[k] % n]
+        free[k], count[k] = done, count[k] + 1
+        outstanding[k] += 1
+        cursor[1] += 1
+        if in_order:
+            order.append((done, k))
+        else:
+            heapq.heappush(ready, (done, cursor[1], k))
+
+    for _ in range(w * cap):
+        issue(0.0)
+    loop = waits = steps = 0.0
+    skip = min(n // 4, 2 * w * cap)  # the queue fills first
+    for i in range(n):
+        if in_order:
+            done, k = order[i]
+        else:
+            done, _, k = heapq.heappop(ready)
+        got = max(done, loop)
+        outstanding[k] -= 1
+        issue(got)  # torch puts the next index as it returns a batch
+        if i >= skip:
+            waits += got - loop
+            steps += got - loop + comp[i]
+        loop = got + comp[i]
+    return waits / steps if steps > 0 else 0.0
+
+
+def analyse(trace: Any, steady: np.ndarray) -> dict[str, Any] | None:
+    """The rank's workers: the slowest, the spread, where the wait went and what
+    in_order=False would remove; None without per-worker reports from 2+ workers."""
+    loads = per_worker(trace)
+    workers = (trace.loader or {}).get("num_workers") or 0
+    if not loads or workers < 2:
+        return None
+    loads = {p: x for p, x in loads.items() if len(x) >= MIN_PER_WORKER}
+    if len(loads) < 2:
+        return None
+    medians = {p: float(np.median(x)) for p, x in loads.items()}
+    slowest = max(medians, key=lambda p: (medians[p], -p))
+    rest = np.concatenate([x for p, x in loads.items() if p != slowest])
+    others = float(np.median(rest))
+    spread = medians[slowest] / others if others > 0 else float("inf")
+    consistent = float(np.quantile(loads[slowest], 0.25)) > float(np.quantile(rest, 0.75))
+    behind, held = attribute(trace, steady)
+    total = float(trace.wait[steady].sum()) / 1e9
+    compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
+    prefetch = (trace.loader or {}).get("prefetch_factor") or 2
+    # the workers as the loader has them: each one seen, the slowest among them
+    pools = [loads[p] for p in sorted(loads)]
+    wait_in = replay(pools, compute, prefetch, True)
+    wait_out = replay(pools, compute, prefetch, False)
+    removes = float(np.clip(1.0 - wait_out / wait_in, 0.0, 1.0)) if wait_in > 0 else 0.0
+    return {"pid": slowest, "workers_seen": len(loads), "num_workers": workers,
+            "load_seconds": round(medians[slowest], 6), "others_load_seconds": round(others, 6),
+            "spread": round(float(spread), 3), "consistent": bool(consistent),
+            "wait_share": round(float(behind.get(slowest, 0.0) / total), 4) if total > 0 else 0.0,
+            "held_share": round(float(held.get(slowest, 0.0) / behind[slowest]), 4)
+            if behind.get(slowest) else 0.0,
+            "replayed_wait_ratio": round(wait_in, 4), "in_order_false_wait_ratio": round(wait_out, 4),
+            "in_order_false_removes": round(removes, 4),
+            # of the wait measured, what in_order=False takes away: the waits behind the
+            # slowest worker, as far as the replay says they go
+            "removes_measured_share": round(float(behind.get(slowest, 0.0) / total) * removes, 4)
+            if total > 0 else 0.0,
+            "workers": {str(p): {"load_seconds": round(medians[p], 6), "batches": len(loads[p]),
+                                 "wait_seconds": round(float(behind.get(p, 0.0)), 3)} for p in sorted(loads)}}
+
+
+def score(trace: Any, steady: np.ndarray) -> dict[str, Any] | None:
+    """{cause, score, summary, evidence, worker} or None when nothing bears on it."""
+    a = analyse(trace, steady)
+    if a is None:
+        return None
+    if a["spread"] == float("inf"):
+        stands_out = 1.0
+    else:
+        stands_out = float(np.clip((a["spread"] - SPREAD_LOW) / (SPREAD_HIGH - SPREAD_LOW), 0.0, 1.0))
+    value = a["wait_share"] * a["in_order_false_removes"] * stands_out * (
+        1.0 if a["consistent"] else CONSISTENCY_MISS)
+    text = ("Worker %d (of %d seen) takes %.3gs a batch against %.3gs for the others (median, "
+            "%.1fx); %.0f%% of the loop's wait was for its batches, and other batches "
+            "were ready during %.0f%% of that wait: in-order delivery holds them behind it." % (
+                a["pid"], a["workers_seen"], a["load_seconds"], a["others_load_seconds"], a["spread"],
+                100 * a["wait_share"], 100 * a["held_share"]))
+    if not a["consistent"]:
+        text += (" But its fast batches are as fast as the others': costly batches fell to it, "
+                 "not a slow worker.")
+    if a["in_order_false_removes"] > 0:
+        text += (" in_order=False would remove ~%.0f%% of the measured wait: %.0f%% of the waits "
+                 "for its batches (the DataLoader's queue replayed with each worker's load times: "
+                 "%.1f%% -> %.1f%% of the step waiting for a batch)." % (
+                     100 * a["removes_measured_share"], 100 * a["in_order_false_removes"],
+                     100 * a["replayed_wait_ratio"], 100 * a["in_order_false_wait_ratio"]))
+    ev = [{"signal": "worker_batch_load_spread", "scope": "rank", "during_stalls": a["spread"],
+           "outside_stalls": None, "threshold": SPREAD_LOW, "direction": "above",
+           "worker_pid": a["pid"]},
+          {"signal": "slowest_worker_wait_share", "scope": "rank", "during_stalls": a["wait_share"],
+           "outside_stalls": None, "threshold": None, "direction": "above",
+           "explained_wait_share": a["wait_share"]}]
+    return {"cause": NAME, "score": round(float(value), 4), "summary": text, "evidence": ev, "worker": a}
