@@ -34,11 +34,12 @@ _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_wo
 
 
 class _WatchedIterator:
-    __slots__ = ("_it", "_next", "_append", "_stream", "__weakref__")
+    __slots__ = ("_it", "_next", "_append", "_stream", "_inner", "__weakref__")
 
     def __init__(self, it: Any, stream: channel.Stream) -> None:
         self._it = it  # the loader's own iterator (for a DataLoader: sized, with attributes)
         self._stream = stream
+        self._inner = it  # the DataLoader's own iterator, when a wrapper hides it (claim.py)
         # Bound methods, looked up once: each saved attribute lookup is ~10 ns per batch.
         self._next: Callable[[], Any] = it.__next__
         self._append = stream.buf.append
@@ -59,7 +60,7 @@ class _WatchedIterator:
             raise                   # takes an odd trailing start, so it is still there
         except BaseException:  # the loader's own error, passed through
             self._stream.buf.pop()
-            _note_worker_exits(self._it, self._stream)
+            _note_worker_exits(self._inner, self._stream)
             raise
         append(_now())
         return item
@@ -115,20 +116,22 @@ class _Watched:
         if armed is not None and armed.iterator is None:
             # iter() handed back a stand-in (a generator, an adapter): the DataLoader's
             # iterator is built on the first next(), which settles the claim (claim.py)
-            wrapper._next = _first_next(self, wrapper, stream, armed, it)
+            wrapper._next = _first_next(self, wrapper, armed, it)
         else:
-            _settle(self, stream, armed, it)
+            _settle(self, wrapper, armed, it)
         ch.add_stream(stream)
         return wrapper
 
 
-def _settle(proxy: _Watched, stream: channel.Stream, armed: claim.Claim | None, it: Any) -> None:
+def _settle(proxy: _Watched, wrapper: _WatchedIterator, armed: claim.Claim | None, it: Any) -> None:
     """The evidence from the DataLoader's own iterator: settings, worker PIDs, polls."""
+    stream = wrapper._stream
     try:
         loader, inner, polls = proxy._ss_wrapped, it, None
         if armed is not None and armed.iterator is not None:
             loader, inner, polls = armed.loader, armed.iterator, armed.polls
             object.__setattr__(proxy, "_ss_dl", loader)  # for later epochs (persistent)
+            wrapper._inner = inner  # its workers' exit codes, should the loader raise
         stream.loader = loader_info(loader, inner)
         if polls is not None:
             stream.split(*polls)
@@ -136,7 +139,7 @@ def _settle(proxy: _Watched, stream: channel.Stream, armed: claim.Claim | None, 
         stream.loader = None
 
 
-def _first_next(proxy: _Watched, wrapper: _WatchedIterator, stream: channel.Stream,
+def _first_next(proxy: _Watched, wrapper: _WatchedIterator,
                 armed: claim.Claim, it: Any) -> Callable[[], Any]:
     def first() -> Any:
         try:
@@ -149,7 +152,7 @@ def _first_next(proxy: _Watched, wrapper: _WatchedIterator, stream: channel.Stre
                     armed.adopt(proxy._ss_dl) or armed.adopt(proxy._ss_wrapped)
                 if armed.iterator is None and _is_dataloader(proxy._ss_wrapped):
                     _say_lost(it)
-                _settle(proxy, stream, armed, it)
+                _settle(proxy, wrapper, armed, it)
             except Exception:
                 pass
     return first
