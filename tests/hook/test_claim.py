@@ -22,7 +22,8 @@ def _check_full_evidence(agent, out, rank, batches):
     assert sorted(r["worker_pids"]) == sorted(out["worker_pids"]) and len(out["worker_pids"]) == 2
     assert r["sizing"]["num_workers"] == 2
     # 4 samples x 10 ms a batch in the workers: the load times are the injected ones
-    assert 0.04 <= r["sizing"]["batch_load_seconds"] < 0.08, r["sizing"]
+    # (sleep never returns early; at a load of 30 on 2 cores, wake-ups add up to ~2x)
+    assert 0.04 <= r["sizing"]["batch_load_seconds"] < 0.12, r["sizing"]
     timeline = agent.api("/api/v1/timeline?rank=%d&seconds=120" % rank)["batches"]
     assert len(timeline) == batches
     # the split of each wait survived: the time waiting for a ready batch, within the wait
