@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot
+EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot,frameworks
 
 .PHONY: setup system demo test test-fast lint bench fuzz soak scale generate clean
 

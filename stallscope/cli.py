@@ -254,3 +254,46 @@ def demo(scenario, duration):
 
 if __name__ == "__main__":
     main()
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--ranks", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Training processes; more than one runs the command under torchrun.")
+@click.option("--json", "json_out", default="stallscope-run.json", show_default=True, metavar="FILE",
+              help="Where to write the report as JSON (diagnose's document, plus the run's ranks).")
+@click.option("--html", "html_out", default="stallscope-run.html", show_default=True, metavar="FILE",
+              help="Where to write the report as one self-contained HTML page.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(ranks, json_out, html_out, command):
+    """Train on this machine with stallscope watching: stallscope run -- python train.py ...
+
+    \b
+    Starts an agent on a private socket (no root, no Prometheus), runs COMMAND (a bare
+    `python` is the Python stallscope is installed in) with
+    STALLSCOPE_SOCKET and STALLSCOPE_JOB set for its ranks (the trainer calls
+    stallscope.watch(loader) or uses an integration), prints one line per rank each
+    second (data-wait share, batches/s, verdict), and at the end the diagnose report of
+    the worst rank, written as JSON and as an HTML page (timeline plot, evidence table,
+    causes with their fixes). No GPU signal without NVML. Exit status: the training's.
+    Ctrl-C stops the training and leaves nothing behind.
+    """
+    from .run.session import run as run_session
+
+    sys.exit(run_session(list(command), ranks=ranks, json_out=json_out, html_out=html_out))
+
+
+@main.command()
+@click.argument("a", type=click.Path(exists=True, dir_okay=False))
+@click.argument("b", type=click.Path(exists=True, dir_okay=False))
+@click.option("--threshold", default=0.02, show_default=True, type=click.FloatRange(0, 1),
+              help="B regressed when its data-wait share exceeds A's by more than this.")
+def compare(a, b, threshold):
+    """Two `stallscope run` reports side by side; exit 1 when B regressed past the
+    threshold, 2 when a file is not a report."""
+    from .run.compare import compare as run_compare
+
+    try:
+        sys.exit(run_compare(a, b, threshold, sys.stdout))
+    except (ValueError, KeyError) as e:
+        click.echo("stallscope compare: %s" % e, err=True)
+        sys.exit(2)

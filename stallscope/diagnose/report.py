@@ -98,8 +98,9 @@ def _straggler(cl, diag):
 
 
 def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", stacks=False,
-        plot=None):
-    """Diagnose ``pod``; returns the report document (see render_text, exit_code)."""
+        plot=None, finished=False):
+    """Diagnose ``pod``; returns the report document (see render_text, exit_code).
+    ``finished``: the run is over (``stallscope run``): stopped ranks are not stuck ones."""
     try:
         w = durations.parse(window)
     except ValueError as e:
@@ -123,7 +124,7 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
     diag = (nd or {}).get("diagnosis")
     me = _identity(cl, nd, w)
     stack_doc = _stacks(nd, warnings) if stacks else None
-    v, reason = verdict.decide(me, cl, diag, stack_doc, w)
+    v, reason = verdict.decide(me, cl, diag, stack_doc, w, finished=finished)
     if diag is not None and v == diag.get("verdict"):
         causes = diag.get("causes") or []
     elif v == "input_bound" and cl is not None:

@@ -80,10 +80,12 @@ def stuck(me, window_s):
     return ("elsewhere" if fresh and not blocked else "unknown"), halted
 
 
-def decide(me, cluster, diag, stacks=None, window_s=900.0):
+def decide(me, cluster, diag, stacks=None, window_s=900.0, finished=False):
     """(verdict, reason) for rank ``me`` = {rank, pod, node, data_wait_ratio, progress,
-    rank_info (the agent's /api/v1/ranks entry), batches (in the window, Prometheus)}."""
-    halt = stuck(me, window_s)
+    rank_info (the agent's /api/v1/ranks entry), batches (in the window, Prometheus)}.
+    ``finished``: the run has ended (``stallscope run``), so its ranks stopped and exited
+    on purpose; the verdict is the one on the batches it made."""
+    halt = None if finished else stuck(me, window_s)
     st = stacks or {}
     if halt:
         where, why = halt

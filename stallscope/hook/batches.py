@@ -31,7 +31,7 @@ import sys
 import weakref
 from time import perf_counter_ns
 
-from . import adapters, channel, process
+from . import adapters, channel, claim, process
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -124,42 +124,71 @@ class WorkerInit:
         return None
 
 
-def _dataloader_type() -> type | None:
-    data = sys.modules.get("torch.utils.data")
-    return getattr(data, "DataLoader", None) if data is not None else None
-
-
-def iterate(loader: Any, ident: Ident) -> Any:
-    """``iter(loader)``, with batch production timed when ``loader`` is a DataLoader."""
-    user_fn, lent, is_dl = None, False, False
-    try:
-        if process.role == "main":
-            process.ident = ident  # shard reads in this process report as this rank
-        adapters.enable()
-        dl = _dataloader_type()
-        is_dl = dl is not None and isinstance(loader, dl)
-        if is_dl and (loader.num_workers or 0) > 0:
-            user_fn = loader.worker_init_fn
-            if not isinstance(user_fn, WorkerInit):
-                loader.worker_init_fn = WorkerInit(user_fn, ident, channel.get().path)
-                lent = True
-    except Exception:
-        pass
-    if not is_dl:
-        return iter(loader)
-    try:
-        it = iter(loader)
-    finally:
-        if lent:
-            try:
-                loader.worker_init_fn = user_fn
-            except Exception:
-                pass
+def time_single_process(it: Any) -> None:
+    """num_workers == 0: time the single-process iterator's fetcher in this process."""
     try:
         fetcher = getattr(it, "_dataset_fetcher", None)
         if fetcher is not None and not isinstance(fetcher, _TimedFetcher):
             it._dataset_fetcher = timed(fetcher)
     except Exception:
         pass
+
+
+def is_loader_iterator(it: object) -> bool:
+    """A DataLoader's own iterator (single- or multi-process), as claim.py takes it."""
+    return hasattr(it, "_dataset_fetcher") or hasattr(it, "_worker_result_queue")
+
+
+def build_iterator(original: Callable[[Any], Any], loader: Any, ident: Ident) -> Any:
+    """``original(loader)`` (DataLoader._get_iterator, claim.py) with our worker_init_fn
+    lent for the moment the workers start, and the single-process fetcher timed."""
+    user_fn, lent = None, False
+    try:
+        if (loader.num_workers or 0) > 0:
+            user_fn = loader.worker_init_fn
+            if not isinstance(user_fn, WorkerInit):
+                loader.worker_init_fn = WorkerInit(user_fn, ident, channel.get().path)
+                lent = True
+    except Exception:
+        pass
+    try:
+        it = original(loader)
+    finally:
+        if lent:
+            try:
+                loader.worker_init_fn = user_fn
+            except Exception:
+                pass
+    time_single_process(it)
     return it
 
+
+def iterate(loader: Any, ident: Ident) -> tuple[Any, claim.Claim | None]:
+    """``iter(loader)`` with a claim armed on the DataLoader iterator built meanwhile
+    (claim.py: worker timing, PIDs, polls). The claim comes back still armed when
+    ``iter()`` returned a stand-in that builds it on its first ``next()``; the caller
+    settles it then. None when the claim could not be made (no torch loaded)."""
+    armed = None
+    try:
+        if process.role == "main":
+            process.ident = ident  # shard reads in this process report as this rank
+        adapters.enable()
+        if "torch.utils.data.dataloader" in sys.modules:
+            armed = claim.arm(ident, build_iterator)
+    except Exception:
+        armed = None
+    try:
+        it = iter(loader)
+    except BaseException:
+        if armed is not None:
+            claim.disarm(armed)
+        raise
+    if armed is not None and armed.iterator is None and is_loader_iterator(it):
+        # persistent workers: the DataLoader handed back the iterator it keeps
+        try:
+            armed.take(loader, it)
+        except Exception:
+            pass
+    if armed is not None and armed.iterator is not None:
+        claim.disarm(armed)
+    return it, armed

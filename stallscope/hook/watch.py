@@ -18,7 +18,7 @@ import sys
 import warnings
 from time import perf_counter_ns
 
-from . import batches, channel, device, identity, transfer
+from . import batches, channel, claim, device, identity
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -34,11 +34,12 @@ _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_wo
 
 
 class _WatchedIterator:
-    __slots__ = ("_it", "_next", "_append", "_stream", "__weakref__")
+    __slots__ = ("_it", "_next", "_append", "_stream", "_inner", "__weakref__")
 
     def __init__(self, it: Any, stream: channel.Stream) -> None:
         self._it = it  # the loader's own iterator (for a DataLoader: sized, with attributes)
         self._stream = stream
+        self._inner = it  # the DataLoader's own iterator, when a wrapper hides it (claim.py)
         # Bound methods, looked up once: each saved attribute lookup is ~10 ns per batch.
         self._next: Callable[[], Any] = it.__next__
         self._append = stream.buf.append
@@ -59,7 +60,7 @@ class _WatchedIterator:
             raise                   # takes an odd trailing start, so it is still there
         except BaseException:  # the loader's own error, passed through
             self._stream.buf.pop()
-            _note_worker_exits(self._it, self._stream)
+            _note_worker_exits(self._inner, self._stream)
             raise
         append(_now())
         return item
@@ -79,12 +80,13 @@ class _Watched:
     # Set with object.__setattr__: the proxy's own __setattr__ writes to the wrapped object.
     # Not annotated in the class body, which would give the proxy an __annotations__ of its
     # own instead of the wrapped one's; mypy types them through __getattr__ (Any).
-    __slots__ = ("_ss_wrapped", "_ss_ident", "_ss_iter", "__weakref__")
+    __slots__ = ("_ss_wrapped", "_ss_ident", "_ss_iter", "_ss_dl", "__weakref__")
 
     def __init__(self, wrapped: Iterable[Any], ident: Ident) -> None:
         object.__setattr__(self, "_ss_wrapped", wrapped)
         object.__setattr__(self, "_ss_ident", ident)
         object.__setattr__(self, "_ss_iter", None)
+        object.__setattr__(self, "_ss_dl", None)  # the DataLoader found behind it (claim.py)
 
     @property  # type: ignore[misc]  # read-only: a proxy cannot be re-classed
     def __class__(self) -> type:
@@ -105,21 +107,73 @@ class _Watched:
         return repr(self._ss_wrapped)
 
     def __iter__(self) -> _WatchedIterator:
-        it = batches.iterate(self._ss_wrapped, self._ss_ident)  # + batch production timing
+        it, armed = batches.iterate(self._ss_wrapped, self._ss_ident)  # + batch production timing
         ch = channel.get()
         wrapper = _WatchedIterator.__new__(_WatchedIterator)
         stream = channel.Stream(self._ss_ident, owner=wrapper)
         _WatchedIterator.__init__(wrapper, it, stream)
-        try:
-            stream.loader = loader_info(self._ss_wrapped, it)
-        except Exception:
-            stream.loader = None
         stream.cuda = device.cuda_device()
-        polls = transfer.attach(it)  # waiting for a ready batch vs transfer (never raises)
-        if polls is not None:
-            stream.split(*polls)
+        if armed is not None and armed.iterator is None:
+            # iter() handed back a stand-in (a generator, an adapter): the DataLoader's
+            # iterator is built on the first next(), which settles the claim (claim.py)
+            wrapper._next = _first_next(self, wrapper, armed, it)
+        else:
+            _settle(self, wrapper, armed, it)
         ch.add_stream(stream)
         return wrapper
+
+
+def _settle(proxy: _Watched, wrapper: _WatchedIterator, armed: claim.Claim | None, it: Any) -> None:
+    """The evidence from the DataLoader's own iterator: settings, worker PIDs, polls."""
+    stream = wrapper._stream
+    try:
+        loader, inner, polls = proxy._ss_wrapped, it, None
+        if armed is not None and armed.iterator is not None:
+            loader, inner, polls = armed.loader, armed.iterator, armed.polls
+            object.__setattr__(proxy, "_ss_dl", loader)  # for later epochs (persistent)
+            wrapper._inner = inner  # its workers' exit codes, should the loader raise
+        stream.loader = loader_info(loader, inner)
+        if polls is not None:
+            stream.split(*polls)
+    except Exception:
+        stream.loader = None
+
+
+def _first_next(proxy: _Watched, wrapper: _WatchedIterator,
+                armed: claim.Claim, it: Any) -> Callable[[], Any]:
+    def first() -> Any:
+        try:
+            return it.__next__()
+        finally:
+            claim.disarm(armed)
+            wrapper._next = it.__next__  # every later batch: the plain path
+            try:
+                if armed.iterator is None:
+                    armed.adopt(proxy._ss_dl) or armed.adopt(proxy._ss_wrapped)
+                if armed.iterator is None and _is_dataloader(proxy._ss_wrapped):
+                    _say_lost(it)
+                _settle(proxy, wrapper, armed, it)
+            except Exception:
+                pass
+    return first
+
+
+_lost_said = False
+
+
+def _say_lost(it: object) -> None:
+    """Once per process: which evidence a hidden DataLoader iterator costs, and why."""
+    global _lost_said
+    if _lost_said:
+        return
+    _lost_said = True
+    kind = type(it)
+    warnings.warn(
+        "stallscope.watch: the DataLoader's iterator is hidden behind %s.%s (another tool "
+        "wraps DataLoader.__iter__ and builds its iterator elsewhere): lost for this loader: "
+        "worker batch times, worker PIDs and the ready/transfer split of each wait; the "
+        "per-batch data-wait is still measured" % (kind.__module__, kind.__qualname__),
+        RuntimeWarning, stacklevel=3)
 
 
 class _WatchedSized(_Watched):

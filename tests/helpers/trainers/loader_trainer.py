@@ -5,6 +5,11 @@ its stdin closes, so the agent keeps the rank while the test reads it.
 
     python tests/helpers/trainers/loader_trainer.py '{"workers": 2, "sample_s": 0.01,
         "batch": 4, "compute_s": 0.006, "batches": 30, "start": "fork"}'
+
+"wrap" puts another tool's instrumentation in front of the loader's iterator first:
+"generator" patches DataLoader.__iter__ with a generator around the original (the way
+TraceML's auto mode does), "traceml" runs TraceML's own auto mode (traceml_ai.init,
+reporting to the aggregator at TRACEML_AGGREGATOR_PORT, its logs in TRACEML_LOGS_DIR).
 """
 import json
 import os
@@ -42,8 +47,25 @@ class SlowIterable(IterableDataset):
             yield torch.tensor([i])
 
 
+def wrap_iter(how):
+    if how == "generator":
+        original = DataLoader.__iter__
+
+        def patched(self):  # a generator: the DataLoader's iterator is built on first next()
+            yield from original(self)
+
+        DataLoader.__iter__ = patched
+    elif how == "traceml":
+        import traceml_ai
+
+        traceml_ai.init(mode="auto", aggregator_port=int(os.environ["TRACEML_AGGREGATOR_PORT"]),
+                        logs_dir=os.environ["TRACEML_LOGS_DIR"], on_missing_aggregator="raise")
+        assert getattr(DataLoader, "_traceml_patched", False), "TraceML did not patch DataLoader"
+
+
 def main():
     cfg = json.loads(sys.argv[1])
+    wrap_iter(cfg.get("wrap"))
     workers = cfg.get("workers", 0)
     n = cfg.get("batches", 20) * cfg.get("batch", 4)
     kind = SlowIterable if cfg.get("iterable") else SlowMap
@@ -54,9 +76,10 @@ def main():
                     num_workers=workers, **kw)
     loader = stallscope.watch(dl)
     batches = 0
-    for _batch in loader:
-        time.sleep(cfg.get("compute_s", 0.005))
-        batches += 1
+    for _epoch in range(cfg.get("epochs", 1)):
+        for _batch in loader:
+            time.sleep(cfg.get("compute_s", 0.005))
+            batches += 1
     if cfg.get("then"):  # the loader restarted with other settings (issue 17's proof afterwards)
         cfg.update(cfg.pop("then"))
         kw = dict(persistent_workers=True, multiprocessing_context=cfg.get("start", "fork"))

@@ -1,0 +1,50 @@
+"""The README's single-machine example: a real DataLoader with worker processes feeding a
+training step of fixed cost. `--slow` makes each sample cost 60 ms (2 workers, 8 samples
+a batch: a batch every 240 ms against 150 ms of compute), so the loop waits on its loader.
+
+    stallscope run -- python examples/train.py --slow
+"""
+import argparse
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import stallscope
+
+
+class Samples(Dataset):
+    def __init__(self, n, cost_s):
+        self.n, self.cost_s = n, cost_s
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.cost_s)  # decoding, augmenting ... (sleep: the same on any machine)
+        return torch.full((16,), float(i % 10)), torch.tensor(float(i % 2))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--slow", action="store_true", help="60 ms a sample instead of 2 ms")
+    p.add_argument("--batches", type=int, default=80)
+    p.add_argument("--exit-status", type=int, default=0, help="exit with this status at the end")
+    p.add_argument("--tag", default="", help="ignored (lets a test find this process)")
+    args = p.parse_args()
+    cost = 0.06 if args.slow else 0.002
+    loader = DataLoader(Samples(args.batches * 8, cost), batch_size=8, num_workers=2)
+    loader = stallscope.watch(loader)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(0.15)  # the rest of the step (on a GPU: the forward and backward)
+    raise SystemExit(args.exit_status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""``stallscope run -- python train.py``: one machine, no root, no Prometheus."""

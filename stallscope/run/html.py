@@ -1,0 +1,91 @@
+"""The HTML report of ``stallscope run``: one self-contained page (the timeline plot
+inlined as a PNG data URI, no script, no external file) with the verdict, the evidence
+table, the causes with their fixes (the vocabulary's advice and runbook), the per-rank
+summary and the next steps. The same document as the JSON report, for people."""
+import base64
+import html
+
+from .. import vocabulary
+from ..diagnose import render
+
+_STYLE = """
+body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222;max-width:1100px}
+h1{font-size:22px} h2{font-size:17px;margin-top:26px}
+.verdict{font-size:18px;font-weight:bold;padding:8px 12px;background:#f2f2f2;border-left:6px solid #888}
+.input_bound{border-color:#c0392b} .healthy{border-color:#27ae60} .not_input_bound{border-color:#e67e22}
+table{border-collapse:collapse;margin-top:6px} th{background:#1f4e79;color:#fff;text-align:left}
+th,td{padding:5px 10px;border:1px solid #bbb;font-size:13px} tr.over td{background:#fde2e0}
+img{max-width:100%;border:1px solid #ccc}
+"""
+
+
+def _e(x):
+    return html.escape("" if x is None else str(x))
+
+
+def _table(headers, rows, classes=None):
+    head = "".join("<th>%s</th>" % _e(h) for h in headers)
+    body = "".join('<tr class="%s">%s</tr>' % (_e((classes or [""] * len(rows))[i]),
+                                                "".join("<td>%s</td>" % _e(c) for c in r))
+                   for i, r in enumerate(rows))
+    return "<table><tr>%s</tr>%s</table>" % (head, body)
+
+
+def _evidence(doc):
+    rows, classes = [], []
+    for r in doc.get("evidence") or []:
+        rows.append((r["signal"], render.value(r["signal"], r["value"]), render._threshold(r),
+                     render._status(r), r.get("source", "")))
+        classes.append("over" if r.get("status") == "over" else "")
+    return _table(("signal", "value", "threshold", "status", "source"), rows, classes)
+
+
+def _causes(doc):
+    rows = []
+    for c in doc.get("causes") or []:
+        if c["score"] <= 0:
+            continue
+        known = vocabulary.CAUSE.get(c["cause"])
+        rows.append((c["cause"], "%.2f" % c["score"], c.get("summary") or "",
+                     known.advice if known else "", known.runbook if known else ""))
+    if not rows:
+        return "<p>No cause scored.</p>"
+    return _table(("cause", "score", "finding", "fix", "runbook"), rows)
+
+
+def _ranks(doc):
+    rows = [(r["rank"], r["batches"], render.value("x_ratio", r["data_wait_ratio"]),
+             "%.2f" % r["batches_per_second"] if r.get("batches_per_second") else "n/a",
+             r.get("verdict") or "", r.get("cause") or "")
+            for r in (doc.get("run") or {}).get("ranks") or []]
+    return _table(("rank", "batches", "data-wait", "batches/s", "verdict", "top cause"), rows)
+
+
+def page(doc, png_path=None):
+    plot = "<p>No timeline plot (matplotlib missing or no batches in the window).</p>"
+    if png_path:
+        with open(png_path, "rb") as f:
+            data = base64.b64encode(f.read()).decode()
+        plot = '<img id="timeline" alt="timeline" src="data:image/png;base64,%s">' % data
+    run = doc.get("run") or {}
+    steps = "".join("<li>%s%s</li>" % (_e(s["step"]), " [%s]" % _e(s["runbook"]) if s.get("runbook") else "")
+                    for s in doc.get("next_steps") or [])
+    notes = "".join("<li>%s</li>" % _e(w) for w in doc.get("warnings") or [])
+    gpu = (doc.get("gpu") or {}).get("source")
+    return """<!doctype html><html><head><meta charset="utf-8"><title>stallscope run: %(title)s</title>
+<style>%(style)s</style></head><body>
+<h1>stallscope run: <code>%(cmd)s</code></h1>
+<p>exit status %(code)s after %(elapsed)ss; GPU signal: %(gpu)s</p>
+<div class="verdict %(verdict)s">%(headline)s</div><p>%(reason)s</p>
+<h2>Timeline of the worst rank</h2>%(plot)s
+<h2>Evidence</h2>%(evidence)s
+<h2>Causes and fixes</h2>%(causes)s
+<h2>Ranks</h2>%(ranks)s
+<h2>Next steps</h2><ul>%(steps)s</ul>%(notes)s
+</body></html>
+""" % {"title": _e(doc.get("verdict")), "style": _STYLE, "cmd": _e(" ".join(run.get("command") or [])),
+       "code": _e(run.get("exit_status")), "elapsed": _e(run.get("elapsed_seconds")),
+       "gpu": _e(gpu or "none (no NVML on this machine)"), "verdict": _e(doc.get("verdict")),
+       "headline": _e(render.headline(doc)), "reason": _e(doc.get("reason")), "plot": plot,
+       "evidence": _evidence(doc), "causes": _causes(doc), "ranks": _ranks(doc), "steps": steps,
+       "notes": "<h2>Notes</h2><ul>%s</ul>" % notes if notes else ""}
