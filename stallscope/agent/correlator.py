@@ -65,7 +65,7 @@ class CorrelatorPart(Part):
     def __init__(self, host: Any, options: CorrelatorOptions = CorrelatorOptions(),
                  gpu_source_of: Callable[[Any], str | None] = no_gpu,
                  quota_of: Callable[[Any], tuple[float | None, int | None]] | None = None,
-                 hang_of: Callable[[Any], dict | None] = lambda _k: None) -> None:
+                 hang_of: Callable[[Any], dict[str, Any] | None] = lambda _k: None) -> None:
         super().__init__(host)
         self.hang_of = hang_of  # rank key -> the hangs part's latest triage (hangs.py)
         # rank key -> (CFS quota in cores, ranks sharing it), from the cfs exporter; None
@@ -78,8 +78,8 @@ class CorrelatorPart(Part):
         self.results: list[Any] = []        # [(labels, diagnosis)] from the last scheduled run
         self.detections: dict[Any, detect.Detection] = {}   # rank key -> the latest test
         self.stalls: dict[Any, Any] = {}    # rank key -> (analysed at, since_ns, labels, diagnosis)
-        self.settings: dict[Any, dict] = {}  # rank key -> loader settings and quota last seen
-        self.changes: dict[Any, dict] = {}   # rank key -> the latest change marked (change.py)
+        self.settings: dict[Any, dict[str, Any]] = {}  # rank key -> loader settings and quota last seen
+        self.changes: dict[Any, dict[str, Any]] = {}   # rank key -> the latest change marked (change.py)
         self.last_watch_ns = 0
         self.runs = 0
         self.failures = 0
@@ -151,7 +151,7 @@ class CorrelatorPart(Part):
         self.detections = found
         for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:
             del self.stalls[key]
-        due: dict[str, list[Any]] = {}
+        due: dict[str, list[tuple[Any, int]]] = {}  # job -> [(rank, since_ns)]
         for r in ranks:
             d = found[r.key]
             if not d.stalled or d.since_ns is None:
@@ -159,16 +159,17 @@ class CorrelatorPart(Part):
             last = self.stalls.get(r.key)
             if last is not None and now - last[0] < self.stall_refresh(d.since_ns, now_ns):
                 continue
-            due.setdefault(r.ident["job"], []).append(r)
+            due.setdefault(r.ident["job"], []).append((r, d.since_ns))
         # One analysis per job for all of its ranks due now: each peer's trace is built
         # once, not once per stalled rank (64 stalled ranks cost 64 x 64 traces before).
         # The window is the widest the job's due stalls need; each rank is still judged
         # on its own stall (since_of), the rest is the quiet time before it.
-        for job, members in due.items():
+        for job, stalled in due.items():
             peers = [p for p in ranks if p.ident["job"] == job]
-            window = max(self.stall_window(found[r.key].since_ns, now_ns) for r in members)
+            members = [r for r, _ in stalled]
+            window = max(self.stall_window(since, now_ns) for _, since in stalled)
             results = self.analyse(members, window, peers,
-                                   since_of={r.key: found[r.key].since_ns for r in members})
+                                   since_of={r.key: since for r, since in stalled})
             for r in members:
                 result = results[r.key]
                 result["detection"] = found[r.key].as_json(now_ns)

@@ -54,7 +54,7 @@ class HangsPart(Part):
         self.threshold = options.threshold
         self.blocked: dict[Any, int] = {}     # rank key -> since_ns of its blocked next() call
         self.done: dict[Any, int] = {}        # rank key -> since_ns of the call triaged last
-        self.results: dict[Any, dict] = {}    # rank key -> the latest triage
+        self.results: dict[Any, dict[str, Any]] = {}    # rank key -> the latest triage
         self.paused: collections.OrderedDict[tuple[int, int], float] = collections.OrderedDict()
         self.pauses = 0                       # py-spy dumps that paused a process, all told
         self.busy: threading.Thread | None = None
@@ -139,7 +139,7 @@ class HangsPart(Part):
         with self.lock:
             last = self.paused.get(ident)
             may_pause = last is None or now - last >= self.threshold
-        if not stuck and not may_pause:
+        if not stuck and last is not None and not may_pause:
             return dict(kernel, pid=pid, role=role, paused=False,
                         error="paused %.0f s ago: not again within the threshold" % (now - last))
         out = stacks.one(py_spy, pid, role, nonblocking=stuck)

@@ -8,6 +8,7 @@ start: that is epoch_start's, not the new settings' steady pace)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ WATCHED = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
 MIN_AFTER = 5   # fewer steady batches after the change: "after" is not measured yet
 
 
-def settings_of(loader: dict | None, quota_cores: float | None) -> dict[str, Any]:
+def settings_of(loader: Mapping[str, Any] | None, quota_cores: float | None) -> dict[str, Any]:
     out = {k: (loader or {}).get(k) for k in WATCHED}
     out["cpu_quota_cores"] = quota_cores
     return out

@@ -33,7 +33,7 @@ def _runnable(path):
     return os.path.isfile(path) and os.access(path, os.X_OK, effective_ids=effective)
 
 
-def find_py_spy():
+def find_py_spy() -> str:
     """$STALLSCOPE_PY_SPY, else py-spy on PATH, else next to this Python (a venv's bin)."""
     given = os.environ.get(PY_SPY_ENV)
     if given:
@@ -106,7 +106,7 @@ def main_thread(threads, pid):
     return threads[0] if threads else {}
 
 
-def one(py_spy, pid, role, nonblocking=False):
+def one(py_spy: str, pid: int, role: str, nonblocking: bool = False) -> dict:
     try:
         threads = dump(py_spy, pid, nonblocking=nonblocking)
     except StacksError as e:
