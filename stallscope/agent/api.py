@@ -83,7 +83,12 @@ class CoreRoutes:
         if len(found) > 1:
             raise ApiError(400, "%d ranks match %s: add job= or pod=" % (len(found), match))
         r = found[0]
-        events = self.host.timeline(r, seconds)
+        events = self.host.timeline(r, seconds, True)
+        # A call still blocked in next() (hook/channel.py blocked_since) is not a batch:
+        # its own field, the wait so far (RankTrace.from_timeline puts it back last).
+        still = events[-1].tolist() if r.provisional_ns and len(events) else None
+        if still is not None:
+            events = events[:-1]
         samples = self.host.samples
         body: dict[str, Any] = {
             "rank": r.ident, "seconds": seconds, "clock": "CLOCK_MONOTONIC ns",
@@ -94,6 +99,8 @@ class CoreRoutes:
                         {"t_end_ns": e, "wait_ns": w, "interval_ns": i, "ready_wait_ns": r}
                         for e, w, i, r in events.tolist()],
             # Rank-scoped and node-wide signals share names (psi_*): each has its own field.
+            "open_wait": (None if still is None else
+                          {"t_end_ns": still[0], "wait_ns": still[1], "interval_ns": still[2]}),
             "signals": {sig: [[t, v] for t, v in samples.series(r.key, sig, seconds)]
                         for sig in samples.signals(r.key)},
             "node_signals": {sig: [[t, v] for t, v in samples.series("node", sig, seconds)]

@@ -97,7 +97,7 @@ class CorrelatorPart(Part):
         signals, when several traces share them."""
         if node is None:
             node = self._scope("node", seconds)
-        return RankTrace.from_events(dict(rank.ident), rank.loader, self.host.timeline(rank, seconds),
+        return RankTrace.from_events(dict(rank.ident), rank.loader, self.host.timeline(rank, seconds, True),
                                      self._scope(rank.key, seconds), node,
                                      self.gpu_source_of(rank.key))
 
@@ -142,11 +142,11 @@ class CorrelatorPart(Part):
         ranks = self.host.ranks()
         found = {}
         for r in ranks:
-            if detect.quiet_now(self.host.timeline(r, detect.QUIET_BINS + 1), now_ns):
+            if detect.quiet_now(self.host.timeline(r, detect.QUIET_BINS + 1, True), now_ns):
                 found[r.key] = detect.NONE  # what the whole test would say, for less
                 continue
             trace = RankTrace.from_events(dict(r.ident), r.loader,
-                                          self.host.timeline(r, detect.HORIZON_BINS), {}, {})
+                                          self.host.timeline(r, detect.HORIZON_BINS, True), {}, {})
             found[r.key] = detect.detect(trace, now_ns)
         self.detections = found
         for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:

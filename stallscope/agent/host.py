@@ -37,10 +37,10 @@ class AgentHost:
     def find(self, **match: Any) -> list[RankState]:
         return self.table.find(**match)
 
-    def timeline(self, rank: RankState, seconds: float) -> Any:
+    def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> Any:
         """(n, 4) int64 array of (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest
         first; ready_wait_ns -1 where the wait was not split."""
-        return self.table.timeline(rank, seconds)
+        return self.table.timeline(rank, seconds, open_wait)
 
     def clock(self) -> float:
         return time.monotonic()

@@ -371,16 +371,18 @@ class RankTable:
             return [r for r in self.ranks.values()
                     if all(str(r.ident.get(k)) == str(v) for k, v in match.items())]
 
-    def timeline(self, rank: RankState, seconds: float) -> np.ndarray:
+    def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> np.ndarray:
         """The rank's batch events of the last ``seconds``: an (n, 4) int64 array of
         (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns is
-        -1 where the hook did not split the wait."""
+        -1 where the hook did not split the wait. ``open_wait``: and, last, the call still
+        blocked in next() if there is one (the correlator's view; the API's batches are
+        the completed ones, the open wait its own field)."""
         # Hook timestamps are CLOCK_MONOTONIC (perf_counter_ns), the clock of monotonic_ns.
         horizon = time.monotonic_ns() - int(min(seconds * 1e9, self.timeline_ns))
         with self.lock:
             rows = rank.timeline.since(horizon)
             blocked, start = rank.provisional_ns, rank.provisional_start_ns
-        if not blocked:
+        if not blocked or not open_wait:
             return rows
         # A call still blocked in next() is a wait that has not ended: it goes last, as
         # far as the hook has reported it, as the SLI's sums already count it. Without it

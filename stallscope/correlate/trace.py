@@ -156,6 +156,9 @@ class RankTrace:
         batches = body.get("batches") or []
         events = [(b["t_end_ns"], b["wait_ns"], b["interval_ns"], b.get("ready_wait_ns", -1))
                   for b in batches]
+        still = body.get("open_wait")  # a call still blocked in next(): all of it a ready wait
+        if isinstance(still, dict):
+            events.append((still["t_end_ns"], still["wait_ns"], still["interval_ns"], still["wait_ns"]))
         signals = {k: Series.from_points(v) for k, v in (body.get("signals") or {}).items()}
         node = {k: Series.from_points(v) for k, v in (body.get("node_signals") or {}).items()}
         gpu = body.get("gpu") if isinstance(body.get("gpu"), dict) else {}

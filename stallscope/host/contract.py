@@ -133,7 +133,7 @@ class Host(Protocol):
 
     def find(self, **match: Any) -> list[Rank]: ...
 
-    def timeline(self, rank: Rank, seconds: float) -> Any:
+    def timeline(self, rank: Rank, seconds: float, open_wait: bool = False) -> Any:
         """The rank's batch events of the last ``seconds``: an (n, 4) int64 numpy array
         of (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns
         is -1 where the hook did not split the wait (hook/transfer.py)."""
