@@ -52,9 +52,16 @@ def steps(doc):
                 text = _more_workers(doc)
             p = c.get("prediction") or {}
             if p.get("settings"):  # the measured change replaces the generic advice's first step
-                text = "%s%s: predicted data-wait %.1f%%, step %.3gs. %s" % (
+                head = "%s%s: predicted data-wait %.1f%%, step %.3gs." % (
                     p["change"][0].upper(), p["change"][1:], 100 * p["predicted_data_wait_ratio"],
-                    p["predicted_step_seconds"], text)
+                    p["predicted_step_seconds"])
+                if c["cause"] == "too_few_workers":
+                    # the replayed worker count stands instead of the sizing rule's, not
+                    # beside it (two different counts in one step read as a contradiction)
+                    persistent = (doc.get("loader") or {}).get("persistent_workers")
+                    text = head + ("" if persistent else " Set persistent_workers=True.")
+                else:
+                    text = "%s %s" % (head, text)
             add(alert, text)
         add("StallscopeDataWaitHigh", "Compare the worst and the median rank: close means the whole "
             "job starves (shared storage, per-sample cost); far apart means one bad rank or node.")

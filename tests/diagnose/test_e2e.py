@@ -111,8 +111,14 @@ def test_slowed_rank_is_named_with_its_pod_and_node(cluster):
     assert doc["loader"]["num_workers"] == 2
     # the agent's sizing: ceil(T_load / T_compute) = ceil(4 x 0.24 / 0.4) = 3 workers
     assert (doc["sizing"]["num_workers"], doc["sizing"]["workers_needed"]) == (2, 3)
-    assert doc["next_steps"][0] == {"step": "Raise num_workers from 2 to 3; set persistent_workers=True.",
-                                    "runbook": "runbooks/StallscopeDataWaitHigh.md"}
+    # the first step is the prediction's change (the DataLoader's queue replayed with the
+    # measured load and compute times), with what it buys, and no second worker count
+    step = doc["next_steps"][0]
+    p = doc["causes"][0]["prediction"]
+    assert step["runbook"] == "runbooks/StallscopeDataWaitHigh.md"
+    assert step["step"].startswith("Raise num_workers from 2 to %d: predicted data-wait " % (
+        p["settings"]["num_workers"])) and step["step"].endswith(" Set persistent_workers=True.")
+    assert p["settings"]["num_workers"] >= 3 and step["step"].count("num_workers") == 1
     # the node's correlator: the stall repeats every num_workers batches and the load time
     # predicts the wait, nothing else moves with it
     assert doc["agent_verdict"] == "input_bound"
