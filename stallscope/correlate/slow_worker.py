@@ -74,6 +74,11 @@ def attribute(trace: Any, steady: np.ndarray) -> tuple[dict[int, float], dict[in
     # the window are not counted: the ready count errs low)
     taken = np.searchsorted(trace.t_end, starts, side="right")
     ready = first - taken
+    if len(ready) and ready.min() < 0:
+        # Completions missing from the window's start (reports that came late or went,
+        # batches the loop took that no report covers) shift every count by as many:
+        # counted from the lowest point, where none was ready (the count errs low).
+        ready = ready - ready.min()
     # a wait whose batch was finished before it began was a transfer, not a worker's
     for i in np.nonzero((waits > 0) & (last >= 0) & (last >= first))[0]:
         w = int(pid[last[i]])
