@@ -18,6 +18,7 @@ pytest.importorskip("accelerate")
 
 
 @pytest.mark.slow
+@pytest.mark.frameworks  # minutes each: make test-frameworks, out of CI's 25 minutes
 @pytest.mark.parametrize("mode", ["trainer", "accelerate"])
 def test_hf_starved_loader_is_input_bound_and_a_fast_one_is_not(agent_factory, tmp_path, mode):
     agent = agent_factory(*AGENT_ARGS)

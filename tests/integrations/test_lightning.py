@@ -18,6 +18,7 @@ pytest.importorskip("pytorch_lightning")
 
 
 @pytest.mark.slow
+@pytest.mark.frameworks  # minutes each: make test-frameworks, out of CI's 25 minutes
 def test_lightning_ddp_starved_loader_is_input_bound_and_a_fast_one_is_not(agent_factory, tmp_path):
     agent = agent_factory(*AGENT_ARGS)
     starved = dict(STARVED, devices=2)
