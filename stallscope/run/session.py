@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 
+from ..lab import teardown
 from ..lab.procs import AgentProcess
 from . import html, live
 
@@ -53,7 +54,10 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
     workdir = tempfile.mkdtemp(prefix="stallscope-run-")
     job = "run-%d" % os.getpid()
     pod = "stallscope-run-%d" % os.getpid()  # the ranks' pod name, for the report
-    agent = AgentProcess(args=["--correlate.interval", "1", "--correlate.window", "30"], workdir=workdir)
+    # Its own session (a terminal's Ctrl-C reaches only us, and we stop it) and it dies with
+    # us: a `stallscope run` killed outright left its agent behind (the lab's mechanism).
+    agent = AgentProcess(args=["--correlate.interval", "1", "--correlate.window", "30"], workdir=workdir,
+                         popen_kwargs=teardown.session_kwargs())
     child, bodies = None, {}
     previous = signal.signal(signal.SIGTERM, _on_term)
     view = live.View(out)
