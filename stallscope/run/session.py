@@ -60,6 +60,9 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
                          popen_kwargs=teardown.session_kwargs())
     child, bodies = None, {}
     previous = signal.signal(signal.SIGTERM, _on_term)
+    # Ctrl-C stops the run even when we were started with SIGINT ignored (a background
+    # job, a parent that ignores it: the full test suite's pytest), which Python keeps.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     view = live.View(out)
     try:
         agent.start()
@@ -89,6 +92,7 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         if child is not None and child.poll() is None:
             _interrupt(child)
         agent.stop()
