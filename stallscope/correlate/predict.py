@@ -321,22 +321,16 @@ NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work: on the CPU the wor
                  "unexplained": "sample the workers' stacks first"}
 
 
+# cause -> its configuration fix's model (the others: what to fix and the headroom)
+MODELS = {"too_few_workers": workers, "cpu_throttle": cpu_limit, "storage_latency": storage,
+          "shm_exhaustion": shm, "epoch_start": persistent, "slow_worker": in_order_false}
+
+
 def for_cause(cause: str, m: Measured) -> dict[str, Any] | None:
     """The prediction for one cause, or for a cause without a configuration fix what
     to fix and the headroom (what fixing it fully would buy)."""
-    found = None
-    if cause == "too_few_workers":
-        found = workers(m)
-    elif cause == "cpu_throttle":
-        found = cpu_limit(m)
-    elif cause == "storage_latency":
-        found = storage(m)
-    elif cause == "shm_exhaustion":
-        found = shm(m)
-    elif cause == "epoch_start":
-        found = persistent(m)
-    elif cause == "slow_worker":
-        found = in_order_false(m)
+    model = MODELS.get(cause)
+    found = model(m) if model is not None else None
     if found is not None:
         return dict(found, cause=cause)
     h = headroom(m)
