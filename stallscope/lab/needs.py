@@ -25,6 +25,22 @@ def cpu_cgroup():
     return None
 
 
+def memory_cgroup():
+    """("v1"|"v2" as 1|2, base directory) where a child memory cgroup with a limit can be made."""
+    base = "/sys/fs/cgroup/memory"
+    if os.path.exists(os.path.join(base, "memory.limit_in_bytes")) and os.access(base, os.W_OK):
+        return 1, base
+    root = "/sys/fs/cgroup"
+    try:
+        with open(os.path.join(root, "cgroup.subtree_control")) as f:
+            enabled = f.read().split()
+    except OSError:
+        enabled = []
+    if "memory" in enabled and os.access(root, os.W_OK):
+        return 2, root
+    return None
+
+
 def _fuse():
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing (load the fuse module, or give the container --device /dev/fuse)"
@@ -71,6 +87,9 @@ CHECKS = {
     "root": lambda: None if os.geteuid() == 0 else "needs root (run it with sudo)",
     "cpu_cgroup": lambda: None if cpu_cgroup() else
     "needs a writable cpu cgroup controller (cgroup v1 cpu, or v2 with cpu in cgroup.subtree_control)",
+    "memory_cgroup": lambda: None if memory_cgroup() else
+    "needs a writable memory cgroup controller (cgroup v1 memory, or v2 with memory in "
+    "cgroup.subtree_control)",
     "fuse": _fuse,
     "unshare": lambda: None if shutil.which("unshare") else "needs unshare(1) (apt-get install util-linux)",
     "disk": _disk,

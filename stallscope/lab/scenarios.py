@@ -168,6 +168,26 @@ SCENARIOS = (
              "of every ~4.5 s epoch waits at its start.", _cause("epoch_start"),
              real=RealRun(target={"epoch_batches": 20, "persistent_workers": False,
                                   "worker_start_s": 1.5}, alerts=WAIT)),
+    # issue 18: loader workers killed by the kernel; the rank restarts its loader and goes on
+    Scenario("shm-bus-error", "One rank's /dev/shm (its own mount namespace) is 128 MiB, 112 MiB of "
+             "it held by a crashed run's leftovers, and its 2 loader workers keep every sample (64 "
+             "KiB) in a /dev/shm mapping that is not fallocate'd: every few seconds one fills the "
+             "tmpfs and dies of SIGBUS (\"DataLoader worker (pid N) is killed by signal: Bus "
+             "error\"); the rank restarts its loader, whose workers take 2 x 0.5 s to start.",
+             _cause("shm_exhaustion"),
+             real=RealRun(fault=faults.ShmBusError, target={"worker_start_s": 0.5},
+                          alerts=WAIT + _alerts("StallscopeLoaderWorkerKilled"),
+                          # the leftovers keep /dev/shm near the line all along
+                          may_fire=_alerts("StallscopeShmNearlyFull"))),
+    Scenario("oom-kill", "One rank runs under a 1 GiB memory limit (its pod's memory cgroup) and its "
+             "2 loader workers keep every sample in their heap (1 MiB each, as an unbounded cache "
+             "does): every few seconds one is OOM-killed at the limit (\"DataLoader worker (pid N) "
+             "is killed by signal: Killed\"); the rank restarts its loader, whose workers take 2 x "
+             "0.5 s to start.", _cause("memory_limit"),
+             real=RealRun(fault=faults.MemoryLimit, target={"worker_start_s": 0.5},
+                          alerts=WAIT + _alerts("StallscopeLoaderWorkerKilled"),
+                          # reclaim at the limit stalls the pod's tasks on memory
+                          may_fire=_alerts("StallscopeMemoryPressure"))),
     Scenario("cpu-throttle-episodes", "Throttling that comes and goes, with a decoy: I/O "
              "pressure high all along, not moving with the stalls.", _cause("cpu_throttle"),
              synthetic=synthetic.cpu_throttle_episodes),

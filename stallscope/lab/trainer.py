@@ -43,7 +43,14 @@ The plan (JSON):
   ``worker_start_s`` (each worker's start-up cost, slept in its worker_init_fn)
 - loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
   throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
-  that retries while /dev/shm is full)
+  that retries while /dev/shm is full); what each keeps per sample until the kernel
+  kills it (growth.py): ``worker_shm_cache_bytes`` in /dev/shm (a SIGBUS once it is full),
+  ``worker_leak_bytes`` in its heap (an OOM kill at the pod's memory limit)
+- ``restart_on_worker_death``: when a worker dies, the DataLoader raises "DataLoader
+  worker (pid N) is killed by signal: ..." (from its SIGCHLD handler, wherever the loop
+  is); the rank drops the broken iterator and starts a new one, as a job that restarts
+  its loader does, instead of stopping. One all_reduce a step (the gradients flattened),
+  so an error raised mid-step never leaves the ranks a collective apart.
 
 Runs until SIGTERM or ``max_s``; exits 0 when stopped, whatever the other ranks did by
 then. When a peer dies mid-step the collective fails; the rank then stops stepping and
@@ -88,11 +95,12 @@ def _dataset(plan):
     import torch
     from torch.utils.data import Dataset
 
-    from . import sources
+    from . import growth, sources
 
     class LabDataset(Dataset):
         def __init__(self):
             self.source = None
+            self.keepers = None
             self.floats = max(FEATURES, plan.get("sample_bytes", 4096) // 4)
             self.tensors = max(1, plan.get("tensors_per_sample", 1))
             self.sleep_s, self.read_at = plan.get("sample_sleep_s", 0.0), 0.0
@@ -117,6 +125,10 @@ def _dataset(plan):
         def __getitem__(self, i):
             if self.source is None:  # opened in the worker, after the fork
                 self.source = sources.from_plan(plan) or False
+            if self.keepers is None:
+                self.keepers = growth.from_plan(plan)
+            for keeper in self.keepers:
+                keeper.keep()
             n = plan.get("reads_per_sample", 1)
             data = b"".join(self.source.read(i * n + k) for k in range(n)) if self.source else b""
             if plan.get("sample_cpu_s"):
@@ -207,6 +219,34 @@ def _epochs(loader, done):
         yield from loader
 
 
+def _step(model, opt, batch, world, compute_s, overlap):
+    import torch
+    import torch.distributed as dist
+
+    arrived = time.monotonic()
+    if isinstance(batch, (list, tuple)):  # tensors_per_sample: one per part
+        batch = torch.cat(batch, 1)
+    opt.zero_grad()
+    model(batch[:, :FEATURES]).sum().backward()
+    if not overlap:
+        time.sleep(compute_s)  # the simulated GPU's kernels
+    if world > 1:
+        # one collective for every gradient (one slow rank holds every rank here): an
+        # error raised between two would leave this rank a collective behind its peers
+        grads = [p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        at = 0
+        for g in grads:
+            g.copy_(flat[at:at + g.numel()].view_as(g))
+            at += g.numel()
+    opt.step()
+    if overlap:  # the kernels queued at the batch's arrival end compute_s later
+        left = arrived + compute_s - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+
+
 def _wait_to_be_stopped(deadline):
     while not _stop and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -222,6 +262,8 @@ def main(argv):
     from torch.utils.data import DataLoader
 
     import stallscope
+
+    from . import survive
 
     torch.set_num_threads(1)  # ranks share a few cores with their workers
     torch.manual_seed(0)
@@ -243,9 +285,8 @@ def main(argv):
             kw["in_order"] = False  # torch >= 2.6
         if plan.get("pin_memory"):
             kw["pin_memory"] = True  # without an accelerator torch warns and does not pin
-    loader = DataLoader(_dataset(plan), batch_size=plan.get("batch_size", 8),
-                        num_workers=workers, **kw)
-    loader = stallscope.watch(loader)
+    dl = DataLoader(_dataset(plan), batch_size=plan.get("batch_size", 8), num_workers=workers, **kw)
+    loader = stallscope.watch(dl)
     # The same model on every rank whatever its sample size: the all_reduce needs it.
     model = torch.nn.Linear(FEATURES, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
@@ -260,26 +301,23 @@ def main(argv):
         # it broadcasts rank 0's parameters), so no rank's prefetch queue fills while it
         # waits in the first all_reduce for a peer that started late.
         dist.barrier()
+    done = lambda: _stop or time.monotonic() > deadline  # noqa: E731
+    restarts = 0
     try:
-        for batch in _epochs(loader, lambda: _stop or time.monotonic() > deadline):
-            arrived = time.monotonic()
-            if isinstance(batch, (list, tuple)):  # tensors_per_sample: one per part
-                batch = torch.cat(batch, 1)
-            opt.zero_grad()
-            model(batch[:, :FEATURES]).sum().backward()
-            if not overlap:
-                time.sleep(compute_s)  # the simulated GPU's kernels
-            if world > 1:
-                for p in model.parameters():
-                    dist.all_reduce(p.grad)  # one slow rank holds every rank here
-            opt.step()
-            if overlap:  # the kernels queued at the batch's arrival end compute_s later
-                left = arrived + compute_s - time.monotonic()
-                if left > 0:
-                    time.sleep(left)
-            steps += 1
-            if _stop or time.monotonic() > deadline:
-                break
+        while not done():
+            try:
+                for batch in _epochs(loader, done):
+                    _step(model, opt, batch, world, compute_s, overlap)
+                    steps += 1
+                    if done():
+                        break
+            except RuntimeError as e:
+                if not (plan.get("restart_on_worker_death") and survive.worker_died(e)):
+                    raise
+                restarts += 1
+                print("lab rank %d: %s; restarting the loader (%d)" % (
+                    rank, str(e).strip().splitlines()[0], restarts), flush=True)
+                survive.drop_iterator(dl)
     except Exception as e:  # a peer that stopped first breaks the collective
         if not _stop:
             print("lab rank %d: stopped stepping, %s: %s" % (rank, type(e).__name__, e), flush=True)

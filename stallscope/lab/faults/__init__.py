@@ -17,11 +17,14 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
 - RemoteShards     the target reads every sample from a distant object store (no cache)
 - CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
 - TinyShm          the target runs in its own mount namespace with a tiny /dev/shm
+- ShmBusError      ... mostly full, and its workers fill the rest until one dies of SIGBUS
+- MemoryLimit      the target runs under a memory limit its workers outgrow (OOM kills)
 - Combined         several of these on the same rank at once
 """
 from .base import Combined, Fault, NoFault, available
 from .cpu import CpuHogs, CpuQuota
-from .shm import TinyShm
+from .memory import MemoryLimit
+from .shm import ShmBusError, TinyShm
 from .storage import (
     CheckpointBurst,
     ColdCache,
@@ -37,5 +40,5 @@ from .storage import (
 
 __all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "Fault",
            "FrozenFuse",
-           "LocalCache", "NoFault", "NodeWriter", "RemoteShards", "SlowFuse", "TinyShm", "available",
-           "http_up", "start_objstore"]
+           "LocalCache", "MemoryLimit", "NoFault", "NodeWriter", "RemoteShards", "ShmBusError",
+           "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]

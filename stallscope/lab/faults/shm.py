@@ -23,3 +23,26 @@ class TinyShm(Fault):
         # In the target's own mount namespace: the host's /dev/shm is not touched.
         return ["mount -t tmpfs -o size=%dm,mode=1777 lab-shm /dev/shm" % self.size_mib,
                 "head -c %d /dev/zero > /dev/shm/torch_leftover_of_crashed_run" % (self.leftover_mib << 20)]
+
+
+class ShmBusError(Fault):
+    """The target's /dev/shm (its own mount namespace) is mostly held by a crashed run's
+    leftovers, and each loader worker keeps every sample in a /dev/shm mapping that is not
+    fallocate'd (growth.py): once the tmpfs is full a worker dies of SIGBUS, the DataLoader
+    raises, and the rank restarts its loader, whose new workers start up again
+    (``worker_start_s``) and fill it again. The leftovers keep /dev/shm over the shm line
+    when a worker dies, after its own pages are gone, as a full /dev/shm does."""
+    needs = ("root", "unshare")
+
+    def __init__(self, size_mib=128, leftover_mib=112, cache_kib=64):
+        self.size_mib, self.leftover_mib, self.cache_kib = size_mib, leftover_mib, cache_kib
+        self.summary = ("the target rank's /dev/shm is %d MiB, %d MiB of it held by leftovers; its "
+                        "loader workers keep %d KiB a sample in /dev/shm until a page cannot be "
+                        "backed (SIGBUS)" % (size_mib, leftover_mib, cache_kib))
+
+    def prepare(self, run):
+        run.plans[run.target].update(worker_shm_cache_bytes=self.cache_kib << 10,
+                                     restart_on_worker_death=True)
+
+    def setup_lines(self):
+        return TinyShm(self.size_mib, self.leftover_mib).setup_lines()
