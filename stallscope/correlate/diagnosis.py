@@ -19,7 +19,7 @@ from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import epochs, measured, oom, predict, rules, slow_worker, transfer, workers
+from . import deaths, epochs, measured, predict, rules, slow_worker, transfer, workers
 from .overlap import data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
@@ -146,15 +146,15 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
             missing.append("too_few_workers")
         else:
             scored.append(tfw)
-        killed = oom.score(trace)
-        if killed is None:
-            missing.append(oom.NAME)
-        else:
-            scored.append(killed)
-        started = epochs.score(ib)
+        # the restarts after a worker's death are the death's, not epochs' (deaths.py)
+        started = epochs.score(ib, deaths.restarts(trace), trace)
         if started is not None:
             scored = epochs.steady_part(scored, started)
             scored.append(started)
+        # judged on the whole wait, the restarts' included: not discounted as steady
+        scored = deaths.merge(scored, deaths.score(trace))
+        named = {c["cause"] for c in scored}
+        missing = [c for c in dict.fromkeys(missing + list(deaths.CAUSES)) if c not in named]
         out["causes"] = causes_mod.rank_causes(scored)
         out["not_evaluated"] = sorted(missing, key=causes_mod.VOCABULARY.index)
         add_predictions(out, measured.measure(trace, ib, quota))

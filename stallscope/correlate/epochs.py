@@ -11,23 +11,32 @@ from typing import Any, Optional
 STEADY_EXACT = 0.1  # share of the wait at iterator starts below which steady scores stand
 
 
-def score(ib: Any) -> Optional[dict]:
+def score(ib: Any, restarts: Any = None, trace: Any = None) -> Optional[dict]:
     """{cause, score, summary, evidence} from input_bound()'s numbers, or None when no
-    iterator started in the window."""
-    if not ib.iterator_starts or ib.data_wait_seconds <= 0:
+    iterator started in the window. ``restarts``: the mask of the ``trace``'s batches that
+    restarted the loader after a worker died (deaths.restarts): the death's wait, left
+    out here."""
+    starts, start_wait = ib.iterator_starts, ib.iterator_start_wait_seconds
+    dropped = int(restarts.sum()) if restarts is not None else 0
+    if dropped:
+        starts -= dropped
+        start_wait = max(0.0, start_wait - float(trace.wait[restarts].sum()) / 1e9)
+    if not starts or ib.data_wait_seconds <= 0:
         return None
-    share = min(1.0, ib.iterator_start_wait_seconds / ib.data_wait_seconds)
-    per_start = ib.iterator_start_wait_seconds / ib.iterator_starts
+    share = min(1.0, start_wait / ib.data_wait_seconds)
+    per_start = start_wait / starts
     text = ("%.0f%% of the wait came before the first batch of %d iterator(s): %.3gs each, while "
-            "the workers started" % (100 * share, ib.iterator_starts, per_start))
-    if ib.iterator_starts == 1:
+            "the workers started" % (100 * share, starts, per_start))
+    if starts == 1:
         text += " (once in the window: the run's start, or one epoch's)"
+    if dropped:
+        text += " (%d more restarted the loader after a worker died)" % dropped
     text += "; the steady state waited %.1f%% of its step time." % (100 * ib.steady_data_wait_ratio)
     return {"cause": "epoch_start", "score": round(share, 4), "summary": text,
             "evidence": [{"signal": "iterator_start_wait_seconds", "value": round(per_start, 6),
                           "during_stalls": round(per_start, 6), "outside_stalls": None,
                           "threshold": None, "direction": "above", "scope": "rank",
-                          "explained_wait_share": round(share, 6), "starts": ib.iterator_starts}]}
+                          "explained_wait_share": round(share, 6), "starts": starts}]}
 
 
 def steady_part(scored: list, started: dict) -> list:

@@ -16,6 +16,7 @@ import statistics
 from .. import vocabulary
 from ..mixin import promql
 from ..mixin.config import DEFAULT as CFG
+from . import exits as exits_mod
 from . import fetch, window
 from .errors import DiagnoseError
 from .prom import label, selector
@@ -238,6 +239,7 @@ def view(prom, pod, namespace, window_s, top_k=TOP_K):
         batches = pool.submit(prom.scalar, "sum(increase(stallscope_step_seconds_count%s[%s]))" % (
             selector(job=me["job"], namespace=namespace, pod=pod, rank=str(me["rank"])), w))
         sizing = pool.submit(loader_sizing, prom, me, w)
+        died = pool.submit(exits_mod.of, prom, me, window_s)
         out = {
             "job": me["job"], "rank": me["rank"], "pod": pod, "namespace": namespace,
             "node": me["node"], "data_wait_ratio": me["data_wait_ratio"], "batches": batches.result(),
@@ -255,6 +257,9 @@ def view(prom, pod, namespace, window_s, top_k=TOP_K):
             "signals": signals.result(),
             "cause_scores": scores.result(),
             "sizing": sizing.result(),
+            # the pod's loader workers that died, by reason, and the causes they score
+            "worker_exits": died.result()["exits"],
+            "death_causes": died.result()["causes"],
             "sli_expr": exprs[me["job"]],
         }
     return out

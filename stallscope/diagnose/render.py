@@ -126,10 +126,14 @@ def render_text(doc):
         out += ["", "Loader: " + text]
 
     deaths = doc.get("worker_deaths") or []
-    if deaths:
+    exits = doc.get("worker_exits") or []
+    if deaths or exits:
         out += ["", "Loader workers that died"]
         out += ["  %s (runbook: runbooks/StallscopeLoaderWorkerKilled.md)" % d["summary"]
                 for d in deaths[-5:]]
+    if exits:
+        out += ["  In the window, pod %s (Prometheus): %s" % (doc.get("pod"), ", ".join(
+            "%d %s" % (e["count"], e["reason"]) for e in exits))]
 
     hang = doc.get("hang")
     if hang:

@@ -151,6 +151,8 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
         "blocked_in_next_seconds": rank_info.get("blocked_in_next_seconds"),
         # why its loader workers died (the agent's workers exporter, issue 18)
         "worker_deaths": rank_info.get("worker_deaths") or [],
+        # ... and the pod's exits by reason over the window, as Prometheus counted them
+        "worker_exits": (cl or {}).get("worker_exits") or [],
         # the agent's triage of a next() call blocked past its threshold (agent/hangs.py)
         "hang": rank_info.get("hang") or (diag or {}).get("hang"),
         "gpu": (diag or {}).get("gpu"), "stall_period_steps": (diag or {}).get("stall_period_steps"),

@@ -18,7 +18,7 @@ except for a computed cause measured by the hook (``transfer_cost``): its signal
 value is its score.
 """
 from .. import vocabulary
-from ..correlate import rules
+from ..correlate import deaths, rules
 from .cluster import CFG, THRESHOLD
 from .window import human
 
@@ -189,6 +189,9 @@ def causes_without_agent(cluster):
             text = ("%s was %s its line (%g) in the window; without the node's timelines its "
                     "timing against the stalls is unknown." % (e["signal"], e["direction"], e["threshold"]))
         out.append({"cause": cause, "score": score, "summary": text, "evidence": over})
+    # loader workers killed in the window: scored as the agent's correlator scores them
+    # (correlate/deaths.py), from the pod's exit counter and the rank's wait
+    out = deaths.merge(out, cluster.get("death_causes") or [])
     best = max((c["score"] for c in out), default=0.0)
     out.append({"cause": "unexplained", "score": round(1.0 - best, 4),
                 "summary": "What the candidates above do not account for (no correlator "

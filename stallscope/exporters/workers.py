@@ -34,7 +34,9 @@ from ..vocabulary import signal
 from . import base, worker_deaths
 
 ALIVE, DSTATE, CPU_RATIO = (signal(n).name for n in ("workers_alive", "workers_dstate", "workers_cpu_ratio"))
-OOM_KILLED = signal("workers_oom_killed").name
+# the deaths the correlator scores as causes (correlate/deaths.py): reason -> signal
+KILLED = {"memory_limit": signal("workers_oom_killed").name,
+          "shm_exhaustion": signal("workers_shm_killed").name}
 SHM_USED = signal("shm_used_ratio").name
 SHM_LOOKBACK_S = 10.0
 DEATHS_KEPT = 64        # recent deaths kept for the API and diagnose (all ranks)
@@ -67,7 +69,7 @@ class WorkersExporter(base.Exporter):
         self.deaths: collections.deque = collections.deque(maxlen=DEATHS_KEPT)
         self.layout = cgroups.Layout(host.cgroupfs)
         self.memory: dict[Any, tuple] = {}      # rank key -> (memory cgroup dir, version, oom_kill)
-        self.oom_pending: dict[Any, int] = {}   # rank key -> workers OOM-killed since the last sample
+        self.killed: collections.Counter = collections.Counter()  # (rank key, reason) -> n since last
         self.rss_seen: dict[int, tuple] = {}    # pid -> (t first, rss first, t last, rss last)
         self.rates = base.Rates(host)
 
@@ -121,7 +123,7 @@ class WorkersExporter(base.Exporter):
         self.cpu_total = collections.Counter({k: v for k, v in self.cpu_total.items() if k in keys})
         self.memory = {k: v for k, v in self.memory.items() if k in keys}
         with self.lock:
-            self.oom_pending = {k: v for k, v in self.oom_pending.items() if k in keys}
+            self.killed = collections.Counter({k: v for k, v in self.killed.items() if k[0] in keys})
         self.rss_seen = {p: v for p, v in self.rss_seen.items() if p in wanted}
         self.cpu_seen = {k: v for k, v in self.cpu_seen.items() if k in seen}
         self.procs = {p: v for p, v in self.procs.items() if p in wanted}
@@ -164,9 +166,10 @@ class WorkersExporter(base.Exporter):
             if d is not None:
                 self.record(rank.key, CPU_RATIO, d[1][0] / d[0])
         with self.lock:
-            killed = self.oom_pending.pop(rank.key, 0)
-        # every collection, 0 included: the correlator scores memory_limit from it
-        self.record(rank.key, OOM_KILLED, killed)
+            killed = {reason: self.killed.pop((rank.key, reason), 0) for reason in KILLED}
+        # every collection, 0 included: the correlator scores the death causes from them
+        for reason, name in KILLED.items():
+            self.record(rank.key, name, killed[reason])
         self._baseline_oom(rank)
         self.rows[rank.key] = [
             {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "created"}
@@ -267,8 +270,8 @@ class WorkersExporter(base.Exporter):
         with self.lock:
             self.deaths.append(death)
             self.exits[self._pod(rank) + (death["reason"],)] += 1
-            if death["reason"] == "memory_limit":
-                self.oom_pending[rank.key] = self.oom_pending.get(rank.key, 0) + 1
+            if death["reason"] in KILLED:
+                self.killed[(rank.key, death["reason"])] += 1
             self.exits_seen[self._pod(rank)] = now
             if count is not None:  # the next kill counts from here
                 self.memory[rank.key] = (d, v, count)

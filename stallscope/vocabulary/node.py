@@ -131,6 +131,9 @@ SIGNALS = (
     Signal("workers_oom_killed", "count", ("rank",), "workers",
            "Loader workers of the rank OOM-killed at its memory limit since the previous "
            "collection (worker_deaths.py: SIGKILL with the memory cgroup's oom_kill up)."),
+    Signal("workers_shm_killed", "count", ("rank",), "workers",
+           "Loader workers of the rank killed by SIGBUS with /dev/shm full since the previous "
+           "collection (worker_deaths.py)."),
     Signal("workers_dstate", "count", ("rank",), "workers",
            "Loader workers of the rank in D state (blocked in the kernel).",
            "stallscope_loader_workers_dstate{$sel}", ("namespace", "job", "rank", "pod", "node")),
