@@ -179,8 +179,8 @@ SCENARIOS = (
                           alerts=WAIT + _alerts("StallscopeLoaderWorkerKilled"),
                           # the leftovers keep /dev/shm near the line all along
                           may_fire=_alerts("StallscopeShmNearlyFull"))),
-    Scenario("oom-kill", "One rank runs under a 1 GiB memory limit (its pod's memory cgroup) and its "
-             "2 loader workers keep every sample in their heap (1 MiB each, as an unbounded cache "
+    Scenario("oom-kill", "One rank runs under a 768 MiB memory limit (its pod's memory cgroup) and "
+             "its 2 loader workers keep every sample in their heap (2 MiB each, as an unbounded cache "
              "does): every few seconds one is OOM-killed at the limit (\"DataLoader worker (pid N) "
              "is killed by signal: Killed\"); the rank restarts its loader, whose workers take 2 x "
              "0.5 s to start.", _cause("memory_limit"),

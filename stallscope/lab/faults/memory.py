@@ -14,7 +14,7 @@ from .base import Fault
 class MemoryLimit(Fault):
     needs = ("root", "memory_cgroup")
 
-    def __init__(self, limit_mib=1024, leak_kib=1024):
+    def __init__(self, limit_mib=768, leak_kib=2048):
         self.limit_mib, self.leak_kib = limit_mib, leak_kib
         self.summary = ("the target rank runs under a %d MiB memory limit and its loader workers "
                         "keep %d KiB a sample in their heap" % (limit_mib, leak_kib))
