@@ -68,7 +68,8 @@ def test_the_rank_whose_workers_were_killed_is_named_for_it_not_for_its_restarts
 
 
 def test_merge_keeps_the_higher_score_with_both_evidences():
-    line = {"cause": "shm_exhaustion", "score": 0.3, "summary": "line", "evidence": [{"signal": "shm_used_ratio"}]}
+    line = {"cause": "shm_exhaustion", "score": 0.3, "summary": "line",
+            "evidence": [{"signal": "shm_used_ratio"}]}
     [d] = deaths.score(trace(kill_at_s=12, signal=SHM))
     [m] = deaths.merge([line], [d])
     assert m["score"] == d["score"] and [e["signal"] for e in m["evidence"]] == [SHM, "shm_used_ratio"]

@@ -8,6 +8,7 @@ its own timelines; then with the agent gone, from Prometheus alone."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -64,15 +65,18 @@ def test_deaths_counted_and_ranked_from_prometheus_as_by_the_agent(tmp_path):
             time.sleep(1)
         assert exits(prom, "shm_exhaustion") >= 3, (tmp_path / "rank.log").read_text()[-2000:]
 
-        with_agent = diagnose(prom)
-        agent.stop()  # the node's agent gone: Prometheus alone
-        alone = diagnose(prom)
+        # frozen: no death after the log is read; the scrapes catch up with the last ones
+        os.killpg(trainer.pid, signal.SIGSTOP)
+        time.sleep(4)
         text = (tmp_path / "rank.log").read_text()
         bused = {int(p) for p in BUS.findall(text)}
         restarts = text.count("restarting the loader")
+        with_agent = diagnose(prom)
+        agent.stop()  # the node's agent gone: Prometheus alone
+        alone = diagnose(prom)
     finally:
         if trainer is not None:
-            os.killpg(trainer.pid, 9)
+            os.killpg(trainer.pid, signal.SIGKILL)
             trainer.wait()
         if prom is not None:
             prom.stop()
@@ -82,12 +86,13 @@ def test_deaths_counted_and_ranked_from_prometheus_as_by_the_agent(tmp_path):
     assert [s["ok"] for s in alone["sources"] if s["name"] == "agent"] in ([], [False])
     assert alone["verdict"] == "input_bound", alone["reason"]
     # the kernel's word: each worker torch saw die of SIGBUS is one counted exit; a second
-    # worker may die of it before the loader is restarted (one restart, two deaths)
+    # worker may die of it before the loader is restarted (one restart, two deaths), and
+    # one may be dying as the rank is frozen (counted, not yet in the log)
     [counted] = [e["count"] for e in alone["worker_exits"] if e["reason"] == "shm_exhaustion"]
-    assert len(bused) <= counted <= restarts + len(bused), (bused, restarts, alone["worker_exits"])
+    assert len(bused) <= counted <= restarts + len(bused) + 1, (bused, restarts, alone["worker_exits"])
     # one rule: the same cause first on both paths, the same share of the wait within the
     # difference of their grids (the agent's samples every second, a range query's steps)
     top_agent, top_prom = with_agent["causes"][0], alone["causes"][0]
-    assert top_agent["cause"] == top_prom["cause"] == "shm_exhaustion", (with_agent["causes"], alone["causes"])
+    assert top_agent["cause"] == top_prom["cause"] == "shm_exhaustion", (top_agent, alone["causes"])
     assert abs(top_agent["score"] - top_prom["score"]) < 0.15, (top_agent, top_prom)
     assert top_prom["evidence"][0]["during_stalls"] == counted
