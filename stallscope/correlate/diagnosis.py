@@ -151,8 +151,10 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
         if started is not None:
             scored = epochs.steady_part(scored, started)
             scored.append(started)
-        # judged on the whole wait, the restarts' included: not discounted as steady
-        scored = deaths.merge(scored, deaths.score(trace))
+        # judged on the whole wait, the restarts' included: not discounted as steady; over
+        # the whole window, as the signals are (a stall segment the detector dated from
+        # steady batches may begin after the deaths that caused most of the wait)
+        scored = deaths.merge(scored, deaths.score(whole))
         named = {c["cause"] for c in scored}
         missing = [c for c in dict.fromkeys(missing + list(deaths.CAUSES)) if c not in named]
         out["causes"] = causes_mod.rank_causes(scored)
