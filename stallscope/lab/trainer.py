@@ -32,7 +32,9 @@ The plan (JSON):
   that much more per sample (one slow worker among the others), and a tensor of
   ``sample_bytes`` (or, with
   ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
-  batch for the training process to take over, a transfer cost)
+  batch for the training process to take over, a transfer cost); per batch, with
+  ``batch_unpickle_s``, a record that takes that long to unpickle in the training
+  process (lab/handover.py: a fixed transfer cost)
 - per step: ``compute_s``; with ``compute_overlaps_cpu`` the step's CPU work (forward,
   backward, all_reduce, optimizer) runs while the simulated GPU computes, as it does
   when a real GPU runs ahead of the CPU: the step takes ``compute_s`` from the batch's
@@ -239,6 +241,11 @@ def main(argv):
                                                 plan.get("worker_start_s", 0.0))
         if plan.get("shm_retry_s"):
             kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
+        if plan.get("batch_unpickle_s"):
+            from torch.utils.data import default_collate
+
+            from .handover import with_cost
+            kw["collate_fn"] = with_cost(kw.get("collate_fn", default_collate), plan["batch_unpickle_s"])
         if plan.get("in_order") is False:
             kw["in_order"] = False  # torch >= 2.6
         if plan.get("pin_memory"):
@@ -263,6 +270,8 @@ def main(argv):
     try:
         for batch in _epochs(loader, lambda: _stop or time.monotonic() > deadline):
             arrived = time.monotonic()
+            if plan.get("batch_unpickle_s") and workers:
+                batch = batch[0]  # the record paid its cost as it was unpickled
             if isinstance(batch, (list, tuple)):  # tensors_per_sample: one per part
                 batch = torch.cat(batch, 1)
             opt.zero_grad()
