@@ -86,8 +86,10 @@ def dashboards(out, config_path, check):
               help="The pod's namespace (needed only when the name is in several).")
 @click.option("--prometheus", "prometheus_url", envvar="STALLSCOPE_PROMETHEUS_URL", metavar="URL",
               help="Prometheus that scrapes the agents [env STALLSCOPE_PROMETHEUS_URL].")
-@click.option("--agent", "agent_url", metavar="URL",
-              help="The node agent to ask (default: found from its own metrics in Prometheus).")
+@click.option("--agent", "agent_url", metavar="URL", multiple=True,
+              help="The node agent to ask (default: found from its own metrics in Prometheus). "
+                   "Repeat it, one per node, to judge a rank against its job's ranks on every "
+                   "node without Prometheus.")
 @click.option("--window", default="15m", show_default=True, metavar="DURATION",
               help="How far back to look: 90s, 15m, 1h.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
@@ -103,7 +105,8 @@ def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks,
        against the job's max and median; the slowest ranks; since when.
     2. Node detail (the node's agent, found in Prometheus or given with --agent): the
        correlator's verdict, causes ranked with evidence, loader settings, the worker
-       count that keeps up. With --agent alone it works without Prometheus.
+       count that keeps up. With --agent alone it works without Prometheus; with one
+       --agent per node of the job, the rank is judged against the whole job.
     3. --stacks: py-spy dumps of the main process and each worker, classified as
        fetch, decode, collate, ipc_wait or idle. py-spy: $STALLSCOPE_PY_SPY, PATH, or
        next to this Python (pip install 'stallscope[stacks]').

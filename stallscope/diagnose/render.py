@@ -107,8 +107,8 @@ def render_text(doc):
     if top:
         out += ["", "Slowest ranks of job %s (%d ranks)" % (doc["job"], doc.get("job_ranks") or len(top))]
         rows = [(r["rank"], r["pod"], r["node"], value("x_ratio", r["data_wait_ratio"]),
-                 "<- this pod" if r["pod"] == doc["pod"] else "") for r in top]
-        out += ["  " + line for line in table(("rank", "pod", "node", "data-wait", ""), rows)]
+                 r.get("source", ""), "<- this pod" if r["pod"] == doc["pod"] else "") for r in top]
+        out += ["  " + line for line in table(("rank", "pod", "node", "data-wait", "source", ""), rows)]
     stuck = doc.get("ranks_without_batches") or []
     if stuck:
         out.append("  no batch in the window: %s" % ", ".join(

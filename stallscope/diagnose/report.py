@@ -7,6 +7,7 @@ import datetime
 import statistics
 import time
 
+from . import agents as agents_mod
 from . import cluster as cluster_mod
 from . import fetch, nextsteps, outlook, verdict
 from . import node as node_mod
@@ -45,27 +46,52 @@ def _cluster(prometheus_url, pod, namespace, w, fallback, sources, warnings):
     return view
 
 
-def _node(url, pod, namespace, w, cl, sources, warnings, alone):
+def _node(urls, pod, namespace, w, cl, sources, warnings, alone):
+    """The node detail from the first agent of ``urls`` that tracks the pod (with several
+    agents given, the pod's node is not known before asking)."""
     rank, job = (cl["rank"], cl["job"]) if cl else (None, None)
-    try:
-        view = node_mod.view(url, pod, namespace, w, rank=rank, job=job)
-    except (fetch.SourceError, node_mod.NoRank) as e:
+    failed = []
+    for url in urls:
+        try:
+            view = node_mod.view(url, pod, namespace, w, rank=rank, job=job)
+        except (fetch.SourceError, node_mod.NoRank) as e:
+            failed.append((url, e))
+            continue
+        sources.append({"name": "agent", "url": view["url"], "ok": True, "node": view["node"]})
+        warnings.extend(view["notes"])
+        return view
+    for url, e in failed:
         msg = e.message if isinstance(e, fetch.SourceError) else str(e)
-        what = ("agent unreachable at %s: %s" % (fetch.base_url(url), msg)
-                if isinstance(e, fetch.Unreachable) else msg if isinstance(e, node_mod.NoRank)
-                else "agent at %s failed: %s" % (fetch.base_url(url), msg))
         sources.append({"name": "agent", "url": fetch.base_url(url), "ok": False, "error": msg})
-        if alone:
-            raise DiagnoseError(what) from e
-        warnings.append(what + "; showing the Prometheus view only")
-        return None
-    sources.append({"name": "agent", "url": view["url"], "ok": True, "node": view["node"]})
-    warnings.extend(view["notes"])
-    return view
+    url, e = failed[-1] if len(failed) == 1 else _worst_failure(failed)
+    msg = e.message if isinstance(e, fetch.SourceError) else str(e)
+    what = ("agent unreachable at %s: %s" % (fetch.base_url(url), msg)
+            if isinstance(e, fetch.Unreachable) else msg if isinstance(e, node_mod.NoRank)
+            else "agent at %s failed: %s" % (fetch.base_url(url), msg))
+    if len(failed) > 1:
+        what = "none of the %d agents tracks pod %s (%s)" % (len(failed), pod, what)
+    if alone:
+        raise DiagnoseError(what) from e
+    warnings.append(what + "; showing the Prometheus view only")
+    return None
 
 
-def _identity(cl, nd, w):
-    """This rank and its job's numbers, from the cluster when it answered."""
+def _worst_failure(failed):
+    """The failure to report when no agent answered for the pod: one that tracks no such
+    pod says more than one that could not be reached."""
+    return next(((u, e) for u, e in failed if isinstance(e, node_mod.NoRank)), failed[-1])
+
+
+def _urls(agent_url):
+    if not agent_url:
+        return []
+    return [agent_url] if isinstance(agent_url, str) else list(agent_url)
+
+
+def _identity(cl, nd, w, others=None):
+    """This rank and its job's numbers, from the cluster when it answered, else from the
+    agents: the rank's own (its node's ranks of the job) and, with ``others`` (rows from
+    the other agents given, agents.py), the job's ranks on their nodes too."""
     if cl is not None:
         return {"job": cl["job"], "rank": cl["rank"], "pod": cl["pod"], "namespace": cl["namespace"],
                 "node": cl["node"], "data_wait_ratio": cl["data_wait_ratio"],
@@ -76,25 +102,52 @@ def _identity(cl, nd, w):
     ratio = d.get("data_wait_ratio")
     if ratio is None and not d and nd.get("timeline"):  # the agent gave no diagnosis
         ratio = node_mod.timeline_ratio(nd["timeline"])
-    peers = [p["data_wait_ratio"] for p in d.get("job_ranks_on_node") or []
-             if p.get("data_wait_ratio") is not None]
-    ratios = peers + ([ratio] if ratio is not None else [])
+    node = r.get("node") or nd["node"]
+    source = "agent %s" % nd["url"]
+    rows = [{"rank": r["rank"], "pod": r["pod"], "node": node, "data_wait_ratio": ratio,
+             "source": source}]
+    rows += [{"rank": p["rank"], "pod": p.get("pod"), "node": node,
+              "data_wait_ratio": p.get("data_wait_ratio"), "source": source}
+             for p in d.get("job_ranks_on_node") or []]
+    rows += others or []
+    ratios = [x["data_wait_ratio"] for x in rows if x["data_wait_ratio"] is not None]
     return {"job": r["job"], "rank": r["rank"], "pod": r["pod"], "namespace": r["namespace"],
-            "node": r.get("node") or nd["node"], "data_wait_ratio": ratio,
+            "node": node, "data_wait_ratio": ratio,
             "job_max": max(ratios) if ratios else None,
             "job_median": statistics.median(ratios) if ratios else None,
-            "job_scope": "node", "job_ranks": len(ratios), "progress": nd.get("progress"),
-            "rank_info": r}
+            "job_scope": "agents" if others is not None else "node", "job_ranks": len(ratios),
+            "job_rows": rows, "progress": nd.get("progress"), "rank_info": r}
 
 
-def _straggler(cl, diag):
+def _straggler(cl, diag, me):
     if cl is not None and cl.get("straggler"):
         s = cl["straggler"]
         return {k: s[k] for k in ("rank", "pod", "node", "data_wait_ratio")}
+    if me["job_scope"] == "agents":  # the job's worst rank, as the cluster view names it
+        known = [x for x in me["job_rows"] if x["data_wait_ratio"] is not None]
+        s = max(known, key=lambda x: (x["data_wait_ratio"], -_order(x["rank"])), default=None)
+        return None if s is None else {k: s[k] for k in ("rank", "pod", "node", "data_wait_ratio")}
     s = (diag or {}).get("straggler") or {}
     if s.get("rank") is None:
         return None
     return {k: s.get(k) for k in ("rank", "pod", "node", "data_wait_ratio")}
+
+
+def _order(rank):
+    try:
+        return float(rank)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _top(cl, me, k=10):
+    """The job's slowest ranks, each with the source it came from."""
+    if cl is not None:
+        return [dict(r, source="prometheus") for r in cl.get("top_ranks") or []]
+    if me["job_scope"] != "agents":
+        return []
+    known = [x for x in me["job_rows"] if x["data_wait_ratio"] is not None]
+    return sorted(known, key=lambda x: -x["data_wait_ratio"])[:k]
 
 
 def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", stacks=False,
@@ -113,16 +166,24 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
     cl = None
     if prometheus_url:
         cl = _cluster(prometheus_url, pod, namespace, w, bool(agent_url), sources, warnings)
-    url = agent_url or (cl or {}).get("agent_url")
+    urls = _urls(agent_url) or ([cl["agent_url"]] if (cl or {}).get("agent_url") else [])
+    url = urls[0] if urls else None
     nd = None
-    if url:
-        nd = _node(url, pod, namespace or (cl or {}).get("namespace"), w, cl, sources, warnings,
+    if urls:
+        nd = _node(urls, pod, namespace or (cl or {}).get("namespace"), w, cl, sources, warnings,
                    alone=cl is None)
     elif cl is not None:
         warnings.append("no agent for node %s in Prometheus (stallscope_agent_build_info): give "
                         "--agent URL for the node's detail" % cl["node"])
     diag = (nd or {}).get("diagnosis")
-    me = _identity(cl, nd, w)
+    others = None
+    if cl is None and len(urls) > 1:  # the job across the agents' nodes (agents.py)
+        rest = [u for u in urls if fetch.base_url(u) != nd["url"]]
+        r = nd["rank"]
+        others, more, notes = agents_mod.job_rows(rest, r["job"], r.get("namespace"), w)
+        sources.extend(more)
+        warnings.extend(notes)
+    me = _identity(cl, nd, w, others)
     stack_doc = _stacks(nd, warnings) if stacks else None
     v, reason = verdict.decide(me, cl, diag, stack_doc, w, finished=finished)
     if diag is not None and v == diag.get("verdict"):
@@ -138,8 +199,8 @@ def run(pod, namespace=None, prometheus_url=None, agent_url=None, window="15m", 
         "node": me["node"], "data_wait_ratio": me["data_wait_ratio"],
         "job_max_data_wait_ratio": me["job_max"], "job_median_data_wait_ratio": me["job_median"],
         "job_scope": me["job_scope"], "job_ranks": me["job_ranks"],
-        "threshold": cluster_mod.THRESHOLD, "straggler": _straggler(cl, diag),
-        "top_ranks": (cl or {}).get("top_ranks") or [], "pod_ranks": (cl or {}).get("pod_ranks") or [],
+        "threshold": cluster_mod.THRESHOLD, "straggler": _straggler(cl, diag, me),
+        "top_ranks": _top(cl, me), "pod_ranks": (cl or {}).get("pod_ranks") or [],
         "ranks_without_batches": (cl or {}).get("ranks_without_batches") or [],
         "since": (cl or {}).get("since"), "window_seconds": w,
         "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

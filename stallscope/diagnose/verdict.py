@@ -103,8 +103,9 @@ def decide(me, cluster, diag, stacks=None, window_s=900.0, finished=False):
         return "unknown", ("%s: stuck in next() (a hung mount, dead workers) or elsewhere (a "
                            "collective, the step), or no longer reporting; --stacks on node %s "
                            "shows where." % (text, me.get("node")))
+    whole = cluster is not None or me.get("job_scope") == "agents"
     j = rules.judge(_rank_wait(me, me.get("data_wait_ratio")), _job(me, cluster, diag), _gpu(diag),
-                    scope="job" if cluster is not None else "node")
+                    scope="job" if whole else "node")
     return j.verdict, j.reason
 
 
@@ -114,10 +115,13 @@ def _rank_wait(r, ratio):
 
 def _job(me, cluster, diag):
     """The job's worst rank as the source sees it: the cluster's (every rank of the job,
-    from Prometheus) or, without it, the agent's (the job's ranks on this node)."""
+    from Prometheus) or, without it, the agents' (the job's ranks on the nodes of the
+    agents asked; with one agent, on this node)."""
     if cluster is not None:
         s = cluster.get("straggler")
         return [_rank_wait(s, s.get("data_wait_ratio"))] if s else []
+    if me.get("job_rows") is not None:
+        return [_rank_wait(r, r.get("data_wait_ratio")) for r in me["job_rows"]]
     return [_rank_wait(dict(p, node=me.get("node")), p.get("data_wait_ratio"))
             for p in (diag or {}).get("job_ranks_on_node") or []]
 
@@ -210,13 +214,15 @@ def evidence(me, cluster, diag, rank_info, causes):
                          status=status, source=source, **more))
 
     src = "prometheus" if cluster is not None else "agent"
+    # the job's numbers through agents alone: from every agent asked (agents.py)
+    job_src = "agents" if cluster is None and me.get("job_scope") == "agents" else src
     add("data_wait_ratio", me.get("data_wait_ratio"), THRESHOLD, source=src, rank=me.get("rank"))
     jm, jmed = me.get("job_max"), me.get("job_median")
-    add("job_max_data_wait_ratio", jm, THRESHOLD, source=src)
-    add("job_median_data_wait_ratio", jmed, THRESHOLD, source=src)
-    if jm is not None and jmed and me.get("job_scope") == "cluster" and jm >= THRESHOLD:
+    add("job_max_data_wait_ratio", jm, THRESHOLD, source=job_src)
+    add("job_median_data_wait_ratio", jmed, THRESHOLD, source=job_src)
+    if jm is not None and jmed and me.get("job_scope") in ("cluster", "agents") and jm >= THRESHOLD:
         # the StallscopeStragglerRank line: one rank far above the job's median
-        add("straggler_factor", jm / jmed, CFG.straggler_factor, source=src)
+        add("straggler_factor", jm / jmed, CFG.straggler_factor, source=job_src)
     if diag:
         if diag.get("gpu_idle_overlap_ratio") is not None:
             add("gpu_idle_overlap_ratio", diag["gpu_idle_overlap_ratio"], source="agent")

@@ -32,7 +32,9 @@ The plan (JSON):
   that much more per sample (one slow worker among the others), and a tensor of
   ``sample_bytes`` (or, with
   ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
-  batch for the training process to take over, a transfer cost)
+  batch for the training process to take over, a transfer cost); per batch, with
+  ``batch_unpickle_s``, a record that takes that long to unpickle in the training
+  process (lab/handover.py: a fixed transfer cost)
 - per step: ``compute_s``; with ``compute_overlaps_cpu`` the step's CPU work (forward,
   backward, all_reduce, optimizer) runs while the simulated GPU computes, as it does
   when a real GPU runs ahead of the CPU: the step takes ``compute_s`` from the batch's
@@ -281,6 +283,11 @@ def main(argv):
                                                 plan.get("worker_start_s", 0.0))
         if plan.get("shm_retry_s"):
             kw["collate_fn"] = _retrying_collate(plan["shm_retry_s"])
+        if plan.get("batch_unpickle_s"):
+            from torch.utils.data import default_collate
+
+            from .handover import with_cost
+            kw["collate_fn"] = with_cost(kw.get("collate_fn", default_collate), plan["batch_unpickle_s"])
         if plan.get("in_order") is False:
             kw["in_order"] = False  # torch >= 2.6
         if plan.get("pin_memory"):
@@ -302,11 +309,14 @@ def main(argv):
         # waits in the first all_reduce for a peer that started late.
         dist.barrier()
     done = lambda: _stop or time.monotonic() > deadline  # noqa: E731
+    unpickled = bool(plan.get("batch_unpickle_s") and workers)
     restarts = 0
     try:
         while not done():
             try:
                 for batch in _epochs(loader, done):
+                    if unpickled:
+                        batch = batch[0]  # the record paid its cost as it was unpickled
                     _step(model, opt, batch, world, compute_s, overlap)
                     steps += 1
                     if done():

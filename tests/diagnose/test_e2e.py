@@ -189,6 +189,62 @@ def test_both_paths_reach_the_same_verdict(cluster):
         assert sources == ["prometheus"]
 
 
+def test_both_paths_agree_across_nodes(cluster):
+    # Job dj spans two nodes (dj-0 on node-a, dj-1 slowed on node-b). Through Prometheus
+    # (one Prometheus scraping both agents; the pod's agent found there) and through the
+    # two agents alone (one --agent per node, no Prometheus), each rank over the same
+    # window gets the same verdict, the same top cause and the same straggler, and every
+    # row of the report says which source it came from (issue 16, item 5).
+    a, b = cluster.agents["node-a"].url, cluster.agents["node-b"].url
+    agents_only = ["--agent", b, "--agent", a]  # node-b first: dj-0's agent is the second
+    for pod, node in (("dj-0", "node-a"), ("dj-1", "node-b")):
+        rc_p, via_prom, _ = run_json(cluster, pod)
+        rc_a, out, err = diagnose(pod, *agents_only, "--window", WINDOW, "--json",
+                                  env={"STALLSCOPE_PROMETHEUS_URL": ""})
+        assert "Traceback" not in err
+        via_agents = json.loads(out)
+        assert (via_prom["job_scope"], via_agents["job_scope"]) == ("cluster", "agents")
+        assert via_prom["verdict"] == via_agents["verdict"] and rc_p == rc_a, (
+            pod, via_prom["reason"], via_agents["reason"])
+        top = [[c["cause"] for c in d["causes"][:1]] for d in (via_prom, via_agents)]
+        assert top[0] == top[1], (pod, top)
+        for d in (via_prom, via_agents):
+            assert {k: d["straggler"][k] for k in ("rank", "pod", "node")} == {
+                "rank": 1, "pod": "dj-1", "node": "node-b"}
+            assert d["job_ranks"] == 2 and d["node"] == node
+        # the two sources measure the same waits over the same window
+        assert via_agents["data_wait_ratio"] == pytest.approx(via_prom["data_wait_ratio"], abs=0.03)
+        assert via_agents["job_max_data_wait_ratio"] == pytest.approx(
+            via_prom["job_max_data_wait_ratio"], rel=0.3)
+        # which source each row came from: the slowest ranks and the evidence rows
+        assert {r["pod"]: r["source"] for r in via_prom["top_ranks"]} == {
+            "dj-1": "prometheus", "dj-0": "prometheus"}
+        assert {r["pod"]: r["source"] for r in via_agents["top_ranks"]} == {
+            "dj-1": "agent %s" % b, "dj-0": "agent %s" % a}
+        rows = {r["signal"]: r["source"] for r in via_agents["evidence"]}
+        assert (rows["data_wait_ratio"], rows["job_max_data_wait_ratio"]) == ("agent", "agents")
+        rows = {r["signal"]: r["source"] for r in via_prom["evidence"]}
+        assert (rows["data_wait_ratio"], rows["job_max_data_wait_ratio"]) == ("prometheus", "prometheus")
+        assert sorted((s["node"], s["ok"]) for s in via_agents["sources"]) == [
+            ("node-a", True), ("node-b", True)]
+    assert via_agents["verdict"] == "input_bound"
+    assert via_agents["causes"][0]["cause"] == "too_few_workers"
+    # One agent alone sees only its node (job_scope node): it cannot know of the
+    # straggler on the other node, which is why the agents path asks every node's agent.
+    _, out, _ = diagnose("dj-0", "--agent", a, "--window", WINDOW, "--json",
+                         env={"STALLSCOPE_PROMETHEUS_URL": ""})
+    alone = json.loads(out)
+    assert alone["job_scope"] == "node" and alone["job_ranks"] == 1
+    # The text report of the victim through the agents: the verdict, and the slowest
+    # ranks with the agent each came from.
+    rc, out, _ = diagnose("dj-0", *agents_only, "--window", WINDOW, env={"STALLSCOPE_PROMETHEUS_URL": ""})
+    lines = out.splitlines()
+    assert rc == 1 and lines[0].startswith("NOT INPUT-BOUND (waits for another rank) — pod dj-0"), out
+    assert [line.split() for line in lines if line.strip().startswith("rank ")][-1][:5] == [
+        "rank", "pod", "node", "data-wait", "source"], out
+    assert any(line.split()[:3] == ["1", "dj-1", "node-b"] and "agent %s" % b in line for line in lines), out
+
+
 def test_plot(cluster, tmp_path):
     path = tmp_path / "dj-1.png"
     rc, out, _ = diagnose("dj-1", "--prometheus", cluster.prom.url, "--window", WINDOW, "--plot", str(path))

@@ -218,3 +218,39 @@ def test_a_pod_has_its_own_cgroup_which_goes_with_the_teardown(tmp_path):
         assert cg.endswith(v2[3:]) and "rank3" in v2, (cg, v2)
         assert os.path.exists(os.path.join(cg, "io.pressure"))
     assert run.made == [cg] and not os.path.exists(cg)
+
+
+def _next_times(loader, n=8):
+    """Seconds each next() takes once the workers are far ahead (their queue full)."""
+    it = iter(loader)
+    next(it)
+    time.sleep(1.0)  # one worker, prefetch 4: four batches ready and waiting, in order
+    out = []
+    for _ in range(min(n, 4)):
+        t = time.perf_counter()
+        batch = next(it)
+        out.append(time.perf_counter() - t)
+    del it
+    return sorted(out), batch
+
+
+def test_a_batch_record_costs_its_unpickling_in_the_training_process():
+    # victims-over-line's victims (trainer key batch_unpickle_s): the cost is paid inside
+    # next() in the training process, on batches the workers made long before: a
+    # transfer cost, not the workers'.
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, default_collate
+
+    from stallscope.lab.handover import with_cost
+
+    data = [torch.zeros(4) for _ in range(64)]
+    # One worker: its batches arrive in order, so each next() unpickles exactly its own (with
+    # two, a batch that arrives early is unpickled by the call that waits for the one before).
+    kw = dict(batch_size=4, num_workers=1, multiprocessing_context="fork", prefetch_factor=4)
+    plain, _ = _next_times(DataLoader(data, collate_fn=default_collate, **kw))
+    costly, batch = _next_times(DataLoader(data, collate_fn=with_cost(default_collate, 0.08), **kw))
+    assert batch[1] == 0.08 and tuple(batch[0].shape) == (4, 4)  # the record, unpickled
+    # every ready batch waited its 80 ms; without the record the median ready batch takes
+    # a fraction of that even on a loaded machine
+    assert costly[0] >= 0.08, costly
+    assert plain[len(plain) // 2] < 0.08 / 2, plain
