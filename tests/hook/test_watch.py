@@ -239,3 +239,50 @@ def test_blocked_in_next_is_visible_to_the_flush_and_pairs_stay_aligned():
     assert stream.pending[1][1] >= 0.2e9  # its wait covers the blocked time
     assert list(it) == []
     assert stream.buf == []
+
+
+def test_a_worker_death_raised_outside_next_still_reports_its_exit():
+    """torch raises a worker's death from its SIGCHLD handler wherever the main thread is
+    (here: in the step's sleep, not in next()); the exit code still reaches the report
+    once the iterator goes, read without reaping the zombie torch checks itself."""
+    import signal
+    import time
+
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    dl = DataLoader(range(10 ** 6), batch_size=2, num_workers=2, multiprocessing_context="fork")
+    it = iter(stallscope.watch(dl))
+    stream = _detach(it)
+    next(it)
+    victim = it._workers[1].pid
+    with pytest.raises(RuntimeError, match="killed by signal"):
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the step: the loop is not in next()
+            time.sleep(0.05)
+    assert stream.loader.get("worker_exits") is None  # next() never saw the error
+    it._shutdown_workers()
+    del it  # the error unwound the loop that held the iterator
+    assert [victim, -signal.SIGKILL] in stream.loader["worker_exits"], stream.loader
+
+
+def test_exit_codes_are_read_without_reaping():
+    """_exit_code leaves a dead worker a zombie (waitid WNOWAIT), as torch's check needs."""
+    import multiprocessing
+    import signal
+    import time
+
+    watch = sys.modules["stallscope.hook.watch"]  # the module: the package exports watch()
+    p = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    p.start()
+    assert watch._exit_code(p) is None  # running
+    os.kill(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while watch._exit_code(p) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert watch._exit_code(p) == -signal.SIGTERM
+    with open("/proc/%d/stat" % p.pid) as f:
+        assert f.read().rsplit(")", 1)[1].split()[0] == "Z"  # still there to be reaped
+    p.join(5)
+    assert p.exitcode == -signal.SIGTERM and watch._exit_code(p) == -signal.SIGTERM
