@@ -46,7 +46,7 @@ $(COMPOSER_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-composer: $(COMPOSER_VENV)/.installed
-	$(COMPOSER_PY) -m pytest -q -ra -m frameworks tests/integrations/test_composer.py
+	$(COMPOSER_PY) -m pytest -q -ra tests/integrations/test_composer.py tests/hook/test_shards.py -k 'composer or streaming'
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m 'not slow'
