@@ -56,7 +56,8 @@ def main():
     model = Tiny(cfg["compute_s"])
     trainer = Trainer(model=model, train_dataloader=loader, device="cpu",
                       max_duration="%dba" % cfg["batches"],
-                      optimizers=torch.optim.SGD(model.parameters(), lr=0.01), progress_bar=False, log_to_console=False, loggers=[],
+                      optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+                      progress_bar=False, log_to_console=False, loggers=[],
                       callbacks=[StallscopeCallback()])
     trainer.fit()
     linger(cfg)
