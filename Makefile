@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot,frameworks
 
-.PHONY: setup system demo test test-frameworks test-fast lint bench fuzz soak scale generate clean
+.PHONY: setup system demo test test-frameworks test-composer test-fast lint bench fuzz soak scale generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,23 @@ test: setup system lint
 
 test-frameworks: setup system
 	$(PY) -m pytest -q -ra -m frameworks
+
+# MosaicML Composer and Streaming in a virtualenv of their own: mosaicml 0.32 requires
+# torch<2.7.1 and streaming imports torchvision, neither of which fits the main venv's
+# CPU torch 2.13 (docs/integrations.md). torch 2.7.0 + torchvision 0.22.0 from PyPI are
+# CUDA builds (~5 GB, a long first download) that run on the CPU. Never part of `make test`.
+COMPOSER_VENV ?= .venv-composer
+COMPOSER_PY := $(COMPOSER_VENV)/bin/python
+
+$(COMPOSER_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(COMPOSER_VENV)
+	# pinned first, as in setup: an open range would resolve torch to whatever is newest
+	$(COMPOSER_PY) -m pip install -q torch==2.7.0 torchvision==0.22.0
+	$(COMPOSER_PY) -m pip install -q -e '.[composer]'
+	touch $@
+
+test-composer: $(COMPOSER_VENV)/.installed
+	$(COMPOSER_PY) -m pytest -q -ra tests/integrations/test_composer.py tests/hook/test_shards.py -k 'composer or streaming'
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m 'not slow'

@@ -6,6 +6,7 @@ integration adds nothing when its extra is that cost (the DataLoader's single-pr
 fetch timing comes on top for every DataLoader, integration or not).
 
     .venv/bin/python benchmarks/bench_integrations.py [--batches 20000]
+    .venv-composer/bin/python benchmarks/bench_integrations.py   # Composer's line (make test-composer's venv)
 """
 import argparse
 import os
@@ -70,7 +71,36 @@ def cases(n):
             lambda: CombinedLoader(stallscope.watch(loader(n)), "max_size_cycle"))
     except ImportError:
         print("pytorch-lightning not installed: skipped")
+    try:
+        out["Composer callback (islice)"] = composer_case(n)
+    except ImportError:
+        print("composer not installed (it has a venv of its own: make test-composer): skipped")
     return out
+
+
+def composer_case(n):
+    """Composer iterates ``itertools.islice(state.dataloader, dataloader_len)``; the
+    callback, on a real State, swaps the watched loader in at EPOCH_START."""
+    import itertools
+
+    from composer.core import State
+    from composer.devices import DeviceCPU
+
+    from stallscope.integrations.composer import StallscopeCallback
+
+    def state_for(dl):
+        return State(model=torch.nn.Linear(1, 1), rank_zero_seed=0, run_name="bench", device=DeviceCPU(),
+                     train_dataloader=dl, dataloader=dl, dataloader_label="train", max_duration="1ep")
+
+    def plain():
+        st = state_for(loader(n))
+        return itertools.islice(st.dataloader, int(st.dataloader_len))
+
+    def watched():
+        st = state_for(loader(n))
+        StallscopeCallback().epoch_start(st, None)
+        return itertools.islice(st.dataloader, int(st.dataloader_len))
+    return plain, watched
 
 
 def main():

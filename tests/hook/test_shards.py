@@ -293,3 +293,55 @@ def test_fsspec_reads_and_simplecache_hits_and_misses(hooked, tmp_path):
     assert metric(hooked, "stallscope_shard_read_seconds_count", tier="memory") == 4
     assert metric(hooked, "stallscope_shard_read_seconds_count", tier="simplecache") == 5
     mem.rm("/stallscope-test", recursive=True)
+
+
+@pytest.mark.slow
+def test_streaming_downloads_are_reads_and_misses_and_a_warm_cache_hits(hooked, tmp_path, monkeypatch):
+    # Mosaic Streaming runs in its own venv (make test-composer): mosaicml-streaming
+    # imports torchvision, which does not load beside the main venv's CPU torch.
+    streaming = pytest.importorskip("streaming", reason="mosaicml-streaming: make test-composer")
+    import gc
+
+    monkeypatch.delenv("RANK")  # Streaming would partition the samples for rank 5 of 1
+
+    import torch
+
+    remote = tmp_path / "remote"
+    with streaming.MDSWriter(out=str(remote), columns={"x": "int", "payload": "bytes"},
+                             size_limit=1024) as w:
+        for i in range(60):
+            w.write({"x": i, "payload": b"%02d" % i * 20})
+    files = sorted(p for p in remote.iterdir() if p.suffix == ".mds")
+    assert len(files) >= 3  # the size limit splits the 60 samples
+    tier = tiers.of_path(remote)
+
+    def epoch():
+        ds = streaming.StreamingDataset(remote=str(remote), local=str(tmp_path / "cache"),
+                                        batch_size=4, shuffle=False)
+        loader = stallscope.watch(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2), rank=5)
+        got = sorted(int(x) for batch in loader for x in batch["x"])
+        assert got == list(range(60))  # the samples as written, through the patches
+        channel.get().flush()
+        del loader, ds
+        gc.collect()  # streaming frees the local dir's shared memory with its dataset
+
+    def lookups(result):
+        return metric(hooked, "stallscope_cache_requests_total", tier="streaming-cache", result=result) or 0
+
+    epoch()  # cold: the workers copy each shard from the remote into the cache once
+    assert "streaming" in adapters.enabled
+    wait_until(lambda: metric(hooked, "stallscope_shard_read_seconds_count", tier=tier) == len(files),
+               timeout=15)
+    wait_until(lambda: lookups("miss") == len(files), timeout=10)
+    (r,) = [x for x in hooked.api("/api/v1/ranks")["ranks"] if x["rank"] == 5]
+    assert r["shard_reads"]["tiers"][tier]["bytes"] == sum(p.stat().st_size for p in files)
+    cold_hits = lookups("hit")  # a worker finding a shard the other one had copied
+    assert cold_hits <= len(files)
+
+    epoch()  # warm: every shard is in the cache; nothing is read from the remote again
+    # each worker needs each shard at most once (its batches, in order, without shuffle)
+    wait_until(lambda: lookups("hit") - cold_hits >= len(files), timeout=10)
+    time.sleep(1.5)  # a late report would show here
+    assert lookups("hit") - cold_hits <= 2 * len(files)
+    assert lookups("miss") == len(files)
+    assert metric(hooked, "stallscope_shard_read_seconds_count", tier=tier) == len(files)

@@ -13,7 +13,7 @@ import os
 import sys
 
 # (name, module that must be imported for the adapter to apply)
-ADAPTERS = (("webdataset", "webdataset"), ("fsspec", "fsspec"))
+ADAPTERS = (("webdataset", "webdataset"), ("fsspec", "fsspec"), ("streaming", "streaming"))
 enabled: set[str] = set()
 
 
