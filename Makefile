@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot,frameworks
 
-.PHONY: setup system demo test test-frameworks test-composer test-fast lint bench fuzz soak scale generate clean
+.PHONY: setup system demo test test-frameworks test-lab test-composer test-fast lint bench fuzz soak scale generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -24,12 +24,18 @@ demo: setup system
 	$(VENV)/bin/stallscope demo
 
 # The framework integrations' real training runs (Lightning DDP, Hugging Face) take minutes
-# each: `make test-frameworks`, kept out of `make test` (CI) so the suite stays under 25 min.
+# each: `make test-frameworks`; the live runs of lab scenarios that are another setting of
+# a fault CI runs live (tests/lab/test_scenarios_e2e.py VARIANTS): `make test-lab`. Both
+# are kept out of `make test` (CI) so the suite stays under 25 min on 2 cores; the slowest
+# tests are listed at the end of each run.
 test: setup system lint
-	$(PY) -m pytest -q -ra -m 'not frameworks'
+	$(PY) -m pytest -q -ra -m 'not frameworks and not lab_variant' --durations=15
 
 test-frameworks: setup system
 	$(PY) -m pytest -q -ra -m frameworks
+
+test-lab: setup system
+	$(PY) -m pytest -q -ra tests/lab/test_scenarios_e2e.py
 
 # MosaicML Composer and Streaming in a virtualenv of their own: mosaicml 0.32 requires
 # torch<2.7.1 and streaming imports torchvision, neither of which fits the main venv's
