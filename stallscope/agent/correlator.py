@@ -165,7 +165,10 @@ class CorrelatorPart(Part):
                 continue
             basis = standing.Basis.of(d.since_ns, d.share, r.loader, self.host.samples.signals(r.key))
             old, analysed = self.bases.get(r.key, (None, now))
-            if last is not None and standing.unchanged(old, basis, now - analysed, now_ns):
+            # only an old stall (re-analysed at the scheduled interval): a young one's
+            # causes are still settling and are ranked every stall_refresh as before
+            if last is not None and self.stall_refresh(d.since_ns, now_ns) >= self.every \
+                    and standing.unchanged(old, basis, now - analysed, now_ns):
                 with self.lock:  # a steady stall: its causes stand (standing.py)
                     self.stalls[r.key] = (now,) + tuple(last[1:])
                 continue

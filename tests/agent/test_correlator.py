@@ -121,8 +121,8 @@ def test_a_steady_stall_is_not_ranked_again_until_its_inputs_move(tmp_path):
     from stallscope.correlate import standing
 
     a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
-    t0 = time.monotonic_ns() - 60 * synth.SEC
-    slow, _ = simulated(1, 2, load=0.8, compute=0.1, n=150, t0=t0)  # ~0.4 s a step: 60 s
+    t0 = time.monotonic_ns() - 80 * synth.SEC  # an old stall: past its first minute
+    slow, _ = simulated(1, 2, load=0.8, compute=0.1, n=200, t0=t0)  # ~0.4 s a step: 80 s
     a.apply(report("train", 0, "pod-0", slow))
     c = a.correlator
     c.detect(now=1000.0)
