@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
-from ..correlate import change, detect, diagnosis
+from ..correlate import change, detect, diagnosis, standing
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
@@ -77,7 +77,9 @@ class CorrelatorPart(Part):
         self.last_run = float("-inf")
         self.results: list[Any] = []        # [(labels, diagnosis)] from the last scheduled run
         self.detections: dict[Any, detect.Detection] = {}   # rank key -> the latest test
-        self.stalls: dict[Any, Any] = {}    # rank key -> (analysed at, since_ns, labels, diagnosis)
+        self.stalls: dict[Any, Any] = {}    # rank key -> (looked at, since_ns, labels, diagnosis)
+        self.bases: dict[Any, tuple[standing.Basis, float]] = {}  # rank key -> (basis, analysed at)
+        self.stall_runs = 0                 # stall analyses run (one per due rank)
         self.settings: dict[Any, dict[str, Any]] = {}  # rank key -> loader settings and quota last seen
         self.changes: dict[Any, dict[str, Any]] = {}   # rank key -> the latest change marked (change.py)
         self.last_watch_ns = 0
@@ -151,7 +153,9 @@ class CorrelatorPart(Part):
         self.detections = found
         for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:
             del self.stalls[key]
+            self.bases.pop(key, None)
         due: dict[str, list[tuple[Any, int]]] = {}  # job -> [(rank, since_ns)]
+        basis_of = {}
         for r in ranks:
             d = found[r.key]
             if not d.stalled or d.since_ns is None:
@@ -159,6 +163,16 @@ class CorrelatorPart(Part):
             last = self.stalls.get(r.key)
             if last is not None and now - last[0] < self.stall_refresh(d.since_ns, now_ns):
                 continue
+            basis = standing.Basis.of(d.since_ns, d.share, r.loader, self.host.samples.signals(r.key))
+            old, analysed = self.bases.get(r.key, (None, now))
+            # only an old stall (re-analysed at the scheduled interval): a young one's
+            # causes are still settling and are ranked every stall_refresh as before
+            if last is not None and self.stall_refresh(d.since_ns, now_ns) >= self.every \
+                    and standing.unchanged(old, basis, now - analysed, now_ns):
+                with self.lock:  # a steady stall: its causes stand (standing.py)
+                    self.stalls[r.key] = (now,) + tuple(last[1:])
+                continue
+            basis_of[r.key] = basis
             due.setdefault(r.ident["job"], []).append((r, d.since_ns))
         # One analysis per job for all of its ranks due now: each peer's trace is built
         # once, not once per stalled rank (64 stalled ranks cost 64 x 64 traces before).
@@ -173,6 +187,8 @@ class CorrelatorPart(Part):
             for r in members:
                 result = results[r.key]
                 result["detection"] = found[r.key].as_json(now_ns)
+                self.bases[r.key] = (basis_of[r.key], now)
+                self.stall_runs += 1
                 with self.lock:
                     self.stalls[r.key] = (now, found[r.key].since_ns, dict(r.labels), result)
 

@@ -8,11 +8,12 @@ import numpy as np
 
 
 class Histogram:
-    __slots__ = ("bounds_ns", "bounds", "counts", "sum_ns", "count")
+    __slots__ = ("bounds_ns", "bounds", "edges", "counts", "sum_ns", "count")
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
         self.bounds_ns = tuple(int(b * 1e9) for b in bounds)
+        self.edges = np.asarray(self.bounds_ns, np.int64)  # built once, not per report
         self.counts = [0] * (len(bounds) + 1)
         self.sum_ns = 0
         self.count = 0
@@ -32,7 +33,7 @@ class Histogram:
         if not len(values):
             return
         # side="left": a value equal to a bound belongs to that bucket (le is inclusive).
-        idx = np.searchsorted(np.asarray(self.bounds_ns, np.int64), values, side="left")
+        idx = np.searchsorted(self.edges, values, side="left")
         for i, c in enumerate(np.bincount(idx, minlength=len(self.counts)).tolist()):
             self.counts[i] += c
         self.sum_ns += int(values.sum())

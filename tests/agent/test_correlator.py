@@ -112,3 +112,26 @@ def test_schedule_runs_every_interval_and_sooner_while_a_rank_gathers_data(agent
     assert c.runs == 3  # rank 7 is still "unknown": keep looking
     c.tick(now=1000.0 + 2 * correlator_mod.GATHERING_S + c.every)
     assert c.runs == 4
+
+
+def test_a_steady_stall_is_not_ranked_again_until_its_inputs_move(tmp_path):
+    """The rank waits ~75 % of its step throughout: detected each tick, its causes ranked
+    once; a later tick with nothing new reuses them (correlate/standing.py); a new signal
+    for the rank, or a minute, ranks them again."""
+    from stallscope.correlate import standing
+
+    a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
+    t0 = time.monotonic_ns() - 80 * synth.SEC  # an old stall: past its first minute
+    slow, _ = simulated(1, 2, load=0.8, compute=0.1, n=200, t0=t0)  # ~0.4 s a step: 80 s
+    a.apply(report("train", 0, "pod-0", slow))
+    c = a.correlator
+    c.detect(now=1000.0)
+    assert c.detections[next(iter(c.detections))].stalled
+    assert c.stall_runs == 1
+    c.detect(now=1000.0 + c.every)  # due by its age, nothing moved
+    assert c.stall_runs == 1
+    a.samples.record(a.table.snapshot()[0].key, "cfs_throttled_ratio", 0.5)
+    c.detect(now=1000.0 + 2 * c.every)  # a signal appeared for the rank
+    assert c.stall_runs == 2
+    c.detect(now=1000.0 + 2 * c.every + standing.MAX_AGE_S)
+    assert c.stall_runs == 3

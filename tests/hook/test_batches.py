@@ -313,3 +313,84 @@ def _change_of(agent):
         return None
     ch = body.get("change")
     return body if ch and ch.get("after") and ch.get("before") else None
+
+
+BUSY_WORKERS = r"""
+import sys, time, torch, stallscope
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10**6
+    def __getitem__(self, i):
+        time.sleep(0.05)
+        return torch.zeros(2)
+loader = stallscope.watch(torch.utils.data.DataLoader(Slow(), batch_size=4, num_workers=2))
+print("started", flush=True)
+for batch in loader:
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_making_a_batch_sends_every_worker_flush_not_every_second(tmp_path):
+    """A worker is inside a fetch most of the time (an odd buffer, like a loop blocked in
+    next()): its batches must still go every WORKER_FLUSH_S, not every BLOCKED_REPORT_S,
+    and without a blocked_since_ns (issue 15: twice the messages the agent must parse)."""
+    import socket
+    import threading
+    import time
+
+    from stallscope.hook import channel
+
+    path = str(tmp_path / "hook.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(16)
+    got, stop = [], threading.Event()
+
+    def serve(conn):
+        conn.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                data = conn.recv(70000)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            got.append((time.monotonic(), json.loads(data.split(b"\n", 1)[0])))
+
+    def accept():
+        srv.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                continue
+            except OSError:  # closed at the end of the test
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    env = dict(os.environ, STALLSCOPE_SOCKET=path, RANK="0", STALLSCOPE_JOB="flush-test")
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_WORKERS], env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"started"
+        time.sleep(9)  # 2 workers, each making a 200 ms batch back to back
+        window = [(t, m) for t, m in got if m["role"] == "worker" and m.get("n")]
+    finally:
+        proc.kill()
+        proc.wait()
+        stop.set()
+        srv.close()
+    by_pid = {}
+    for t, m in window:
+        by_pid.setdefault(m["pid"], []).append(t)
+        assert "blocked_since_ns" not in m, m
+    assert len(by_pid) == 2, by_pid
+    for pid, times in by_pid.items():
+        assert len(times) >= 2, (pid, times)
+        # The flush thread wakes every FLUSH_INTERVAL_S: gaps of 2 - 2.5 s, longer on a
+        # loaded machine, never shorter (they were ~1 s when the fetch counted as blocked).
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert min(gaps) >= channel.WORKER_FLUSH_S - 0.3, (pid, gaps)
