@@ -11,6 +11,7 @@ much it changed from 5 to 30.
 """
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,9 +49,25 @@ def main():
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--per-sample", type=float, default=0.02,
                     help="seconds a worker sleeps per sample (4 samples a batch)")
+    ap.add_argument("--trace", metavar="DIR",
+                    help="run the agent under tracemalloc, writing what grows to DIR "
+                         "(benchmarks/soak_trace/sitecustomize.py)")
+    ap.add_argument("--agent-arg", action="append", default=[],
+                    help="one more agent argument, e.g. --agent-arg=--timeline-seconds=120")
     args = ap.parse_args()
+    # stopped early (SIGTERM, or SIGINT in a background job that ignores it otherwise):
+    # the finally below still stops the ranks and the agent
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit("soak: stopped"))
     work = tempfile.mkdtemp(prefix="stallscope-soak-")
-    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml"], workdir=work).start()
+    env = None
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
+        here = os.path.dirname(os.path.abspath(__file__))
+        env = {"STALLSCOPE_TRACE_DIR": os.path.abspath(args.trace),
+               "PYTHONPATH": os.pathsep.join((os.path.dirname(here), os.path.join(here, "soak_trace")))}
+    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml"] + args.agent_arg, workdir=work,
+                         env=env).start(timeout=120 if args.trace else 20)
     with open(agent.log) as f:
         ceiling = next((line.strip() for line in f if "memory ceiling" in line), "")
     ranks = []
