@@ -6,11 +6,17 @@ its RSS over time against the memory ceiling it prints at start (issue 14).
 Each rank is a process looping over a torch DataLoader (its workers sleep per sample,
 so the batch rate is set, not CPU-bound) wrapped in stallscope.watch, with a short
 compute sleep per step. The agent runs with the simulated GPU. Every 30 s: the agent's
-RSS and one /metrics scrape's latency. At the end: RSS at 5, 15 and 30 minutes and how
-much it changed from 5 to 30.
+RSS and one /metrics scrape's latency. At the end, one verdict line: RSS at 5, 15 and 30
+minutes, the change from 5 to 30, PASS when they are within 5 % of each other and under
+the memory limit the agent printed at start.
+
+    --trace DIR: why it grows (benchmarks/soak_trace/sitecustomize.py); tracemalloc with
+    STALLSCOPE_TRACE_FRAMES frames (default 10), or with 0: RSS, glibc's and pymalloc's
+    figures and the agent's container sizes every STALLSCOPE_TRACE_EVERY seconds.
 """
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +46,29 @@ for batch in loader:
 def rss_mib(pid):
     with open("/proc/%d/status" % pid) as f:
         return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) / 1024
+
+
+GOAL_PCT = 5.0  # issue 14: RSS at 5, 15 and 30 minutes within 5 %
+
+
+def verdict(marks, ceiling_line):
+    """The one line the soak is judged by: RSS at each mark, the change from minute 5 to
+    the last, against the goal and the limit the agent printed at start."""
+    limit = re.search(r"at least (\d+) MiB", ceiling_line)
+    if 5 not in marks or len(marks) < 2:
+        return "soak verdict: too short (RSS at %s); 5 and 15 or 30 minutes needed" % (
+            ", ".join("%d min %.1f MiB" % (m, marks[m]) for m in sorted(marks)) or "no mark")
+    last = max(marks)
+    change = 100 * (marks[last] - marks[5]) / marks[5]
+    spread = 100 * (max(marks.values()) - min(marks.values())) / min(marks.values())
+    under = limit is None or max(marks.values()) < int(limit.group(1))
+    ok = spread < GOAL_PCT and under
+    return ("soak verdict: %s: RSS %s; change 5 -> %d min %+.1f%%, spread %.1f%% (goal < %.0f%%); "
+            "peak %.1f MiB %s the printed limit of %s MiB" % (
+                "PASS" if ok else "FAIL",
+                ", ".join("%d min %.1f MiB" % (m, marks[m]) for m in sorted(marks)), last, change,
+                spread, GOAL_PCT, max(marks.values()), "under" if under else "OVER",
+                limit.group(1) if limit else "?"))
 
 
 def main():
@@ -98,12 +127,7 @@ def main():
             for mark in (5, 15, 30):
                 if minute >= mark and mark not in marks:
                     marks[mark] = rss
-        if 5 in marks and len(marks) > 1:
-            last = max(marks)
-            print("RSS at %s min: %s; change %d -> %d min: %+.1f%%" % (
-                ", ".join(str(m) for m in sorted(marks)),
-                ", ".join("%.1f MiB" % marks[m] for m in sorted(marks)), 5, last,
-                100 * (marks[last] - marks[5]) / marks[5]))
+        print(verdict(marks, ceiling))
     finally:
         for p in ranks:
             p.terminate()
