@@ -120,6 +120,7 @@ class Parts:
                 name = c.part.name if isinstance(c, PartCollector) else "agent"
                 self.errors[name] = self.errors.get(name, 0) + 1
                 log("part %s: its series could not be rendered: %s: %s" % (name, type(e).__name__, e))
+        self.exposition.settle()
         return b"".join(out)
 
     def describe(self) -> list[Any]:
