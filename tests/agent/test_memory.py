@@ -150,3 +150,19 @@ def test_samples_of_ranks_that_come_and_go_do_not_stay(tmp_path):
     agent.samples.record("node", "psi_cpu_some_ratio", 0.5, t0)
     agent.samples.record("node", "psi_cpu_some_ratio", 0.5)
     assert agent.samples.expire() == 0 and len(agent.samples.data) == 1
+
+
+def test_notes_naming_pods_that_come_and_go_stay_bounded(tmp_path):
+    # The cfs exporter notes each pod cgroup without CFS counters by its path: one note
+    # per pod for the agent's life, in the notes and in what was said.
+    from stallscope.agent.host import NOTES_KEPT
+
+    agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock")), enabled={"gpu": False}))
+    host = agent.host
+    for pod in range(5000):
+        host.note("cfs", "no CFS counters in /sys/fs/cgroup/kubepods/pod%d/cpu.stat" % pod)
+    assert len(host.notes["cfs"]) == NOTES_KEPT and host.notes["cfs"][-1].endswith("pod4999/cpu.stat")
+    assert len(host._noted) <= 32 * NOTES_KEPT
+    host.note("shm", "no /dev/shm under --path.rootfs /x")
+    host.note("shm", "no /dev/shm under --path.rootfs /x")  # said once
+    assert host.notes["shm"] == ["no /dev/shm under --path.rootfs /x"]
