@@ -80,9 +80,9 @@ class SampleRing:
         self.ratios.extend(np.array([r for _, _, r in samples], np.float64).reshape(-1, 1))
 
     def since(self, horizon_ns):
-        times, ratios = self.times.rows(), self.ratios.rows()[:, 0]
-        keep = times[:, 0] >= horizon_ns
-        return list(zip(*(times[keep].T.tolist()), ratios[keep].tolist()))
+        k = self.times.first_at(horizon_ns)  # a GPU's samples come in time order
+        times, ratios = self.times.tail(k), self.ratios.tail(k)[:, 0]
+        return list(zip(*(times.T.tolist()), ratios.tolist()))
 
     def __iter__(self):
         return iter(self.since(-(1 << 63)))
