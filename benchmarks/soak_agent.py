@@ -6,11 +6,18 @@ its RSS over time against the memory ceiling it prints at start (issue 14).
 Each rank is a process looping over a torch DataLoader (its workers sleep per sample,
 so the batch rate is set, not CPU-bound) wrapped in stallscope.watch, with a short
 compute sleep per step. The agent runs with the simulated GPU. Every 30 s: the agent's
-RSS and one /metrics scrape's latency. At the end: RSS at 5, 15 and 30 minutes and how
-much it changed from 5 to 30.
+RSS and one /metrics scrape's latency. At the end, one verdict line: RSS at 5, 15 and 30
+minutes, the change from 5 to 30, PASS when they are within 5 % of each other and under
+the memory limit the agent printed at start.
+
+    --trace DIR: why it grows (benchmarks/soak_trace/sitecustomize.py); tracemalloc with
+    STALLSCOPE_TRACE_FRAMES frames (default 10), or with 0: RSS, glibc's and pymalloc's
+    figures and the agent's container sizes every STALLSCOPE_TRACE_EVERY seconds.
 """
 import argparse
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +48,31 @@ def rss_mib(pid):
         return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) / 1024
 
 
+GOAL_PCT = 5.0  # issue 14: RSS at 5, 15 and 30 minutes within 5 %
+
+
+def verdict(marks, ceiling_line, peak=None):
+    """The one line the soak is judged by: RSS at each mark, the change from minute 5 to
+    the last, against the goal, and the highest RSS seen (``peak``, else the marks')
+    against the limit the agent printed at start."""
+    limit = re.search(r"at least (\d+) MiB", ceiling_line)
+    if 5 not in marks or len(marks) < 2:
+        return "soak verdict: too short (RSS at %s); 5 and 15 or 30 minutes needed" % (
+            ", ".join("%d min %.1f MiB" % (m, marks[m]) for m in sorted(marks)) or "no mark")
+    last = max(marks)
+    change = 100 * (marks[last] - marks[5]) / marks[5]
+    spread = 100 * (max(marks.values()) - min(marks.values())) / min(marks.values())
+    peak = max(marks.values()) if peak is None else peak
+    under = limit is None or peak < int(limit.group(1))
+    ok = spread < GOAL_PCT and under
+    return ("soak verdict: %s: RSS %s; change 5 -> %d min %+.1f%%, spread %.1f%% (goal < %.0f%%); "
+            "peak %.1f MiB %s the printed limit of %s MiB" % (
+                "PASS" if ok else "FAIL",
+                ", ".join("%d min %.1f MiB" % (m, marks[m]) for m in sorted(marks)), last, change,
+                spread, GOAL_PCT, peak, "under" if under else "OVER",
+                limit.group(1) if limit else "?"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=30.0)
@@ -48,9 +80,25 @@ def main():
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--per-sample", type=float, default=0.02,
                     help="seconds a worker sleeps per sample (4 samples a batch)")
+    ap.add_argument("--trace", metavar="DIR",
+                    help="run the agent under tracemalloc, writing what grows to DIR "
+                         "(benchmarks/soak_trace/sitecustomize.py)")
+    ap.add_argument("--agent-arg", action="append", default=[],
+                    help="one more agent argument, e.g. --agent-arg=--timeline-seconds=120")
     args = ap.parse_args()
+    # stopped early (SIGTERM, or SIGINT in a background job that ignores it otherwise):
+    # the finally below still stops the ranks and the agent
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit("soak: stopped"))
     work = tempfile.mkdtemp(prefix="stallscope-soak-")
-    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml"], workdir=work).start()
+    env = None
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
+        here = os.path.dirname(os.path.abspath(__file__))
+        env = {"STALLSCOPE_TRACE_DIR": os.path.abspath(args.trace),
+               "PYTHONPATH": os.pathsep.join((os.path.dirname(here), os.path.join(here, "soak_trace")))}
+    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml"] + args.agent_arg, workdir=work,
+                         env=env).start(timeout=120 if args.trace else 20)
     with open(agent.log) as f:
         ceiling = next((line.strip() for line in f if "memory ceiling" in line), "")
     ranks = []
@@ -67,7 +115,7 @@ def main():
         print(ceiling or "agent: (no ceiling line in its log)")
         print("%8s %10s %12s %10s" % ("minute", "rss_mib", "scrape_ms", "batches"))
         t0 = time.monotonic()
-        marks = {}
+        marks, peak = {}, 0.0
         while time.monotonic() - t0 < args.minutes * 60:
             time.sleep(30)
             minute = (time.monotonic() - t0) / 60
@@ -77,16 +125,12 @@ def main():
             batches = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                           if line.startswith("stallscope_data_wait_seconds_count{"))
             rss = rss_mib(agent.proc.pid)
+            peak = max(peak, rss)
             print("%8.1f %10.1f %12.1f %10.0f" % (minute, rss, scrape_ms, batches), flush=True)
             for mark in (5, 15, 30):
                 if minute >= mark and mark not in marks:
                     marks[mark] = rss
-        if 5 in marks and len(marks) > 1:
-            last = max(marks)
-            print("RSS at %s min: %s; change %d -> %d min: %+.1f%%" % (
-                ", ".join(str(m) for m in sorted(marks)),
-                ", ".join("%.1f MiB" % marks[m] for m in sorted(marks)), 5, last,
-                100 * (marks[last] - marks[5]) / marks[5]))
+        print(verdict(marks, ceiling, peak))
     finally:
         for p in ranks:
             p.terminate()

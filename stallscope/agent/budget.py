@@ -22,7 +22,8 @@ EVENT_BYTES = 32          # (t_end, wait, interval, ready_wait) int64
 POINT_BYTES = 16          # (t, value) int64 + float64
 SHARD_READS_PER_TIER = 4096   # the window for a tier's read-latency quantiles
 TIERS_PER_POD = 8
-GPU_RING = 2048           # a GPU's (t, period, ratio) samples kept for the timeline API
+GPU_RING = 4096           # a GPU's (t, period, ratio) samples kept for the timeline API
+GPU_SAMPLE_BYTES = 24     # (exporters/gpu/source.py: RING_SIZE, SAMPLE_BYTES)
 # The correlator copies a window (up to the whole history) of the ranks it analyses at
 # once; the HTTP server and prometheus_client build /metrics per scrape.
 ANALYSIS_FACTOR = 1.5
@@ -52,7 +53,7 @@ class Budget:
         gpu = sum(self.capacity(s.cadence) for s in vocabulary.SIGNALS if "gpu" in s.scopes)
         shards = SHARD_READS_PER_TIER * TIERS_PER_POD * 16
         return (self.events * EVENT_BYTES + (signals + gpu) * POINT_BYTES + shards
-                + GPU_RING * 80)
+                + GPU_RING * GPU_SAMPLE_BYTES)
 
     def node_bytes(self) -> int:
         return sum(self.capacity(s.cadence) for s in vocabulary.SIGNALS if "node" in s.scopes) * POINT_BYTES

@@ -47,14 +47,27 @@ def _help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
+SLACK = 1024  # label sets the cache may hold beyond twice a scrape's
+
+
 class Exposition:
-    """A renderer that remembers label text between scrapes (up to ``max_cached`` label
-    sets; past that it starts again, so ranks that come and go cannot grow it)."""
+    """A renderer that remembers label text between scrapes. The label sets of ranks
+    that have gone stay in it until ``settle()``, called after each whole scrape, finds
+    it holding more than twice the samples that scrape rendered (plus SLACK) and starts
+    it again: it stays within twice the live series, not at ``max_cached`` (200,000
+    label sets, ~40 MB, reached by ranks that come and go: issue 14)."""
 
     def __init__(self, max_cached: int = 200_000) -> None:
         self.max_cached = max_cached
         self._prefixes: dict[tuple[Any, ...], str] = {}
         self._names: dict[str, str] = {}
+        self._rendered = 0  # samples rendered since the last settle()
+
+    def settle(self) -> None:
+        """The end of a scrape: forget the label text of series no longer exported."""
+        if len(self._prefixes) > 2 * self._rendered + SLACK:
+            self._prefixes = {}
+        self._rendered = 0
 
     def render(self, families: Iterable[Any]) -> bytes:
         """``families``: what a collector's ``collect()`` yields. An exception from any
@@ -96,6 +109,7 @@ class Exposition:
         apart = {metric.name + suffix: suffix for suffix in _SUFFIXES}
         om: dict[str, list[str]] = {}
         prefixes = self._prefixes
+        self._rendered += len(metric.samples)
         for name, labels, value, timestamp, *_ in metric.samples:
             # the hot loop (6,000 samples at 256 ranks): one lookup for name and labels,
             # the value's repr unless it is +Inf, -Inf, NaN or in need of an exponent

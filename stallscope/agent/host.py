@@ -15,6 +15,7 @@ from .exposition import Exposition
 from .samples import SampleStore
 from .state import RankState, RankTable
 
+NOTES_KEPT = 32  # a part's newest notes, for /api/v1/exporters; each is also logged
 
 class AgentHost:
     """What parts may use of the agent (stallscope.host.Host)."""
@@ -46,12 +47,18 @@ class AgentHost:
         return time.monotonic()
 
     def note(self, part: str, message: str) -> None:
-        """Say something about this node once (a missing file, a partial signal)."""
+        """Say something about this node once (a missing file, a partial signal). Notes
+        may name a pod's cgroup (cfs): kept are a part's NOTES_KEPT newest, and what was
+        said is remembered for 32 x that, so pods that come and go cannot grow them."""
         with self._lock:
             if (part, message) in self._noted:
                 return
+            if len(self._noted) >= 32 * NOTES_KEPT:
+                self._noted.clear()  # at worst a note is said once more
             self._noted.add((part, message))
-            self.notes.setdefault(part, []).append(message)
+            kept = self.notes.setdefault(part, [])
+            kept.append(message)
+            del kept[:-NOTES_KEPT]
         log("%s: %s" % (part, message))
 
 
@@ -120,6 +127,7 @@ class Parts:
                 name = c.part.name if isinstance(c, PartCollector) else "agent"
                 self.errors[name] = self.errors.get(name, 0) + 1
                 log("part %s: its series could not be rendered: %s: %s" % (name, type(e).__name__, e))
+        self.exposition.settle()
         return b"".join(out)
 
     def describe(self) -> list[Any]:

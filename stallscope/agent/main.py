@@ -163,6 +163,7 @@ class Agent:
     def _expire(self) -> None:
         self.parts.forget(self.table.expire())
         self.held.expire(self._expire_held)
+        self.samples.expire()
 
     def healthy(self) -> tuple[bool, str]:
         problem = self.hook_socket.problem if self.hook_socket is not None else None

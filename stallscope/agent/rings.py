@@ -10,6 +10,8 @@ ceiling that ``--max-ranks`` and ``--timeline-seconds`` fix (see budget.py).
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 Arrays = tuple[np.ndarray, ...]
@@ -64,13 +66,35 @@ class Ring:
             return self.buf[self.start:end].copy()
         return np.concatenate((self.buf[self.start:], self.buf[:end - cap]))
 
+    def _segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows held, oldest first, as two views (the second empty unless they wrap)."""
+        cap = self.capacity
+        end = self.start + self.n
+        if end <= cap:
+            return self.buf[self.start:end], self.buf[:0]
+        return self.buf[self.start:], self.buf[:end - cap]
+
+    def first_at(self, horizon_ns: int) -> int:
+        """Index (oldest = 0) of the first row whose time is at or after ``horizon_ns``.
+        Rows arrive nearly in time order; the edge is found by binary search on each
+        segment's time column, a view (np.searchsorted would copy a strided column)."""
+        old, new = self._segments()
+        if len(old) and old[-1, 0] >= horizon_ns:
+            return bisect.bisect_left(old[:, 0], horizon_ns)
+        return len(old) + bisect.bisect_left(new[:, 0], horizon_ns)
+
+    def tail(self, k: int) -> np.ndarray:
+        """Rows from index ``k`` (oldest = 0) to the newest, a copy of just those: a
+        window's copy, not the whole ring's (the correlator cuts short windows out of
+        long rings several times a second; copying whole rings churned the heap)."""
+        old, new = self._segments()
+        if k >= len(old):
+            return new[k - len(old):].copy()
+        return np.concatenate((old[k:], new))
+
     def since(self, horizon_ns: int) -> np.ndarray:
-        """Rows whose time is at or after ``horizon_ns``, oldest first (a copy). Rows
-        arrive nearly in time order; the window's edge is cut by binary search."""
-        rows = self.rows()
-        if len(rows) and rows[0, 0] < horizon_ns:
-            rows = rows[int(np.searchsorted(rows[:, 0], horizon_ns, side="left")):]
-        return rows
+        """Rows whose time is at or after ``horizon_ns``, oldest first (a copy)."""
+        return self.tail(self.first_at(horizon_ns))
 
     def last_time(self) -> int:
         if not self.n:
@@ -102,8 +126,5 @@ class PointRing:
         self.v.extend(v.reshape(-1, 1))
 
     def since(self, horizon_ns: int) -> tuple[np.ndarray, np.ndarray]:
-        t, v = self.t.rows()[:, 0], self.v.rows()[:, 0]
-        if len(t) and t[0] < horizon_ns:
-            k = int(np.searchsorted(t, horizon_ns, side="left"))
-            t, v = t[k:], v[k:]
-        return t, v
+        k = self.t.first_at(horizon_ns)
+        return self.t.tail(k)[:, 0], self.v.tail(k)[:, 0]

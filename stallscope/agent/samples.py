@@ -80,6 +80,20 @@ class SampleStore:
             for key in [k for k in self.data if k[0] == scope]:
                 del self.data[key]
 
+    def expire(self, now_ns: int | None = None) -> int:
+        """Drop every ring whose newest point is older than the horizon (no window of the
+        timeline can return anything from it); returns how many went. Rings are dropped
+        with their rank (drop_scope), but a scope nobody forgets stayed for good: a
+        departed simulated GPU's ``("gpu", uuid)``, or a rank's samples an exporter
+        recorded after the rank expired (its collection began before). Expiry bounds
+        them all by time, whoever made them."""
+        horizon = (time.monotonic_ns() if now_ns is None else now_ns) - self.horizon_ns
+        with self.lock:
+            stale = [k for k, ring in self.data.items() if ring.t.last_time() < horizon]
+            for key in stale:
+                del self.data[key]
+        return len(stale)
+
     def nbytes(self) -> int:
         with self.lock:
             return sum(r.nbytes for r in self.data.values())

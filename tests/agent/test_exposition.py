@@ -111,3 +111,28 @@ def test_parts_render_the_registrys_series_in_its_order(tmp_path):
         return [line.rsplit(" ", 1)[0] if not line.startswith("#") else line for line in text.splitlines()]
     assert shape(rendered) == shape(want)
     assert 'stallscope_data_wait_seconds_count{job="bench"' in rendered
+
+
+def test_the_label_cache_holds_the_live_series_not_every_rank_ever_seen():
+    # Ranks of short jobs come and go: each scrape exports 100 series of ranks that were
+    # not there the scrape before. The cache kept every label set up to 200,000 (~40 MB)
+    # before starting again; settle() after each scrape keeps it near the live series.
+    ex = Exposition()
+    for scrape in range(60):
+        g = GaugeMetricFamily("t_wait", "Per rank.", labels=["job", "rank"])
+        for rank in range(100):
+            g.add_metric(["job%d" % scrape, str(rank)], float(rank))
+        text = ex.render([g]).decode()
+        ex.settle()
+        assert 't_wait{job="job%d",rank="99"} 99.0' % scrape in text
+        assert len(ex._prefixes) <= 2 * 100 + 1024
+    steady = Exposition()  # the same series every scrape: the cache is kept, not rebuilt
+    g = GaugeMetricFamily("t_wait", "Per rank.", labels=["rank"])
+    for rank in range(3000):
+        g.add_metric([str(rank)], 1.0)
+    steady.render([g])
+    steady.settle()
+    kept = steady._prefixes
+    steady.render([g])
+    steady.settle()
+    assert steady._prefixes is kept and len(kept) == 3000

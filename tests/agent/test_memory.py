@@ -21,6 +21,31 @@ def test_a_ring_keeps_the_newest_rows_in_order():
     assert r.since(106)[:, 0].tolist() == [106, 107, 108]
 
 
+def test_a_window_copies_the_window_not_the_ring():
+    # The correlator cuts 1-300 s windows out of 900 s rings several times a second; a
+    # copy of the whole ring each time (then cut) churned ~150 KiB blocks through the
+    # heap, where they left it fragmented (issue 14's soak: glibc's free bytes in the
+    # heap rose 2 -> 10 MiB while its in-use bytes stayed at 20 MiB).
+    import tracemalloc
+
+    from stallscope.agent.rings import PointRing
+
+    ring, points = Ring(100_000, 4), PointRing(100_000)
+    t = np.arange(150_000, dtype=np.int64)  # wrapped: the window spans both segments
+    ring.extend(np.stack([t, t, t, t], 1))
+    points.extend(t, t / 2.0)
+    tracemalloc.start()
+    try:
+        rows = ring.since(149_000)
+        times, values = points.since(148_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rows[:, 0].tolist() == list(range(149_000, 150_000))
+    assert times.tolist() == list(range(148_000, 150_000)) and values[0] == 74_000.0
+    assert peak < 200_000, peak  # the rings are 3.2 MB and 1.6 MB
+
+
 def test_history_stays_within_the_printed_ceiling(tmp_path):
     opts = AgentOptions(socket=str(tmp_path / "s.sock"), max_ranks=4, timeline_seconds=60)
     agent = Agent(Config(agent=opts, enabled={"gpu": False}))
@@ -85,3 +110,59 @@ def test_held_reports_survive_the_jobs_thread_expiring_them_meanwhile():
         stop.set()
         t.join()
     assert errors == []
+
+
+def test_samples_of_ranks_that_come_and_go_do_not_stay(tmp_path):
+    # Ranks of short jobs come and go under the simulated GPU: each leaves its GPU's
+    # ("gpu", uuid) scope in the sample store, which nobody forgets (only the rank's own
+    # scope is dropped with it), and an exporter that read the rank list before a rank
+    # expired records into its scope again afterwards. 40 such ranks kept 40 rings for
+    # the agent's life (~150 KiB each at the default timeline); expiry keeps nothing
+    # older than the timeline's horizon.
+    from stallscope.exporters import ExportersOptions
+    from stallscope.exporters.gpu.options import GpuOptions
+
+    others = {n: False for n in ("cfs", "psi", "shm", "fuse", "workers", "disk", "sched")}
+    agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock"), timeline_seconds=60),
+                         exporters=ExportersOptions(interval=0.2), enabled=others,
+                         parts={GpuOptions: GpuOptions(simulated=True, nvml=False)}))
+    gpu = next(e for e in agent.node_exporters if e.name == "gpu")
+    sampler = gpu.samplers[0]
+    t0 = time.monotonic_ns()
+    for rank in range(40):
+        now = time.monotonic_ns()
+        agent.apply(report("churn%d" % rank, rank, "p%d" % rank,
+                           [(now - (20 - i) * 10**8, 10**6, 10**8) for i in range(20)]))
+        sampler.poll()  # the simulated GPU's samples: ("gpu", uuid) and, mapped, the rank's
+        gpu.refresh(agent.table.snapshot())
+        sampler.poll()
+        later = time.monotonic() + 3600  # its process gone (found so, then past the grace)
+        gone = agent.table.expire(now=later) + agent.table.expire(now=later + 3600)
+        agent.parts.forget(gone)
+    gpu.refresh(agent.table.snapshot())
+    agent.samples.record(gone[0], "workers_alive", 8.0)  # a collection that began before
+    assert not agent.table.snapshot()
+    scopes = {k[0] for k in agent.samples.data}
+    assert sum(1 for s in scopes if s[0] == "gpu") == 40 and gone[0] in scopes  # what stayed
+    assert agent.samples.expire(now_ns=time.monotonic_ns() + 60 * 10**9 + 1) == 41
+    assert not agent.samples.data
+    # a live scope keeps its ring: expiry goes by the newest point, not by age of the first
+    agent.samples.record("node", "psi_cpu_some_ratio", 0.5, t0)
+    agent.samples.record("node", "psi_cpu_some_ratio", 0.5)
+    assert agent.samples.expire() == 0 and len(agent.samples.data) == 1
+
+
+def test_notes_naming_pods_that_come_and_go_stay_bounded(tmp_path):
+    # The cfs exporter notes each pod cgroup without CFS counters by its path: one note
+    # per pod for the agent's life, in the notes and in what was said.
+    from stallscope.agent.host import NOTES_KEPT
+
+    agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock")), enabled={"gpu": False}))
+    host = agent.host
+    for pod in range(5000):
+        host.note("cfs", "no CFS counters in /sys/fs/cgroup/kubepods/pod%d/cpu.stat" % pod)
+    assert len(host.notes["cfs"]) == NOTES_KEPT and host.notes["cfs"][-1].endswith("pod4999/cpu.stat")
+    assert len(host._noted) <= 32 * NOTES_KEPT
+    host.note("shm", "no /dev/shm under --path.rootfs /x")
+    host.note("shm", "no /dev/shm under --path.rootfs /x")  # said once
+    assert host.notes["shm"] == ["no /dev/shm under --path.rootfs /x"]

@@ -18,7 +18,12 @@ import sys
 import threading
 import time
 
-RING_SIZE = 4096  # ~11 minutes at NVML's fastest period (1/6 s)
+import numpy as np
+
+from ...agent.rings import Ring
+
+RING_SIZE = 4096  # ~11 minutes at NVML's fastest period (1/6 s), ~7 at the simulation's
+SAMPLE_BYTES = 24  # a sample in the ring: int64 time and period, float64 ratio
 PROCESS_REFRESH_S = 5.0
 
 
@@ -55,6 +60,34 @@ class Gpu:
         self.state = None           # the source's per-GPU reading state
 
 
+class SampleRing:
+    """A GPU's newest (t_end_ns, period_ns, busy_ratio) samples, in arrays allocated (and
+    committed) once: as a deque of tuples the ring held ~130 bytes of Python objects a
+    sample and filled for its first 7-11 minutes, a slow rise of the agent's RSS
+    under the soak (issue 14); here it is RING_SIZE x SAMPLE_BYTES from the first read."""
+
+    __slots__ = ("times", "ratios")
+
+    def __init__(self, capacity):
+        self.times = Ring(capacity, 2, np.int64)
+        self.ratios = Ring(capacity, 1, np.float64)
+
+    def __len__(self):
+        return len(self.times)
+
+    def extend(self, samples):
+        self.times.extend(np.array([(t, p) for t, p, _ in samples], np.int64).reshape(-1, 2))
+        self.ratios.extend(np.array([r for _, _, r in samples], np.float64).reshape(-1, 1))
+
+    def since(self, horizon_ns):
+        k = self.times.first_at(horizon_ns)  # a GPU's samples come in time order
+        times, ratios = self.times.tail(k), self.ratios.tail(k)[:, 0]
+        return list(zip(*(times.T.tolist()), ratios.tolist()))
+
+    def __iter__(self):
+        return iter(self.since(-(1 << 63)))
+
+
 class GpuTrack:
     """What the sampler knows about one GPU: the ring, the counters, the last level."""
 
@@ -63,7 +96,7 @@ class GpuTrack:
 
     def __init__(self, gpu, ring_size=RING_SIZE):
         self.gpu = gpu
-        self.ring = collections.deque(maxlen=ring_size)
+        self.ring = SampleRing(ring_size)
         self.busy_seconds = 0.0     # integral of busy over sampled time
         self.sampled_seconds = 0.0  # time covered by samples
         self.ratio = None           # busy share of the newest batch of samples
@@ -73,9 +106,8 @@ class GpuTrack:
 
     def add(self, samples):
         busy = span = 0.0
-        ring = self.ring
-        for t, period, ratio in samples:
-            ring.append((t, period, ratio))
+        self.ring.extend(samples)
+        for _t, period, ratio in samples:
             busy += ratio * period
             span += period
         if span:
@@ -87,8 +119,7 @@ class GpuTrack:
     def window(self, seconds, now_ns=None):
         """Samples whose period ended in the last ``seconds``."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
-        horizon = now_ns - int(seconds * 1e9)
-        return [s for s in list(self.ring) if s[0] >= horizon]
+        return self.ring.since(now_ns - int(seconds * 1e9))
 
 
 def _log(message):
