@@ -165,9 +165,11 @@ class CorrelatorPart(Part):
                 continue
             basis = standing.Basis.of(d.since_ns, d.share, r.loader, self.host.samples.signals(r.key))
             old, analysed = self.bases.get(r.key, (None, now))
-            # only an old stall (re-analysed at the scheduled interval): a young one's
-            # causes are still settling and are ranked every stall_refresh as before
-            if last is not None and self.stall_refresh(d.since_ns, now_ns) >= self.every \
+            # only a settled stall whose last analysis named causes: a young one's causes
+            # are still settling and are ranked every stall_refresh as before (whatever
+            # the interval: with --correlate.interval 1 every stall was "old" at once)
+            settled = (now_ns - d.since_ns) / 1e9 >= standing.SETTLED_AFTER_S
+            if last is not None and settled and last[3].get("causes") \
                     and standing.unchanged(old, basis, now - analysed, now_ns):
                 with self.lock:  # a steady stall: its causes stand (standing.py)
                     self.stalls[r.key] = (now,) + tuple(last[1:])

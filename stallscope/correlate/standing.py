@@ -25,6 +25,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 MAX_AGE_S = 60.0
+# A stall younger than this is always re-ranked: its causes settle in its first half
+# minute (the first analysis, on a few batches, may have found none yet).
+SETTLED_AFTER_S = 30.0
 SHARE_ABS = 0.02
 SHARE_REL = 0.10
 SINCE_SLACK_S = 10.0
