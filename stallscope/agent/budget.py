@@ -1,6 +1,6 @@
 """The agent's memory ceiling, from ``--max-ranks`` and ``--timeline-seconds``.
 
-Every per-rank history is a fixed-capacity ring (rings.py) sized here, so the bytes the
+Every per-rank history is a fixed-capacity ring (host/rings.py) sized here, so the bytes the
 agent can hold for its ranks are known before the first report arrives: the agent prints
 the figure at start, and the DaemonSet's memory limit is set from it (docs/deploy.md).
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..host.rings import PointRing
 from .budget import Budget
-from .rings import PointRing
 
 Point = tuple[int, float]
 

@@ -26,10 +26,10 @@ import numpy as np
 
 from ..host import Part
 from ..host.families import buckets, family
+from ..host.rings import Ring
 from ..vocabulary import signal
 from .budget import SHARD_READS_PER_TIER, TIERS_PER_POD
 from .histogram import Histogram
-from .rings import Ring
 from .validate import MAX_AGE_NS, MAX_AHEAD_NS, MAX_INTERVAL_NS, MAX_NS, printable
 
 # What parse() returns: (tiers, reads, cache, slowest).

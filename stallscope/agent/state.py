@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from ..host.rings import Ring
 from ..system import cgroups, procfs
 from ..vocabulary import labels as label_sets
 from ..vocabulary import metric
 from . import identity, pids
 from .budget import Budget
 from .histogram import Histogram
-from .rings import Ring
 
 WAIT_BUCKETS = metric("stallscope_data_wait_seconds").buckets
 STEP_BUCKETS = metric("stallscope_step_seconds").buckets

@@ -20,7 +20,7 @@ import warnings
 import weakref
 from time import perf_counter_ns
 
-from . import batches, channel, claim, device, identity
+from . import batches, channel, claim, device, exits, identity
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def _timed(loop: _Loop, once: bool, _now: Callable[[], int] = perf_counter_ns) -
             return
         except BaseException:  # the loader's own error, passed through; the chain then
             buf.pop()          # starts a new generator: the iterator stays usable
-            _note_worker_exits(loop.inner, stream)
+            exits.note(loop.inner, stream)
             raise
         append(_now())
         yield item
@@ -122,7 +122,7 @@ def _watched_iterator(it: Any, ident: Ident) -> tuple[_WatchedIterator, _Loop]:
 
 
 def _exits_at_end(loop: _Loop) -> None:
-    _note_worker_exits(loop.inner, loop.stream)
+    exits.note(loop.inner, loop.stream)
 
 
 class _Watched:
@@ -252,42 +252,6 @@ _PROXY_TYPES = (_Watched, _WatchedSized, _WatchedIter, _WatchedSizedIter)
 def _is_dataloader(obj: object) -> bool:
     data = sys.modules.get("torch.utils.data")
     return data is not None and isinstance(obj, data.DataLoader)
-
-
-def _note_worker_exits(it: object, stream: channel.Stream | None) -> None:
-    """After the loader raised, in next() or anywhere else (torch raises a worker's death
-    from its SIGCHLD handler wherever the main thread is; then the iterator goes away,
-    _watched_iterator's finalizer): the exit codes of its workers that ended badly (-N:
-    by signal N, multiprocessing's convention), sent with the next report so the agent
-    can say why ("killed by signal: Bus error" says only what). The parent is the one
-    process that can read them once the worker is reaped. Never raises."""
-    try:
-        exits = [[w.pid, code] for w in getattr(it, "_workers", None) or ()
-                 for code in (_exit_code(w),) if code]
-        if exits and stream is not None and stream.loader is not None:
-            stream.loader = dict(stream.loader, worker_exits=exits[:64])
-            stream.last_sent = 0.0  # due at the next flush, not the next heartbeat
-            channel.get().wake.set()
-    except Exception:
-        pass
-
-
-def _exit_code(worker: Any) -> int | None:
-    """A worker process's exit code, without reaping it: torch's own check for dead
-    workers (waitid with WNOWAIT in its SIGCHLD handler) must still find the zombie."""
-    popen = getattr(worker, "_popen", None)
-    code = getattr(popen, "returncode", None)  # already reaped by torch (join)
-    if code is not None or not getattr(worker, "pid", None):
-        return code
-    try:
-        info = os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except (OSError, AttributeError):  # not our child, or no waitid
-        return None
-    if info is None:
-        return None  # still running
-    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
-        return -info.si_status
-    return info.si_status
 
 
 def loader_info(loader: object, it: object = None) -> dict[str, object] | None:

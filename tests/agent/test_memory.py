@@ -7,7 +7,7 @@ import numpy as np
 
 from stallscope.agent.budget import Budget
 from stallscope.agent.main import Agent, AgentOptions, Config
-from stallscope.agent.rings import Ring
+from stallscope.host.rings import Ring
 from tests.helpers.correlate import report
 
 
@@ -28,7 +28,7 @@ def test_a_window_copies_the_window_not_the_ring():
     # heap rose 2 -> 10 MiB while its in-use bytes stayed at 20 MiB).
     import tracemalloc
 
-    from stallscope.agent.rings import PointRing
+    from stallscope.host.rings import PointRing
 
     ring, points = Ring(100_000, 4), PointRing(100_000)
     t = np.arange(150_000, dtype=np.int64)  # wrapped: the window spans both segments

@@ -268,21 +268,21 @@ def test_a_worker_death_raised_outside_next_still_reports_its_exit():
 
 
 def test_exit_codes_are_read_without_reaping():
-    """_exit_code leaves a dead worker a zombie (waitid WNOWAIT), as torch's check needs."""
+    """exit_code leaves a dead worker a zombie (waitid WNOWAIT), as torch's check needs."""
     import multiprocessing
     import signal
     import time
 
-    watch = sys.modules["stallscope.hook.watch"]  # the module: the package exports watch()
+    from stallscope.hook import exits
     p = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
     p.start()
-    assert watch._exit_code(p) is None  # running
+    assert exits.exit_code(p) is None  # running
     os.kill(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
-    while watch._exit_code(p) is None and time.monotonic() < deadline:
+    while exits.exit_code(p) is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert watch._exit_code(p) == -signal.SIGTERM
+    assert exits.exit_code(p) == -signal.SIGTERM
     with open("/proc/%d/stat" % p.pid) as f:
         assert f.read().rsplit(")", 1)[1].split()[0] == "Z"  # still there to be reaped
     p.join(5)
-    assert p.exitcode == -signal.SIGTERM and watch._exit_code(p) == -signal.SIGTERM
+    assert p.exitcode == -signal.SIGTERM and exits.exit_code(p) == -signal.SIGTERM

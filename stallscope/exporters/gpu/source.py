@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ...agent.rings import Ring
+from ...host.rings import Ring
 
 RING_SIZE = 4096  # ~11 minutes at NVML's fastest period (1/6 s), ~7 at the simulation's
 SAMPLE_BYTES = 24  # a sample in the ring: int64 time and period, float64 ratio
