@@ -34,6 +34,12 @@ from ..host.options import flag
 MAX_CAUSE_SERIES = 3
 GATHERING_S = 2.0   # re-run this often while a rank has no verdict yet
 STALL_REFRESH_S = 2.0   # re-analyse a stalled rank this often
+# A change of the loader settings is judged against the last prediction of a modelled
+# configuration change made up to this long before it: the diagnosis of the moment the
+# change is seen may already hold the new iterator's start-up wait, which no cause of the
+# old settings explains (unexplained, no settings), while the one a second before named
+# the change the user made.
+PREDICTION_KEPT_S = 60.0
 MIN_STALL_WINDOW_S = 10.0
 
 
@@ -82,6 +88,7 @@ class CorrelatorPart(Part):
         self.stall_runs = 0                 # stall analyses run (one per due rank)
         self.settings: dict[Any, dict[str, Any]] = {}  # rank key -> loader settings and quota last seen
         self.changes: dict[Any, dict[str, Any]] = {}   # rank key -> the latest change marked (change.py)
+        self.modelled: dict[Any, tuple[float, dict[str, Any]]] = {}  # rank key -> (when, prediction)
         self.last_watch_ns = 0
         self.runs = 0
         self.failures = 0
@@ -226,14 +233,22 @@ class CorrelatorPart(Part):
             new = change.settings_of(r.loader, self.quota(r.key)["cores"])
             old = self.settings.get(r.key)
             self.settings[r.key] = new
+            predicted = (known.get(tuple(sorted(r.labels.items()))) or {}).get("prediction")
+            now = time.monotonic()
+            if predicted and predicted.get("settings"):
+                self.modelled[r.key] = (now, predicted)
             if old is not None and new != old:
-                d = known.get(tuple(sorted(r.labels.items()))) or {}
+                kept = self.modelled.get(r.key)
+                if not (predicted and predicted.get("settings")) and kept \
+                        and now - kept[0] <= PREDICTION_KEPT_S:
+                    predicted = kept[1]
                 with self.lock:
-                    self.changes[r.key] = change.mark(old, new, at_ns or now_ns, d.get("prediction"))
+                    self.changes[r.key] = change.mark(old, new, at_ns or now_ns, predicted)
         live = {r.key for r in ranks}
         for key in [k for k in self.settings if k not in live]:
             self.settings.pop(key, None)
             self.changes.pop(key, None)
+            self.modelled.pop(key, None)
 
     def refresh(self, now: float | None = None) -> None:
         t0 = time.monotonic()
