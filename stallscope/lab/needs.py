@@ -11,8 +11,19 @@ TMPFS_MAGIC = 0x01021994
 
 def cpu_cgroup():
     """("v1"|"v2" as 1|2, base directory) where a child cgroup with a CFS quota can be made."""
-    for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
-        if os.path.exists(os.path.join(base, "cpu.cfs_quota_us")) and os.access(base, os.W_OK):
+    return _cgroup("cpu", ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"), "cpu.cfs_quota_us")
+
+
+def memory_cgroup():
+    """("v1"|"v2" as 1|2, base directory) where a child memory cgroup with a limit can be made."""
+    return _cgroup("memory", ("/sys/fs/cgroup/memory",), "memory.limit_in_bytes")
+
+
+def _cgroup(controller, v1_bases, v1_file):
+    """A writable v1 hierarchy of ``controller`` (one holding ``v1_file``), else the v2
+    root when it delegates ``controller`` to its children, else None."""
+    for base in v1_bases:
+        if os.path.exists(os.path.join(base, v1_file)) and os.access(base, os.W_OK):
             return 1, base
     root = "/sys/fs/cgroup"
     try:
@@ -20,23 +31,7 @@ def cpu_cgroup():
             enabled = f.read().split()
     except OSError:
         enabled = []
-    if "cpu" in enabled and os.access(root, os.W_OK):
-        return 2, root
-    return None
-
-
-def memory_cgroup():
-    """("v1"|"v2" as 1|2, base directory) where a child memory cgroup with a limit can be made."""
-    base = "/sys/fs/cgroup/memory"
-    if os.path.exists(os.path.join(base, "memory.limit_in_bytes")) and os.access(base, os.W_OK):
-        return 1, base
-    root = "/sys/fs/cgroup"
-    try:
-        with open(os.path.join(root, "cgroup.subtree_control")) as f:
-            enabled = f.read().split()
-    except OSError:
-        enabled = []
-    if "memory" in enabled and os.access(root, os.W_OK):
+    if controller in enabled and os.access(root, os.W_OK):
         return 2, root
     return None
 
