@@ -325,9 +325,11 @@ def main(argv):
                 if not (plan.get("restart_on_worker_death") and survive.worker_died(e)):
                     raise
                 restarts += 1
+                # Logged once the broken iterator is gone, so its workers' exits are read
+                # (watch.py's finalizer) before the line that names the death is written.
+                survive.drop_iterator(dl)
                 print("lab rank %d: %s; restarting the loader (%d)" % (
                     rank, str(e).strip().splitlines()[0], restarts), flush=True)
-                survive.drop_iterator(dl)
     except Exception as e:  # a peer that stopped first breaks the collective
         if not _stop:
             print("lab rank %d: stopped stepping, %s: %s" % (rank, type(e).__name__, e), flush=True)
