@@ -7,7 +7,8 @@ rendering with generate_latest for every scrape (kept here as the baseline).
 An in-process agent (the real parts, GPU off) holds 256 ranks (--ranks) fed with
 synthetic reports; while it is scraped a feeder keeps applying reports (one rank every
 10 ms) and the agent's scheduler runs its periodic jobs, as in a live agent (--no-jobs:
-without them; at 256 ranks the correlator's tick holds the GIL ~185 ms a second). The
+without them; at 256 ranks the correlator's tick holds the GIL ~100 ms a second, and it
+waits between ranks while a render runs: agent/scrapefirst.py). The
 scrapers (--scrapers 50) run in a child process, so that their parsing does not take
 the agent's GIL, each on a keep-alive connection, in a closed loop (--interval: one
 scrape every so many seconds). Prints one render's time with each renderer, then p50,

@@ -30,6 +30,7 @@ from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
 from ..host.families import family
 from ..host.options import flag
+from .scrapefirst import SCRAPES
 
 MAX_CAUSE_SERIES = 3
 GATHERING_S = 2.0   # re-run this often while a rank has no verdict yet
@@ -120,10 +121,15 @@ class CorrelatorPart(Part):
         traces = {}
         for r in list(ranks) + list(peers_of if peers_of is not None else ()):
             if r.key not in traces:
+                SCRAPES.pause()
                 traces[r.key] = self.trace(r, seconds, node)
-        return {r.key: diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
-                                         window_seconds=seconds, since_ns=since_of.get(r.key),
-                                         quota=self.quota(r.key)) for r in ranks}
+        found = {}
+        for r in ranks:
+            SCRAPES.pause()
+            found[r.key] = diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
+                                             window_seconds=seconds, since_ns=since_of.get(r.key),
+                                             quota=self.quota(r.key))
+        return found
 
     def quota(self, key: Any) -> dict[str, Any]:
         if self.quota_of is None:
@@ -151,6 +157,7 @@ class CorrelatorPart(Part):
         ranks = self.host.ranks()
         found = {}
         for r in ranks:
+            SCRAPES.pause()
             if detect.quiet_now(self.host.timeline(r, detect.QUIET_BINS + 1, True), now_ns):
                 found[r.key] = detect.NONE  # what the whole test would say, for less
                 continue

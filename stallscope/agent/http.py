@@ -16,6 +16,7 @@ from typing import Any, Callable
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..host import ApiError
+from . import scrapefirst
 from .httppool import Stats
 from .httpserver import Server
 from .httpwire import Request, Response
@@ -61,7 +62,9 @@ class SingleFlight:
 
     def _run(self) -> None:
         try:
-            response = Response(200, self.render(), CONTENT_TYPE_LATEST)
+            with scrapefirst.SCRAPES.serving():  # the correlator waits (scrapefirst.py)
+                body = self.render()
+            response = Response(200, body, CONTENT_TYPE_LATEST)
         except Exception as e:  # Parts.render isolates the parts; this is a last guard
             response = _internal(e)
         finally:
