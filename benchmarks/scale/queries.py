@@ -9,9 +9,13 @@ import time
 import urllib.parse
 
 import yaml
-from servers import ROOT, SCRAPE_INTERVAL, get
+import servers
+from servers import ROOT, get
 
-RATE_INTERVAL = "%ds" % max(4 * SCRAPE_INTERVAL, 60)  # Grafana's $__rate_interval for a 15 s scrape
+
+def rate_interval():
+    """Grafana's $__rate_interval: four scrape intervals, at least a minute."""
+    return "%ds" % max(4 * servers.SCRAPE_INTERVAL, 60)
 
 
 def _targets(panels):
@@ -28,7 +32,7 @@ def panel_queries(namespace, job, node):
     out = []
     for path in sorted(glob.glob(os.path.join(ROOT, "dashboards", "*.json"))):
         name = os.path.basename(path)[:-5].replace("stallscope-", "")
-        values = {"$namespace": namespace, "$job": job, "$__rate_interval": RATE_INTERVAL,
+        values = {"$namespace": namespace, "$job": job, "$__rate_interval": rate_interval(),
                   "$node": node if name == "node" else ".*", "$pod": ".*", "$rank": ".*"}
         with open(path) as f:
             dash = json.load(f)
@@ -70,9 +74,9 @@ def timed(url, path, params, tries=2):
     return best, len(body["data"]["result"])
 
 
-def time_panels(url, namespace, job, node, range_s=600, step=SCRAPE_INTERVAL):
+def time_panels(url, namespace, job, node, range_s=600, step=None):
     """Each panel as Grafana asks for it: a range query over the last ``range_s``."""
-    end = time.time()
+    end, step = time.time(), step or servers.SCRAPE_INTERVAL
     return [(title, *timed(url, "/api/v1/query_range",
                            {"query": expr, "start": end - range_s, "end": end, "step": step}))
             for title, expr in panel_queries(namespace, job, node)]

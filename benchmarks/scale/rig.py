@@ -111,6 +111,8 @@ def main():
     ap.add_argument("--path", choices=["prometheus", "vm", "both"], default="both")
     ap.add_argument("--for", dest="for_duration", default="1m",
                     help="`for:` of every rule in the rig (the generated rules say 15m)")
+    ap.add_argument("--interval", type=int, default=servers.SCRAPE_INTERVAL,
+                    help="scrape and rule evaluation interval, seconds (15; large jobs often 30-60)")
     ap.add_argument("--steady", type=int, default=60, help="seconds of steady state measured")
     ap.add_argument("--results", default=RESULTS)
     ap.add_argument("--keep", action="store_true", help="keep the run directories (data, logs)")
@@ -119,6 +121,7 @@ def main():
     # SIGTERM (and SIGINT, which background jobs ignore) unwind through run()'s finally,
     # which stops every server it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
+    servers.SCRAPE_INTERVAL = servers.EVAL_INTERVAL = a.interval
     if not a.table:
         for ranks in a.ranks:
             for path in (["prometheus", "vm"] if a.path == "both" else [a.path]):
