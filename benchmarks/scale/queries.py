@@ -8,8 +8,8 @@ import os
 import time
 import urllib.parse
 
-import yaml
 import servers
+import yaml
 from servers import ROOT, get
 
 
