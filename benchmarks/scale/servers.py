@@ -85,7 +85,8 @@ def scrape_config(nodes, path, prometheus=False):
     targets = [{"targets": ["127.0.0.1:%d" % AGENTS_PORT],
                 "labels": {"__metrics_path__": "/node/%d/metrics" % i,
                            "instance": "127.0.0.1:%d/node/%d" % (AGENTS_PORT, i)}} for i in range(nodes)]
-    cfg = {"global": {"scrape_interval": "%ds" % SCRAPE_INTERVAL, "scrape_timeout": "%ds" % min(max(10, SCRAPE_INTERVAL * 2 // 3), 30)},
+    timeout = min(max(10, SCRAPE_INTERVAL * 2 // 3), 30)  # 10 s at the default 15 s
+    cfg = {"global": {"scrape_interval": "%ds" % SCRAPE_INTERVAL, "scrape_timeout": "%ds" % timeout},
            "scrape_configs": [{"job_name": "stallscope", "honor_labels": True, "static_configs": targets}]}
     if prometheus:  # vmagent refuses what it does not use
         cfg["global"]["evaluation_interval"] = "%ds" % EVAL_INTERVAL
