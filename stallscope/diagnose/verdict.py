@@ -196,10 +196,13 @@ def causes_without_agent(cluster):
     # loader workers killed in the window: scored as the agent's correlator scores them
     # (correlate/deaths.py), from the pod's exit counter and the rank's wait
     out = deaths.merge(out, cluster.get("death_causes") or [])
-    best = max((c["score"] for c in out), default=0.0)
-    out.append({"cause": "unexplained", "score": round(1.0 - best, 4),
-                "summary": "What the candidates above do not account for (no correlator "
-                           "diagnosis from the node's agent).", "evidence": []})
+    # The remainder, once: the correlator's own (its published unexplained score, from the
+    # timelines) where it gave one, else what the candidates here leave.
+    if not any(c["cause"] == "unexplained" for c in out):
+        best = max((c["score"] for c in out), default=0.0)
+        out.append({"cause": "unexplained", "score": round(1.0 - best, 4),
+                    "summary": "What the candidates above do not account for (no correlator "
+                               "diagnosis from the node's agent).", "evidence": []})
     return sorted(out, key=lambda c: -c["score"])
 
 

@@ -225,3 +225,7 @@ def test_without_the_agent_a_measured_transfer_share_is_scored_at_its_value():
                                                                             "score": 0.8}]})
     assert {c["cause"]: c["score"] for c in got} == {"cpu_throttle": 0.8, "transfer_cost": 0.166,
                                                      "unexplained": 0.2}
+    # the correlator published its own remainder: it is the one listed, once
+    got = verdict.causes_without_agent({"cause_scores": [{"cause": "slow_worker", "score": 0.3},
+                                                         {"cause": "unexplained", "score": 0.6}]})
+    assert [(c["cause"], c["score"]) for c in got] == [("unexplained", 0.6), ("slow_worker", 0.3)]
