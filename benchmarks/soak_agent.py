@@ -7,8 +7,10 @@ Each rank is a process looping over a torch DataLoader (its workers sleep per sa
 so the batch rate is set, not CPU-bound) wrapped in stallscope.watch, with a short
 compute sleep per step. The agent runs with the simulated GPU. Every 30 s: the agent's
 RSS and one /metrics scrape's latency. At the end, one verdict line: RSS at 5, 15 and 30
-minutes, the change from 5 to 30, PASS when they are within 5 % of each other and under
-the memory limit the agent printed at start.
+minutes (each the median of the readings within 30 s of it: rss_at_marks), the change
+from 5 to 30, PASS when they are within 5 % of each other and the highest reading is
+under the memory limit the agent printed at start. ``make soak`` runs 31 minutes, so the
+30-minute mark has a reading after it.
 
     --trace DIR: why it grows (benchmarks/soak_trace/sitecustomize.py); tracemalloc with
     STALLSCOPE_TRACE_FRAMES frames (default 10), or with 0: RSS, glibc's and pymalloc's
@@ -49,6 +51,25 @@ def rss_mib(pid):
 
 
 GOAL_PCT = 5.0  # issue 14: RSS at 5, 15 and 30 minutes within 5 %
+MARKS = (5, 15, 30)
+# RSS "at" a mark: the median of the readings within half a minute of it (three, 30 s
+# apart). One reading can fall inside an analysis of every rank, which holds its windows'
+# arrays for a moment (+11 MiB at 8 ranks, a few hundred ms, back at the next reading):
+# the plateau is the level, and the moments above it are the peak, judged against the
+# printed limit. A 30-minute soak read 81.5 MiB at minute 5 that way, 70.7 either side.
+AROUND_S = 30
+
+
+def rss_at_marks(readings):
+    """{mark minute: median RSS of the readings within AROUND_S of it}, for the marks the
+    readings reach past."""
+    out = {}
+    for mark in MARKS:
+        near = sorted(rss for minute, rss in readings if abs(minute - mark) * 60 <= AROUND_S + 1)
+        if near and max(minute for minute, _ in readings) >= mark:
+            mid = len(near) // 2
+            out[mark] = near[mid] if len(near) % 2 else (near[mid - 1] + near[mid]) / 2
+    return out
 
 
 def verdict(marks, ceiling_line, peak=None):
@@ -115,7 +136,7 @@ def main():
         print(ceiling or "agent: (no ceiling line in its log)")
         print("%8s %10s %12s %10s" % ("minute", "rss_mib", "scrape_ms", "batches"))
         t0 = time.monotonic()
-        marks, peak = {}, 0.0
+        readings, peak = [], 0.0
         while time.monotonic() - t0 < args.minutes * 60:
             time.sleep(30)
             minute = (time.monotonic() - t0) / 60
@@ -127,10 +148,8 @@ def main():
             rss = rss_mib(agent.proc.pid)
             peak = max(peak, rss)
             print("%8.1f %10.1f %12.1f %10.0f" % (minute, rss, scrape_ms, batches), flush=True)
-            for mark in (5, 15, 30):
-                if minute >= mark and mark not in marks:
-                    marks[mark] = rss
-        print(verdict(marks, ceiling, peak))
+            readings.append((minute, rss))
+        print(verdict(rss_at_marks(readings), ceiling, peak))
     finally:
         for p in ranks:
             p.terminate()
