@@ -19,6 +19,8 @@ def rows(r):
     alert, diag = r.get("alert") or {}, r.get("diagnose") or {}
     groups = r.get("rule_group_eval_s") or {}
     return [
+        ("scrape / rule evaluation interval", "%s s / %s s" % (r.get("scrape_interval_s", 15),
+                                                              r.get("eval_interval_s", 15))),
         ("series in storage (TSDB status)", "%.0f" % (r.get("series_total") or r.get("active_series") or 0)),
         ("series per rank, max / mean (budget 40)", "%.0f / %.1f" % (r.get("series_per_rank_max") or 0,
                                                                       r.get("series_per_rank_mean") or 0)),
