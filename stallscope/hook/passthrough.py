@@ -14,7 +14,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Any
 
-MISSING = object()
 _BOUND = 64  # classes remembered: a class made per call must not grow these without end
 _DATA_DESCRIPTORS: dict[type, frozenset[str]] = {}
 _SUBCLASSES: dict[type, type | None] = {}

@@ -150,14 +150,12 @@ class _Watched:
         return type(self._ss_wrapped)
 
     def __getattr__(self, name: str) -> Any:
-        # Only what the shared instance dict lacks comes here: the class's attributes,
-        # and misses (accelerate asks hasattr(loader, "state_dict") every batch). getattr
-        # with a default raises nothing inside; the one error is built here, with the name.
-        missing = passthrough.MISSING
-        value = getattr(self._ss_wrapped, name, missing) if name[:4] != "_ss_" else missing
-        if value is missing:
+        # Only what the shared instance dict lacks comes here: the class's attributes and
+        # misses, with the wrapped object's own error (a DataLoader's proxy has none of
+        # this: its class answers, passthrough.py).
+        if name.startswith("_ss_"):
             raise AttributeError(name)
-        return value
+        return getattr(self._ss_wrapped, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._ss_wrapped, name, value)

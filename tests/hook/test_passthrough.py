@@ -117,3 +117,13 @@ def test_the_generic_proxy_shares_the_objects_attributes_both_ways():
     assert w.seed == 7 and list(w) == [3]
     del w.seed
     assert not hasattr(orig, "seed") and not hasattr(w, "seed")
+
+
+def test_a_miss_on_the_generic_proxy_says_what_the_object_would():
+    class Loader:
+        def __iter__(self):
+            return iter([])
+
+    w = stallscope.watch(Loader())
+    with pytest.raises(AttributeError, match="'Loader' object has no attribute 'batchsize'"):
+        w.batchsize  # noqa: B018
