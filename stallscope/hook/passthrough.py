@@ -50,9 +50,9 @@ def subclass(cls: type, proxy_type: type) -> type | None:
     ``__init_subclass__`` refuses), and the generic proxy is used."""
     if cls in _SUBCLASSES:
         return _SUBCLASSES[cls]
-    sub = _make(cls, proxy_type)
-    if len(_SUBCLASSES) < _BOUND:
-        _SUBCLASSES[cls] = sub
+    if len(_SUBCLASSES) >= _BOUND:
+        return None  # a new class per call would grow SUBCLASSES without end: generic proxy
+    sub = _SUBCLASSES[cls] = _make(cls, proxy_type)
     return sub
 
 

@@ -127,3 +127,17 @@ def test_a_miss_on_the_generic_proxy_says_what_the_object_would():
     w = stallscope.watch(Loader())
     with pytest.raises(AttributeError, match="'Loader' object has no attribute 'batchsize'"):
         w.batchsize  # noqa: B018
+
+
+def test_loader_classes_past_the_bound_get_the_generic_proxy(monkeypatch):
+    """Classes made per call (a factory) must not grow the proxy classes without end."""
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    monkeypatch.setattr(passthrough, "_SUBCLASSES", {})
+    monkeypatch.setattr(passthrough, "_BOUND", 2)
+    made = len(passthrough.SUBCLASSES)
+    kinds = [type(stallscope.watch(type("L%d" % i, (DataLoader,), {})(list(range(4)))))
+             for i in range(5)]
+    assert len(passthrough.SUBCLASSES) - made == 2
+    assert all(k in watch._PROXY_TYPES for k in kinds[2:])
