@@ -76,6 +76,11 @@ class RankState:
         self.workers_checked = float("-inf")     # when they were last checked in /proc
         self.worker_pids: list[int] = []       # the same, in the agent's PID namespace
         self.worker_map: collections.OrderedDict[int, int] = collections.OrderedDict()
+        # (worker PID in the agent's namespace, exit code) as the trainer's waitpid saw
+        # them, taken at ingest: rank.loader is replaced by the next report of any of the
+        # rank's iterators, often the new loader's before the exporter read the old one's
+        # deaths (CI: a fourth SIGBUS death never counted). The workers exporter drains it.
+        self.exits_reported: collections.deque[tuple[int, int]] = collections.deque(maxlen=64)
         self.wait = Histogram(WAIT_BUCKETS)
         self.step = Histogram(STEP_BUCKETS)
         # Wait already added to both sums for a next() call still in progress; the batch
@@ -227,7 +232,7 @@ class RankTable:
             rank.uid = uid
             rank.verified.clear()
         if msg["loader"] is not None:
-            rank.loader = {k: v for k, v in msg["loader"].items() if k != "worker_pids"}
+            rank.loader = {k: v for k, v in msg["loader"].items() if k not in ("worker_pids", "worker_exits")}
             reported = list(msg["loader"]["worker_pids"])
             # The same workers as last time are checked again only every WORKERS_RECHECK_S
             # (for exits and PID reuse): reading /proc for each worker of every report
@@ -237,11 +242,24 @@ class RankTable:
                 rank.translated_workers = pids.translate(self.procfs, rank.pid, rank.ns_pid, reported)
                 self._map_workers(rank)
                 rank.workers_checked = now
+            self._note_exits(rank, msg["loader"].get("worker_exits") or ())
         if msg["mono_ns"] and msg["wall_ns"]:
             rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
         self._add_events(rank, msg["events"], msg.get("ready_wait"))
         if msg.get("blocked_since_ns") is not None:
             self._note_blocked(rank, msg["blocked_since_ns"], msg["mono_ns"] - msg["blocked_since_ns"])
+
+    @staticmethod
+    def _note_exits(rank: RankState, exits: Any) -> None:
+        """Deaths by signal the trainer reported, for PIDs this very report names as its
+        workers, mapped into the agent's PID namespace; a stream repeats them in every
+        report until it ends, so each is queued once."""
+        hosts = dict(zip(rank.reported_workers, rank.translated_workers))
+        for pid, code in exits:
+            if code < 0 and pid in hosts:
+                death = (rank.worker_map.get(pid, hosts[pid]), code)
+                if death not in rank.exits_reported:
+                    rank.exits_reported.append(death)
 
     def _worker(self, rank: RankState, reported: int, host: int) -> None:
         """A loader worker's report: SO_PEERCRED gives its PID in the agent's namespace,

@@ -217,14 +217,13 @@ class WorkersExporter(base.Exporter):
 
     def _reported_exits(self, rank: Any, now: float) -> None:
         """Exits the trainer's own waitpid saw (the hook sends them once the loader
-        raised): the record that survives a worker its parent reaped at once. Only for
-        PIDs it reported as its workers; mapped into the agent's PID namespace."""
-        exits = (rank.loader or {}).get("worker_exits") or ()
-        hosts = dict(zip(rank.reported_workers, rank.translated_workers))
-        for pid, code in exits:
-            if code < 0 and pid in hosts:
-                host = rank.worker_map.get(pid, hosts[pid])
-                self._died(rank, host, signal_name(-code), now)
+        raised): the record that survives a worker its parent reaped at once. Queued at
+        ingest (agent/state.py: only PIDs the report named as its workers, mapped into
+        the agent's PID namespace); _died counts each PID once."""
+        queue = rank.exits_reported
+        while queue:
+            host, code = queue.popleft()  # the ingest thread appends: deque ops are atomic
+            self._died(rank, host, signal_name(-code), now)
 
     def peer_gone(self, source: Any) -> None:
         """A hook connection closed (ingest thread): if its process died by a signal,

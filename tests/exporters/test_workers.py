@@ -10,7 +10,8 @@ import pytest
 
 from stallscope.exporters import workers
 from tests.helpers import wait_until
-from tests.helpers.exporters import collect, context, kill, samples_of, scraped, spawn, table_with, values
+from tests.helpers.exporters import (collect, context, kill, rank_message, samples_of, scraped, spawn, table_with,
+                                    values)
 
 BUSY_THEN_SLEEP = ("import time\n"
                    "t = time.process_time() + {secs}\n"
@@ -90,6 +91,39 @@ def test_an_exit_by_signal_is_counted_while_the_worker_is_a_zombie(procs):
     assert values(fams, "stallscope_loader_workers_alive") == [0]
     assert exp.rows[rank.key][0]["state"] == "zombie"
     assert exp.rows[rank.key][0]["exit_signal"] == "SIGBUS"
+
+
+def test_a_reported_death_counts_though_the_next_loaders_report_came_first(procs):
+    """The trainer's waitpid saw a worker die (the old iterator's last report carries its
+    exit code); the restarted loader's first report comes before the exporter collects.
+    CI once counted 3 of 4 such deaths: the exit lived only in rank.loader, which the
+    new loader's report replaced."""
+    main = subprocess.Popen(["sleep", "60"])
+    procs.append(main)
+    old = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    new = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    procs.extend(old + new)
+    for p in old:
+        kill(p)
+    table = table_with(dict(pid=main.pid, worker_pids=[p.pid for p in old]))
+    report = rank_message(main.pid, [p.pid for p in old])
+    report["loader"]["worker_exits"] = [[old[0].pid, -signal.SIGBUS]]
+    for _ in range(2):  # a stream repeats its exits until it ends
+        table.apply(report)
+    table.apply(rank_message(main.pid, [p.pid for p in new]))
+    [rank] = table.snapshot()
+    exp = workers.WorkersExporter(context(table))
+    for _ in range(2):
+        fams = collect(exp, [rank])
+    assert values(fams, "stallscope_loader_worker_exits_total", reason="other") == [1]
+    assert [d["pid"] for d in exp.rank_fields(rank)["worker_deaths"]] == [old[0].pid]
+    # a code for a PID the report does not name as its worker is not counted
+    stranger = rank_message(main.pid, [p.pid for p in new])
+    stranger["loader"]["worker_exits"] = [[main.pid, -signal.SIGKILL]]
+    table.apply(stranger)
+    fams = collect(exp, [rank])
+    assert values(fams, "stallscope_loader_worker_exits_total", reason="other") == [1]
+    assert values(fams, "stallscope_loader_worker_exits_total", reason="memory_limit") == [0]
 
 
 def test_a_worker_blocked_on_a_hung_mount_counts_in_d_state(procs, tmp_path):
