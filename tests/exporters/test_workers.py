@@ -10,8 +10,17 @@ import pytest
 
 from stallscope.exporters import workers
 from tests.helpers import wait_until
-from tests.helpers.exporters import (collect, context, kill, rank_message, samples_of, scraped, spawn, table_with,
-                                    values)
+from tests.helpers.exporters import (
+    collect,
+    context,
+    kill,
+    rank_message,
+    samples_of,
+    scraped,
+    spawn,
+    table_with,
+    values,
+)
 
 BUSY_THEN_SLEEP = ("import time\n"
                    "t = time.process_time() + {secs}\n"
