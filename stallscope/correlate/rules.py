@@ -6,7 +6,7 @@ from the agent) call ``judge`` with the same kind of numbers, so one rank over o
 window gets one verdict whichever source answered. The headline alert draws the same
 line on the same quantity:
 
-    StallscopeDataWaitHigh: job:stallscope_data_wait_ratio:max_rate5m > DATA_WAIT_LINE
+    StallscopeDataWaitHigh: max by (namespace, job) (the rank's 5m ratio) > DATA_WAIT_LINE
 
 where a rank's ratio is every second blocked in next(loader) (the first batch of each
 epoch included) over its step seconds. Hence the invariant the tests hold these rules

@@ -80,10 +80,10 @@ def _cause(cfg, name, signal, cmp, metrics, summary, description):
 
 # -- the alerts ----------------------------------------------------------------------------
 def _headline(cfg, name, severity, threshold):
-    job_max = promql.job_max(cfg)
+    job_max = promql.job_max_now(cfg)  # not the record: one evaluation sooner (issue 20)
     return Alert(
         name, "stallscope.slo", severity, cfg.data_wait_for,
-        "%s > %s" % (job_max, num(threshold)), job_max,
+        "%s > %s" % (job_max, num(threshold)), promql.job_max(cfg),
         "Training job {{ $labels.namespace }}/{{ $labels.job }} is waiting on its input pipeline.",
         "The slowest rank of job {{ $labels.job }} spent {{ $value | humanizePercentage }} of its "
         "step time blocked in next(loader) over the last %s (threshold %s); in synchronous "

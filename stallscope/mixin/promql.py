@@ -44,13 +44,25 @@ def names(cfg):
 
 
 def job_max(cfg):
-    """The job's slowest rank, from the rank-level record. Alerts take the job statistics
-    from the rank-level record rather than from the job-level records: a rule evaluator
-    that reads recorded series back from its store (vmalert, with VictoriaMetrics) sees a
-    record of a record one evaluation later, which the scale rig measured as the headline
-    alert firing ~35 s later than on Prometheus (docs/deploy.md). Dashboards keep the
-    job-level records."""
+    """The job's slowest rank, from the rank-level record: for the straggler's median,
+    probes and annotations. Not from the job-level record: a rule evaluator that reads
+    recorded series back from its store (vmalert, with VictoriaMetrics) sees a record of
+    a record one evaluation later (docs/deploy.md). The headline alerts compute it from
+    the raw series (job_max_now). Dashboards keep the job-level records."""
     return "max by (namespace, job) (%s)" % names(cfg)["rank_ratio"]
+
+
+def job_max_now(cfg):
+    """The job's slowest rank computed from the raw series at evaluation time, for the
+    headline alerts. Through a record it is one evaluation late wherever the record is
+    evaluated apart from the alert: on Prometheus another group runs at its own offset
+    in the interval, and vmalert writes a record to its store and reads it back (chaining
+    records is unreliable even within a group: VictoriaMetrics' vmalert README,
+    "Limitations"). At a 60 s interval the scale rig measured the alert 186-189 s after a
+    straggler began, past `for:` plus two evaluations (180 s; issue 20); from the raw
+    series the alert is one scrape plus one evaluation plus `for:` behind it. The
+    formula is the record's own (data_wait_ratio): one definition, read twice."""
+    return "max by (namespace, job) (\n%s\n)" % indent(data_wait_ratio(cfg))
 
 
 def job_median(cfg):

@@ -108,7 +108,7 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
             assert 'cluster="a"' in sel[1], (sel, expr)
     alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
     assert alerts["StallscopeDataWaitHigh"]["for"] == "7m"
-    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("rate2m) > 0.05")
+    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("[2m]))\n) > 0.05")
     assert "> 0.4" in alerts["StallscopeCPUThrottled"]["expr"]
     assert alerts["StallscopeCPUThrottled"]["for"] == "3m"
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
@@ -183,6 +183,13 @@ def test_dashboards_and_alerts_share_the_sli_definition(boards):
     # the cost per day is recorded only when the config names a price per GPU-hour
     assert recorded == set(n.values()) - {n["job_idle_cost"]}
     assert n["job_idle"] in text and n["job_idle_cause"] in text
-    # the raw SLI formula lives only in the recording rule
-    raw = "stallscope_data_wait_seconds_sum"
-    assert sum(raw in r["expr"] for g in rules.all_groups(config.DEFAULT) for r in g["rules"]) == 1
+    # the raw SLI formula, one definition: the rank record and the two headline alerts,
+    # which read it at evaluation time rather than one evaluation late (issue 20)
+    raw = promql.indent(promql.data_wait_ratio(config.DEFAULT))
+    readers = sorted(r.get("record") or r["alert"] for g in rules.all_groups(config.DEFAULT)
+                     for r in g["rules"] if "stallscope_data_wait_seconds_sum" in r["expr"])
+    assert readers == ["StallscopeDataWaitCritical", "StallscopeDataWaitHigh", n["rank_ratio"]]
+    for g in rules.all_groups(config.DEFAULT):
+        for r in g["rules"]:
+            if r.get("alert", "").startswith("StallscopeDataWait"):
+                assert raw in r["expr"], r["expr"]
