@@ -31,6 +31,16 @@ def _values(trace: Any, name: str, scopes: tuple = ("rank",)) -> np.ndarray | No
     return s.v if len(s) else None
 
 
+def _times(trace: Any, name: str) -> np.ndarray | None:
+    """When each of _values' samples was measured, in seconds."""
+    span = trace.span()
+    _, s = trace.signal(name, ("rank",))
+    if s is None or span is None:
+        return None
+    s = s.clip(*span)
+    return s.t / 1e9 if len(s) else None
+
+
 def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
     """predict.Measured for ``trace`` (input_bound()'s numbers in ``ib``), or None with
     too few steady batches."""
@@ -56,7 +66,7 @@ def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
     by_worker = slow_worker.per_worker(trace)
     return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
         step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
-        load=load, workers=loader.get("num_workers"), prefetch=loader.get("prefetch_factor"),
+        load=load, load_times=_times(trace, BATCH_LOAD), workers=loader.get("num_workers"), prefetch=loader.get("prefetch_factor"),
         persistent=loader.get("persistent_workers"), quota_cores=q.get("cores"),
         quota_ranks=q.get("ranks"), workers_cpu_cores=float(cpu.mean()) if cpu is not None else None,
         iterator_starts=ib.iterator_starts, iterator_start_wait_seconds=ib.iterator_start_wait_seconds,

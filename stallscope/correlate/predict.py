@@ -78,7 +78,7 @@ def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float
     and counting up to 64 under a binding CPU floor 0.35 s). Under a floor above the
     compute no count can keep up: the current count's figures, at once."""
     def at(w):
-        return replay(m.load, m.compute, w, prefetch, floor)
+        return replay(m.load, m.compute, w, prefetch, floor, times=m.load_times)
     if floor > m.compute_mean * (1 - TARGET):
         return (m.workers,) + at(m.workers)
     lo, hi = m.workers, MAX_WORKERS
@@ -160,7 +160,7 @@ def limit_search(m: Measured, load: np.ndarray, workers: int) -> tuple[float, fl
     node = (m.node_cores or math.inf) if workers > (m.workers or 1) else math.inf
 
     def at(k):
-        return replay(load, m.compute, workers, prefetch, c / min(k * LIMIT_STEP, node))
+        return replay(load, m.compute, workers, prefetch, c / min(k * LIMIT_STEP, node), times=m.load_times)
     top_wait, _ = at(hi)
     # none reaches the target: the smallest within a target of the best (the wait is flat
     # there; a tighter goal chased noise: 1.05 cores, 3x the demand, for 39 % remaining)

@@ -128,13 +128,13 @@ class Job:
         body = self.agent.api("/api/v1/ranks?job=" + self.job)
         return {r["rank"]: r for r in body["ranks"]}
 
-    def wait_ready(self):
-        """Until every rank has reported a batch; returns the ranks' counters then."""
+    def wait_ready(self, batches=1):
+        """Until every rank has reported ``batches`` batches; returns the ranks' counters then."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             self.check_alive()
             ranks = self.ranks()
-            if len(ranks) == self.world and all(r["batches"] > 0 for r in ranks.values()):
+            if len(ranks) == self.world and all(r["batches"] >= max(1, batches) for r in ranks.values()):
                 return ranks
             time.sleep(0.5)
         raise RuntimeError("the ranks of %s did not start within %.0fs" % (self.job, READY_TIMEOUT_S))

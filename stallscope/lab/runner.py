@@ -26,6 +26,7 @@ class Options:
     workdir: str = None             # None: a temporary directory, removed afterwards
     say: object = None              # progress/messages sink (str -> None)
     live: bool = None               # redraw the progress line in place (None: stderr is a TTY)
+    warmup_batches: int = 1         # the window starts once every rank has had this many
 
 
 def run(scenario, opts):
@@ -46,7 +47,7 @@ def run(scenario, opts):
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
         job = session.start_job(scenario, ranks=ranks, duration=duration)
-        base = job.wait_ready()
+        base = job.wait_ready(opts.warmup_batches)
         now, fired, history = _window(job, base, opts.live)
         result = findings.collect(job, base, now, fired, history)
         if opts.record:

@@ -167,3 +167,38 @@ def test_no_limit_is_named_when_the_quota_does_not_hold_the_workers_back():
     m = _throttled(np.full(100, 1.0), np.full(100, 0.165), held_back=0.0, crowded=0.9)
     assert predict.cpu_limit(m) is None
     assert predict.for_cause("cpu_throttle", m)["confidence"] == "upper bound"
+
+
+def _brownouts(seconds=36.0, period=12.0, slow_for=5.0, slow=0.8, fast=0.04, workers=2):
+    """Load samples as 2 workers measure them under storage brownouts: each batch takes
+    ``slow`` during the first ``slow_for`` s of every ``period``, ``fast`` otherwise, and
+    the samples come as often as the workers finish batches."""
+    t, times, load = 0.0, [], []
+    while t < seconds:
+        cost = slow if t % period < slow_for else fast
+        t += cost / workers
+        times.append(t)
+        load.append(cost)
+    return np.array(load), np.array(times)
+
+
+def test_brownouts_replayed_in_time_need_more_workers_than_drawn_apart():
+    # 5 s at 0.8 s a batch: the loop takes a batch every 0.15 s, so W workers fall behind by
+    # 1/0.15 - W/0.8 batches a second for 5 s, which a queue of 2W batches must cover:
+    # W >= 5 (deficit 0.4/s x 5 s = 2 < 10). Drawn independently the slow samples are spread
+    # through the replay, and the mean (0.36 s) asks for fewer.
+    load, times = _brownouts()
+    compute = np.full(200, 0.15)
+    apart = predict.workers(_m(load, compute))
+    timed = predict.workers(_m(load, compute, load_times=times))
+    w_apart, w_timed = apart["settings"]["num_workers"], timed["settings"]["num_workers"]
+    assert w_timed > w_apart
+    assert w_timed >= 5
+    # at the count drawn apart, the brownouts replayed in time still make the loop wait
+    wait, _ = replay(load, compute, w_apart, times=times)
+    assert wait > predict.TARGET
+    # the same samples with no time structure (shuffled along the window): about the same
+    # answer as drawn apart
+    shuffled = np.random.default_rng(3).permutation(load)
+    flat = predict.workers(_m(shuffled, compute, load_times=times))
+    assert abs(flat["settings"]["num_workers"] - w_apart) <= 1

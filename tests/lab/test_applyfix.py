@@ -76,3 +76,29 @@ def test_the_scoreboard_adds_the_fix_table_only_when_asked():
     assert "0.160s/0.170s" in table[2] and "-5.9%" in table[2]
     assert "no rerun: the lab cannot apply" in table[3]
     assert table[4].startswith("1/1 fixes took the wait under the 2% line, 1 within 15%")
+
+
+def test_the_rerun_window_opens_after_the_changed_loaders_queue_fill():
+    # the prediction's replay leaves out the queue's first two rounds; the rerun's
+    # measured window does too, for the loader as changed (5 workers, prefetch 2: 20)
+    from stallscope.lab.runner import Options
+    seen = []
+    prediction = {"cause": "too_few_workers", "change": "raise num_workers from 2 to 5",
+                  "settings": {"num_workers": 5}, "predicted_data_wait_ratio": 0.0,
+                  "predicted_step_seconds": 0.154}
+
+    def run_one(scenario, opts):
+        seen.append((scenario.real.target.get("workers"), opts.warmup_batches, opts.record))
+        r = _run(0.4, 0.26, 0.01) if len(seen) == 1 else _run(0.01, 0.155, 0.007)
+        r.update(diagnosis={"report": {"prediction": prediction}}, found={"cause": "too_few_workers"},
+                 ok=True)
+        return r
+
+    out = applyfix.run(scenarios.get("variable-cost"), Options(record="/tmp/x"), run_one)
+    assert seen == [(None, 1, "/tmp/x"), (5, 20, None)]
+    assert out["fix"]["stall_gone"] is True
+    # a CPU limit's third run (twice the workers under the old quota) fills its own queue
+    seen.clear()
+    prediction.update(settings={"cpu_limit_cores": 0.55}, change="raise the CPU limit to 0.55 cores")
+    applyfix.run(scenarios.get("quota-capped"), Options(), run_one)
+    assert [s[1] for s in seen] == [1, 8, 16]
