@@ -66,7 +66,8 @@ def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
     by_worker = slow_worker.per_worker(trace)
     return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
         step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
-        load=load, load_times=_times(trace, BATCH_LOAD), workers=loader.get("num_workers"), prefetch=loader.get("prefetch_factor"),
+        load=load, load_times=_times(trace, BATCH_LOAD), workers=loader.get("num_workers"),
+        prefetch=loader.get("prefetch_factor"),
         persistent=loader.get("persistent_workers"), quota_cores=q.get("cores"),
         quota_ranks=q.get("ranks"), workers_cpu_cores=float(cpu.mean()) if cpu is not None else None,
         iterator_starts=ib.iterator_starts, iterator_start_wait_seconds=ib.iterator_start_wait_seconds,
