@@ -155,6 +155,10 @@ def start_victoriametrics(nodes, rundir, rules, procs, members=2):
     procs["vmalert"] = Proc("vmalert", [
         "vmalert", *["-rule=" + r for r in rules], "-datasource.url", url, "-remoteWrite.url", url,
         "-evaluationInterval", "%ds" % EVAL_INTERVAL, "-notifier.url", "http://127.0.0.1:9/",
+        # query at the evaluation's own time: aligned (the default), the time is truncated
+        # to a multiple of the interval, up to an interval in the past (VictoriaMetrics
+        # PR 1257): the alert read data up to 60 s old at a 60 s interval
+        "-datasource.queryTimeAlignment=false",
         "-httpListenAddr", "127.0.0.1:%d" % VMALERT_PORT], rundir)
     for i in range(members):
         wait_http("http://127.0.0.1:%d/health" % (VMAGENT_PORT + i))
