@@ -97,10 +97,25 @@ def via_diagnose(lab):
     causes = doc.get("causes") or []
     found = {"cause": causes[0]["cause"] if bound and causes else None,
              "rank": doc["rank"] if bound else None, "verdict": doc["verdict"],
+             "worker_pid": _worker_pid(causes[0]) if bound and causes else None,
              "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
                                                       " -> straggler " + doc["pod"])}
     return found, {"first": first if doc is not first else None, "report": doc,
                    "text": dg.render_text(doc)}
+
+
+def _worker_pid(cause):
+    """The loader worker a cause names (slow_worker: the one holding the batches)."""
+    return (cause.get("worker") or {}).get("pid")
+
+
+def expected_worker_pid(lab, rows):
+    """The PID of the worker the plan slowed (the target's ``slow_worker_id``-th, as the
+    rank reported its workers), or None where the scenario slows no single worker."""
+    plan = dict(lab.scenario.real.everyone, **lab.scenario.real.target)
+    i = plan.get("slow_worker_id")
+    pids = next((r.get("worker_pids") or [] for r in rows if r["rank"] == lab.target), [])
+    return pids[i] if i is not None and i < len(pids) else None
 
 
 def diagnose(lab, rows):
@@ -117,6 +132,7 @@ def diagnose(lab, rows):
     rank, d = max(bound, key=lambda rd: ratio.get(rd[0], 0))
     causes = d.get("causes") or [{}]
     return {"cause": causes[0].get("cause"), "rank": rank, "verdict": "input_bound",
+            "worker_pid": _worker_pid(causes[0]),
             "source": "agent /api/v1/diagnosis"}, per_rank
 
 
@@ -284,7 +300,10 @@ def collect(lab, base, now, fired=None, history=None):
     alert = dict(sli, firing=HEADLINE in alerts["fired"], source="prometheus") if alerts else sli
     agree = agreement(alert, judged_ranks(details))
     agree["sli"] = sli
+    expected["worker_pid"] = expected_worker_pid(lab, rows)
     ok = found["cause"] == expected["cause"] and found["rank"] == expected["rank"]
+    if s.real.target.get("slow_worker_id") is not None:  # and the worker (issue 18)
+        ok = ok and expected["worker_pid"] is not None and found.get("worker_pid") == expected["worker_pid"]
     if alerts and alerts["matched"] is False:
         ok = False
     if agree["state"] == "disagree":

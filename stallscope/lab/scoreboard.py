@@ -33,6 +33,8 @@ def _row(name, result=None, skipped=None):
     return {"scenario": name, "expected_cause": result["expected"]["cause"],
             "found_cause": result["found"]["cause"], "expected_rank": result["expected"]["rank"],
             "found_rank": result["found"]["rank"],
+            "expected_worker_pid": result["expected"].get("worker_pid"),
+            "found_worker_pid": result["found"].get("worker_pid"),
             "alerts": None if alerts is None else alerts["matched"],
             "alerts_fired": None if alerts is None else alerts["fired"],
             "agreement": (result.get("agreement") or {}).get("state"),
@@ -63,6 +65,9 @@ def render(rows):
         lines.append(_ROW % (r["scenario"], r["expected_cause"] or "none", r["found_cause"] or "none", rank,
                              alerts, AGREEMENT[r.get("agreement")], "ok" if r["ok"] else "NOT OK"))
         detail = r.get("agreement_detail") or {}
+        if r.get("expected_worker_pid") is not None:
+            lines.append("%-22s   worker named/slowed: pid %s/%s" % (
+                "", _fmt(r.get("found_worker_pid")), r["expected_worker_pid"]))
         if detail.get("state") in ("explained", "disagree"):
             lines.append("%-22s   alert~verdict: %s" % ("", detail["why"]))
     done = [r for r in rows if not r["skipped"]]

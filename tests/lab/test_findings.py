@@ -123,3 +123,21 @@ def test_the_scoreboard_shows_the_column_and_why_when_it_is_not_plain_agreement(
     assert why_v.strip() == "alert~verdict: rank 0 healthy"
     assert "skipped: needs root" in skipped
     assert total.startswith("2/3 scenarios ok, 1 skipped") and "alert from Prometheus" in total
+
+
+def test_the_slowed_worker_is_expected_by_its_pid_and_shown_named_against_it():
+    # the plan slows the target's worker 2: its PID as the rank reported its workers
+    import types
+
+    from stallscope.lab import scenarios
+    lab = types.SimpleNamespace(scenario=scenarios.get("slow-worker"), target=1)
+    rows = [{"rank": 0, "worker_pids": [10, 11, 12, 13]}, {"rank": 1, "worker_pids": [20, 21, 22, 23]}]
+    assert findings.expected_worker_pid(lab, rows) == 22
+    assert findings.expected_worker_pid(types.SimpleNamespace(scenario=scenarios.get("too-few-workers"),
+                                                              target=1), rows) is None
+    assert findings.expected_worker_pid(lab, [{"rank": 1, "worker_pids": []}]) is None
+    r = result("agree")
+    r["expected"] = dict(r["expected"], cause="slow_worker", worker_pid=22)
+    r["found"] = dict(r["found"], cause="slow_worker", worker_pid=21)
+    out = scoreboard.render([scoreboard.row("slow-worker", r)])
+    assert "worker named/slowed: pid 21/22" in out
