@@ -118,9 +118,13 @@ def _service(load: np.ndarray, times: np.ndarray | None, n: int, seed: int):
     if times is None or len(times) != len(load) or len(load) < 2:
         svc = np.random.default_rng(seed).choice(load, n).tolist()
         return lambda i, t: svc[i]
-    at = (np.asarray(times, float) - float(times[0])).tolist()
-    values = np.asarray(load, float).tolist()
+    order = np.argsort(times, kind="stable")
+    t = np.asarray(times, float)[order]
+    at = (t - t[0]).tolist()
+    values = np.asarray(load, float)[order].tolist()
     span = at[-1] + (at[-1] / (len(at) - 1))  # the window, one mean gap past its last sample
+    if not span > 0:  # every sample at one moment: nothing to follow in time
+        return _service(load, None, n, seed)
     pick = random.Random(seed)
     phase = pick.random() * span
 

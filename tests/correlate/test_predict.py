@@ -202,3 +202,8 @@ def test_brownouts_replayed_in_time_need_more_workers_than_drawn_apart():
     shuffled = np.random.default_rng(3).permutation(load)
     flat = predict.workers(_m(shuffled, compute, load_times=times))
     assert abs(flat["settings"]["num_workers"] - w_apart) <= 1
+
+
+def test_load_times_all_at_one_moment_replay_as_drawn_apart():
+    load, compute = np.array([0.3, 0.6, 0.9, 0.3]), np.full(4, 0.15)
+    assert replay(load, compute, 3, times=np.zeros(4)) == replay(load, compute, 3)
