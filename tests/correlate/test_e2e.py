@@ -124,7 +124,7 @@ def test_a_stall_starting_mid_run_is_named_within_seconds(tmp_path):
 @pytest.mark.slow
 def test_a_wait_that_is_transfer_is_named_transfer_cost_and_slow_workers_stay_too_few(tmp_path):
     """Real DataLoaders, a real agent, the hook's split of each wait (hook/transfer.py):
-    the transfer-cost scenario's rank gets 48 tensors a sample from workers that do no
+    the transfer-cost scenario's rank gets 256 tensors a sample from workers that do no
     work, so its wait is taking over their shared-memory tensors, not waiting for them;
     the too-few-workers scenario's rank waits for its workers, with one tensor a batch to
     take over."""
