@@ -272,5 +272,9 @@ class WorkersExporter(base.Exporter):
             if death["reason"] in KILLED:
                 self.killed[(rank.key, death["reason"])] += 1
             self.exits_seen[self._pod(rank)] = now
-            if count is not None:  # the next kill counts from here
-                self.memory[rank.key] = (d, v, count)
+            if count is not None:
+                # An OOM-killed worker accounts for one kill of the count; the next death
+                # counts from there. Both workers of a rank can be killed before the first
+                # exit is read (CI: the second read a delta of 0 and was "killed").
+                used = base + 1 if death["reason"] == "memory_limit" else count
+                self.memory[rank.key] = (d, v, min(count, used))

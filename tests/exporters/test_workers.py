@@ -209,3 +209,37 @@ def test_a_real_dataloaders_workers_are_reported_per_worker(agent_factory, hook_
         assert len(scraped(body, "stallscope_loader_worker_cpu_seconds_total", job="wk")) == 2
     finally:
         kill(trainer)
+
+
+def test_two_workers_oom_killed_before_either_exit_is_read_are_both_memory_limit(procs, tmp_path):
+    # the memory cgroup's oom_kill count rises by 2 before the trainer's report of the two
+    # SIGKILLed workers is read: each death accounts for one kill, neither reads 0
+    main = subprocess.Popen(["sleep", "60"])
+    procs.append(main)
+    dead = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    procs.extend(dead)
+    for p in dead:
+        kill(p)
+    events = tmp_path / "memory.events"
+    events.write_text("oom 0\noom_kill 0\n")
+    table = table_with(dict(pid=main.pid, worker_pids=[p.pid for p in dead]))
+    [rank] = table.snapshot()
+    exp = workers.WorkersExporter(context(table))
+    exp._memory_of = lambda rank: (str(tmp_path), "v2")
+    collect(exp, [rank])  # the baseline: no kill yet
+    events.write_text("oom 2\noom_kill 2\n")
+    report = rank_message(main.pid, [p.pid for p in dead])
+    report["loader"]["worker_exits"] = [[p.pid, -signal.SIGKILL] for p in dead]
+    table.apply(report)
+    fams = collect(exp, [rank])
+    assert values(fams, "stallscope_loader_worker_exits_total", reason="memory_limit") == [2]
+    assert [d["oom_kill_delta"] for d in exp.rank_fields(rank)["worker_deaths"]] == [2, 1]
+    # a third SIGKILL with no new OOM kill is not one
+    third = subprocess.Popen(["sleep", "60"])
+    procs.append(third)
+    kill(third)
+    report = rank_message(main.pid, [third.pid])
+    report["loader"]["worker_exits"] = [[third.pid, -signal.SIGKILL]]
+    table.apply(report)
+    fams = collect(exp, [rank])
+    assert values(fams, "stallscope_loader_worker_exits_total", reason="killed") == [1]
