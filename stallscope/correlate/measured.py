@@ -22,23 +22,25 @@ THROTTLED = signal("cfs_throttled_seconds_rate").name
 RUNQUEUE = signal("workers_runqueue_ratio").name
 
 
-def _values(trace: Any, name: str, scopes: tuple = ("rank",)) -> np.ndarray | None:
+def _series(trace: Any, name: str, scopes: tuple = ("rank",)) -> Any:
+    """The signal's samples over the trace's span, or None when there are none."""
     span = trace.span()
     _, s = trace.signal(name, scopes)
     if s is None or span is None:
         return None
     s = s.clip(*span)
-    return s.v if len(s) else None
+    return s if len(s) else None
+
+
+def _values(trace: Any, name: str, scopes: tuple = ("rank",)) -> np.ndarray | None:
+    s = _series(trace, name, scopes)
+    return None if s is None else s.v
 
 
 def _times(trace: Any, name: str) -> np.ndarray | None:
     """When each of _values' samples was measured, in seconds."""
-    span = trace.span()
-    _, s = trace.signal(name, ("rank",))
-    if s is None or span is None:
-        return None
-    s = s.clip(*span)
-    return s.t / 1e9 if len(s) else None
+    s = _series(trace, name)
+    return None if s is None else s.t / 1e9
 
 
 def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
