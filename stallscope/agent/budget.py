@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import vocabulary
+from ..correlate.waitbins import WaitBins
 
 BATCHES_PER_S = 20.0
 GPU_SAMPLES_PER_S = 10.0
@@ -53,7 +54,7 @@ class Budget:
         gpu = sum(self.capacity(s.cadence) for s in vocabulary.SIGNALS if "gpu" in s.scopes)
         shards = SHARD_READS_PER_TIER * TIERS_PER_POD * 16
         return (self.events * EVENT_BYTES + (signals + gpu) * POINT_BYTES + shards
-                + GPU_RING * GPU_SAMPLE_BYTES)
+                + GPU_RING * GPU_SAMPLE_BYTES + WaitBins().nbytes)
 
     def node_bytes(self) -> int:
         return sum(self.capacity(s.cadence) for s in vocabulary.SIGNALS if "node" in s.scopes) * POINT_BYTES

@@ -158,12 +158,7 @@ class CorrelatorPart(Part):
         found = {}
         for r in ranks:
             SCRAPES.pause()
-            if detect.quiet_now(self.host.timeline(r, detect.QUIET_BINS + 1, True), now_ns):
-                found[r.key] = detect.NONE  # what the whole test would say, for less
-                continue
-            trace = RankTrace.from_events(dict(r.ident), r.loader,
-                                          self.host.timeline(r, detect.HORIZON_BINS, True), {}, {})
-            found[r.key] = detect.detect(trace, now_ns)
+            found[r.key] = detect.judge(*self.host.detection_input(r, now_ns), now_ns)
         self.detections = found
         for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:
             del self.stalls[key]

@@ -43,6 +43,10 @@ class AgentHost:
         first; ready_wait_ns -1 where the wait was not split."""
         return self.table.timeline(rank, seconds, open_wait)
 
+    def detection_input(self, rank: RankState, now_ns: int) -> Any:
+        """(bins, newest batch) for the change-point test (RankTable.detection_input)."""
+        return self.table.detection_input(rank, now_ns)
+
     def clock(self) -> float:
         return time.monotonic()
 

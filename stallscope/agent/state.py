@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..correlate.waitbins import WaitBins, Window
 from ..host.rings import Ring
 from ..system import cgroups, procfs
 from ..vocabulary import labels as label_sets
@@ -91,6 +92,7 @@ class RankState:
         # (t_end, wait, interval, ready_wait): ready_wait -1 where the hook did not split
         # the wait (hook/transfer.py)
         self.timeline = Ring(timeline_max, 4)
+        self.bins = WaitBins()  # the detector's per-second sums, kept as batches come
         self.dropped_by_pid: dict[int, int] = {}
         self.dropped_base = 0
         self.clock_offset_ns = 0  # wall_ns - mono_ns as the hook last reported it
@@ -332,6 +334,7 @@ class RankTable:
         rows[:, :3] = arr
         rows[:, 3] = -1 if ready is None else ready
         rank.timeline.extend(rows)
+        rank.bins.add(arr[:, 0], arr[:, 1], arr[:, 2], time.monotonic_ns())
 
     @staticmethod
     def _note_blocked(rank: RankState, since_ns: int, blocked_ns: int) -> None:
@@ -388,6 +391,28 @@ class RankTable:
         with self.lock:
             return [r for r in self.ranks.values()
                     if all(str(r.ident.get(k)) == str(v) for k, v in match.items())]
+
+    def detection_input(self, rank: RankState, now_ns: int) -> tuple[Window, Event | None]:
+        """What the change-point test reads (correlate/detect.py judge): the rank's bins
+        up to ``now_ns`` and its newest batch, with the call still blocked in next() as
+        the timeline(open_wait=True) has it, counted in the bins too; the newest is None
+        while the rank has fewer than two."""
+        with self.lock:
+            n = len(rank.timeline)
+            newest = rank.timeline.tail(n - 1)[0] if n else None
+            blocked, start = rank.provisional_ns, rank.provisional_start_ns
+            bins = rank.bins.copy() if blocked else rank.bins
+            window = None if blocked else bins.window(now_ns)
+        last: Event | None = None if newest is None else (int(newest[0]), int(newest[1]), int(newest[2]))
+        if blocked:
+            prev = last[0] if last is not None else start
+            end = start + blocked
+            last = (end, blocked, end - min(prev, start))
+            bins.add(np.array([last[0]]), np.array([last[1]]), np.array([last[2]]), now_ns)
+            window = bins.window(now_ns)
+            n += 1
+        assert window is not None
+        return window, (last if n >= 2 else None)
 
     def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> np.ndarray:
         """The rank's batch events of the last ``seconds``: an (n, 4) int64 array of

@@ -3,13 +3,15 @@ the data-wait share, so a stall is named within seconds instead of after it has 
 whole analysis window.
 
 The rank's steady batches (iterator starts left out: worker start-up is not a stall) are
-summed into one-second bins, oldest first. In each bin the *excess* is the wait beyond
-the data-wait line: ``wait - line x step``. Its cumulative sum falls while the rank waits
-less than the line and rises while it waits more; the stall began after the sum's
-lowest point (the CUSUM change-point estimate, Page 1954), searched since the last
-QUIET_BINS seconds in a row that stayed under the line (an earlier stall that ended is
-not this one). When the newest QUIET_BINS seconds are under the line, there is no stall
-now. Otherwise the segment from the start to now is a stall when
+summed into one-second bins, oldest first (waitbins.py: the agent keeps them as batches
+arrive, so a test reads HORIZON_BINS numbers, not five minutes of batches). In each bin
+the *excess* is the wait beyond the data-wait line: ``wait - line x step``. Its
+cumulative sum falls while the rank waits less than the line and rises while it waits
+more; the stall began after the sum's lowest point (the CUSUM change-point estimate,
+Page 1954), searched since the last QUIET_BINS seconds in a row that stayed under the
+line (an earlier stall that ended is not this one). When the newest QUIET_BINS seconds
+are under the line, there is no stall now. Otherwise the segment from the start to now
+is a stall when
 
 - it waited at least the line's share of its step time, with at least MIN_EXCESS_S
   seconds of waiting beyond it and MIN_BATCHES batches, and
@@ -28,10 +30,8 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE
-from .overlap import iterator_starts
+from .waitbins import BIN_NS, WaitBins, Window
 
-BIN_NS = 1_000_000_000
-HORIZON_BINS = 300
 MIN_BATCHES = 10
 MIN_BINS = 3
 MIN_EXCESS_S = 0.25
@@ -60,11 +60,11 @@ class Detection:
 NONE = Detection(False, None, 0.0, 0, 0.0, 0.0)
 
 
-def _hang(trace: Any, now_ns: int) -> Detection | None:
+def _hang(last: tuple[int, int, int], now_ns: int) -> Detection | None:
     """The newest batch waited HANG_BINS seconds or more (the agent's timeline ends with a
     call still blocked in next(), as far as it has lasted): a stall since that call
     began. The bins cannot show it: one wait, however long, is one batch in one bin."""
-    t_end, wait, step = int(trace.t_end[-1]), int(trace.wait[-1]), int(trace.interval[-1])
+    t_end, wait, step = last
     if wait < HANG_BINS * BIN_NS or now_ns - t_end >= QUIET_BINS * BIN_NS or step <= 0:
         return None
     return Detection(True, t_end - wait, wait / step, 1, wait / 1e9, float("inf"))
@@ -74,22 +74,25 @@ def detect(trace: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> Detection:
     """The latest stall of ``trace`` (a RankTrace) as of ``now_ns``."""
     if trace.n < 2:
         return NONE
-    hung = _hang(trace, now_ns)
+    bins = WaitBins.of_events(trace.t_end, trace.wait, trace.interval, now_ns)
+    last = (int(trace.t_end[-1]), int(trace.wait[-1]), int(trace.interval[-1]))
+    return judge(bins.window(now_ns), last, now_ns, line)
+
+
+def judge(window: Window, last: tuple[int, int, int] | None, now_ns: int,
+          line: float = DATA_WAIT_LINE) -> Detection:
+    """The test on a rank's bins (waitbins.py; the agent keeps them as batches come).
+    ``last``: its newest batch, or the call still blocked in next(); None when the rank
+    has fewer than two batches."""
+    if last is None:
+        return NONE
+    hung = _hang(last, now_ns)
     if hung is not None:
         return hung
-    steady = ~iterator_starts(trace)
-    t, wait, step = trace.t_end[steady], trace.wait[steady], trace.interval[steady]
-    age = (now_ns - t) // BIN_NS
-    keep = (age >= 0) & (age < HORIZON_BINS)
-    if keep.sum() < MIN_BATCHES:
+    if window.batches < MIN_BATCHES:
         return NONE
-    age, wait, step = age[keep], wait[keep], step[keep]
-    bins = int(age.max()) + 1
-    # oldest first: index 0 is the oldest bin that holds a batch
-    idx = bins - 1 - age
-    w = np.bincount(idx, weights=wait, minlength=bins) / 1e9
-    s = np.bincount(idx, weights=step, minlength=bins) / 1e9
-    n = np.bincount(idx, minlength=bins)
+    w, s, n = window.wait, window.step, window.count
+    bins = len(w)
     excess = w - line * s
     cum = np.concatenate(([0.0], np.cumsum(excess)))
     first = 0
@@ -116,24 +119,5 @@ def detect(trace: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> Detection:
     z = (share - line) / se if se > 0 else (float("inf") if share > line else 0.0)
     stalled = bool(share >= line and excess_s >= MIN_EXCESS_S and ns >= MIN_BATCHES
                    and k >= MIN_BINS and z >= Z)  # a numpy bool would reach the JSON as "True"
-    since = int(now_ns - (bins - start) * BIN_NS)
+    since = (window.first + start) * BIN_NS
     return Detection(stalled, since, share, ns, excess_s, float(min(z, 1e6)))
-
-
-def quiet_now(events: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> bool:
-    """True when ``detect`` would find no stall because the newest QUIET_BINS seconds
-    stayed under the line, judged from just those seconds of ``events`` (an (n, 3)
-    array of t_end, wait, interval; the last QUIET_BINS + 1 seconds suffice). The agent
-    asks this of every rank every second and runs the whole test only on the others:
-    a healthy node costs a few seconds of events per rank, not five minutes (issue 15).
-    False whenever it cannot tell (then the whole test decides)."""
-    if len(events) == 0:
-        return False
-    t, wait, step = events[:, 0], events[:, 1], events[:, 2]
-    steady = step != wait                      # iterator starts left out, as in detect()
-    age = (now_ns - t[steady]) // BIN_NS
-    if not (age >= QUIET_BINS).any():
-        return False  # the rank's history may be shorter than the quiet stretch
-    recent = (age >= 0) & (age < QUIET_BINS)
-    s = float(step[steady][recent].sum())
-    return s > 0 and float(wait[steady][recent].sum()) < line * s

@@ -138,6 +138,12 @@ class Host(Protocol):
         of (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns
         is -1 where the hook did not split the wait (hook/transfer.py)."""
 
+    def detection_input(self, rank: Rank, now_ns: int) -> tuple[Any, tuple[int, int, int] | None]:
+        """(the rank's per-second wait bins up to ``now_ns``, its newest batch or the
+        call still blocked in next()): what the change-point test reads
+        (correlate/detect.py judge, correlate/waitbins.py)."""
+        ...
+
     def clock(self) -> float: ...
 
     def note(self, part: str, message: str) -> None: ...

@@ -96,25 +96,6 @@ def test_a_stall_that_ends_clears_and_the_next_is_dated_on_its_own():
     assert d.stalled and abs(d.since_ns / SEC - 170) <= 3   # the second, from its own start
 
 
-@pytest.mark.parametrize("share", [0.0, 0.015, 0.03, 0.1, 0.5])
-def test_the_quiet_shortcut_never_hides_what_the_whole_test_finds(share):
-    # The agent skips the whole test when the newest seconds alone say "quiet"; it must
-    # only ever skip when the whole test would have said "no stall" too.
-    from stallscope.correlate.detect import QUIET_BINS, quiet_now
-
-    events = loop(share, seed=7)
-    skipped = 0
-    for now_s in np.arange(12.0, events[-1, 0] / SEC, 0.5):
-        now = int(now_s * SEC)
-        seen = events[events[:, 0] <= now]
-        recent = seen[seen[:, 0] > now - (QUIET_BINS + 1) * SEC]
-        if quiet_now(recent, now):
-            skipped += 1
-            assert not detect(RankTrace.from_events({}, None, seen), now).stalled, now_s
-    if share < 0.02:
-        assert skipped > 100  # a healthy loop is mostly skipped: the shortcut is taken
-
-
 def test_a_call_blocked_for_seconds_is_a_stall_since_it_began():
     """The agent's timeline ends with a call still blocked in next() (its wait so far):
     one batch in one bin, which the per-bin test cannot flag, yet a hang."""

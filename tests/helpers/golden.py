@@ -18,7 +18,7 @@ wait is transfer (the trainer's reports are wire v2 with the ready-wait column).
 on the s3fs mount are fast and the page cache mostly hits, so nothing else explains it.
 
 Batch, read and GPU timestamps are fixed offsets before ``time.monotonic_ns()`` at the
-start of the run (all within the last 40 s), so every number derived from them is the
+start of the run, rounded down to a whole second (all within the last 40 s), so every number derived from them is the
 same on every run; the exporters' samples are recorded after the last batch, outside
 the window the correlator lines up.
 """
@@ -267,7 +267,9 @@ def drive(agent: Agent) -> None:
             s.poll()
         gpu.dcgm.poll()
 
-    base = time.monotonic_ns()
+    # On a whole second: the detector bins batches by the clock's seconds
+    # (correlate/waitbins.py), so where "now" falls within one must not vary by run.
+    base = time.monotonic_ns() // S * S
     first, second, bad = reports(base)
     handler = ingest.Ingest(None, agent.apply, agent.source_of, stats=agent.stats)
     try:
@@ -282,6 +284,7 @@ def drive(agent: Agent) -> None:
         agent.runner.collect_now()
     finally:
         handler.selector.close()
+        handler.hangups.close()
         os.close(handler.wake_r)
         os.close(handler.wake_w)
     # The parts' windows end "now": freeze it one second after the reports were made, so
