@@ -97,6 +97,8 @@ class Ingest:
         self.thread.start()
 
     def stop(self) -> None:
+        if self.stopping.is_set():
+            return  # stopped already
         self.stopping.set()
         os.write(self.wake_w, b"x")
         self.thread.join(timeout=5)
