@@ -18,9 +18,9 @@ wait is transfer (the trainer's reports are wire v2 with the ready-wait column).
 on the s3fs mount are fast and the page cache mostly hits, so nothing else explains it.
 
 Batch, read and GPU timestamps are fixed offsets before ``time.monotonic_ns()`` at the
-start of the run, rounded down to a whole second (all within the last 40 s), so every number derived from them is the
-same on every run; the exporters' samples are recorded after the last batch, outside
-the window the correlator lines up.
+start of the run, rounded down to a whole second (all within the last 40 s), so every
+number derived from them is the same on every run; the exporters' samples are recorded
+after the last batch, outside the window the correlator lines up.
 """
 from __future__ import annotations
 
