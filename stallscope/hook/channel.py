@@ -2,7 +2,7 @@
 
 The training loop only appends two integers to a list per batch (see watch.py), and two
 per poll of a DataLoader's queue where the wait is split (transfer.py). A daemon thread
-in each process drains those lists a few times a second and sends one message per
+in each process drains those lists once a second and sends one message per
 stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.
 
 Why SEQPACKET: it keeps message boundaries like a datagram, but each connection has its
@@ -38,11 +38,20 @@ if TYPE_CHECKING:
     # (ident, role, payload) of one message that is not a stream's batches
     Extra = tuple[Ident, str, Message]
 
-# Each message costs the agent ~100 us whatever it holds (issue 15): a trainer's batches go
-# twice a second (detection needs seconds, not milliseconds), its workers' every 2 s.
-FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "0.5") or 0.5)
+# Each message costs the agent a fixed ~0.1-0.3 ms whatever it holds, and at 8 ranks x 8
+# workers messages were most of its ingest CPU (issue 15: 48 messages/s, 1.1 % of a core;
+# 24/s, 0.67 %). So a trainer's batches go once a second (detection needs seconds: a 10 %
+# stall is still named in ~8 s) and its workers' every 4 s (their load times size the
+# loader over tens of seconds).
+FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "1.0") or 1.0)
 HEARTBEAT_S = 5.0
-WORKER_FLUSH_S = 2.0  # a loader worker's stream is delivered at most this often
+WORKER_FLUSH_S = 4.0  # a loader worker's stream is delivered at most this often ...
+# ... unless the mean load time of its batches since then moved by this factor from its
+# last report's (MOVED_MIN_BATCHES batches at least): a loader that slows is news for the
+# stall's cause at once (the detector names a 50 % stall in ~3 s; with only the load
+# times from before it, its cause read "unexplained").
+MOVED = 1.5
+MOVED_MIN_BATCHES = 3
 BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
 BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)
 RECONNECT_S = 1.0
@@ -55,7 +64,7 @@ class Stream:
     """The batches of one iterator (one epoch of one watched loader)."""
 
     __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
-                 "last_sent", "blocked_since", "polls", "nested", "__weakref__")
+                 "last_sent", "sent_load", "blocked_since", "polls", "nested", "__weakref__")
 
     def __init__(self, ident: Ident, role: str = "main", owner: object = None) -> None:
         self.buf: list[int] = []  # flat [start, end, start, end, ...] appended by the loop
@@ -69,6 +78,7 @@ class Stream:
         # The stream ends when its owner goes away; a weakref.ref, or None for never.
         self.owner: Callable[[], object] | None = weakref.ref(owner) if owner is not None else None
         self.last_sent = 0.0
+        self.sent_load: float | None = None  # mean wait (a worker's: load time) last sent
         # The loader's queue polls, flat [start, end, ...] (hook/transfer.py), when the
         # waits are split into waiting for a ready batch and transfer; nested: every poll
         # lies inside one next() call (the loop polls itself).
@@ -88,6 +98,16 @@ class Stream:
 
     def finished(self) -> bool:
         return self.owner is not None and self.owner() is None
+
+
+def _moved(stream: Stream) -> bool:
+    """Whether a worker's batches since its last report took MOVED times longer (or
+    shorter) on average than the batches of that report."""
+    sent, pending = stream.sent_load, stream.pending
+    if not sent or len(pending) < MOVED_MIN_BATCHES:
+        return False
+    mean = sum(pending.waits) / len(pending)
+    return mean > MOVED * sent or mean * MOVED < sent
 
 
 class Channel:
@@ -121,9 +141,14 @@ class Channel:
                     self.retry_at = time.monotonic() + RECONNECT_S
 
     def add_stream(self, stream: Stream) -> Stream:
+        """A new iterator: its first report (its loader's settings and worker PIDs) goes
+        at once, not a flush interval later. A worker that dies on its first batch
+        (/dev/shm full, an OOM kill) is judged by the rank and the worker list the agent
+        has when its connection closes: without them its death was lost."""
         with self.lock:
             self.streams.append(stream)
         self._ensure_thread()
+        self.wake.set()
         return stream
 
     def post(self, ident: Ident, role: str, payload: Message) -> None:
@@ -178,10 +203,10 @@ class Channel:
             done = stream.finished() and not stream.buf
             blocked = stream.blocked_since is not None and now - stream.last_sent >= BLOCKED_REPORT_S
             # A worker's batch times feed the loader's sizing, not the stall's detection:
-            # they go every WORKER_FLUSH_S: a rank with 8 workers sends 6 messages a
-            # second, not 36 (per-message work was most of the agent's ingest CPU, issue 15).
-            due = stream.pending and (stream.role != "worker"
-                                      or now - stream.last_sent >= WORKER_FLUSH_S)
+            # they go every WORKER_FLUSH_S: a rank with 8 workers sends 3 messages a
+            # second, not 9 (per-message work was most of the agent's ingest CPU, issue 15).
+            due = stream.pending and (stream.role != "worker" or now - stream.last_sent >= WORKER_FLUSH_S
+                                      or _moved(stream))
             if due or blocked or now - stream.last_sent >= HEARTBEAT_S or done:
                 self._deliver(stream, now)
             if done and not stream.pending:
@@ -210,9 +235,12 @@ class Channel:
             if stream.blocked_since is not None and \
                     time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
                 msg["blocked_since_ns"] = stream.blocked_since
+            load = sum(pending.waits[:n]) / n if n else None
             status = self._send(msg, n, pending.block(n))
             if status == "busy":
                 return  # the agent is slow: keep the events for the next flush
+            if load is not None:
+                stream.sent_load = load
             pending.drop_first(n)  # delivered, or counted as dropped
             stream.last_sent = now
             if not pending:

@@ -286,3 +286,53 @@ def test_exit_codes_are_read_without_reaping():
         assert f.read().rsplit(")", 1)[1].split()[0] == "Z"  # still there to be reaped
     p.join(5)
     assert p.exitcode == -signal.SIGTERM and exits.exit_code(p) == -signal.SIGTERM
+
+
+def test_a_worker_reports_every_worker_flush_unless_its_load_time_moves(tmp_path, monkeypatch):
+    """Issue 15: a worker's batches go every WORKER_FLUSH_S, and at the next flush when
+    their mean load time moved by MOVED since its last report (a loader that slows is
+    news for the cause of a stall the detector names in seconds)."""
+    import socket
+
+    path = str(tmp_path / "agent.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(4)
+    clock = [1000.0]
+    monkeypatch.setattr(channel.time, "monotonic", lambda: clock[0])
+    ch = channel.Channel(path=path)
+    stream = channel.Stream({"job": "j", "rank": 0}, role="worker")
+    ch.streams.append(stream)
+    t = [10**12]
+    conn = []
+
+    def second(load_ms):
+        """One second of a worker making a batch every 100 ms, then a flush: the number
+        of reports the agent got."""
+        for _ in range(10):
+            stream.buf.extend([t[0], t[0] + int(load_ms * 10**6)])
+            t[0] += 100 * 10**6
+        clock[0] += 1.0
+        ch.flush()
+        if not conn:
+            conn.append(srv.accept()[0])
+            conn[0].setblocking(False)
+        got = 0
+        while True:
+            try:
+                conn[0].recv(70000)
+            except BlockingIOError:
+                return got
+            got += 1
+
+    try:
+        sent = [second(50) for _ in range(9)]
+        assert sent == [1, 0, 0, 0, 1, 0, 0, 0, 1]  # every WORKER_FLUSH_S (4 s)
+        assert second(50 * channel.MOVED * 1.2) == 1  # slower by more than MOVED: at once
+        assert [second(50 * channel.MOVED * 1.2) for _ in range(4)] == [0, 0, 0, 1]  # the new level
+        assert second(50) == 1  # back: at once too
+        assert [second(50 * 1.3) for _ in range(4)] == [0, 0, 0, 1]  # under MOVED: no news
+    finally:
+        srv.close()
+        for c in conn:
+            c.close()
