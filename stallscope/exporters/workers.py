@@ -1,4 +1,4 @@
-"""workers: health of each rank's DataLoader worker processes (psutil).
+"""workers: health of each rank's DataLoader worker processes (/proc/<pid>/stat).
 
 Per rank: workers alive, workers in D state (uninterruptible sleep: blocked in the
 kernel, typically on I/O such as a hung FUSE mount), CPU seconds of all its workers
@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import time
 from typing import Any
 
-import psutil
-
 from ..host.families import family
 from ..host.options import flag
-from ..system import cgroups
+from ..system import cgroups, procfs
 from ..system.procfs import exit_signal, signal_name
 from ..vocabulary import labels as label_sets
 from ..vocabulary import signal
@@ -39,6 +38,12 @@ KILLED = {"memory_limit": signal("workers_oom_killed").name,
           "shm_exhaustion": signal("workers_shm_killed").name}
 SHM_USED = signal("shm_used_ratio").name
 SHM_LOOKBACK_S = 10.0
+# proc(5) state letters, named as psutil and ps(1) name them (the API's ``state``)
+STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop",
+          "X": "dead", "I": "idle", "W": "waking", "P": "parked", "K": "wake-kill"}
+DISK_SLEEP = STATES["D"]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 DEATHS_KEPT = 64        # recent deaths kept for the API and diagnose (all ranks)
 DEATH_KEEP_S = 900.0    # a pod's exit counters outlive its ranks this long, for the alert
 
@@ -56,11 +61,8 @@ class WorkersExporter(base.Exporter):
 
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
-        if host.procfs != "/proc":
-            psutil.PROCFS_PATH = host.procfs  # psutil reads one procfs per process
         self.per_worker = self.options.per_worker
         self.rows: dict[Any, Any] = {}          # rank key -> per-worker rows (/api/v1/ranks)
-        self.procs = {}     # pid -> psutil.Process (kept: it remembers the create time)
         self.cpu_seen = {}  # (pid, create_time) -> CPU seconds at the last reading
         self.cpu_total = collections.Counter()  # rank key -> accumulated worker CPU seconds
         self.exits = collections.Counter()      # pod labels + (reason,) -> n
@@ -74,21 +76,19 @@ class WorkersExporter(base.Exporter):
         self.rates = base.Rates(host)
 
     def _read(self, pid):
-        p = self.procs.get(pid)
-        try:
-            if p is None:
-                p = self.procs[pid] = psutil.Process(pid)
-            with p.oneshot():
-                status = p.status()
-                if status == psutil.STATUS_ZOMBIE:
-                    return {"pid": pid, "state": "zombie", "exit_signal": exit_signal(self.host.procfs, pid)}
-                t = p.cpu_times()
-                return {"pid": pid, "state": status, "cpu_seconds": t.user + t.system,
-                        "rss_bytes": p.memory_info().rss, "created": p.create_time()}
-        except psutil.ZombieProcess:
+        """One worker from one read of /proc/<pid>/stat (proc(5)): its state, CPU time,
+        RSS and start time. psutil read two files and cost 2.5x as much for the 64 workers
+        of 8 ranks, every second (issue 15)."""
+        f = procfs.stat_fields(self.host.procfs, pid)
+        if f is None or len(f) < 22:
+            return {"pid": pid, "state": "exited"}
+        if f[0] == "Z":
             return {"pid": pid, "state": "zombie", "exit_signal": exit_signal(self.host.procfs, pid)}
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            self.procs.pop(pid, None)
+        try:
+            return {"pid": pid, "state": STATES.get(f[0], f[0]),
+                    "cpu_seconds": (int(f[11]) + int(f[12])) / CLOCK_TICKS,
+                    "rss_bytes": int(f[21]) * PAGE_BYTES, "created": int(f[19])}
+        except ValueError:
             return {"pid": pid, "state": "exited"}
 
     def collect(self) -> Any:
@@ -126,7 +126,6 @@ class WorkersExporter(base.Exporter):
             self.killed = collections.Counter({k: v for k, v in self.killed.items() if k[0] in keys})
         self.rss_seen = {p: v for p, v in self.rss_seen.items() if p in wanted}
         self.cpu_seen = {k: v for k, v in self.cpu_seen.items() if k in seen}
-        self.procs = {p: v for p, v in self.procs.items() if p in wanted}
         self.rows = {k: v for k, v in self.rows.items() if k in keys}
         for key, n in exits:
             fams["exits"].add_values(key, n)
@@ -153,7 +152,7 @@ class WorkersExporter(base.Exporter):
                 if self.per_worker:
                     fams["wcpu"].add(rank.labels, r["cpu_seconds"], worker=i)
                     fams["wrss"].add(rank.labels, r["rss_bytes"], worker=i)
-        dstate = sum(1 for r in alive if r["state"] == psutil.STATUS_DISK_SLEEP)
+        dstate = sum(1 for r in alive if r["state"] == DISK_SLEEP)
         fams["alive"].add(rank.labels, len(alive))
         fams["dstate"].add(rank.labels, dstate)
         fams["cpu"].add(rank.labels, self.cpu_total[rank.key])
