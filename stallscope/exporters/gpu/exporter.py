@@ -59,7 +59,10 @@ class GpuExporter(Exporter):
             self.note("source: SIMULATED (--gpu.simulated): a simulated GPU per rank, its series "
                       "and reports labelled source=\"simulated\"")
             self.sim = SimulatedSource(host)
-            self.samplers.append(Sampler(self.sim, interval=min(self.interval_s, 0.5),
+            # Read as often as NVML would be: the simulation has news only when a
+            # trainer's report comes (once a second), and every read of every rank's
+            # GPU costs the agent whether or not it has (issue 15).
+            self.samplers.append(Sampler(self.sim, interval=self.interval_s,
                                          on_samples=self._on_samples, log=self.note))
         self.dcgm = None
         if o.dcgm_url:
@@ -98,13 +101,12 @@ class GpuExporter(Exporter):
 
     # -- sinks (sampler and reader threads) ---------------------------------------------
     def _on_samples(self, gpu, samples):
-        record = self.samples.record
-        scope = ("gpu", gpu.uuid)
-        for t, _period, ratio in samples:
-            record(scope, BUSY, ratio, t)
+        # a read's samples at once: one ring append per scope, not one per sample
+        t = [s[0] for s in samples]
+        ratio = [s[2] for s in samples]
+        self.samples.record_many(("gpu", gpu.uuid), BUSY, t, ratio)
         for key in self.mapping.ranks_of.get(gpu.uuid, ()):
-            for t, _period, ratio in samples:
-                record(key, BUSY, ratio, t)
+            self.samples.record_many(key, BUSY, t, ratio)
 
     def _on_readings(self, readings, t_ns):
         record = self.samples.record
