@@ -74,18 +74,24 @@ def _cpu_floor(m: Measured, cores: float | None) -> float:
 def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float, float]:
     """(W, wait, step): the fewest workers from the current count whose replay waits no
     more than TARGET, or MAX_WORKERS' figures. The wait does not rise with W, so a
-    bisection: ~7 replays, not one per count (at load 36 on 2 cores a replay took 4.5 ms
-    and counting up to 64 under a binding CPU floor 0.35 s). Under a floor above the
-    compute no count can keep up: the current count's figures, at once."""
+    search: doubling from the current count until one keeps up, then a bisection below
+    it (the answer is mostly within 2x: 8 workers take 5 replays; from MAX_WORKERS down
+    it took 8, and the replays were most of a stall's analysis, issue 15). Under a
+    floor above the compute no count can keep up: the current count's figures, at once."""
     def at(w):
         return replay(m.load, m.compute, w, prefetch, floor, times=m.load_times)
     if floor > m.compute_mean * (1 - TARGET):
         return (m.workers,) + at(m.workers)
-    lo, hi = m.workers, MAX_WORKERS
-    top = at(hi)
-    if top[0] > TARGET:
-        return (hi,) + top
-    found = {hi: top}
+    lo = hi = m.workers
+    found = {}
+    while True:
+        hi = min(MAX_WORKERS, 2 * hi)
+        found[hi] = at(hi)
+        if found[hi][0] <= TARGET:
+            break
+        if hi >= MAX_WORKERS:
+            return (hi,) + found[hi]
+        lo = hi + 1
     while lo < hi:
         mid = (lo + hi) // 2
         found[mid] = at(mid)
