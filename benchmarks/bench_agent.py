@@ -147,14 +147,15 @@ def agent_cost(agent, seconds):
     return 100 * (b["cpu_seconds"] - a["cpu_seconds"]) / span, split, b["rss_bytes"], b["memory_ceiling"]
 
 
+def metric_sum(agent, prefix):
+    text = urllib.request.urlopen(agent.url + "/metrics", timeout=30).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
 def batches_per_second(agent, seconds=10):
-    def count():
-        text = urllib.request.urlopen(agent.url + "/metrics", timeout=30).read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("stallscope_data_wait_seconds_count{"))
-    a = count()
+    a = metric_sum(agent, "stallscope_data_wait_seconds_count{")
     time.sleep(seconds)
-    return (count() - a) / seconds
+    return (metric_sum(agent, "stallscope_data_wait_seconds_count{") - a) / seconds
 
 
 def real_load(seconds, ranks=8, workers=8):
@@ -172,8 +173,11 @@ def real_load(seconds, ranks=8, workers=8):
                                           env=env, stdout=log, stderr=log))
         time.sleep(30)  # imports, workers, the agent's first collections
         rate = batches_per_second(agent) / ranks
+        messages = metric_sum(agent, "stallscope_agent_messages_total")
         cpu, split, rss, ceiling = agent_cost(agent, seconds)
+        messages = (metric_sum(agent, "stallscope_agent_messages_total") - messages) / seconds
         row("batches/s per rank reached (the machine's limit, not the agent's)", rate, "batch/s")
+        row("hook messages/s received, all ranks and workers", messages, "msg/s")
         row("agent CPU, all threads", cpu, "% of a core", 2.0)
         for name, pct in sorted(split, key=lambda x: -x[1])[:8]:
             print("      thread %-40s %6.2f %% of a core" % (name, pct))
