@@ -19,8 +19,6 @@ import collections
 import re
 from typing import Any
 
-import numpy as np
-
 from ...vocabulary import signal
 from ..base import Exporter
 from . import collector, mapping
@@ -80,7 +78,7 @@ class GpuExporter(Exporter):
         if report["role"] != "main":
             return
         if self.sim is not None and len(report["events"]):
-            self.sim.feed(rank.key, [tuple(e) for e in np.asarray(report["events"]).tolist()])
+            self.sim.feed(rank.key, report["events"])  # an (n, 3) array: kept as it is
         cuda = report["raw"].get("cuda")
         if cuda is None:
             return

@@ -64,8 +64,7 @@ def _busy_until(busy, t):
 class SimulatedSource:
     """Fed with each rank's batch events as the reports arrive (``feed``, from the gpu
     exporter's ``handle``); read by its Sampler thread. Whole reports at a time, as
-    arrays: simulated per batch in Python it cost the agent as much CPU as its ingest
-    at 8 ranks x 100 batches/s (issue 15)."""
+    arrays, not a Python object per batch (issue 15)."""
 
     name = "simulated"
 
