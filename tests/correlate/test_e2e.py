@@ -151,8 +151,13 @@ def test_a_wait_that_is_transfer_is_named_transfer_cost_and_slow_workers_stay_to
         top = body["causes"][0]
         assert top["cause"] == "transfer_cost", json.dumps(body["causes"])
         evidence = {e["signal"]: e["during_stalls"] for e in top["evidence"]}
-        # the workers sleep 0 s a sample and keep the queue full: the wait is transfer
-        assert top["score"] >= 0.8 and evidence["transfer_wait_ratio"] >= 0.8, evidence
+        # the workers sleep 0 s a sample and keep the queue full: the wait is transfer. The
+        # score is that share less what the workers' CPU shortage may explain: on a loaded
+        # machine the run queue makes it nonzero (CI, with another test run beside it:
+        # share 0.998, cpu_throttle 0.27, score 0.73), never the larger part
+        starved = evidence.get("cpu_throttle_score", 0.0)
+        assert evidence["transfer_wait_ratio"] >= 0.8 and starved < 0.5, evidence
+        assert top["score"] == pytest.approx(evidence["transfer_wait_ratio"] * (1 - starved), abs=0.002)
         assert evidence["ready_wait_ratio"] < 0.2 * body["data_wait_ratio"], evidence
         slow = bodies.get("slow", {})
         assert slow.get("verdict") == "input_bound", json.dumps(slow)
