@@ -84,9 +84,8 @@ class Ingest:
         self.selector = selectors.DefaultSelector()
         self.stopping = threading.Event()
         self.wake_r, self.wake_w = os.pipe()
-        # While lingering: only hang-ups (and the stop pipe) wake the thread.
+        # While lingering: only hang-ups, new connections and the stop pipe wake the thread.
         self.hangups = select.epoll()
-        self.connections: dict[int, tuple[socket.socket, tuple[identity.Source | None]]] = {}
         self.thread = threading.Thread(target=self._loop, name="stallscope-ingest", daemon=True)
 
     def start(self) -> None:
@@ -116,12 +115,18 @@ class Ingest:
                 self._check_socket(self.hook_socket)
             saturated = False
             for key, _ in self.selector.select(timeout=1.0):
-                if key.data is None:
-                    self._accept()
-                elif key.data != "wake" and isinstance(key.fileobj, socket.socket):
-                    saturated |= self._read(key.fileobj, key.data)
+                saturated |= self._serve(key)
             if not saturated:
                 self._linger(self.tick_s)
+
+    def _serve(self, key: selectors.SelectorKey) -> bool:
+        """Accept on the listening socket or read a connection; True when the read
+        bound stopped the read (more may wait)."""
+        if key.data is None:
+            self._accept()
+        elif key.data != "wake" and isinstance(key.fileobj, socket.socket):
+            return self._read(key.fileobj, key.data)
+        return False
 
     def _linger(self, seconds: float) -> None:
         """Let messages gather for ``seconds``, serving only connections that close."""
@@ -131,11 +136,9 @@ class Ingest:
             if left <= 0:
                 return
             for fd, _events in self.hangups.poll(left):
-                entry = self.connections.get(fd)
-                if entry is not None:
-                    self._read(*entry)
-                elif fd == self.sock.fileno():
-                    self._accept()
+                key = self.selector.get_map().get(fd)
+                if key is not None:
+                    self._serve(key)
 
     def _check_socket(self, hook_socket: HookSocket) -> None:
         fresh = hook_socket.check()
@@ -173,7 +176,6 @@ class Ingest:
             self.stats.connections += 1
             self.selector.register(conn, selectors.EVENT_READ, (source,))
             self.hangups.register(conn.fileno(), select.EPOLLRDHUP)
-            self.connections[conn.fileno()] = (conn, (source,))
 
     @staticmethod
     def _hung_up(conn: socket.socket) -> bool:
@@ -194,7 +196,6 @@ class Ingest:
             if data is None or (not data and self._hung_up(conn)):  # peer closed
                 self.selector.unregister(conn)
                 self.hangups.unregister(conn.fileno())
-                del self.connections[conn.fileno()]
                 conn.close()
                 self.stats.connections -= 1
                 if self.on_close is not None and peer[0] is not None:

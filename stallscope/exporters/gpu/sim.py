@@ -53,12 +53,14 @@ def _merge(intervals):
 
 def _busy_until(busy, t):
     """Busy time of the disjoint sorted ``busy`` up to each time in ``t``."""
+    if not len(busy):
+        return np.zeros(len(t), np.int64)
     lengths = busy[:, 1] - busy[:, 0]
-    before = np.concatenate(([0], np.cumsum(lengths)))
-    i = np.searchsorted(busy[:, 0], t, side="right")  # intervals starting at or before t
-    last = np.maximum(i - 1, 0)
-    part = np.where(i > 0, np.clip(t - busy[last, 0], 0, lengths[last]) if len(busy) else 0, 0)
-    return before[np.maximum(i - 1, 0)] * (i > 0) + part
+    before = np.concatenate(([0], np.cumsum(lengths)))  # before[k]: the first k intervals
+    started = np.searchsorted(busy[:, 0], t, side="right")  # intervals begun by t
+    last = np.maximum(started - 1, 0)
+    inside = np.clip(t - busy[last, 0], 0, lengths[last])  # of the last begun, so far
+    return np.where(started > 0, before[last] + inside, 0)
 
 
 class SimulatedSource:
