@@ -80,6 +80,13 @@ class SampleStore:
             for key in [k for k in self.data if k[0] == scope]:
                 del self.data[key]
 
+    def drop(self, scope: Any, signals: Any) -> None:
+        """Forget these signals of a scope (a rank's GPU series when it turned out to
+        drive another GPU), keeping its others."""
+        with self.lock:
+            for sig in signals:
+                self.data.pop((scope, sig), None)
+
     def expire(self, now_ns: int | None = None) -> int:
         """Drop every ring whose newest point is older than the horizon (no window of the
         timeline can return anything from it); returns how many went. Rings are dropped

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import re
+import threading
 from typing import Any
 
 from ...vocabulary import signal
@@ -46,6 +47,9 @@ class GpuExporter(Exporter):
         self.devices: dict[Any, dict[str, Any]] = {}   # rank key -> the hook's CUDA device
         self.info: dict[Any, dict[str, Any]] = {}      # rank key -> its GPU, for the API
         self.mapping = mapping.Mapping()
+        # held while a rank's GPU samples are recorded and while the map changes: a
+        # sample read under the old map must not land after the change dropped its like
+        self.mapping_lock = threading.Lock()
         self.interval_s = o.sample_interval
         self.simulate = o.simulated
         self.samplers = []
@@ -103,8 +107,9 @@ class GpuExporter(Exporter):
         t = [s[0] for s in samples]
         ratio = [s[2] for s in samples]
         self.samples.record_many(("gpu", gpu.uuid), BUSY, t, ratio)
-        for key in self.mapping.ranks_of.get(gpu.uuid, ()):
-            self.samples.record_many(key, BUSY, t, ratio)
+        with self.mapping_lock:
+            for key in self.mapping.ranks_of.get(gpu.uuid, ()):
+                self.samples.record_many(key, BUSY, t, ratio)
 
     def _on_readings(self, readings, t_ns):
         record = self.samples.record
@@ -113,8 +118,9 @@ class GpuExporter(Exporter):
             scope = ("gpu", r.uuid + (":" + instance if instance else ""))
             record(scope, SM_ACTIVE, r.value, t_ns)
             if not instance:
-                for key in self.mapping.ranks_of.get(r.uuid, ()):
-                    record(key, SM_ACTIVE, r.value, t_ns)
+                with self.mapping_lock:
+                    for key in self.mapping.ranks_of.get(r.uuid, ()):
+                        record(key, SM_ACTIVE, r.value, t_ns)
 
     # -- each collection ----------------------------------------------------------------
     def tracks(self):
@@ -134,10 +140,18 @@ class GpuExporter(Exporter):
         """Rebuild the GPU <-> rank map and each rank's GPU for the API."""
         pods = {r.uuid: (r.namespace, r.pod) for r in self.readings().values() if ":" not in r.gpu}
         new = mapping.build(ranks, [(t[0], t[5]) for t in self.tracks()], pods, self.devices)
-        old, self.mapping = self.mapping, new
         live = {r.key for r in ranks}
-        for key in set(old.gpu_of) - live:  # samples recorded after the rank expired
-            self.samples.drop_scope(key)
+        with self.mapping_lock:
+            old, self.mapping = self.mapping, new
+            for key in set(old.gpu_of) - live:  # samples recorded after the rank expired
+                self.samples.drop_scope(key)
+            # A rank mapped to one GPU on weaker evidence until better came (its first
+            # report handled after a collection saw the rank; NVML's process list before
+            # the hook's CUDA device): its series so far are another GPU's, not its own.
+            for key, (uuid, _via) in new.gpu_of.items():
+                was = old.gpu_of.get(key)
+                if was is not None and was[0] != uuid:
+                    self.samples.drop(key, (BUSY, SM_ACTIVE))
         known = self.gpus()
         self.info = {r.key: info for r in ranks
                      for info in [self._rank_json(r.key, known)] if info is not None}

@@ -118,7 +118,7 @@ def test_gpu_series_carry_their_rank_and_source(running):
     body = wait_for(timeline)
     assert body, "rank 3's GPU samples never reached its timeline"
     assert body["gpu"]["via"] == "cuda_device" and body["gpu"]["busy"]
-    assert all(v == pytest.approx(0.25, abs=0.006) for _, v in body["signals"]["gpu_busy_ratio"])
+    assert all(v == pytest.approx(0.25, abs=0.006) for _, v in body["signals"]["gpu_busy_ratio"]), body["signals"]["gpu_busy_ratio"]
     assert agent.samples.series(("gpu", U0), "gpu_busy_ratio")
 
     got = series(get(agent, "/metrics"))
@@ -152,6 +152,27 @@ def test_gpu_series_carry_their_rank_and_source(running):
     assert lost
     assert not [labels for n, labels, v in series(get(agent, "/metrics"))
                 if n == "stallscope_gpu_busy_ratio" and labels["uuid"] == U1]
+
+
+def test_a_rank_mapped_to_another_gpu_keeps_only_its_own_gpus_samples(running):
+    """A rank is first seen without its CUDA device (a report without one, or a collection
+    between the rank's registration and its report's handling): NVML's process list maps
+    it to the GPU where its process holds the most memory, GPU 0 at 75 % busy. When the
+    hook's device report maps it to GPU 1 (25 % busy), GPU 0's samples leave its series."""
+    agent, _fake, _, _ = running
+    report(agent.config.agent.socket, 3, None)
+
+    def busy(via):
+        body = json.loads(get(agent, "/api/v1/timeline?rank=3&seconds=60"))
+        got = body["signals"].get("gpu_busy_ratio")
+        return got if body.get("gpu", {}).get("via") == via and got else None
+
+    guessed = wait_for(lambda: busy("nvml_process"))
+    assert guessed and all(v == pytest.approx(0.75, abs=0.006) for _, v in guessed), guessed
+    report(agent.config.agent.socket, 3, {"index": 1, "uuid": U1[4:]})
+    mapped = wait_for(lambda: busy("cuda_device"))
+    assert mapped and all(v == pytest.approx(0.25, abs=0.006) for _, v in mapped), mapped
+    assert agent.samples.series(("gpu", U0), "gpu_busy_ratio")  # GPU 0's own series stays
 
 
 def test_sampler_threads_stop_with_the_agent(running):
