@@ -8,6 +8,7 @@ import urllib.request
 
 import pytest
 
+from stallscope.correlate import epochs
 from stallscope.lab import scenarios
 from tests.helpers.lab import lab_session
 
@@ -157,7 +158,15 @@ def test_a_wait_that_is_transfer_is_named_transfer_cost_and_slow_workers_stay_to
         # share 0.998, cpu_throttle 0.27, score 0.73), never the larger part
         starved = evidence.get("cpu_throttle_score", 0.0)
         assert evidence["transfer_wait_ratio"] >= 0.8 and starved < 0.5, evidence
-        assert top["score"] == pytest.approx(evidence["transfer_wait_ratio"] * (1 - starved), abs=0.002)
+        # and judged on the steady batches, it explains at most their share of the whole
+        # wait (epochs.steady_part): on a loaded machine the workers' start-up can hold a
+        # good part of a short window's wait (CI: epoch_start 0.27, score 0.728 of a 0.998
+        # share)
+        started = next((c["score"] for c in body["causes"] if c["cause"] == "epoch_start"), 0.0)
+        assert started < top["score"], json.dumps(body["causes"])
+        steady = 1.0 - started if started >= epochs.STEADY_EXACT else 1.0
+        assert top["score"] == pytest.approx(
+            evidence["transfer_wait_ratio"] * (1 - starved) * steady, abs=0.002), json.dumps(body["causes"])
         assert evidence["ready_wait_ratio"] < 0.2 * body["data_wait_ratio"], evidence
         slow = bodies.get("slow", {})
         assert slow.get("verdict") == "input_bound", json.dumps(slow)
