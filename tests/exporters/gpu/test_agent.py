@@ -5,6 +5,7 @@ import json
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -118,7 +119,8 @@ def test_gpu_series_carry_their_rank_and_source(running):
     body = wait_for(timeline)
     assert body, "rank 3's GPU samples never reached its timeline"
     assert body["gpu"]["via"] == "cuda_device" and body["gpu"]["busy"]
-    assert all(v == pytest.approx(0.25, abs=0.006) for _, v in body["signals"]["gpu_busy_ratio"]), body["signals"]["gpu_busy_ratio"]
+    busy = body["signals"]["gpu_busy_ratio"]
+    assert all(v == pytest.approx(0.25, abs=0.006) for _, v in busy), busy
     assert agent.samples.series(("gpu", U0), "gpu_busy_ratio")
 
     got = series(get(agent, "/metrics"))
@@ -163,7 +165,11 @@ def test_a_rank_mapped_to_another_gpu_keeps_only_its_own_gpus_samples(running):
     report(agent.config.agent.socket, 3, None)
 
     def busy(via):
-        body = json.loads(get(agent, "/api/v1/timeline?rank=3&seconds=60"))
+        try:
+            body = json.loads(get(agent, "/api/v1/timeline?rank=3&seconds=60"))
+        except urllib.error.HTTPError as e:  # 404 until the report is read
+            assert e.code == 404, e
+            return None
         got = body["signals"].get("gpu_busy_ratio")
         return got if body.get("gpu", {}).get("via") == via and got else None
 
