@@ -10,7 +10,8 @@
 4. 8 ranks x 8 real DataLoader workers at ~100 batches/s per rank (simulated GPU): the
    agent's CPU (% of one core, every thread of it, from /proc) with the per-thread split,
    and its RSS against its printed ceiling.
-5. 64 ranks, synthetic reports at 100 batches/s each: the agent's CPU and RSS.
+5. 64 ranks x 8 workers, synthetic, every rank stalled: the agent's CPU (with the split)
+   and RSS at the hook's message cadence, and at 4x its trainer rate.
 6. Detection: a real DataLoader whose loader slows mid-run so the loop waits 10 %, 20 %
    and 50 % of its steps; seconds from the change to /api/v1/diagnosis naming it, and the
    top cause.
@@ -133,9 +134,19 @@ def ingest_over_socket(seconds=10):
 
 
 def agent_cost(agent, seconds):
-    a = get_json(agent.url + "/api/v1/agent")
-    t0 = time.monotonic()
+    start = agent_cost_start(agent)
     time.sleep(seconds)
+    return agent_cost_end(agent, start)
+
+
+def agent_cost_start(agent):
+    return time.monotonic(), get_json(agent.url + "/api/v1/agent")
+
+
+def agent_cost_end(agent, start):
+    """The agent's CPU (% of a core, every thread) since ``start``, the per-thread
+    split, its RSS and its memory ceiling."""
+    t0, a = start
     b = get_json(agent.url + "/api/v1/agent")
     span = time.monotonic() - t0
     before = {(t["name"], t["native_id"]): t["cpu_seconds"] for t in a["threads"]}
@@ -194,39 +205,51 @@ def real_load(seconds, ranks=8, workers=8):
         agent.stop()
 
 
-def synthetic_load(seconds, ranks=64):
-    print("%d ranks, synthetic reports at 100 batches/s each (25 every 250 ms):" % ranks, flush=True)
+def synthetic_load(seconds, ranks=64, stress=False):
+    """``ranks`` ranks of 8 workers each, every rank waiting 10 % of its steps (each is a
+    stall: the analysis runs for all of them). At the hook's own cadence (channel.py): a
+    trainer reports its 100 batches once a second, each of its 8 workers its ~12 every 4 s.
+    ``stress``: every rank and a worker each 250 ms (4x the trainer's messages)."""
+    if stress:
+        what = "%d ranks, synthetic, stress: a trainer and a worker report every 250 ms" % ranks
+    else:
+        what = "%d ranks x 8 workers, synthetic, at the hook's cadence (trainer 1 s, worker 4 s)" % ranks
+    print(what + ":", flush=True)
     agent = AgentProcess(args=["--no-gpu.nvml", "--max-ranks", str(ranks)]).start()
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         s.connect(agent.socket)
         stop = time.monotonic() + seconds + 15
         t0 = time.monotonic()
-        cost = None
+        cost = messages = None
+        tick = 0
         while time.monotonic() < stop:
             for r in range(ranks):
-                s.send(v2_report(r, os.getpid(), 25))
-                s.send(v2_report(r, os.getpid(), 25, role="worker"))
+                if stress:
+                    s.send(v2_report(r, os.getpid(), 25))
+                    s.send(v2_report(r, os.getpid(), 25, role="worker"))
+                    continue
+                # a tick is 250 ms: a trainer's report every 4th, two of its 8 workers' every 2nd
+                if (tick + r) % 4 == 0:
+                    s.send(v2_report(r, os.getpid(), 100))
+                if (tick + r) % 2 == 0:
+                    s.send(v2_report(r, os.getpid(), 12, role="worker"))
+            tick += 1
             if cost is None and time.monotonic() - t0 > 5:
                 cost = agent_cost_start(agent)
+                messages = metric_sum(agent, "stallscope_agent_messages_total")
             time.sleep(0.25)
-        cpu, _split, rss, ceiling = agent_cost_end(agent, cost)
-        row("agent CPU at 64 ranks, all threads", cpu, "% of a core")
-        row("agent RSS at 64 ranks", rss / 2**20, "MiB")
+        span = time.monotonic() - cost[0]
+        messages = (metric_sum(agent, "stallscope_agent_messages_total") - messages) / span
+        cpu, split, rss, ceiling = agent_cost_end(agent, cost)
+        row("hook messages/s received", messages, "msg/s")
+        row("agent CPU at %d ranks, all threads" % ranks, cpu, "% of a core")
+        for name, pct in sorted(split, key=lambda x: -x[1])[:4]:
+            print("      thread %-40s %6.2f %% of a core" % (name, pct))
+        row("agent RSS at %d ranks" % ranks, rss / 2**20, "MiB")
         print("      %s" % ceiling)
     finally:
         agent.stop()
-
-
-def agent_cost_start(agent):
-    return time.monotonic(), get_json(agent.url + "/api/v1/agent")
-
-
-def agent_cost_end(agent, start):
-    t0, a = start
-    b = get_json(agent.url + "/api/v1/agent")
-    span = time.monotonic() - t0
-    return 100 * (b["cpu_seconds"] - a["cpu_seconds"]) / span, [], b["rss_bytes"], b["memory_ceiling"]
 
 
 def detection():
@@ -289,6 +312,7 @@ def main():
     ingest_over_socket()
     real_load(args.seconds)
     synthetic_load(args.seconds)
+    synthetic_load(args.seconds, stress=True)
     if not args.skip_detection:
         detection()
 
