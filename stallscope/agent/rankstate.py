@@ -1,0 +1,164 @@
+"""One rank's state on a node: identity, PIDs, cgroup, loader config, data-wait and
+step histograms, the batch timeline and the detector's bins (the rank table, state.py,
+holds them and says who may change them).
+
+Histograms are accumulated here, in the agent, so a restarted training process
+continues the same counters. The timeline keeps the last ``timeline_seconds`` of batch
+events (a ring of fixed capacity: budget.py) for the correlator and the API.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..correlate.waitbins import WaitBins
+from ..host.rings import Ring
+from ..system import cgroups
+from ..vocabulary import labels as label_sets
+from ..vocabulary import metric
+from . import identity
+from .histogram import Histogram
+
+WAIT_BUCKETS = metric("stallscope_data_wait_seconds").buckets
+STEP_BUCKETS = metric("stallscope_step_seconds").buckets
+MAX_DROP_PIDS = 64
+Event = tuple[int, int, int]
+RankKey = tuple[str, str, str, int]
+
+
+def key_of(msg: Mapping[str, Any], node: str = "") -> RankKey:
+    i = msg["id"]
+    return (i["namespace"], i["pod"], i["job"], i["rank"])
+
+
+class Mismatch(Exception):
+    """A report speaks for a rank or pod of another domain (counted, never applied)."""
+
+    def __init__(self, reason: str = "identity_mismatch") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RankState:
+    def __init__(self, key: RankKey, ident: dict[str, Any], now: float, timeline_max: int,
+                 domain: identity.Domain | None = None) -> None:
+        self.key = key
+        self.ident = ident
+        self.labels: dict[str, str] = {}
+        self.first_seen = now
+        self.last_seen = now
+        self.pid: int | None = None       # main process, agent's PID namespace (SO_PEERCRED)
+        self.ns_pid: int | None = None    # main process as the trainer sees itself
+        self.pid_start: int | None = None  # /proc/<pid>/stat starttime: tells PID reuse apart
+        self.uid: int | None = None
+        self.domain = domain                  # what may report for it (identity.py)
+        self.verified: dict[int, int] = {}  # worker PID -> starttime, seen to descend
+        self.cgroup: cgroups.Cgroup | None = None  # of the main process
+        self.loader: dict[str, Any] | None = None
+        self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
+        self.translated_workers: list[int] = []  # the same, mapped through its children
+        self.workers_checked = float("-inf")     # when they were last checked in /proc
+        self.worker_pids: list[int] = []       # the same, in the agent's PID namespace
+        self.worker_map: collections.OrderedDict[int, int] = collections.OrderedDict()
+        # (worker PID in the agent's namespace, exit code) as the trainer's waitpid saw
+        # them, taken at ingest: rank.loader is replaced by the next report of any of the
+        # rank's iterators, often the new loader's before the exporter read the old one's
+        # deaths (CI: a fourth SIGBUS death never counted). The workers exporter drains it.
+        self.exits_reported: collections.deque[tuple[int, int]] = collections.deque(maxlen=64)
+        self.wait = Histogram(WAIT_BUCKETS)
+        self.step = Histogram(STEP_BUCKETS)
+        # Wait already added to both sums for a next() call still in progress; the batch
+        # that ends it adds only the rest (see add_events and note_blocked).
+        self.provisional_ns = 0
+        self.provisional_start_ns = 0  # when that call began (the hook's clock)
+        self.exited_at: float | None = None  # monotonic time its main process was found gone
+        # (t_end, wait, interval, ready_wait): ready_wait -1 where the hook did not split
+        # the wait (hook/transfer.py)
+        self.timeline = Ring(timeline_max, 4)
+        self.bins = WaitBins()  # the detector's per-second sums, kept as batches come
+        self.dropped_by_pid: dict[int, int] = {}
+        self.dropped_base = 0
+        self.clock_offset_ns = 0  # wall_ns - mono_ns as the hook last reported it
+        self.set_ident(ident)
+
+    def set_ident(self, ident: dict[str, Any]) -> None:
+        self.ident = ident
+        self.labels = {k: str(ident[k]) for k in label_sets.IDENTITY}
+
+    @property
+    def exited(self) -> bool:
+        return self.exited_at is not None
+
+    @property
+    def dropped_total(self) -> int:
+        return self.dropped_base + sum(self.dropped_by_pid.values())
+
+    def note_dropped(self, pid: int, value: int) -> None:
+        old = self.dropped_by_pid.get(pid)
+        if old is not None and value < old:  # PID reused by a new process
+            self.dropped_base += old
+        self.dropped_by_pid[pid] = value
+        if len(self.dropped_by_pid) > MAX_DROP_PIDS:
+            first = next(iter(self.dropped_by_pid))
+            self.dropped_base += self.dropped_by_pid.pop(first)
+
+    def as_json(self, now: float) -> dict[str, Any]:
+        i = self.ident
+        return {
+            "job": i["job"], "rank": i["rank"], "local_rank": i["local_rank"],
+            "world_size": i["world_size"], "pod": i["pod"], "namespace": i["namespace"],
+            "node": i["node"], "pid": self.pid, "ns_pid": self.ns_pid, "uid": self.uid,
+            "worker_pids": list(self.worker_pids), "loader": self.loader,
+            "cgroup": self.cgroup.as_json() if self.cgroup is not None else None,
+            "last_seen_seconds_ago": round(now - self.last_seen, 3),
+            "batches": self.wait.count,
+            "data_wait_seconds_total": self.wait.sum_ns / 1e9,
+            "step_seconds_total": self.step.sum_ns / 1e9,
+            "blocked_in_next_seconds": self.provisional_ns / 1e9,
+            "exited": self.exited,
+            "dropped_events": self.dropped_total,
+        }
+
+    def add_events(self, events: Any, ready: Any = None) -> None:
+        """A report's batch events (n x 3 int64: t_end, wait, interval) and, from a
+        trainer that splits its waits, each batch's ready wait."""
+        arr = np.asarray(events, np.int64).reshape(-1, 3)
+        if not len(arr):
+            return
+        self.wait.observe_many_ns(arr[:, 1])
+        self.step.observe_many_ns(arr[:, 2])
+        if self.provisional_ns:
+            # The batch that ends the wait already counted in the sums adds only the rest.
+            # It is that batch when it started when the blocked call did; otherwise that
+            # call ended without a batch (StopIteration, an error) and its wait stays
+            # counted (the sums never go back) without eating into this batch's.
+            if int(arr[0, 0]) - int(arr[0, 1]) == self.provisional_start_ns:
+                self.wait.sum_ns -= min(self.provisional_ns, int(arr[0, 1]))
+                self.step.sum_ns -= min(self.provisional_ns, int(arr[0, 2]))
+            self.provisional_ns = 0
+        rows = np.empty((len(arr), 4), np.int64)
+        rows[:, :3] = arr
+        rows[:, 3] = -1 if ready is None else ready
+        self.timeline.extend(rows)
+        self.bins.add(arr[:, 0], arr[:, 1], arr[:, 2], time.monotonic_ns())
+
+    def note_blocked(self, since_ns: int, blocked_ns: int) -> None:
+        """The loop has been blocked in next() for blocked_ns and the batch has not come.
+
+        A rank hung on a dead mount would otherwise report nothing at all, and its SLI
+        (rate of the wait sum over the step sum) would show no waiting. So the time waited
+        so far goes into both sums now, growing with every report; _count and the buckets
+        move only when the batch arrives. Sums stay monotonic: the batch that ends the wait
+        adds only what was not counted yet."""
+        if since_ns != self.provisional_start_ns:
+            self.provisional_ns = 0  # another call than the one counted so far
+            self.provisional_start_ns = since_ns
+        extra = blocked_ns - self.provisional_ns
+        if extra > 0:
+            self.wait.sum_ns += extra
+            self.step.sum_ns += extra
+            self.provisional_ns = blocked_ns
