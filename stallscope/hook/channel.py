@@ -23,10 +23,11 @@ import os
 import socket
 import threading
 import time
-import weakref
-from operator import sub
 
-from . import transfer, wire
+from . import wire
+from .stream import Stream, moved
+
+__all__ = ["Channel", "Stream", "get"]
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -45,71 +46,12 @@ if TYPE_CHECKING:
 # loader over tens of seconds).
 FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "1.0") or 1.0)
 HEARTBEAT_S = 5.0
-WORKER_FLUSH_S = 4.0  # a loader worker's stream is delivered at most this often ...
-# ... unless the mean load time of its batches since then moved by this factor from its
-# last report's (MOVED_MIN_BATCHES batches at least): a loader that slows is news for the
-# stall's cause at once (the detector names a 50 % stall in ~3 s; with only the load
-# times from before it, its cause read "unexplained").
-MOVED = 1.5
-MOVED_MIN_BATCHES = 3
+# A loader worker's stream is delivered at most this often, unless its load time moved
+# (stream.py moved: a loader that slows is news for the stall's cause at once).
+WORKER_FLUSH_S = 4.0
 BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
 BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)
 RECONNECT_S = 1.0
-# Per stream, at most this many batches wait for delivery; past it the oldest are
-# dropped (and counted), so a process that never reaches an agent keeps bounded memory.
-MAX_PENDING = 50_000
-
-
-class Stream:
-    """The batches of one iterator (one epoch of one watched loader)."""
-
-    __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
-                 "last_sent", "sent_load", "blocked_since", "polls", "nested", "__weakref__")
-
-    def __init__(self, ident: Ident, role: str = "main", owner: object = None) -> None:
-        self.buf: list[int] = []  # flat [start, end, start, end, ...] appended by the loop
-        self.pending = wire.Columns()  # (end, wait, interval) from buf, not yet delivered
-        self.ident = ident
-        self.role = role
-        self.loader: dict[str, object] | None = None  # DataLoader settings (watch.loader_info)
-        self.cuda: dict[str, int | str] | None = None  # the loop's CUDA device (hook/device.py)
-        self.prev_end: int | None = None
-        self.blocked_since: int | None = None  # start of a next() call still in progress
-        # The stream ends when its owner goes away; a weakref.ref, or None for never.
-        self.owner: Callable[[], object] | None = weakref.ref(owner) if owner is not None else None
-        self.last_sent = 0.0
-        self.sent_load: float | None = None  # mean wait (a worker's: load time) last sent
-        # The loader's queue polls, flat [start, end, ...] (hook/transfer.py), when the
-        # waits are split into waiting for a ready batch and transfer; nested: every poll
-        # lies inside one next() call (the loop polls itself).
-        self.polls: list[int] | None = None
-        self.nested = True
-
-    def split(self, polls: list[int], nested: bool) -> bool:
-        """Split this stream's waits with ``polls``; only before its first batch, so that
-        every event it sends carries the ready wait."""
-        # A lone start in buf is the first next() still in progress (claim.py settles a
-        # hidden iterator there): its polls are in ``polls`` already.
-        if self.pending or len(self.buf) > 1 or self.prev_end is not None:
-            return False
-        self.pending = wire.Columns(ready=True)
-        self.polls, self.nested = polls, nested
-        return True
-
-    def finished(self) -> bool:
-        return self.owner is not None and self.owner() is None
-
-
-def _moved(stream: Stream) -> bool:
-    """Whether a worker's batches since its last report took MOVED times longer (or
-    shorter) on average than the batches of that report."""
-    sent, pending = stream.sent_load, stream.pending
-    if not sent or len(pending) < MOVED_MIN_BATCHES:
-        return False
-    mean = sum(pending.waits) / len(pending)
-    return mean > MOVED * sent or mean * MOVED < sent
-
-
 class Channel:
     def __init__(self, path: str | None = None) -> None:
         self.path = path or os.environ.get("STALLSCOPE_SOCKET") or wire.DEFAULT_SOCKET
@@ -206,7 +148,7 @@ class Channel:
             # they go every WORKER_FLUSH_S: a rank with 8 workers sends 3 messages a
             # second, not 9 (per-message work was most of the agent's ingest CPU, issue 15).
             due = stream.pending and (stream.role != "worker" or now - stream.last_sent >= WORKER_FLUSH_S
-                                      or _moved(stream))
+                                      or moved(stream))
             if due or blocked or now - stream.last_sent >= HEARTBEAT_S or done:
                 self._deliver(stream, now)
             if done and not stream.pending:
@@ -247,42 +189,7 @@ class Channel:
                 return
 
     def _drain(self, stream: Stream) -> None:
-        buf = stream.buf
-        # Two appends per batch (start, end); the loop may be between them, so take an
-        # even count. `del buf[:n]` is one atomic list operation under the GIL.
-        n = len(buf) & ~1
-        pairs = buf[:n]
-        del buf[:n]
-        # An odd length left means the loop is inside next(): buf[0] is when it began.
-        # In a loader worker it means a batch is being made, which is most of a worker's
-        # time and no loop's wait: taken for a blocked loop, it sent each worker's batches
-        # every BLOCKED_REPORT_S instead of every WORKER_FLUSH_S (issue 15: 64 of the 80
-        # messages a second at 8 ranks x 8 workers, where 32 were meant).
-        tail = buf[:1] if len(buf) & 1 and stream.role != "worker" else None
-        stream.blocked_since = tail[0] if tail and not stream.finished() else None
-        events = stream.pending
-        if n:
-            # Column by column in C (map over lists): no Python object per batch.
-            starts, ends = pairs[0::2], pairs[1::2]
-            waits = list(map(sub, ends, starts))
-            prev = stream.prev_end
-            # The first batch of an iterator has no predecessor: its interval is its wait,
-            # so wait <= interval holds for every event and the SLI stays within [0, 1].
-            before = ([prev] if prev is not None else [starts[0]]) + ends[:-1]
-            ready = None
-            if stream.polls is not None:
-                try:
-                    ready = transfer.ready_waits(pairs, waits, stream.polls, stream.nested)
-                except Exception:  # unknown: counted as waiting, never as transfer
-                    ready = None
-            events.extend(ends, waits, list(map(sub, ends, before)), ready)
-            stream.prev_end = ends[-1]
-        elif stream.polls is not None:
-            transfer.trim(stream.polls)
-        excess = len(events) - MAX_PENDING
-        if excess > 0:
-            events.drop_first(excess)
-            self.dropped += excess
+        self.dropped += stream.drain()
 
     def _message(self, ident: Ident, role: str, payload: Mapping[str, object]) -> Message:
         msg: Message = {

@@ -8,6 +8,7 @@ import pytest
 
 import stallscope
 from stallscope.hook import channel
+from stallscope.hook import stream as hook_stream
 
 
 def _detach(wrapped_iter):
@@ -139,7 +140,7 @@ def test_no_agent_counts_drops_and_never_raises(tmp_path):
 
 
 def test_pending_is_bounded_when_undeliverable(tmp_path, monkeypatch):
-    monkeypatch.setattr(channel, "MAX_PENDING", 10)
+    monkeypatch.setattr(hook_stream, "MAX_PENDING", 10)
     ch = channel.Channel(path=str(tmp_path / "absent.sock"))
     stream = channel.Stream({"job": "j", "rank": 0})
     stream.buf.extend(range(2 * 25))
@@ -328,8 +329,8 @@ def test_a_worker_reports_every_worker_flush_unless_its_load_time_moves(tmp_path
     try:
         sent = [second(50) for _ in range(9)]
         assert sent == [1, 0, 0, 0, 1, 0, 0, 0, 1]  # every WORKER_FLUSH_S (4 s)
-        assert second(50 * channel.MOVED * 1.2) == 1  # slower by more than MOVED: at once
-        assert [second(50 * channel.MOVED * 1.2) for _ in range(4)] == [0, 0, 0, 1]  # the new level
+        assert second(50 * hook_stream.MOVED * 1.2) == 1  # slower by more than MOVED: at once
+        assert [second(50 * hook_stream.MOVED * 1.2) for _ in range(4)] == [0, 0, 0, 1]  # the new level
         assert second(50) == 1  # back: at once too
         assert [second(50 * 1.3) for _ in range(4)] == [0, 0, 0, 1]  # under MOVED: no news
     finally:

@@ -1,0 +1,121 @@
+"""One stream of batch events: the batches of one iterator (one epoch of one watched
+loader), from the loop's appended times to events ready for delivery (channel.py).
+
+The training loop only appends two integers to ``buf`` per batch (watch.py); the flush
+thread drains them into columns (``pending``: end, wait, interval, and the ready wait
+where transfer.py splits the waits), with no Python object per batch.
+"""
+from __future__ import annotations
+
+import weakref
+from operator import sub
+
+from . import transfer, wire
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .identity import Ident
+
+# A worker's stream goes before its WORKER_FLUSH_S (channel.py) when the mean load time
+# of its batches since then moved by this factor from its last report's
+# (MOVED_MIN_BATCHES batches at least): a loader that slows is news for the stall's cause
+# at once (the detector names a 50 % stall in ~3 s; with only the load
+# times from before it, its cause read "unexplained").
+MOVED = 1.5
+MOVED_MIN_BATCHES = 3
+# Per stream, at most this many batches wait for delivery; past it the oldest are
+# dropped (and counted), so a process that never reaches an agent keeps bounded memory.
+MAX_PENDING = 50_000
+
+
+class Stream:
+    """The batches of one iterator (one epoch of one watched loader)."""
+
+    __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
+                 "last_sent", "sent_load", "blocked_since", "polls", "nested", "__weakref__")
+
+    def __init__(self, ident: Ident, role: str = "main", owner: object = None) -> None:
+        self.buf: list[int] = []  # flat [start, end, start, end, ...] appended by the loop
+        self.pending = wire.Columns()  # (end, wait, interval) from buf, not yet delivered
+        self.ident = ident
+        self.role = role
+        self.loader: dict[str, object] | None = None  # DataLoader settings (watch.loader_info)
+        self.cuda: dict[str, int | str] | None = None  # the loop's CUDA device (hook/device.py)
+        self.prev_end: int | None = None
+        self.blocked_since: int | None = None  # start of a next() call still in progress
+        # The stream ends when its owner goes away; a weakref.ref, or None for never.
+        self.owner: Callable[[], object] | None = weakref.ref(owner) if owner is not None else None
+        self.last_sent = 0.0
+        self.sent_load: float | None = None  # mean wait (a worker's: load time) last sent
+        # The loader's queue polls, flat [start, end, ...] (hook/transfer.py), when the
+        # waits are split into waiting for a ready batch and transfer; nested: every poll
+        # lies inside one next() call (the loop polls itself).
+        self.polls: list[int] | None = None
+        self.nested = True
+
+    def split(self, polls: list[int], nested: bool) -> bool:
+        """Split this stream's waits with ``polls``; only before its first batch, so that
+        every event it sends carries the ready wait."""
+        # A lone start in buf is the first next() still in progress (claim.py settles a
+        # hidden iterator there): its polls are in ``polls`` already.
+        if self.pending or len(self.buf) > 1 or self.prev_end is not None:
+            return False
+        self.pending = wire.Columns(ready=True)
+        self.polls, self.nested = polls, nested
+        return True
+
+    def finished(self) -> bool:
+        return self.owner is not None and self.owner() is None
+
+    def drain(self) -> int:
+        """Turn the loop's appended times into pending events; returns how many of the
+        oldest were dropped past MAX_PENDING."""
+        buf = self.buf
+        # Two appends per batch (start, end); the loop may be between them, so take an
+        # even count. `del buf[:n]` is one atomic list operation under the GIL.
+        n = len(buf) & ~1
+        pairs = buf[:n]
+        del buf[:n]
+        # An odd length left means the loop is inside next(): buf[0] is when it began.
+        # In a loader worker it means a batch is being made, which is most of a worker's
+        # time and no loop's wait: taken for a blocked loop, it sent each worker's batches
+        # every BLOCKED_REPORT_S instead of every WORKER_FLUSH_S (issue 15: 64 of the 80
+        # messages a second at 8 ranks x 8 workers, where 32 were meant).
+        tail = buf[:1] if len(buf) & 1 and self.role != "worker" else None
+        self.blocked_since = tail[0] if tail and not self.finished() else None
+        events = self.pending
+        if n:
+            # Column by column in C (map over lists): no Python object per batch.
+            starts, ends = pairs[0::2], pairs[1::2]
+            waits = list(map(sub, ends, starts))
+            prev = self.prev_end
+            # The first batch of an iterator has no predecessor: its interval is its wait,
+            # so wait <= interval holds for every event and the SLI stays within [0, 1].
+            before = ([prev] if prev is not None else [starts[0]]) + ends[:-1]
+            ready = None
+            if self.polls is not None:
+                try:
+                    ready = transfer.ready_waits(pairs, waits, self.polls, self.nested)
+                except Exception:  # unknown: counted as waiting, never as transfer
+                    ready = None
+            events.extend(ends, waits, list(map(sub, ends, before)), ready)
+            self.prev_end = ends[-1]
+        elif self.polls is not None:
+            transfer.trim(self.polls)
+        excess = len(events) - MAX_PENDING
+        if excess > 0:
+            events.drop_first(excess)
+            return excess
+        return 0
+
+
+def moved(stream: Stream) -> bool:
+    """Whether a worker's batches since its last report took MOVED times longer (or
+    shorter) on average than the batches of that report."""
+    sent, pending = stream.sent_load, stream.pending
+    if not sent or len(pending) < MOVED_MIN_BATCHES:
+        return False
+    mean = sum(pending.waits) / len(pending)
+    return mean > MOVED * sent or mean * MOVED < sent
