@@ -1,12 +1,11 @@
 """Part ``correlator``: a periodic analysis of every live rank (for the metrics), an
 on-demand one for ``GET /api/v1/diagnosis``, and every second a change-point test on
 each rank's data-wait share (correlate/detect.py): a rank found waiting since some
-moment is analysed at once on that stall, and again every STALL_REFRESH_S while it
-is young (less often as it ages: stall_refresh), so a stall is named within seconds
-and its causes are ranked on the stall itself, not diluted by the healthy minutes
-before it. The analysis itself is pure
-(stallscope/correlate/); this part builds its inputs from the host and publishes its
-outputs.
+moment is analysed at once on that stall, and again every few seconds while it is
+young (less often as it ages: standing.stall_refresh), so a stall is named within
+seconds and its causes are ranked on the stall itself, not diluted by the healthy
+minutes before it. The analysis itself is pure (stallscope/correlate/); this part
+builds its inputs from the host and publishes its outputs.
 
 Metrics, per rank (at most 5 series with a ``rank`` label, within the per-rank budget):
 - ``stallscope_gpu_idle_overlap_ratio``: only when the rank has GPU samples and idle time;
@@ -31,17 +30,10 @@ from ..host.contract import no_params
 from ..host.families import family
 from ..host.options import flag
 from .scrapefirst import SCRAPES
+from .settingswatch import SettingsWatch
 
 MAX_CAUSE_SERIES = 3
 GATHERING_S = 2.0   # re-run this often while a rank has no verdict yet
-STALL_REFRESH_S = 2.0   # re-analyse a stalled rank this often
-# A change of the loader settings is judged against the last prediction of a modelled
-# configuration change made up to this long before it: the diagnosis of the moment the
-# change is seen may already hold the new iterator's start-up wait, which no cause of the
-# old settings explains (unexplained, no settings), while the one a second before named
-# the change the user made.
-PREDICTION_KEPT_S = 60.0
-MIN_STALL_WINDOW_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +79,7 @@ class CorrelatorPart(Part):
         self.stalls: dict[Any, Any] = {}    # rank key -> (looked at, since_ns, labels, diagnosis)
         self.bases: dict[Any, tuple[standing.Basis, float]] = {}  # rank key -> (basis, analysed at)
         self.stall_runs = 0                 # stall analyses run (one per due rank)
-        self.settings: dict[Any, dict[str, Any]] = {}  # rank key -> loader settings and quota last seen
-        self.changes: dict[Any, dict[str, Any]] = {}   # rank key -> the latest change marked (change.py)
-        self.modelled: dict[Any, tuple[float, dict[str, Any]]] = {}  # rank key -> (when, prediction)
-        self.last_watch_ns = 0
+        self.settings = SettingsWatch(self.lock)  # loader settings' changes (settingswatch.py)
         self.runs = 0
         self.failures = 0
         self.last_duration = 0.0
@@ -139,18 +128,7 @@ class CorrelatorPart(Part):
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:
-        """What a stall's analysis covers: the stall and as much before it (the quiet
-        time its causes' signals are compared against), within the scheduled window."""
-        span = (now_ns - since_ns) / 1e9
-        return min(self.window, max(MIN_STALL_WINDOW_S, 2 * span))
-
-    def stall_refresh(self, since_ns: int, now_ns: int) -> float:
-        """How often a stall is re-analysed: every STALL_REFRESH_S while it is young,
-        then less often as it ages, up to the scheduled interval. Its causes settle in
-        its first half minute; re-ranking them every 2 s for as long as it lasts cost
-        most of the agent's CPU when every rank of a busy node waited (issue 15)."""
-        span = (now_ns - since_ns) / 1e9
-        return min(self.every, max(STALL_REFRESH_S, span / 4))
+        return standing.stall_window(since_ns, now_ns, self.window)
 
     def detect(self, now: float) -> None:
         now_ns = time.monotonic_ns()
@@ -170,7 +148,7 @@ class CorrelatorPart(Part):
             if not d.stalled or d.since_ns is None:
                 continue
             last = self.stalls.get(r.key)
-            if last is not None and now - last[0] < self.stall_refresh(d.since_ns, now_ns):
+            if last is not None and now - last[0] < standing.stall_refresh(d.since_ns, now_ns, self.every):
                 continue
             basis = standing.Basis.of(d.since_ns, d.share, r.loader, self.host.samples.signals(r.key))
             old, analysed = self.bases.get(r.key, (None, now))
@@ -221,36 +199,7 @@ class CorrelatorPart(Part):
         return None
 
     def watch_settings(self) -> None:
-        """Mark a change of a rank's loader settings or CPU quota, with the prediction
-        its last diagnosis made before it (the proof afterwards: change.py)."""
-        ranks = self.host.ranks()
-        known = {tuple(sorted(labels.items())): d for labels, d in self.current()}
-        # the change came after the previous look: batches since then count as "after"
-        # (their iterator's first batch, the workers' start, is left out: change.py)
-        now_ns, at_ns = time.monotonic_ns(), self.last_watch_ns
-        self.last_watch_ns = now_ns
-        for r in ranks:
-            if r.loader is None:
-                continue
-            new = change.settings_of(r.loader, self.quota(r.key)["cores"])
-            old = self.settings.get(r.key)
-            self.settings[r.key] = new
-            predicted = (known.get(tuple(sorted(r.labels.items()))) or {}).get("prediction")
-            now = time.monotonic()
-            if predicted and predicted.get("settings"):
-                self.modelled[r.key] = (now, predicted)
-            if old is not None and new != old:
-                kept = self.modelled.get(r.key)
-                if not (predicted and predicted.get("settings")) and kept \
-                        and now - kept[0] <= PREDICTION_KEPT_S:
-                    predicted = kept[1]
-                with self.lock:
-                    self.changes[r.key] = change.mark(old, new, at_ns or now_ns, predicted)
-        live = {r.key for r in ranks}
-        for key in [k for k in self.settings if k not in live]:
-            self.settings.pop(key, None)
-            self.changes.pop(key, None)
-            self.modelled.pop(key, None)
+        self.settings.look(self.host.ranks(), self.current(), lambda key: self.quota(key)["cores"])
 
     def refresh(self, now: float | None = None) -> None:
         t0 = time.monotonic()
@@ -341,23 +290,9 @@ class CorrelatorPart(Part):
             hang = self.hang_of(r.key)
             if hang is not None:  # the stacks of its blocked next() call (hangs.py)
                 results[r.key]["hang"] = hang
-            marked = self.changes.get(r.key)
+            marked = self.settings.changes.get(r.key)
             if marked is not None:
                 results[r.key]["change"] = change.view(marked, self.trace(r, seconds or self.window))
-        chosen = max(found, key=lambda r: _severity(results[r.key]))
-        body = dict(results[chosen.key])
-        if len(found) > 1:
-            body["matched_ranks"] = sorted(
-                [{"job": r.ident["job"], "rank": r.ident["rank"], "pod": r.ident["pod"],
-                  "verdict": results[r.key]["verdict"],
-                  "data_wait_ratio": results[r.key]["data_wait_ratio"],
-                  "top_cause": diagnosis.top_cause(results[r.key])} for r in found],
-                key=lambda d: (d["job"], d["rank"]))
-            body["note"] = ("%d ranks match; this is the one that waits most on its loader, "
-                            "see matched_ranks for the others." % len(found))
-        return 200, body
+        idents = [(r.ident, results[r.key]) for r in found]
+        return 200, diagnosis.most_severe(idents)
 
-
-def _severity(d: dict[str, Any]) -> Any:
-    order = {"input_bound": 3, "not_input_bound": 2, "healthy": 1, "unknown": 0}
-    return order[d["verdict"]], d.get("data_wait_ratio") or 0.0

@@ -178,3 +178,22 @@ def add_predictions(out: dict[str, Any], m: Any) -> None:
 def top_cause(diagnosis: dict[str, Any]) -> Any:
     causes = diagnosis.get("causes") or []
     return causes[0]["cause"] if causes else None
+
+
+def _severity(d: dict[str, Any]) -> Any:
+    order = {"input_bound": 3, "not_input_bound": 2, "healthy": 1, "unknown": 0}
+    return order[d["verdict"]], d.get("data_wait_ratio") or 0.0
+
+
+def most_severe(found: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """The API's answer for several matching ranks, [(identity, diagnosis)]: the one
+    that waits most on its loader, with the others summed up in ``matched_ranks``."""
+    body = dict(max(found, key=lambda f: _severity(f[1]))[1])
+    if len(found) > 1:
+        body["matched_ranks"] = sorted(
+            [{"job": i["job"], "rank": i["rank"], "pod": i["pod"], "verdict": d["verdict"],
+              "data_wait_ratio": d["data_wait_ratio"], "top_cause": top_cause(d)} for i, d in found],
+            key=lambda m: (m["job"], m["rank"]))
+        body["note"] = ("%d ranks match; this is the one that waits most on its loader, "
+                        "see matched_ranks for the others." % len(found))
+    return body

@@ -31,6 +31,8 @@ SETTLED_AFTER_S = 30.0
 SHARE_ABS = 0.02
 SHARE_REL = 0.10
 SINCE_SLACK_S = 10.0
+STALL_REFRESH_S = 2.0   # re-analyse a young stall this often
+MIN_STALL_WINDOW_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,3 +61,19 @@ def unchanged(old: Basis | None, new: Basis, age_s: float, now_ns: int) -> bool:
     if abs(new.since_ns - old.since_ns) / 1e9 > max(SINCE_SLACK_S, span_s / 4):
         return False
     return abs(new.share - old.share) <= max(SHARE_ABS, SHARE_REL * old.share)
+
+
+def stall_window(since_ns: int, now_ns: int, window_s: float) -> float:
+    """What a stall's analysis covers: the stall and as much before it (the quiet time
+    its causes' signals are compared against), within the scheduled ``window_s``."""
+    span = (now_ns - since_ns) / 1e9
+    return min(window_s, max(MIN_STALL_WINDOW_S, 2 * span))
+
+
+def stall_refresh(since_ns: int, now_ns: int, every_s: float) -> float:
+    """How often a stall is re-analysed: every STALL_REFRESH_S while it is young, then
+    less often as it ages, up to the scheduled interval ``every_s``. Its causes settle in
+    its first half minute; re-ranking them every 2 s for as long as it lasts cost most of
+    the agent's CPU when every rank of a busy node waited (issue 15)."""
+    span = (now_ns - since_ns) / 1e9
+    return min(every_s, max(STALL_REFRESH_S, span / 4))
