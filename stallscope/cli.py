@@ -255,10 +255,6 @@ def demo(scenario, duration):
     sys.exit(commands.demo(scenario, duration))
 
 
-if __name__ == "__main__":
-    main()
-
-
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--ranks", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Training processes; more than one runs the command under torchrun.")
@@ -300,3 +296,9 @@ def compare(a, b, threshold):
     except (ValueError, KeyError) as e:
         click.echo("stallscope compare: %s" % e, err=True)
         sys.exit(2)
+
+
+# Last: every command must be registered before main() runs (`python -m stallscope.cli`
+# listed neither run nor compare while this stood above them).
+if __name__ == "__main__":
+    main()
