@@ -1,6 +1,6 @@
 """Delivery of hook events to the node agent: batched, non-blocking, bounded.
 
-The training loop only appends two integers to a list per batch (see watch.py), and two
+The training loop only appends two integers to a list per batch (see loop.py), and two
 per poll of a DataLoader's queue where the wait is split (transfer.py). A daemon thread
 in each process drains those lists once a second and sends one message per
 stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.

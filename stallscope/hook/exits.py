@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def note(it: object, stream: channel.Stream | None) -> None:
     """After the loader raised, in next() or anywhere else (torch raises a worker's death
     from its SIGCHLD handler wherever the main thread is; then the iterator goes away,
-    the finalizer of watch.py's iterator): the exit codes of its workers that ended
+    the finalizer of loop.py's iterator): the exit codes of its workers that ended
     badly (-N: by signal N, multiprocessing's convention), sent with the next report so
     the agent can say why ("killed by signal: Bus error" says only what). The parent is the one
     process that can read them once the worker is reaped. Never raises."""

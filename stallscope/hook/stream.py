@@ -1,7 +1,7 @@
 """One stream of batch events: the batches of one iterator (one epoch of one watched
 loader), from the loop's appended times to events ready for delivery (channel.py).
 
-The training loop only appends two integers to ``buf`` per batch (watch.py); the flush
+The training loop only appends two integers to ``buf`` per batch (loop.py); the flush
 thread drains them into columns (``pending``: end, wait, interval, and the ready wait
 where transfer.py splits the waits), with no Python object per batch.
 """

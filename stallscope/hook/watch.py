@@ -6,25 +6,21 @@ through (``set_epoch``, ``dataset``, ``sampler`` ...), and ``isinstance(w, DataL
 still true (``__class__`` is forwarded, as wrapt's ObjectProxy does). Instrumentation is
 idempotent (watching a watched loader returns it) and reversible (``unwatch``).
 
-Per batch the loop pays for two ``perf_counter_ns`` calls and two list appends, and with
-a multi-process DataLoader without pin_memory as much again around its queue's poll
-(the split of the wait into waiting for a ready batch and transfer: transfer.py); all
-other work happens on the channel's flush thread (channel.py).
+The per-batch path is loop.py's; all other work happens on the channel's flush thread
+(channel.py).
 """
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import warnings
-import weakref
-from time import perf_counter_ns
 
-from . import batches, channel, claim, device, exits, identity, passthrough
+from . import batches, channel, claim, device, identity, passthrough
+from .loop import Loop, WatchedIterator, watched_iterator
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
     from typing import Any, TypeVar
 
     from .identity import Ident
@@ -33,96 +29,6 @@ if TYPE_CHECKING:
 
 _OVERRIDES = set(identity.FIELDS)
 _LOADER_FIELDS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
-
-
-class _Loop:
-    """What the timing generators of one watched iterator share (not the iterator itself,
-    so that the stream's owner, the iterator, is freed by refcount and not by a cycle)."""
-
-    __slots__ = ("next", "inner", "stream", "first", "ended")
-
-    def __init__(self, it: Any) -> None:
-        self.next: Callable[[], Any] = it.__next__  # looked up once, not per batch
-        self.inner = it  # the DataLoader's own iterator, when a wrapper hides it (claim.py)
-        self.stream: channel.Stream | None = None
-        self.first = False  # the next generator times one call only (claim.py settles then)
-        self.ended = False  # the loader raised StopIteration
-
-
-def _timed(loop: _Loop, once: bool, _now: Callable[[], int] = perf_counter_ns) -> Iterator[Any]:
-    """The per-batch path: two clock reads and two appends around the loader's next().
-
-    A generator, driven by the C ``chain`` of _WatchedIterator: resuming it costs about a
-    quarter fewer instructions per batch than a Python ``__next__`` called through the
-    iterator slot (benchmarks/bench_hook.py), which is what keeps the loop under 300 ns."""
-    stream = loop.stream
-    assert stream is not None
-    buf = stream.buf
-    append = buf.append
-    nxt = loop.next
-    while True:
-        # The start goes in before the loader is asked: a start with no end yet tells the
-        # flush thread the loop is blocked in next() right now, so a rank hung on a dead
-        # mount shows up as waiting instead of going quiet (channel.py, blocked_since).
-        append(_now())
-        try:
-            item = nxt()
-        except StopIteration:
-            buf.pop()  # keep (start, end) pairs aligned; the flush never takes an odd
-            loop.ended = True  # trailing start, so it is still there
-            return
-        except BaseException:  # the loader's own error, passed through; the chain then
-            buf.pop()          # starts a new generator: the iterator stays usable
-            exits.note(loop.inner, stream)
-            raise
-        append(_now())
-        yield item
-        if once:
-            return
-
-
-def _runs(loop: _Loop) -> Iterator[Iterator[Any]]:
-    """A fresh timing generator after each one that ended without the loader ending (its
-    error propagated, or the first call was timed alone)."""
-    while not loop.ended:
-        once = loop.first
-        loop.first = False
-        yield _timed(loop, once)
-
-
-class _WatchedIterator(itertools.chain):  # type: ignore[type-arg]
-    """The loop's iterator: iterated in C (``chain`` over the timing generators); reads of
-    other attributes and ``len()`` go to the loader's own iterator."""
-
-    __slots__ = ("_it", "_loop", "_stream", "__weakref__")
-    _it: Any  # the loader's own iterator (for a DataLoader: sized, with attributes)
-    _loop: _Loop
-    _stream: channel.Stream
-
-    def __len__(self) -> int:
-        return len(self._it)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _WatchedIterator.__slots__:  # not yet set: avoid recursing into _it
-            raise AttributeError(name)
-        return getattr(self._it, name)
-
-
-def _watched_iterator(it: Any, ident: Ident) -> tuple[_WatchedIterator, _Loop]:
-    loop = _Loop(it)
-    wrapper = _WatchedIterator.from_iterable(_runs(loop))
-    assert isinstance(wrapper, _WatchedIterator)
-    wrapper._it = it
-    wrapper._loop = loop
-    wrapper._stream = loop.stream = channel.Stream(ident, owner=wrapper)
-    # A loader error raised outside next() never passes through _timed: the workers'
-    # exits are read when the iterator goes (the error unwinds the loop that held it).
-    weakref.finalize(wrapper, _exits_at_end, loop).atexit = False  # type: ignore[misc]
-    return wrapper, loop
-
-
-def _exits_at_end(loop: _Loop) -> None:
-    exits.note(loop.inner, loop.stream)
 
 
 class _Watched:
@@ -166,10 +72,10 @@ class _Watched:
     def __repr__(self) -> str:
         return repr(self._ss_wrapped)
 
-    def __iter__(self) -> _WatchedIterator:
+    def __iter__(self) -> WatchedIterator:
         it, armed = batches.iterate(self._ss_wrapped, self._ss_ident)  # + batch production timing
         ch = channel.get()
-        wrapper, loop = _watched_iterator(it, self._ss_ident)
+        wrapper, loop = watched_iterator(it, self._ss_ident)
         stream = wrapper._stream
         stream.cuda = device.cuda_device()
         if armed is not None and armed.iterator is None:
@@ -182,7 +88,7 @@ class _Watched:
         return wrapper
 
 
-def _settle(proxy: _Watched, loop: _Loop, armed: claim.Claim | None, it: Any) -> None:
+def _settle(proxy: _Watched, loop: Loop, armed: claim.Claim | None, it: Any) -> None:
     """The evidence from the DataLoader's own iterator: settings, worker PIDs, polls."""
     stream = loop.stream
     assert stream is not None
@@ -199,7 +105,7 @@ def _settle(proxy: _Watched, loop: _Loop, armed: claim.Claim | None, it: Any) ->
         stream.loader = None
 
 
-def _first_next(proxy: _Watched, loop: _Loop,
+def _first_next(proxy: _Watched, loop: Loop,
                 armed: claim.Claim, it: Any) -> Callable[[], Any]:
     def first() -> Any:
         try:

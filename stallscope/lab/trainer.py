@@ -326,7 +326,7 @@ def main(argv):
                     raise
                 restarts += 1
                 # Logged once the broken iterator is gone, so its workers' exits are read
-                # (watch.py's finalizer) before the line that names the death is written.
+                # (loop.py's finalizer) before the line that names the death is written.
                 survive.drop_iterator(dl)
                 print("lab rank %d: %s; restarting the loader (%d)" % (
                     rank, str(e).strip().splitlines()[0], restarts), flush=True)
