@@ -13,18 +13,7 @@ The models, and why each:
   blocking), and ceil(T_l / T_c) workers, enough on the means, are not. A closed form
   for an in-order, bounded, multi-server queue does not exist; a 600-batch replay
   takes about a millisecond per candidate W.
-- the CPU cap: workers need C CPU-seconds per batch (their measured CPU rate x the
-  interval between batches; this holds throttled or not, since throttling stretches
-  the wall time, not the work). Under a quota of Q cores the loader cannot deliver
-  faster than one batch per C / Q, whatever W. When that floor is above the compute,
-  more workers buy nothing: the change is a CPU limit. Which limit: the same replay,
-  searched over Q, with each batch's load time less the share of it the quota held
-  the worker back (the cgroup's throttled seconds per worker); what the node's other
-  tasks took from the workers (their run-queue wait beyond the throttling) stays in
-  the load times, since a larger limit does not give that back. So the margin over
-  C / T_c is what the measured spread and crowding need, not a fixed factor; where no
-  limit reaches the target with these workers, the workers are raised too, and where
-  nothing does (a crowded node), the prediction says what wait remains.
+- the CPU cap (cpu_throttle): cpulimit.py.
 - persistent_workers: each iterator's first batch waits for its workers to start; with
   persistent workers that wait becomes one ordinary steady-state wait.
 - /dev/shm: the workers hold up to workers x prefetch_factor batches there.
@@ -37,25 +26,10 @@ from typing import Any
 import numpy as np
 
 from . import slow_worker
-from .queue import CROWDED, MAIN_CORE, REPLAY_BATCHES, TARGET, Measured, replay
+from .cpulimit import cpu_limit
+from .queue import MAIN_CORE, MAX_WORKERS, REPLAY_BATCHES, TARGET, Measured, prediction, replay
 
 __all__ = ["MAIN_CORE", "REPLAY_BATCHES", "TARGET", "Measured", "for_cause", "headroom", "replay"]
-CPU_MARGIN = 1.25                # over the mean CPU demand, only without per-batch load times
-LIMIT_STEP = 0.05                # cores: a CPU limit is named to this step
-LIMIT_SPAN = 4.0                 # a limit is searched up to this many times the mean demand
-HELD_BACK_MIN = 0.02             # a quota that holds the workers back less is not what slows them
-MAX_WORKERS = 64
-
-
-def _result(change: str, settings: dict, wait: float, step: float, m: Measured, basis: str,
-            confidence: str, **more: Any) -> dict[str, Any]:
-    out = {"change": change, "settings": settings,
-           "predicted_data_wait_ratio": round(max(0.0, wait), 4),
-           "predicted_step_seconds": round(step, 6),
-           "speedup": round(m.step_seconds / step, 3) if step > 0 else None,
-           "basis": basis, "confidence": confidence}
-    out.update(more)
-    return out
 
 
 def headroom(m: Measured) -> dict[str, Any]:
@@ -66,7 +40,7 @@ def headroom(m: Measured) -> dict[str, Any]:
             "speedup": round(m.step_seconds / step, 3) if step > 0 else None}
 
 
-def _cpu_floor(m: Measured, cores: float | None) -> float:
+def cpu_floor(m: Measured, cores: float | None) -> float:
     c = m.cpu_per_batch
     return c / cores if c and cores else 0.0
 
@@ -108,7 +82,7 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
     if m.load is None or not len(m.load) or not len(m.compute) or not m.workers:
         return None
     prefetch = m.prefetch or 2
-    floor = _cpu_floor(m, m.loader_cores)
+    floor = cpu_floor(m, m.loader_cores)
     mean_need = max(1, math.ceil(float(np.mean(m.load)) / max(m.compute_mean, 1e-9)))
     # a worker uses its share of the workers' CPU; W workers can use no more cores than the quota
     per_worker = (m.workers_cpu_cores / m.workers) if m.workers_cpu_cores else None
@@ -132,122 +106,8 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
     more = {}
     if per_worker and cap and w * per_worker > cap:
         more["cpu_note"] = "%d workers use ~%.2g cores, over the quota's %.2g" % (w, w * per_worker, cap)
-    return _result("raise num_workers from %d to %d" % (m.workers, w), {"num_workers": w},
+    return prediction("raise num_workers from %d to %d" % (m.workers, w), {"num_workers": w},
                    wait, step, m, basis + text, "high" if len(m.load) >= 50 else "medium", **more)
-
-
-def unthrottled_load(m: Measured) -> np.ndarray | None:
-    """The per-batch load times without the quota's hold: less the held-back share when
-    measured; otherwise (no throttling figures) the CPU work alone, each worker at the
-    CPU share it did not get, an upper bound on the gain."""
-    if m.load is None or not len(m.load) or not m.workers:
-        return None
-    if m.held_back is not None:
-        return m.load * (1.0 - m.held_back)
-    got = (m.workers_cpu_cores or 0) / m.workers
-    return m.load * min(1.0, got) if got > 0 else m.load
-
-
-def _loader_limit(cores: float, m: Measured) -> float:
-    """The pod's CPU limit for ``cores`` of loader CPU (a shared quota keeps a core per rank)."""
-    if m.quota_ranks:
-        cores = m.quota_ranks * (cores + MAIN_CORE)
-    return math.ceil(round(cores / LIMIT_STEP, 6)) * LIMIT_STEP
-
-
-def limit_search(m: Measured, load: np.ndarray, workers: int) -> tuple[float, float, float]:
-    """(loader cores, wait, step): the smallest loader CPU (in LIMIT_STEP) whose replay
-    with ``workers`` waits no more than TARGET, or, if none up to LIMIT_SPAN x the mean
-    demand does, the smallest within TARGET of the best reachable wait."""
-    c, prefetch = m.cpu_per_batch, m.prefetch or 2
-    lo = max(1, math.ceil(c / m.compute_mean / LIMIT_STEP - 1e-9))  # the mean demand: no less
-    hi = max(lo + 1, math.ceil(LIMIT_SPAN * c / m.compute_mean / LIMIT_STEP))
-    # the node's share caps only workers beyond the current ones: theirs is in their load times
-    node = (m.node_cores or math.inf) if workers > (m.workers or 1) else math.inf
-
-    def at(k):
-        return replay(load, m.compute, workers, prefetch, c / min(k * LIMIT_STEP, node), times=m.load_times)
-    top_wait, _ = at(hi)
-    # none reaches the target: the smallest within a target of the best (the wait is flat
-    # there; a tighter goal chased noise: 1.05 cores, 3x the demand, for 39 % remaining)
-    goal = TARGET if top_wait <= TARGET else top_wait + TARGET
-    while lo < hi:  # the wait falls as the limit rises: bisect the grid
-        mid = (lo + hi) // 2
-        if at(mid)[0] <= goal:
-            hi = mid
-        else:
-            lo = mid + 1
-    wait, step = at(lo)
-    return lo * LIMIT_STEP, wait, step
-
-
-def needed_cpu_limit(m: Measured) -> float | None:
-    c = m.cpu_per_batch
-    if not c or m.compute_mean <= 0:
-        return None
-    load = unthrottled_load(m)
-    if load is None:
-        return _loader_limit(CPU_MARGIN * c / m.compute_mean, m)
-    return _loader_limit(limit_search(m, load, m.workers)[0], m)
-
-
-def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -> dict[str, Any] | None:
-    """The CPU limit at which the loader stops being throttled: the replay searched over
-    the limit, with the load times the quota did not stretch (module docstring)."""
-    c = m.cpu_per_batch
-    if not c or m.compute_mean <= 0:
-        return None
-    if m.held_back is not None and m.held_back < HELD_BACK_MIN:
-        return None  # the quota does not hold the workers back now: a limit buys nothing
-    load = unthrottled_load(m)
-    w = m.workers or 1
-    settings: dict[str, Any] = {}
-    if load is None:
-        cores = CPU_MARGIN * c / m.compute_mean
-        step = max(m.compute_mean, c / cores)
-        wait = 1 - m.compute_mean / step
-        how = "a %.0f%% margin over the mean demand (no per-batch load times)" % (100 * (CPU_MARGIN - 1))
-    else:
-        cores, wait, step = limit_search(m, load, w)
-        node_bound = m.node_cores is not None and c / m.node_cores > m.compute_mean * (1 - TARGET)
-        if wait > TARGET and not node_bound:  # these workers cannot keep up unthrottled: more too
-            for more in range(w + 1, min(MAX_WORKERS, 4 * w) + 1):
-                k, wt, st = limit_search(m, load, more)
-                if wt <= TARGET:
-                    cores, wait, step, w = k, wt, st, more
-                    settings["num_workers"] = more
-                    break
-        how = ("the replay of the queue (%d workers, the measured spread) under the limit, with "
-               "the load times less the %.0f%% the quota held each worker back" % (
-                   w, 100 * (m.held_back or 0.0)))
-    limit = _loader_limit(cores, m)
-    settings = dict({"cpu_limit_cores": limit}, **settings)
-    text = ("the workers need %.3g CPU-s per batch (%.2g cores at %.3gs of compute a batch); "
-            "a limit of %.3g cores (%.2g for the loader, %.0f%% over the mean demand) from %s" % (
-                c, c / m.compute_mean, m.compute_mean, limit, cores,
-                100 * (cores * m.compute_mean / c - 1), how))
-    if m.quota_ranks:
-        text += "; %d rank(s) share the quota, each keeping %.3g core for its training process" % (
-            m.quota_ranks, MAIN_CORE)
-    more: dict[str, Any] = {"cpu_limit_cores": limit}
-    if m.crowded >= CROWDED:
-        text += ("; the node's other tasks kept the workers waiting for a core %.0f%% of the time "
-                 "besides the quota, which no limit gives back" % (100 * m.crowded))
-        more["crowded_ratio"] = round(m.crowded, 4)
-        if m.node_cores is not None:
-            text += " (they would get %.2g cores from it: a batch per %.3gs at best)" % (
-                m.node_cores, c / m.node_cores)
-    if wait > TARGET:
-        text += "; no limit brings the wait under the line: %.1f%% remains" % (100 * wait)
-    if capped_workers is not None:
-        more["workers_alone_useless"] = True
-    change = "raise the CPU limit to %.3g cores" % limit
-    if "num_workers" in settings:
-        change += " and num_workers from %d to %d" % (m.workers, settings["num_workers"])
-    if capped_workers is not None:
-        change += " (more workers alone would not help)"
-    return _result(change, settings, wait, step, m, (basis + "; " if basis else "") + text,
-                   "medium", **more)
 
 
 def persistent(m: Measured) -> dict[str, Any] | None:
@@ -261,7 +121,7 @@ def persistent(m: Measured) -> dict[str, Any] | None:
     removed = m.iterator_start_wait_seconds - starts * m.steady_wait_seconds
     wall = m.step_seconds * steady_n + starts * (m.compute_mean + m.steady_wait_seconds)
     wait_s = m.steady_wait_seconds * (steady_n + starts)
-    return _result("set persistent_workers=True", {"persistent_workers": True},
+    return prediction("set persistent_workers=True", {"persistent_workers": True},
                    wait_s / wall if wall > 0 else 0.0, wall / max(1, m.batches), m,
                    "removes %.3gs of worker start-up at each of %d iterator start(s)" % (
                        removed / starts, starts), "high",
@@ -276,7 +136,7 @@ def shm(m: Measured) -> dict[str, Any] | None:
     need = max(2 * m.shm_used_bytes, m.shm_size_bytes * 2)
     mib = int(math.ceil(need / 2**20 / 64) * 64)
     h = headroom(m)
-    return _result("give the pod a /dev/shm of %d MiB" % mib, {"shm_mib": mib}, 0.0,
+    return prediction("give the pod a /dev/shm of %d MiB" % mib, {"shm_mib": mib}, 0.0,
                    h["step_seconds_without_wait"], m,
                    "the workers hold up to %s x %s batches there; %.0f of %.0f MiB were in use "
                    "(batch bytes are not measured, so at least twice the use)" % (
@@ -308,7 +168,7 @@ def in_order_false(m: Measured) -> dict[str, Any] | None:
     now = slow_worker.replay(list(m.worker_loads), m.compute, prefetch, True)
     wait = slow_worker.replay(list(m.worker_loads), m.compute, prefetch, False)
     step = m.compute_mean / max(1e-9, 1.0 - wait)
-    return _result("in_order=False", {"in_order": False}, wait, step, m,
+    return prediction("in_order=False", {"in_order": False}, wait, step, m,
                    "the DataLoader's queue replayed with each of %d workers' load times: wait %.1f%% "
                    "in order, %.1f%% with in_order=False" % (len(m.worker_loads), 100 * now, 100 * wait),
                    "high" if min(len(x) for x in m.worker_loads) >= 20 else "medium",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import random
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ MAIN_CORE = 1.0                  # a rank's training process keeps one core of a
 REPLAY_BATCHES = 600
 SEED = 17
 NEAR_S = 0.5                     # a time-indexed draw takes a sample measured this close
+MAX_WORKERS = 64                 # no model proposes more
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,3 +171,16 @@ def replay(load: np.ndarray, compute: np.ndarray, workers: int, prefetch: int = 
         loop = got + comp[i]
     n_steady = n - skip
     return (waits / steps if steps > 0 else 0.0), steps / max(1, n_steady)
+
+
+def prediction(change: str, settings: dict, wait: float, step: float, m: Measured, basis: str,
+               confidence: str, **more: Any) -> dict[str, Any]:
+    """One modelled change as the diagnosis shows it: the change, its settings, the
+    data-wait share and step time to expect, the speedup, how it was found."""
+    out = {"change": change, "settings": settings,
+           "predicted_data_wait_ratio": round(max(0.0, wait), 4),
+           "predicted_step_seconds": round(step, 6),
+           "speedup": round(m.step_seconds / step, 3) if step > 0 else None,
+           "basis": basis, "confidence": confidence}
+    out.update(more)
+    return out

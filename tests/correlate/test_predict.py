@@ -3,7 +3,7 @@ is derived here from what was injected, not copied from a run."""
 import numpy as np
 import pytest
 
-from stallscope.correlate import predict
+from stallscope.correlate import cpulimit, predict
 from stallscope.correlate.predict import Measured, replay
 
 
@@ -69,7 +69,7 @@ def test_shared_quota_keeps_a_core_per_rank():
            workers_cpu_cores=0.4)
     assert m.loader_cores == pytest.approx(1.0)
     # per rank 0.55 cores for the workers (as above) + 1 for the loop, for 2 ranks: 3.1 cores
-    assert predict.needed_cpu_limit(m) == pytest.approx(3.1)
+    assert cpulimit.needed_cpu_limit(m) == pytest.approx(3.1)
 
 
 def _throttled(load, compute, held_back, crowded=0.0, workers=2, quota=0.4):
@@ -87,16 +87,16 @@ def test_cpu_limit_margin_is_what_the_measured_spread_needs():
     rng = np.random.default_rng(3)
     flat = _throttled(np.full(300, 0.4), np.full(300, 0.15), held_back=0.6)
     wide = _throttled(np.full(300, 0.4), 0.15 * rng.choice([0.5, 1.5], 300), held_back=0.6)
-    a, b = predict.cpu_limit(flat), predict.cpu_limit(wide)
+    a, b = cpulimit.cpu_limit(flat), cpulimit.cpu_limit(wide)
     assert a["settings"]["cpu_limit_cores"] == pytest.approx(0.55)
     assert b["settings"]["cpu_limit_cores"] > a["settings"]["cpu_limit_cores"]
     for m, p in ((flat, a), (wide, b)):
         assert p["predicted_data_wait_ratio"] <= predict.TARGET
-        below = p["settings"]["cpu_limit_cores"] - predict.LIMIT_STEP
-        wait, _ = replay(predict.unthrottled_load(m), m.compute, 2, 2, 0.08 / below)
+        below = p["settings"]["cpu_limit_cores"] - cpulimit.LIMIT_STEP
+        wait, _ = replay(cpulimit.unthrottled_load(m), m.compute, 2, 2, 0.08 / below)
         assert wait > predict.TARGET, (p, wait)
     # unthrottled, each batch takes the 40 % of its time the quota did not hold it back
-    assert predict.unthrottled_load(flat) == pytest.approx(np.full(300, 0.16))
+    assert cpulimit.unthrottled_load(flat) == pytest.approx(np.full(300, 0.16))
 
 
 def test_workers_too_slow_even_unthrottled_are_raised_with_the_limit():
@@ -104,7 +104,7 @@ def test_workers_too_slow_even_unthrottled_are_raised_with_the_limit():
     # 0.7 x 0.6 s = 0.42 s, so 2 workers deliver one per 0.21 s > 0.15 s of compute whatever
     # the limit: the change raises the workers too (3: one per 0.14 s)
     m = _throttled(np.full(300, 0.6), np.full(300, 0.15), held_back=0.3, crowded=0.05)
-    p = predict.cpu_limit(m)
+    p = cpulimit.cpu_limit(m)
     assert p["settings"]["num_workers"] == 3
     assert p["predicted_data_wait_ratio"] <= predict.TARGET
 
@@ -120,7 +120,7 @@ def test_a_crowded_node_caps_the_loader_at_the_share_it_gave():
     m = _throttled(np.full(300, 0.6), np.full(300, 0.15), held_back=0.3, crowded=0.4)
     assert m.crowded == pytest.approx(0.4)
     assert m.node_cores == pytest.approx(2 * (0.08 / 0.3 / 2 + 0.3 * 0.25), rel=1e-3)
-    p = predict.cpu_limit(m)
+    p = cpulimit.cpu_limit(m)
     assert "num_workers" not in p["settings"]
     assert p["crowded_ratio"] == pytest.approx(0.4)
     assert 0.08 / m.node_cores < 0.21
@@ -165,7 +165,7 @@ def test_no_limit_is_named_when_the_quota_does_not_hold_the_workers_back():
     # the quota-capped run at load 51: the workers waited 90 % for a core and the quota held
     # them back 0 %: they did not even use it up, so a larger one buys nothing
     m = _throttled(np.full(100, 1.0), np.full(100, 0.165), held_back=0.0, crowded=0.9)
-    assert predict.cpu_limit(m) is None
+    assert cpulimit.cpu_limit(m) is None
     assert predict.for_cause("cpu_throttle", m)["confidence"] == "upper bound"
 
 
