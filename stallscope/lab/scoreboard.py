@@ -1,6 +1,6 @@
 """``stallscope lab scoreboard``: every scenario in sequence, one row each: expected
 cause vs diagnosed cause, the rank named, whether the alerts matched, and whether the
-headline alert and diagnose's verdicts agree (findings.agreement: ``agree``,
+headline alert and diagnose's verdicts agree (agreement.py: ``agree``,
 ``explained`` when a silent alert has a reason, ``DISAGREE``).
 
 With ``--apply-fix`` each scenario is also rerun with diagnose's predicted change
