@@ -15,6 +15,7 @@ Verdicts:
 The agent sees only its own node's ranks, so the straggler it names is the worst rank
 of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
 """
+from collections.abc import Mapping
 from typing import Any
 
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
@@ -185,7 +186,7 @@ def _severity(d: dict[str, Any]) -> Any:
     return order[d["verdict"]], d.get("data_wait_ratio") or 0.0
 
 
-def most_severe(found: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+def most_severe(found: list[tuple[Mapping[str, Any], dict[str, Any]]]) -> dict[str, Any]:
     """The API's answer for several matching ranks, [(identity, diagnosis)]: the one
     that waits most on its loader, with the others summed up in ``matched_ranks``."""
     body = dict(max(found, key=lambda f: _severity(f[1]))[1])
