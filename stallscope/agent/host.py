@@ -12,8 +12,9 @@ from typing import Any
 from ..host import Part, log
 from ..host.families import family
 from .exposition import Exposition
+from .rankstate import RankState
 from .samples import SampleStore
-from .state import RankState, RankTable
+from .state import RankTable
 
 NOTES_KEPT = 32  # a part's newest notes, for /api/v1/exporters; each is also logged
 

@@ -36,7 +36,7 @@ from ..host import log
 from . import identity, validate
 from .held import HELD
 from .hooksocket import HookSocket
-from .state import Mismatch
+from .rankstate import Mismatch
 
 MAX_CONNECTIONS = 4096
 TICK_S = 0.25

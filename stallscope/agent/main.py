@@ -33,9 +33,10 @@ from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mo
 from .host import AgentHost, Parts
 from .loader import LoaderPart, no_quota
 from .ranks import RanksPart
+from .rankstate import Mismatch, key_of
 from .samples import SampleStore
 from .shards import ShardPart
-from .state import Mismatch, RankTable, key_of
+from .state import RankTable
 
 
 @dataclasses.dataclass(frozen=True)

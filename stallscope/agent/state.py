@@ -25,9 +25,7 @@ from ..correlate.waitbins import Window
 from ..system import cgroups, procfs
 from . import identity, pids, rankworkers
 from .budget import Budget
-from .rankstate import STEP_BUCKETS, WAIT_BUCKETS, Event, Mismatch, RankKey, RankState, key_of
-
-__all__ = ["STEP_BUCKETS", "WAIT_BUCKETS", "Event", "Mismatch", "RankKey", "RankState", "RankTable", "key_of"]
+from .rankstate import Event, Mismatch, RankKey, RankState, key_of
 
 # A rank's unchanged worker list is checked again in /proc this often (exits, PID reuse).
 WORKERS_RECHECK_S = 5.0
