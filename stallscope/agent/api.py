@@ -93,6 +93,8 @@ class CoreRoutes:
         body: dict[str, Any] = {
             "rank": r.ident, "seconds": seconds, "clock": "CLOCK_MONOTONIC ns",
             "clock_offset_ns": r.clock_offset_ns, "loader": r.loader,
+            # the process's first batch (its workers' first start): the verdict's "starting"
+            "first_batch_ns": r.first_batch_ns,
             # ready_wait_ns: of the wait, the part spent waiting for a worker's batch to be
             # ready (the rest is transfer); only where the hook split the wait.
             "batches": [{"t_end_ns": e, "wait_ns": w, "interval_ns": i} if r < 0 else

@@ -33,7 +33,7 @@ from .scrapefirst import SCRAPES
 from .settingswatch import SettingsWatch
 
 MAX_CAUSE_SERIES = 3
-GATHERING_S = 2.0   # re-run this often while a rank has no verdict yet
+GATHERING_S = 2.0   # re-run this often while a rank has too few batches for a verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ class CorrelatorPart(Part):
             node = self._scope("node", seconds)
         return RankTrace.from_events(dict(rank.ident), rank.loader, self.host.timeline(rank, seconds, True),
                                      self._scope(rank.key, seconds), node,
-                                     self.gpu_source_of(rank.key))
+                                     self.gpu_source_of(rank.key), rank.first_batch_ns)
 
     # -- analysis -------------------------------------------------------------------
     def analyse(self, ranks: list[Any], seconds: float, peers_of: list[Any] | None = None,
@@ -191,10 +191,12 @@ class CorrelatorPart(Part):
         if now - self.last_run >= self.every:
             return self.refresh(now)
         if now - self.last_run >= GATHERING_S:
+            # waiting for batches, not for a start to be outweighed (rules.py: starting,
+            # which has a ratio and is judged at the interval as any other verdict)
             with self.lock:
-                known = {tuple(sorted(labels.items())): d["verdict"] for labels, d in self.results}
-            if any(known.get(tuple(sorted(r.labels.items())), "unknown") == "unknown"
-                   for r in self.host.ranks()):
+                known = {tuple(sorted(labels.items())) for labels, d in self.results
+                         if d["verdict"] != "unknown" or d.get("data_wait_ratio") is not None}
+            if any(tuple(sorted(r.labels.items())) not in known for r in self.host.ranks()):
                 return self.refresh(now)
         return None
 

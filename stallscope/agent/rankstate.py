@@ -79,6 +79,9 @@ class RankState:
         # (t_end, wait, interval, ready_wait): ready_wait -1 where the hook did not split
         # the wait (hook/transfer.py)
         self.timeline = Ring(timeline_max, 4)
+        # t_end of the process's first batch: its workers' first start, which the verdict
+        # does not judge a loader by (correlate/rules.py: starting). Reset with the PID.
+        self.first_batch_ns: int | None = None
         self.bins = WaitBins()  # the detector's per-second sums, kept as batches come
         self.dropped_by_pid: dict[int, int] = {}
         self.dropped_base = 0
@@ -140,6 +143,8 @@ class RankState:
                 self.wait.sum_ns -= min(self.provisional_ns, int(arr[0, 1]))
                 self.step.sum_ns -= min(self.provisional_ns, int(arr[0, 2]))
             self.provisional_ns = 0
+        if self.first_batch_ns is None:
+            self.first_batch_ns = int(arr[0, 0])
         rows = np.empty((len(arr), 4), np.int64)
         rows[:, :3] = arr
         rows[:, 3] = -1 if ready is None else ready

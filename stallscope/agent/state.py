@@ -127,6 +127,7 @@ class RankTable:
             rank.cgroup = cgroups.of_pid(self.procfs, pid)
             rank.uid = uid
             rank.verified.clear()
+            rank.first_batch_ns = None  # a new process starts its workers again
         if msg["loader"] is not None:
             rank.loader = {k: v for k, v in msg["loader"].items() if k not in ("worker_pids", "worker_exits")}
             reported = list(msg["loader"]["worker_pids"])

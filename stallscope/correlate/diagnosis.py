@@ -3,7 +3,8 @@ numbers ``stallscope diagnose`` needs (the contract in docs/diagnose.md; verdict
 are the vocabulary's, stallscope/vocabulary/causes.py).
 
 Verdicts:
-- ``unknown``: fewer than MIN_BATCHES batches in the window.
+- ``unknown``: fewer than MIN_BATCHES batches in the window, or over the line only by
+  the run's first batch, its workers' first start (rules.py: starting).
 - ``input_bound``: the loop waited on its own loader for at least DATA_WAIT_LINE of
   its step time (the StallscopeDataWaitHigh alert's line) and the GPU, when it is
   measured, was idle during those waits.
@@ -21,7 +22,7 @@ from typing import Any
 from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
 from . import deaths, epochs, measured, predict, rules, slow_worker, transfer, workers
-from .overlap import data_wait_ratio, input_bound, iterator_starts
+from .overlap import after_start, data_wait_ratio, input_bound, iterator_starts
 from .period import stall_period
 from .sawtooth import sawtooth
 from .trace import WaitIndex
@@ -37,19 +38,20 @@ def _pct(x):
     return "%.1f%%" % (100 * x)
 
 
-def _wait(ident, ratio, node=""):
-    return rules.RankWait(ident.get("rank"), ident.get("pod"), ident.get("node") or node, ratio)
+def _wait(ident, ratio, node="", after=None):
+    return rules.RankWait(ident.get("rank"), ident.get("pod"), ident.get("node") or node, ratio, after)
 
 
-def decide(ib, peer_ratios, ident=None, node=""):
+def decide(ib, peers, ident=None, node="", after=None):
     """(verdict, reason) by the one rule set (rules.py) from the node's numbers: this
     rank's data-wait share (every wait, the first batches' included, as the alert counts
-    it), its job's ranks on this node, and the GPU when it is measured."""
-    me = _wait(ident or {}, ib.data_wait_ratio, node)
+    it; ``after``: the same without the run's first batch, rules.RankWait.after_start),
+    its job's ranks on this node (RankWait), and the GPU when it is measured."""
+    me = _wait(ident or {}, ib.data_wait_ratio, node, after)
     gpu = None
     if ib.gpu_idle_ratio is not None:
         gpu = rules.Gpu(ib.gpu_idle_ratio, ib.gpu_idle_without_wait_ratio, ib.gpu_idle_overlap_ratio)
-    j = rules.judge(me, [_wait(i, r, node) for i, r in peer_ratios], gpu, scope="node")
+    j = rules.judge(me, list(peers), gpu, scope="node")
     text = j.reason
     if j.verdict == "input_bound" and ib.iterator_start_wait_seconds > 0.5 * ib.data_wait_seconds:
         text += (" Most of it (%.3gs) is the first batch of %d iterator(s): worker start-up at "
@@ -57,18 +59,25 @@ def decide(ib, peer_ratios, ident=None, node=""):
     return j.verdict, text
 
 
-def straggler(trace, ratio, peer_ratios, node):
-    """The rank of this job with the highest data-wait share among those on this node."""
-    everyone = [(trace.ident, ratio)] + list(peer_ratios)
-    ident, worst = max(everyone, key=lambda p: p[1])
+def straggler(me, peers, node):
+    """The rank of this job with the highest data-wait share among those on this node
+    (RankWait; rules.straggler_of: a rank still starting is none)."""
+    worst = rules.straggler_of([me] + list(peers))
     note = ("The agent sees only the ranks on node %s; `stallscope diagnose` adds the "
             "cluster view from Prometheus." % (node or "?"))
-    if worst < DATA_WAIT_LINE:
+    if worst is None or not rules.over(worst.ratio):
         return {"rank": None, "pod": None, "node": None, "data_wait_ratio": None,
                 "note": "No rank of this job on this node waits on its loader: the straggler, "
                         "if any, is on another node. " + note}
-    return {"rank": ident.get("rank"), "pod": ident.get("pod"), "node": ident.get("node") or node,
-            "data_wait_ratio": round(worst, 6), "note": note}
+    return {"rank": worst.rank, "pod": worst.pod, "node": worst.node or node,
+            "data_wait_ratio": round(worst.ratio, 6), "note": note}
+
+
+def _row(p):
+    row = {"rank": p.rank, "pod": p.pod, "data_wait_ratio": round(p.ratio, 6)}
+    if p.after_start is not None:
+        row["data_wait_ratio_after_start"] = round(p.after_start, 6)
+    return row
 
 
 def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = None,
@@ -92,10 +101,8 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
                causes=[], not_evaluated=[], straggler=None)
     same_job = [p for p in peers if p is not trace and p.n >= MIN_BATCHES
                 and p.ident.get("job") == ident.get("job") and p.ident.get("rank") != ident.get("rank")]
-    peer_ratios = [(p.ident, data_wait_ratio(p)) for p in same_job]
-    out["job_ranks_on_node"] = sorted(
-        [{"rank": i.get("rank"), "pod": i.get("pod"), "data_wait_ratio": round(r, 6)}
-         for i, r in peer_ratios], key=lambda d: d["rank"])
+    peers = [_wait(p.ident, data_wait_ratio(p), node, after_start(p)) for p in same_job]
+    out["job_ranks_on_node"] = sorted([_row(p) for p in peers], key=lambda d: d["rank"])
     if trace.n < MIN_BATCHES:
         out["reason"] = "Only %d batches in the window (need %d)." % (trace.n, MIN_BATCHES)
         return out
@@ -103,7 +110,9 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
     ib = input_bound(trace, wi)
     per = stall_period(trace)
     saw = sawtooth(trace, per.period_seconds, wi, per.stall_batches)
-    verdict, reason = decide(ib, peer_ratios, ident, node)
+    # a detected stall is judged on its own segment, whatever start it holds
+    after = ib.data_wait_ratio_after_start if since_ns is None else None
+    verdict, reason = decide(ib, peers, ident, node, after)
     out.update(verdict=verdict, reason=reason, data_wait_ratio=round(ib.data_wait_ratio, 6),
                data_wait_seconds=round(ib.data_wait_seconds, 6),
                steady_data_wait_ratio=round(ib.steady_data_wait_ratio, 6),
@@ -116,7 +125,9 @@ def analyse(trace: Any, peers: Any = (), node: str = "", window_seconds: Any = N
                gpu_idle_overlap_ratio=ib.gpu_idle_overlap_ratio,
                stall=per.as_json(), stall_period_steps=per.period_steps,
                stall_period_seconds=round(per.period_seconds, 6), sawtooth=saw.as_json(),
-               straggler=straggler(trace, ib.data_wait_ratio, peer_ratios, out["node"]))
+               straggler=straggler(_wait(ident, ib.data_wait_ratio, node, after), peers, out["node"]))
+    if after is not None:
+        out["data_wait_ratio_after_start"] = round(after, 6)
     if since_ns is not None:
         out["since_ns"] = int(since_ns)
     if verdict == "input_bound":

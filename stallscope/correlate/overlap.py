@@ -24,6 +24,8 @@ class InputBound:
     iterator_starts: int         # first batches of an iterator (interval == wait)
     iterator_start_wait_seconds: float  # their wait: worker startup, first shard fetch
     compute_seconds: float       # median per batch of interval - wait
+    # the share with the run's first batch left out, when the trace holds it (after_start)
+    data_wait_ratio_after_start: float = None
     gpu_signal: str = None       # gpu_busy_ratio / gpu_sm_active_ratio when samples exist
     gpu_samples: int = 0
     gpu_idle_ratio: float = None
@@ -40,6 +42,18 @@ def data_wait_ratio(trace):
     iterator too), as the alert computes it from the histograms and the verdict uses it."""
     step = float(trace.interval.sum())
     return float(trace.wait.sum()) / step if step > 0 else 0.0
+
+
+def after_start(trace):
+    """The data-wait share with the run's first batch left out (its workers' first start,
+    paid once: no steady pace of the loader), or None when the trace does not hold that
+    batch (trace.run_start). The verdict waits while only that batch puts the rank over
+    the line (rules.RankWait.starting)."""
+    i = trace.run_start()
+    if i is None:
+        return None
+    step = float(trace.interval.sum()) - float(trace.interval[i])
+    return (float(trace.wait.sum()) - float(trace.wait[i])) / step if step > 0 else None
 
 
 def iterator_starts(trace):
@@ -62,7 +76,8 @@ def input_bound(trace, wait_index=None):
                      if steady_step > 0 else 0.0,
                      iterator_starts=int(starts.sum()), iterator_start_wait_seconds=start_wait,
                      compute_seconds=float(np.median(compute[~starts])) / 1e9
-                     if (~starts).any() else 0.0)
+                     if (~starts).any() else 0.0,
+                     data_wait_ratio_after_start=after_start(trace))
     name, gpu = trace.gpu(GPU_BUSY_SIGNALS)
     span = trace.span()
     if gpu is None or span is None:

@@ -14,6 +14,15 @@ to: when that expression is true for a rank's job, no rank of the job is ``healt
 (the worst rank is over the line: ``input_bound``; every other rank is ``input_bound``
 over the line on its own, or waits for that rank: ``not_input_bound``).
 
+Save for a run's start. A rank's first batch waits for its workers' first start (forks,
+imports, opening the dataset), once per run; over the first seconds of steps that one
+wait can put the share over the line while every later batch keeps up (issue 15: a
+healthy 4-rank job read ``input_bound`` for its first 10 s, then ``healthy``: verdict
+flips). Where the source sees that batch (the agent: its timelines), a rank over the
+line only by it is ``unknown``, "starting", and no straggler for the others, until its
+steps outweigh it or a stall is detected. The alert cannot page on it either: the batch
+leaves the rate window (5m) long before the ``for:`` (15m) has held.
+
 Victims and culprits: in synchronous training every rank waits for the slowest, and a
 victim's own loader often waits a little too (the per-batch transfer cost: 2-3 % on a
 busy node). A rank is a victim, ``not_input_bound`` naming the straggler, when another
@@ -41,6 +50,14 @@ class RankWait:
     pod: Any
     node: Any
     ratio: float | None
+    # The same share with the run's first batch left out, when the window holds that
+    # batch and the source can tell (the agent's timelines; overlap.after_start), else None.
+    after_start: float | None = None
+
+    @property
+    def starting(self) -> bool:
+        """Over the line only by the run's first batch: the start-up decides, not the loader."""
+        return over(self.ratio) and self.after_start is not None and not over(self.after_start)
 
     def who(self) -> str:
         return "rank %s (pod %s on node %s)" % (self.rank, self.pod, self.node or "?")
@@ -71,8 +88,9 @@ def over(ratio: float | None) -> bool:
 
 
 def straggler_of(job: list[RankWait]) -> RankWait | None:
-    """The job's worst rank (ties: the lowest rank, so both paths pick the same one)."""
-    known = [r for r in job if r.ratio is not None]
+    """The job's worst rank (ties: the lowest rank, so both paths pick the same one); a
+    rank still starting is not judged, as a straggler either."""
+    known = [r for r in job if r.ratio is not None and not r.starting]
     if not known:
         return None
     return max(known, key=lambda r: (r.ratio, -_order(r.rank)))
@@ -108,6 +126,13 @@ def judge(me: RankWait, job: list[RankWait], gpu: Gpu | None = None,
             text += (" Measured: its GPU was idle %s of the time while the loop was not waiting "
                      "on data (in the collective, for the straggler)." % pct(gpu.idle_without_wait_ratio))
         return Judgement("not_input_bound", text, "victim", worst)
+    if me.starting:
+        return Judgement("unknown", (
+            "Rank %s is starting: it waited %s of its step time, over the %s line only by its "
+            "first batch, which waited for its workers' first start; its other batches waited "
+            "%s. Judged once its steps outweigh that start, or at once when a stall is "
+            "detected." % (me.rank, pct(me.ratio), pct(DATA_WAIT_LINE), pct(me.after_start))),
+            "starting", worst)
     if over(me.ratio):
         text = "Rank %s waits on its own loader for %s of its step time (line: %s)" % (
             me.rank, pct(me.ratio), pct(DATA_WAIT_LINE))

@@ -87,6 +87,9 @@ class RankTrace:
     node_signals: dict      # node-wide: name -> Series
     gpu_source: str = None  # "nvml", "dcgm", "simulated" ... when GPU samples exist
     ready_wait: np.ndarray = None  # int64 ns, -1 where the wait was not split
+    # t_end of the first batch the agent saw from the rank's process: the run's start (its
+    # workers' first start; rules.RankWait.after_start); None: unknown
+    first_batch_ns: int = None
 
     @property
     def n(self):
@@ -116,6 +119,16 @@ class RankTrace:
             self.ready_wait = np.full(self.n, -1, np.int64)
         return self.ready_wait
 
+    def run_start(self):
+        """Index of the process's first batch (an iterator start: interval == wait) when
+        the trace holds it, else None."""
+        if self.first_batch_ns is None or not self.n:
+            return None
+        i = int(np.searchsorted(self.t_end, self.first_batch_ns))
+        if i == self.n or int(self.t_end[i]) != self.first_batch_ns or self.interval[i] != self.wait[i]:
+            return None
+        return i
+
     def span(self):
         """(start, end) ns covered by the batch events, or None when there are none."""
         if not self.n:
@@ -140,7 +153,7 @@ class RankTrace:
 
     @classmethod
     def from_events(cls, ident: Any, loader: Any, events: Any, signals: Any = None, node_signals: Any = None,
-                    gpu_source: Any = None) -> "RankTrace":
+                    gpu_source: Any = None, first_batch_ns: Any = None) -> "RankTrace":
         """``events``: (n, 3) rows of (t_end, wait, interval), or (n, 4) with ready_wait."""
         ev = events if isinstance(events, np.ndarray) else events_array(events)
         if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
@@ -148,7 +161,8 @@ class RankTrace:
         ready = ev[:, 3].copy() if ev.ndim == 2 and ev.shape[1] > 3 else np.full(len(ev), -1, np.int64)
         return cls(ident=ident, loader=loader, t_end=ev[:, 0].copy(), wait=ev[:, 1].copy(),
                    interval=ev[:, 2].copy(), signals=signals or {},
-                   node_signals=node_signals or {}, gpu_source=gpu_source, ready_wait=ready)
+                   node_signals=node_signals or {}, gpu_source=gpu_source, ready_wait=ready,
+                   first_batch_ns=first_batch_ns)
 
     @classmethod
     def from_timeline(cls, body):
@@ -162,8 +176,10 @@ class RankTrace:
         signals = {k: Series.from_points(v) for k, v in (body.get("signals") or {}).items()}
         node = {k: Series.from_points(v) for k, v in (body.get("node_signals") or {}).items()}
         gpu = body.get("gpu") if isinstance(body.get("gpu"), dict) else {}
+        first = body.get("first_batch_ns")
         return cls.from_events(body.get("rank") or {}, body.get("loader"), events, signals, node,
-                               gpu.get("source") or body.get("gpu_source"))
+                               gpu.get("source") or body.get("gpu_source"),
+                               first if isinstance(first, int) and not isinstance(first, bool) else None)
 
 def points_array(points: Any) -> Any:
     """[(t_ns, value)] (tuples or JSON lists) -> a structured array; fromiter beats

@@ -42,10 +42,14 @@ def _node_rows(url, job, namespace, window_s):
     first = ranks[0]
     d = fetch.get_json(url + "/api/v1/diagnosis", dict(query, rank=first["rank"],
                                                        seconds="%g" % window_s))
-    ratios = {(first["rank"], first.get("pod")): d.get("data_wait_ratio")}
+    ratios = {(first["rank"], first.get("pod")): (d.get("data_wait_ratio"),
+                                                  d.get("data_wait_ratio_after_start"))}
     for p in d.get("job_ranks_on_node") or []:
-        ratios[(p["rank"], p.get("pod"))] = p.get("data_wait_ratio")
+        ratios[(p["rank"], p.get("pod"))] = (p.get("data_wait_ratio"), p.get("data_wait_ratio_after_start"))
     source = "agent %s" % url
-    return node, [{"rank": r["rank"], "pod": r.get("pod"), "node": r.get("node") or node,
-                   "data_wait_ratio": ratios.get((r["rank"], r.get("pod"))), "source": source}
-                  for r in ranks]
+    rows = []
+    for r in ranks:
+        ratio, after = ratios.get((r["rank"], r.get("pod")), (None, None))
+        rows.append({"rank": r["rank"], "pod": r.get("pod"), "node": r.get("node") or node,
+                     "data_wait_ratio": ratio, "data_wait_ratio_after_start": after, "source": source})
+    return node, rows

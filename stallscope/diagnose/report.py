@@ -104,15 +104,17 @@ def _identity(cl, nd, w, others=None):
         ratio = node_mod.timeline_ratio(nd["timeline"])
     node = r.get("node") or nd["node"]
     source = "agent %s" % nd["url"]
+    after = d.get("data_wait_ratio_after_start")  # the rank is starting (rules.py)
     rows = [{"rank": r["rank"], "pod": r["pod"], "node": node, "data_wait_ratio": ratio,
-             "source": source}]
+             "data_wait_ratio_after_start": after, "source": source}]
     rows += [{"rank": p["rank"], "pod": p.get("pod"), "node": node,
-              "data_wait_ratio": p.get("data_wait_ratio"), "source": source}
+              "data_wait_ratio": p.get("data_wait_ratio"),
+              "data_wait_ratio_after_start": p.get("data_wait_ratio_after_start"), "source": source}
              for p in d.get("job_ranks_on_node") or []]
     rows += others or []
     ratios = [x["data_wait_ratio"] for x in rows if x["data_wait_ratio"] is not None]
     return {"job": r["job"], "rank": r["rank"], "pod": r["pod"], "namespace": r["namespace"],
-            "node": node, "data_wait_ratio": ratio,
+            "node": node, "data_wait_ratio": ratio, "data_wait_ratio_after_start": after,
             "job_max": max(ratios) if ratios else None,
             "job_median": statistics.median(ratios) if ratios else None,
             "job_scope": "agents" if others is not None else "node", "job_ranks": len(ratios),
@@ -124,7 +126,8 @@ def _straggler(cl, diag, me):
         s = cl["straggler"]
         return {k: s[k] for k in ("rank", "pod", "node", "data_wait_ratio")}
     if me["job_scope"] == "agents":  # the job's worst rank, as the cluster view names it
-        known = [x for x in me["job_rows"] if x["data_wait_ratio"] is not None]
+        known = [x for x in me["job_rows"] if x["data_wait_ratio"] is not None
+                 and not verdict.starting(x)]
         s = max(known, key=lambda x: (x["data_wait_ratio"], -_order(x["rank"])), default=None)
         return None if s is None else {k: s[k] for k in ("rank", "pod", "node", "data_wait_ratio")}
     s = (diag or {}).get("straggler") or {}

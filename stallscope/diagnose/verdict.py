@@ -109,8 +109,15 @@ def decide(me, cluster, diag, stacks=None, window_s=900.0, finished=False):
     return j.verdict, j.reason
 
 
+def starting(row):
+    """A row of the job over the line only by its process's first batch (rules.py)."""
+    return _rank_wait(row, row.get("data_wait_ratio")).starting
+
+
 def _rank_wait(r, ratio):
-    return rules.RankWait(r.get("rank"), r.get("pod"), r.get("node"), ratio)
+    # the share without the process's first batch: only the agent's numbers have it
+    return rules.RankWait(r.get("rank"), r.get("pod"), r.get("node"), ratio,
+                          r.get("data_wait_ratio_after_start"))
 
 
 def _job(me, cluster, diag):

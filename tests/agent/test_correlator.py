@@ -135,3 +135,27 @@ def test_a_steady_stall_is_not_ranked_again_until_its_inputs_move(tmp_path):
     assert c.stall_runs == 2
     c.detect(now=1000.0 + 2 * c.every + standing.MAX_AGE_S)
     assert c.stall_runs == 3
+
+
+def test_a_rank_over_the_line_only_by_its_first_batch_is_starting_until_a_new_process(tmp_path):
+    # correlate/rules.py: starting. The agent keeps the process's first batch, the
+    # timeline says which, and a restarted process (another PID) starts again.
+    a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
+    t0 = time.monotonic_ns() - 100 * synth.SEC
+    events, _ = simulated(3, 4, load=0.15, compute=0.1, n=150, t0=t0,
+                          extra=lambda k, t: 0.6 if k == 0 else 0.0)
+    a.apply(report("train", 0, "pod-0", events[:100], workers=4))
+    a.apply(report("train", 0, "pod-0", events[100:], workers=4))
+    _, body = a.routes["/api/v1/timeline"]({"rank": ["0"], "job": ["train"], "seconds": ["300"]})
+    assert body["first_batch_ns"] == events[0][0] and body["batches"][0]["t_end_ns"] == events[0][0]
+    _, d = route(a, pod="pod-0")
+    assert d["verdict"] == "unknown" and "starting" in d["reason"]
+    assert d["data_wait_ratio"] >= correlator_mod.diagnosis.DATA_WAIT_LINE > d["data_wait_ratio_after_start"]
+    a.correlator.refresh()
+    assert [v["verdict"] for _, v in a.correlator.current()] == ["unknown"]
+    restarted = dict(report("train", 0, "pod-0", [], workers=4), pid=2000)
+    a.apply(restarted)
+    assert a.table.ranks[("ns", "pod-0", "train", 0)].first_batch_ns is None
+    later = [(e + 200 * synth.SEC, w, i) for e, w, i in events[:30]]
+    a.apply(dict(restarted, events=[list(e) for e in later]))
+    assert a.table.ranks[("ns", "pod-0", "train", 0)].first_batch_ns == later[0][0]
