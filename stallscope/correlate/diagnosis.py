@@ -19,7 +19,7 @@ of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
 from collections.abc import Mapping
 from typing import Any
 
-from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
+from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
 from . import deaths, epochs, measured, predict, rules, slow_worker, transfer, workers
 from .overlap import after_start, data_wait_ratio, input_bound, iterator_starts

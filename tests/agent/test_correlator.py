@@ -9,6 +9,7 @@ from stallscope.agent import correlator as correlator_mod
 from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.host import ApiError
 from stallscope.lab import synth
+from stallscope.vocabulary import DATA_WAIT_LINE
 from tests.helpers.correlate import report, simulated
 
 
@@ -150,7 +151,7 @@ def test_a_rank_over_the_line_only_by_its_first_batch_is_starting_until_a_new_pr
     assert body["first_batch_ns"] == events[0][0] and body["batches"][0]["t_end_ns"] == events[0][0]
     _, d = route(a, pod="pod-0")
     assert d["verdict"] == "unknown" and "starting" in d["reason"]
-    assert d["data_wait_ratio"] >= correlator_mod.diagnosis.DATA_WAIT_LINE > d["data_wait_ratio_after_start"]
+    assert d["data_wait_ratio"] >= DATA_WAIT_LINE > d["data_wait_ratio_after_start"]
     a.correlator.refresh()
     assert [v["verdict"] for _, v in a.correlator.current()] == ["unknown"]
     restarted = dict(report("train", 0, "pod-0", [], workers=4), pid=2000)
