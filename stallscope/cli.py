@@ -143,8 +143,7 @@ class _Scenario(click.ParamType):
         names = _scenario_names()
         if value not in names:
             self.fail("%r is not a scenario the lab runs; `stallscope lab list` shows them: %s" % (
-                value, ", ".join(names)),
-                      param, ctx)
+                value, ", ".join(names)), param, ctx)
         return value
 
 
@@ -289,13 +288,9 @@ def run(ranks, json_out, html_out, command):
 def compare(a, b, threshold):
     """Two `stallscope run` reports side by side; exit 1 when B regressed past the
     threshold, 2 when a file is not a report."""
-    from .run.compare import compare as run_compare
+    from .run.compare import main as run_compare
 
-    try:
-        sys.exit(run_compare(a, b, threshold, sys.stdout))
-    except (ValueError, KeyError) as e:
-        click.echo("stallscope compare: %s" % e, err=True)
-        sys.exit(2)
+    sys.exit(run_compare(a, b, threshold, sys.stdout, sys.stderr))
 
 
 # Last: every command must be registered before main() runs (`python -m stallscope.cli`

@@ -51,3 +51,13 @@ def compare(a_path, b_path, threshold, out):
     print("%s: B's data-wait is %+.1f points against A's (threshold %.1f)" % (
         "REGRESSED" if regressed else "ok", 100 * delta, 100 * threshold), file=out)
     return 1 if regressed else 0
+
+
+def main(a_path, b_path, threshold, out, err):
+    """The command's exit status: compare's, or 2 with one line on ``err`` when a file
+    is not a run report."""
+    try:
+        return compare(a_path, b_path, threshold, out)
+    except (ValueError, KeyError) as e:
+        print("stallscope compare: %s" % e, file=err)
+        return 2
