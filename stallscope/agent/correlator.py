@@ -191,8 +191,7 @@ class CorrelatorPart(Part):
         if now - self.last_run >= self.every:
             return self.refresh(now)
         if now - self.last_run >= GATHERING_S:
-            # waiting for batches, not for a start to be outweighed (rules.py: starting,
-            # which has a ratio and is judged at the interval as any other verdict)
+            # for batches; a rank starting (rules.py) has a ratio, judged at the interval
             with self.lock:
                 known = {tuple(sorted(labels.items())) for labels, d in self.results
                          if d["verdict"] != "unknown" or d.get("data_wait_ratio") is not None}

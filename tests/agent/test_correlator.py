@@ -160,3 +160,23 @@ def test_a_rank_over_the_line_only_by_its_first_batch_is_starting_until_a_new_pr
     later = [(e + 200 * synth.SEC, w, i) for e, w, i in events[:30]]
     a.apply(dict(restarted, events=[list(e) for e in later]))
     assert a.table.ranks[("ns", "pod-0", "train", 0)].first_batch_ns == later[0][0]
+
+
+def test_the_correlator_hurries_for_batches_not_for_a_start_to_be_outweighed(tmp_path):
+    # tick(): every GATHERING_S while a rank has too few batches for a verdict; a starting
+    # rank has its ratio and is judged at the interval like any other verdict
+    a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
+    t0 = time.monotonic_ns() - 100 * synth.SEC
+    events, _ = simulated(3, 4, load=0.15, compute=0.1, n=150, t0=t0,
+                          extra=lambda k, t: 0.6 if k == 0 else 0.0)
+    a.apply(report("train", 0, "pod-0", events, workers=4))
+    c = a.correlator
+    c.tick(1000.0)
+    assert c.runs == 1 and [d["verdict"] for _, d in c.results] == ["unknown"]
+    c.tick(1000.0 + correlator_mod.GATHERING_S)
+    assert c.runs == 1  # starting: not re-run before the interval
+    a.apply(report("train", 1, "pod-1", events[:5], workers=4))  # too few batches yet
+    c.tick(1000.0 + 2 * correlator_mod.GATHERING_S)
+    assert c.runs == 2
+    c.tick(1000.0 + c.every)
+    assert c.runs == 3
