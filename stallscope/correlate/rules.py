@@ -14,11 +14,12 @@ to: when that expression is true for a rank's job, no rank of the job is ``healt
 (the worst rank is over the line: ``input_bound``; every other rank is ``input_bound``
 over the line on its own, or waits for that rank: ``not_input_bound``).
 
-Save for a run's start. A rank's first batch waits for its workers' first start (forks,
-imports, opening the dataset), once per run; over the first seconds of steps that one
-wait can put the share over the line while every later batch keeps up (issue 15: a
-healthy 4-rank job read ``input_bound`` for its first 10 s, then ``healthy``: verdict
-flips). Where the source sees that batch (the agent: its timelines), a rank over the
+The one exception is a process's start, when only starting ranks are over the line
+(the tests hold the invariant over the ranks judged). A rank's first batch waits for
+its workers' first start (forks, imports, opening the dataset), once per run; over the
+first seconds of steps that one wait can put the share over the line while every later
+batch keeps up (issue 15: a healthy 4-rank job read ``input_bound`` for its first 10 s,
+then ``healthy``: verdict flips). Where the source sees that batch (the agent: its timelines), a rank over the
 line only by it is ``unknown``, "starting", and no straggler for the others, until its
 steps outweigh it or a stall is detected. The alert cannot page on it either: the batch
 leaves the rate window (5m) long before the ``for:`` (15m) has held.
