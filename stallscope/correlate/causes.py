@@ -38,6 +38,7 @@ ALWAYS_ON = 0.9             # a signal past its threshold this share of the time
 CAUSES = tuple(c for c in vocabulary.CAUSES if c.lines and not c.computed)
 VOCABULARY = vocabulary.CAUSE_NAMES
 SHARED = frozenset(c.name for c in vocabulary.CAUSES if c.shared)
+SYMPTOM_OF = {c.name: frozenset(c.symptom_of) for c in vocabulary.CAUSES if c.symptom_of}
 
 
 def unit(line: Line) -> str:
@@ -191,8 +192,11 @@ def rank_causes(scored):
                            "summary": text, "evidence": []}]
     # The rank's own causes that explain the wait lead the node-wide symptoms that do too:
     # slow reads on this rank's mount show up as the pod's I/O pressure as well, and the
-    # fix is the mount's (issue 16).
-    out.sort(key=lambda c: (-(c["score"] >= ATTRIBUTE and c["cause"] not in SHARED),
+    # fix is the mount's (issue 16). Likewise a cause leads its own symptoms (symptom_of:
+    # a stuck FUSE mount makes its reads slow) when both explain the wait.
+    explains = {c["cause"] for c in out if c["score"] >= ATTRIBUTE}
+    out.sort(key=lambda c: (-(c["cause"] in explains and c["cause"] not in SHARED),
+                            bool(SYMPTOM_OF.get(c["cause"], frozenset()) & explains),
                             -c["score"], order.get(c["cause"], 99)))
     return out
 

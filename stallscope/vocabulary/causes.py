@@ -87,7 +87,12 @@ CAUSES = (
                 "with; the page is on the tail (p99 over the rate window), which a healthy "
                 "object store keeps far below 0.5 s."),),
         "StallscopeShardReadSlow",
-        "Check the storage backend's latency for this node; cache or prefetch shards locally."),
+        "Check the storage backend's latency for this node; cache or prefetch shards locally.",
+        # A stuck FUSE mount hangs every read on it (its readers in D state): when the
+        # mount's own probe explains the wait, the slow reads are its symptom. The lab's
+        # hang run (CI, 2026-12-03) ranked storage_latency 1.00 over fuse_unhealthy 0.91:
+        # the probe reports a frozen mount one timeout late, the D state at once.
+        symptom_of=("fuse_unhealthy",)),
     Cause("fuse_unhealthy", "The FUSE mount was stuck or down", (
         Line("fuse_up", 0.5, above=False, scopes=("rank",)),
         Line("fuse_probe_seconds", 1.0, scopes=("rank",)),

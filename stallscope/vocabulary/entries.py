@@ -89,7 +89,9 @@ class Cause:
     the headline alert covers it); ``runbook_alert``: whose runbook it is in;
     ``advice``: the first thing to do. ``shared``: a node-wide symptom that other tenants
     share (pressure, the node's disk writes); when one of the rank's own causes explains
-    the wait too, that one leads (issue 16). ``computed``: the correlator scores it from
+    the wait too, that one leads (issue 16). ``symptom_of``: causes whose fault makes
+    this one's signals move too; when one of them explains the wait, it leads.
+    ``computed``: the correlator scores it from
     the hook's own numbers, never by co-occurrence; its lines, if any, are where
     ``stallscope diagnose`` judges it from Prometheus alone, where the signal's value is
     the score."""
@@ -101,6 +103,7 @@ class Cause:
     advice: str
     shared: bool = False
     computed: bool = False
+    symptom_of: tuple[str, ...] = ()
 
     @property
     def runbook(self) -> str:

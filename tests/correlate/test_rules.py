@@ -119,6 +119,18 @@ def test_the_ranks_own_cause_leads_a_node_wide_symptom_when_both_explain():
     assert ranked[0]["cause"] == "io_pressure"
 
 
+def test_a_stuck_fuse_mount_leads_the_slow_reads_it_causes_when_both_explain():
+    # the lab's hang run in CI: D-state readers (storage_latency 1.00) before the mount's
+    # probe timed out (fuse_unhealthy 0.91); the mount is what to fix
+    from stallscope.correlate import causes
+    ranked = causes.rank_causes([cause("storage_latency", 1.0), cause("fuse_unhealthy", 0.91),
+                                 cause("io_pressure", 1.0)])
+    assert [c["cause"] for c in ranked][:3] == ["fuse_unhealthy", "storage_latency", "io_pressure"]
+    # a mount that does not explain the wait leaves slow reads in the lead
+    ranked = causes.rank_causes([cause("storage_latency", 0.9), cause("fuse_unhealthy", 0.4)])
+    assert ranked[0]["cause"] == "storage_latency"
+
+
 def test_cpu_contention_is_told_from_throttling_by_the_measured_quota():
     from stallscope.correlate import causes
     # no quota on the rank's cgroups (measured): contention stands, and says so
