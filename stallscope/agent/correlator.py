@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
-from ..correlate import change, detect, diagnosis, standing
+from ..correlate import change, codec, detect, diagnosis, standing
+from ..correlate.model import Diagnosis
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
+from ..host.facts import RankGpu, RankQuota
 from ..host.families import family
 from ..host.options import flag
 from .scrapefirst import SCRAPES
@@ -53,8 +55,20 @@ def _seconds(v: str) -> float:
     return x
 
 
-def no_gpu(_key: Any) -> str | None:
-    return None
+@dataclasses.dataclass(frozen=True)
+class Stall:
+    """A rank's stall as the detector dated it, with its latest analysis."""
+    looked_at: float                  # monotonic seconds of that analysis
+    since_ns: int
+    labels: Mapping[str, str]
+    diagnosis: Diagnosis
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """A rank's latest scheduled analysis (for the metrics)."""
+    labels: Mapping[str, str]
+    diagnosis: Diagnosis
 
 
 class CorrelatorPart(Part):
@@ -62,23 +76,18 @@ class CorrelatorPart(Part):
     interval = 1.0
 
     def __init__(self, host: Any, options: CorrelatorOptions = CorrelatorOptions(),
-                 gpu_source_of: Callable[[Any], str | None] = no_gpu,
-                 quota_of: Callable[[Any], tuple[float | None, int | None]] | None = None,
                  hang_of: Callable[[Any], dict[str, Any] | None] = lambda _k: None) -> None:
         super().__init__(host)
         self.hang_of = hang_of  # rank key -> the hangs part's latest triage (hangs.py)
-        # rank key -> (CFS quota in cores, ranks sharing it), from the cfs exporter; None
-        # when it is off (then the quota's absence is not measured)
-        self.quota_of = quota_of
         self.window = options.window
         self.every = options.interval
-        self.gpu_source_of = gpu_source_of  # rank key -> "nvml", "dcgm", "simulated" or None
         self.last_run = float("-inf")
-        self.results: list[Any] = []        # [(labels, diagnosis)] from the last scheduled run
+        self.results: dict[Any, Result] = {}    # rank key -> the last scheduled run's
         self.detections: dict[Any, detect.Detection] = {}   # rank key -> the latest test
-        self.stalls: dict[Any, Any] = {}    # rank key -> (looked at, since_ns, labels, diagnosis)
+        self.stalls: dict[Any, Stall] = {}      # rank key -> its stall, while it stalls
         self.bases: dict[Any, tuple[standing.Basis, float]] = {}  # rank key -> (basis, analysed at)
         self.stall_runs = 0                 # stall analyses run (one per due rank)
+        self.analyses = 0                   # diagnosis.analyse calls, every purpose
         self.settings = SettingsWatch(self.lock)  # loader settings' changes (settingswatch.py)
         self.runs = 0
         self.failures = 0
@@ -96,13 +105,14 @@ class CorrelatorPart(Part):
         signals, when several traces share them."""
         if node is None:
             node = self._scope("node", seconds)
+        gpu = self.host.facts.value(RankGpu, rank.key)  # the gpu exporter's, when it runs
         return RankTrace.from_events(dict(rank.ident), rank.loader, self.host.timeline(rank, seconds, True),
                                      self._scope(rank.key, seconds), node,
-                                     self.gpu_source_of(rank.key), rank.first_batch_ns)
+                                     gpu.source if gpu is not None else None, rank.first_batch_ns)
 
     # -- analysis -------------------------------------------------------------------
     def analyse(self, ranks: list[Any], seconds: float, peers_of: list[Any] | None = None,
-                since_of: dict[Any, int] | None = None) -> dict[Any, Any]:
+                since_of: dict[Any, int] | None = None) -> dict[Any, Diagnosis]:
         """{rank.key: diagnosis} for ``ranks``; peers are the same job's ranks here, each
         trace built once for all of them. ``since_of``: rank key -> when its stall began."""
         since_of = since_of or {}
@@ -118,13 +128,16 @@ class CorrelatorPart(Part):
             found[r.key] = diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
                                              window_seconds=seconds, since_ns=since_of.get(r.key),
                                              quota=self.quota(r.key))
+            self.analyses += 1
         return found
 
     def quota(self, key: Any) -> dict[str, Any]:
-        if self.quota_of is None:
+        """The cfs exporter's RankQuota fact; not measured while there is none (it is off,
+        or has not collected the rank yet)."""
+        q = self.host.facts.value(RankQuota, key)
+        if q is None:
             return {"measured": False, "cores": None, "ranks": None}
-        cores, ranks = self.quota_of(key)
-        return {"measured": True, "cores": cores, "ranks": ranks}
+        return {"measured": True, "cores": q.cores, "ranks": q.ranks}
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:
@@ -148,7 +161,8 @@ class CorrelatorPart(Part):
             if not d.stalled or d.since_ns is None:
                 continue
             last = self.stalls.get(r.key)
-            if last is not None and now - last[0] < standing.stall_refresh(d.since_ns, now_ns, self.every):
+            refresh = standing.stall_refresh(d.since_ns, now_ns, self.every)
+            if last is not None and now - last.looked_at < refresh:
                 continue
             basis = standing.Basis.of(d.since_ns, d.share, r.loader, self.host.samples.signals(r.key))
             old, analysed = self.bases.get(r.key, (None, now))
@@ -156,10 +170,10 @@ class CorrelatorPart(Part):
             # are still settling and are ranked every stall_refresh as before (whatever
             # the interval: with --correlate.interval 1 every stall was "old" at once)
             settled = (now_ns - d.since_ns) / 1e9 >= standing.SETTLED_AFTER_S
-            if last is not None and settled and last[3].get("causes") \
+            if last is not None and settled and last.diagnosis.causes \
                     and standing.unchanged(old, basis, now - analysed, now_ns):
                 with self.lock:  # a steady stall: its causes stand (standing.py)
-                    self.stalls[r.key] = (now,) + tuple(last[1:])
+                    self.stalls[r.key] = dataclasses.replace(last, looked_at=now)
                 continue
             basis_of[r.key] = basis
             due.setdefault(r.ident["job"], []).append((r, d.since_ns))
@@ -171,15 +185,14 @@ class CorrelatorPart(Part):
             peers = [p for p in ranks if p.ident["job"] == job]
             members = [r for r, _ in stalled]
             window = max(self.stall_window(since, now_ns) for _, since in stalled)
-            results = self.analyse(members, window, peers,
-                                   since_of={r.key: since for r, since in stalled})
+            since_of = {r.key: since for r, since in stalled}
+            results = self.analyse(members, window, peers, since_of=since_of)
             for r in members:
-                result = results[r.key]
-                result["detection"] = found[r.key].as_json(now_ns)
+                result = dataclasses.replace(results[r.key], detection=found[r.key], detected_at_ns=now_ns)
                 self.bases[r.key] = (basis_of[r.key], now)
                 self.stall_runs += 1
                 with self.lock:
-                    self.stalls[r.key] = (now, found[r.key].since_ns, dict(r.labels), result)
+                    self.stalls[r.key] = Stall(now, since_of[r.key], dict(r.labels), result)
 
     def tick(self, now: float | None = None) -> None:
         """Every second: a full run every ``interval`` seconds, and sooner (every
@@ -193,9 +206,9 @@ class CorrelatorPart(Part):
         if now - self.last_run >= GATHERING_S:
             # for batches; a rank starting (rules.py) has a ratio, judged at the interval
             with self.lock:
-                known = {tuple(sorted(labels.items())) for labels, d in self.results
-                         if d["verdict"] != "unknown" or d.get("data_wait_ratio") is not None}
-            if any(tuple(sorted(r.labels.items())) not in known for r in self.host.ranks()):
+                known = {k for k, res in self.results.items()
+                         if res.diagnosis.verdict != "unknown" or res.diagnosis.data_wait_ratio is not None}
+            if any(r.key not in known for r in self.host.ranks()):
                 return self.refresh(now)
         return None
 
@@ -208,14 +221,14 @@ class CorrelatorPart(Part):
         try:
             ranks = self.host.ranks()
             with self.lock:
-                stalled = {k: v[3] for k, v in self.stalls.items()}
+                stalled = {k: v.diagnosis for k, v in self.stalls.items()}
             # A stalled rank's metrics come from its stall's own analysis (current()),
             # refreshed by detect(): analysing it here too would be thrown away.
             todo = [r for r in ranks if r.key not in stalled]
             found = self.analyse(todo, self.window, peers_of=ranks) if todo else {}
-            labelled = [(dict(r.labels), found.get(r.key) or stalled[r.key]) for r in ranks]
+            results = {r.key: Result(dict(r.labels), found.get(r.key) or stalled[r.key]) for r in ranks}
             with self.lock:
-                self.results = labelled
+                self.results = results
                 self.runs += 1
         except Exception:
             self.failures += 1
@@ -224,12 +237,12 @@ class CorrelatorPart(Part):
             self.last_duration = time.monotonic() - t0
 
     # -- metrics --------------------------------------------------------------------
-    def current(self) -> list[Any]:
+    def current(self) -> list[tuple[Mapping[str, str], Diagnosis]]:
         """[(labels, diagnosis)]: a stalled rank's stall analysis, else the scheduled one."""
         with self.lock:
-            stalled = {tuple(sorted(s[2].items())): s[2:] for s in self.stalls.values()}
-            out = [stalled.pop(tuple(sorted(labels.items())), (labels, d)) for labels, d in self.results]
-        return out + list(stalled.values())
+            found = {k: (r.labels, r.diagnosis) for k, r in self.results.items()}
+            found.update((k, (s.labels, s.diagnosis)) for k, s in self.stalls.items())
+        return list(found.values())
 
     def collect(self) -> Iterator[Any]:
         results = self.current()
@@ -241,14 +254,13 @@ class CorrelatorPart(Part):
         since = family("stallscope_stall_since_timestamp_seconds")
         wall = time.time_ns() - time.monotonic_ns()
         for labels, d in results:
-            if d.get("since_ns") is not None:
-                since.add(labels, (d["since_ns"] + wall) / 1e9)
-            if d.get("gpu_idle_overlap_ratio") is not None:
-                overlap.add(labels, d["gpu_idle_overlap_ratio"])
-            period.add(labels, d.get("stall_period_steps") or 0)
-            top = [c for c in d.get("causes") or () if c["score"] > 0][:MAX_CAUSE_SERIES]
-            for c in top:
-                score.add(labels, c["score"], cause=c["cause"])
+            if d.since_ns is not None:
+                since.add(labels, (d.since_ns + wall) / 1e9)
+            if d.gpu_idle_overlap_ratio is not None:
+                overlap.add(labels, d.gpu_idle_overlap_ratio)
+            period.add(labels, d.stall_period_steps)
+            for c in [c for c in d.causes if c.score > 0][:MAX_CAUSE_SERIES]:
+                score.add(labels, c.score, cause=c.cause)
         yield from (overlap.family, period.family, score.family, since.family)
         for name, value in (("stallscope_correlator_runs_total", runs),
                             ("stallscope_correlator_failures_total", failures),
@@ -280,20 +292,26 @@ class CorrelatorPart(Part):
                 len(found), match))
         jobs = {r.ident["job"] for r in found}
         peers = [r for r in self.host.ranks() if r.ident["job"] in jobs]
-        results = self.analyse(found, seconds or self.window, peers_of=peers)
         now_ns = time.monotonic_ns()
+        detections = {r.key: self.detections.get(r.key, detect.NONE) for r in found}
+        # a stalled rank is judged on its stall's own window, once; the others on the window
+        stalled = {r.key: d.since_ns for r in found for d in [detections[r.key]]
+                   if seconds is None and d.stalled and d.since_ns is not None}
+        results = {}
+        plain = [r for r in found if r.key not in stalled]
+        if plain:
+            results.update(self.analyse(plain, seconds or self.window, peers_of=peers))
         for r in found:
-            d = self.detections.get(r.key, detect.NONE)
-            if seconds is None and d.stalled and d.since_ns is not None:  # the stall's own window
-                results[r.key] = self.analyse([r], self.stall_window(d.since_ns, now_ns), peers,
-                                              since_of={r.key: d.since_ns})[r.key]
-            results[r.key]["detection"] = d.as_json(now_ns)
-            hang = self.hang_of(r.key)
-            if hang is not None:  # the stacks of its blocked next() call (hangs.py)
-                results[r.key]["hang"] = hang
+            if r.key in stalled:
+                results.update(self.analyse([r], self.stall_window(stalled[r.key], now_ns), peers,
+                                            since_of={r.key: stalled[r.key]}))
+        for r in found:
             marked = self.settings.changes.get(r.key)
-            if marked is not None:
-                results[r.key]["change"] = change.view(marked, self.trace(r, seconds or self.window))
+            results[r.key] = dataclasses.replace(
+                results[r.key], detection=detections[r.key], detected_at_ns=now_ns,
+                hang=self.hang_of(r.key),  # the stacks of its blocked next() call (hangs.py)
+                change=change.view(marked, self.trace(r, seconds or self.window))
+                if marked is not None else None)
         idents = [(r.ident, results[r.key]) for r in found]
-        return 200, diagnosis.most_severe(idents)
+        return 200, codec.encode(diagnosis.most_severe(idents), now_ns)
 

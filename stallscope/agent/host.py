@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..host import Part, log
+from ..host.facts import Facts
 from ..host.families import family
 from .exposition import Exposition
 from .rankstate import RankState
@@ -30,6 +31,7 @@ class AgentHost:
         self.procfs, self.sysfs, self.cgroupfs, self.rootfs = procfs, sysfs, cgroupfs, rootfs
         self.stopping = stopping or threading.Event()
         self.notes: dict[str, list[str]] = {}
+        self.facts = Facts()
         self._noted: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -88,6 +90,7 @@ class Parts:
     def forget(self, keys: Iterable[Any]) -> None:
         for key in keys:
             self.host.samples.drop_scope(key)
+            self.host.facts.drop(key)
             for p in self.parts:
                 p.forget(key)
 

@@ -6,7 +6,7 @@ a loop that computes for T_c between batches never waits iff T_l/W <= T_c, so th
 workers needed are ceil(T_l / T_c). T_c is interval - wait of the rank's own batch
 events (the first batch of an iterator has no compute before it and is skipped).
 The count is capped by the CPU the pod may use: its CFS quota (asked of the cfs
-exporter through ``quota_of``, wired by the composition root), less one core per rank
+exporter's ``RankQuota`` fact on the host), less one core per rank
 for the training process itself. Without a quota there is no cap: the node's cores
 are not the pod's to take.
 
@@ -24,11 +24,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
 
 from ..host import Part
+from ..host.facts import RankQuota
 from ..host.families import buckets, family
 from ..vocabulary import signal
 from .histogram import Histogram
@@ -135,20 +136,12 @@ def sizing(t_load_ns: float, t_compute_ns: float, quota_cores: float | None = No
     }
 
 
-QuotaOf = Callable[[Any], tuple[Optional[float], Optional[int]]]
-
-
-def no_quota(_key: Any) -> tuple[float | None, int | None]:
-    return None, None
-
-
 class LoaderPart(Part):
     name = "loader"
     interval = 2.0
 
-    def __init__(self, host: Any, quota_of: QuotaOf = no_quota) -> None:
+    def __init__(self, host: Any) -> None:
         super().__init__(host)
-        self.quota_of = quota_of  # rank key -> (CFS quota in cores, ranks sharing it)
         self.states: dict[Any, LoaderState] = {}
 
     def _state(self, key: Any) -> LoaderState:
@@ -204,7 +197,8 @@ class LoaderPart(Part):
             if n_load < MIN_BATCHES or n_comp < MIN_BATCHES:
                 st.sizing = None
                 continue
-            cores, ranks = self.quota_of(key)
+            quota = self.host.facts.value(RankQuota, key)  # the cfs exporter's, when it runs
+            cores, ranks = (quota.cores, quota.ranks) if quota is not None else (None, None)
             z = sizing(load / n_load, comp / n_comp, cores, ranks, (loaders[key] or {}).get("num_workers"))
             z["batches"] = n_load
             st.sizing = z

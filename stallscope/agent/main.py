@@ -31,7 +31,7 @@ from .hangs import HangOptions, HangsPart
 from .held import HELD, Held
 from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
 from .host import AgentHost, Parts
-from .loader import LoaderPart, no_quota
+from .loader import LoaderPart
 from .ranks import RanksPart
 from .rankstate import Mismatch, key_of
 from .samples import SampleStore
@@ -106,15 +106,13 @@ class Agent:
         self.node_exporters, self.runner = exporters.build(
             self.host, config.enabled, config.parts, config.exporters)
         by_name: dict[str, Any] = {e.name: e for e in self.node_exporters}
-        cfs, gpu = by_name.get("cfs"), by_name.get("gpu")  # their explicit calls, when they run
         workers = by_name.get("workers")
         self.peer_gone = workers.peer_gone if workers else None  # why a worker died
-        self.loader = LoaderPart(self.host, quota_of=cfs.quota_of if cfs else no_quota)
+        # what one part learns for the others (a rank's GPU, its CPU quota) is a fact on
+        # the host (host/facts.py), not a call wired here
+        self.loader = LoaderPart(self.host)
         self.hangs = HangsPart(self.host, config.hangs)
-        self.correlator = CorrelatorPart(self.host, config.correlator,
-                                         gpu_source_of=gpu.source_of if gpu else (lambda _k: None),
-                                         quota_of=cfs.quota_of if cfs else None,
-                                         hang_of=self.hangs.latest)
+        self.correlator = CorrelatorPart(self.host, config.correlator, hang_of=self.hangs.latest)
         part_list: list[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
                                  ShardPart(self.host), *self.node_exporters, self.runner,
                                  self.correlator, self.hangs]

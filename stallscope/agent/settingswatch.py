@@ -30,7 +30,7 @@ class SettingsWatch:
     def look(self, ranks: list[Any], current: list[Any], quota_cores: Callable[[Any], float | None]) -> None:
         """Mark each rank whose settings changed since the last look. ``current``: the
         correlator's [(labels, diagnosis)]; ``quota_cores``: rank key -> CFS quota."""
-        known = {tuple(sorted(labels.items())): d for labels, d in current}
+        known = {tuple(sorted(labels.items())): d for labels, d in current}  # labels: a rank's
         # the change came after the previous look: batches since then count as "after"
         # (their iterator's first batch, the workers' start, is left out: change.py)
         now_ns, at_ns = time.monotonic_ns(), self.last_look_ns
@@ -41,13 +41,14 @@ class SettingsWatch:
             new = change.settings_of(r.loader, quota_cores(r.key))
             old = self.settings.get(r.key)
             self.settings[r.key] = new
-            predicted = (known.get(tuple(sorted(r.labels.items()))) or {}).get("prediction")
+            found = known.get(tuple(sorted(r.labels.items())))
+            predicted = found.prediction if found is not None else None
             now = time.monotonic()
-            if predicted and predicted.get("settings"):
+            if predicted is not None and predicted.configured:
                 self.modelled[r.key] = (now, predicted)
             if old is not None and new != old:
                 kept = self.modelled.get(r.key)
-                if not (predicted and predicted.get("settings")) and kept \
+                if not (predicted is not None and predicted.configured) and kept \
                         and now - kept[0] <= PREDICTION_KEPT_S:
                     predicted = kept[1]
                 with self.lock:

@@ -18,13 +18,19 @@ while it is on (intensity). When it is on all along too, the level during the st
 all there is: the score is discounted (LEVEL_ONLY_*) and says so. A node-wide signal is
 discounted more than a rank's own: other tenants share it.
 """
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from .. import vocabulary
 from ..vocabulary import ATTRIBUTE
 from ..vocabulary.entries import Line
+from .model import Cause, Evidence
+from .trace import RankTrace, Series, WaitIndex
 
 QUIET_SHARE = 0.25          # a sample is quiet when its wait share < 25% of the typical stall's
 MIN_QUIET_TIME = 0.1        # co-occurrence needs >= 10% of the window to be quiet
@@ -35,17 +41,27 @@ ALWAYS_ON = 0.9             # a signal past its threshold this share of the time
 # The causes probed through signals, with their co-occurrence lines (the vocabulary's);
 # the others are computed (too_few_workers: workers.py, transfer_cost: transfer.py) or
 # what is left (unexplained).
-CAUSES = tuple(c for c in vocabulary.CAUSES if c.lines and not c.computed)
+CAUSES = tuple(c for c in vocabulary.CAUSES if c.kind == "co_occurrence")
 VOCABULARY = vocabulary.CAUSE_NAMES
 SHARED = frozenset(c.name for c in vocabulary.CAUSES if c.shared)
 SYMPTOM_OF = {c.name: frozenset(c.symptom_of) for c in vocabulary.CAUSES if c.symptom_of}
+
+
+def kind_of(name: str) -> str:
+    known = vocabulary.CAUSE.get(name)
+    return known.kind if known is not None else "remainder"
+
+
+def make(name: str, score: float, summary: str, evidence: Iterable[Evidence] = (), **more: Any) -> Cause:
+    """A Cause of the vocabulary's kind, its score rounded as the API shows it."""
+    return Cause(name, round(float(score), 4), summary, tuple(evidence), kind_of(name), **more)
 
 
 def unit(line: Line) -> str:
     return vocabulary.signal(line.signal).unit
 
 
-def fmt(value, unit):
+def fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "n/a"
     if unit == "ratio":
@@ -63,27 +79,25 @@ class ProbeResult:
     scope: str
     samples: int
     explained: float
-    false_alarm: float          # None in level-only mode
+    false_alarm: float | None   # None in level-only mode
     during: float
-    outside: float
+    outside: float | None
     score: float
     mode: str                   # co-occurrence, intensity (stalls throughout) or level
 
-    def evidence(self):
+    def evidence(self) -> Evidence:
         p = self.probe
-        return {"signal": p.signal, "scope": self.scope,
-                "during_stalls": _r(self.during), "outside_stalls": _r(self.outside),
-                "threshold": p.threshold, "direction": "above" if p.above else "below",
-                "explained_wait_share": _r(self.explained),
-                "quiet_time_active_share": _r(self.false_alarm), "samples": self.samples,
-                "judged_by": self.mode}
+        return Evidence(p.signal, _r(self.during), p.threshold, "above" if p.above else "below",
+                        _r(self.outside), self.scope, _r(self.explained), _r(self.false_alarm),
+                        self.samples, self.mode)
 
 
-def _r(v):
+def _r(v: float | None) -> float | None:
     return None if v is None else round(float(v), 6)
 
 
-def score_probe(probe, scope, series, wait_index, span):
+def score_probe(probe: Line, scope: str, series: Series, wait_index: WaitIndex,
+                span: tuple[int, int]) -> ProbeResult | None:
     s = series.clip(*span)
     if len(s) < 2:
         return None
@@ -135,7 +149,7 @@ def score_probe(probe, scope, series, wait_index, span):
                        explained * factor, mode)
 
 
-def summary(cause, best):
+def summary(cause: Any, best: ProbeResult) -> str:
     p = best.probe
     u = unit(p)
     text = "%s during %.0f%% of the data-wait: %s was %s during stalls vs %s outside (threshold %s)." % (
@@ -146,16 +160,17 @@ def summary(cause, best):
     elif best.mode == "intensity":
         text += (" Stalls were continuous; the waits were %s while it was past the threshold."
                  % ("longer" if best.score > 0 else "no longer"))
-    elif best.false_alarm > 0.2:
+    elif best.false_alarm is not None and best.false_alarm > 0.2:
         text += " It was also past the threshold in %.0f%% of the quiet time." % (100 * best.false_alarm)
     return text
 
 
-def score_signal_causes(trace, wait_index):
-    """[{cause, score, summary, evidence}] for every cause with data, plus the names of
-    the causes without any signal in the window."""
+def score_signal_causes(trace: RankTrace, wait_index: WaitIndex) -> tuple[list[Cause], list[str]]:
+    """A Cause for every co-occurrence cause with data, plus the names of the causes
+    without any signal in the window."""
     span = trace.span()
-    found, missing = [], []
+    found: list[Cause] = []
+    missing: list[str] = []
     for cause in CAUSES:
         results = []
         for probe in cause.lines:
@@ -169,58 +184,54 @@ def score_signal_causes(trace, wait_index):
             missing.append(cause.name)
             continue
         best = max(results, key=lambda r: r.score)
-        found.append({"cause": cause.name, "score": round(best.score, 4),
-                      "summary": summary(cause, best),
-                      "evidence": [r.evidence() for r in sorted(results, key=lambda r: -r.score)]})
+        found.append(make(cause.name, best.score, summary(cause, best),
+                          [r.evidence() for r in sorted(results, key=lambda r: -r.score)]))
     return found, missing
 
 
-def rank_causes(scored):
+def rank_causes(scored: Sequence[Cause]) -> list[Cause]:
     """Sort by score and add ``unexplained`` = 1 - the best score, so that a weak best
     candidate is outranked by an honest "unexplained"."""
     order = {name: i for i, name in enumerate(VOCABULARY)}
-    best = max((c["score"] for c in scored), default=0.0)
-    top = max(scored, key=lambda c: c["score"]) if scored else None
+    best = max((c.score for c in scored), default=0.0)
+    top = max(scored, key=lambda c: c.score) if scored else None
     if top is None:
         text = "No signal for any candidate cause was recorded for this rank in the window."
     elif best < ATTRIBUTE:
         text = ("No candidate signal moved with the stalls enough to explain most of the "
-                "wait; the closest is %s (score %.2f)." % (top["cause"], top["score"]))
+                "wait; the closest is %s (score %.2f)." % (top.cause, top.score))
     else:
-        text = "The share of the wait that %s does not account for." % top["cause"]
-    out = list(scored) + [{"cause": "unexplained", "score": round(1.0 - best, 4),
-                           "summary": text, "evidence": []}]
+        text = "The share of the wait that %s does not account for." % top.cause
+    out = list(scored) + [make("unexplained", 1.0 - best, text)]
     # The rank's own causes that explain the wait lead the node-wide symptoms that do too:
     # slow reads on this rank's mount show up as the pod's I/O pressure as well, and the
     # fix is the mount's (issue 16). Likewise a cause leads its own symptoms (symptom_of:
     # a stuck FUSE mount makes its reads slow) when both explain the wait.
-    explains = {c["cause"] for c in out if c["score"] >= ATTRIBUTE}
-    out.sort(key=lambda c: (-(c["cause"] in explains and c["cause"] not in SHARED),
-                            bool(SYMPTOM_OF.get(c["cause"], frozenset()) & explains),
-                            -c["score"], order.get(c["cause"], 99)))
+    explains = {c.cause for c in out if c.score >= ATTRIBUTE}
+    out.sort(key=lambda c: (-(c.cause in explains and c.cause not in SHARED),
+                            bool(SYMPTOM_OF.get(c.cause, frozenset()) & explains),
+                            -c.score, order.get(c.cause, 99)))
     return out
 
 
-def separate_cpu(scored, quota):
+def separate_cpu(scored: list[Cause], quota: Mapping[str, Any]) -> list[Cause]:
     """cpu_throttle (a CFS quota held the loader back: raise the limit) vs cpu_contention
     (it waited for a core with no quota throttling it: the node is crowded, a limit buys
     nothing). ``quota``: {"measured": the cfs exporter ran, "cores": the rank's effective
     quota or None}. Throttled tasks queue too, so when throttling explains the stalls it
     takes its share off the run-queue cause; without a quota there is no throttling."""
-    by = {c["cause"]: c for c in scored}
+    by = {c.cause: c for c in scored}
     contention, throttle = by.get("cpu_contention"), by.get("cpu_throttle")
     if contention is None:
         return scored
-    out = dict(contention, evidence=list(contention["evidence"]))
+    out = contention
     if quota.get("measured"):
         cores = quota.get("cores")
-        out["evidence"].append({"signal": "cfs_quota_cores", "value": cores, "during_stalls": cores,
-                                "outside_stalls": None, "threshold": None, "direction": "above",
-                                "scope": "rank"})
-        if cores is None:
-            out["summary"] += " The rank's cgroups have no CFS quota: nothing throttled them."
-    if throttle is not None and throttle["score"] > 0:
-        out["score"] = round(contention["score"] * (1.0 - throttle["score"]), 4)
-        out["summary"] += " Throttling by the CFS quota explains %.0f%% of it (cpu_throttle)." % (
-            100 * throttle["score"])
+        out = out.with_score(out.score, " The rank's cgroups have no CFS quota: nothing throttled "
+                             "them." if cores is None else "",
+                             Evidence("cfs_quota_cores", cores, None, "above", None, "rank"))
+    if throttle is not None and throttle.score > 0:
+        out = out.with_score(contention.score * (1.0 - throttle.score),
+                             " Throttling by the CFS quota explains %.0f%% of it (cpu_throttle)." % (
+                                 100 * throttle.score))
     return [out if c is contention else c for c in scored]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE
+from .model import Prediction
 from .overlap import iterator_starts
 
 WATCHED = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
@@ -26,7 +27,7 @@ def settings_of(loader: Mapping[str, Any] | None, quota_cores: float | None) -> 
     return out
 
 
-def mark(old: dict, new: dict, at_ns: int, prediction: dict | None) -> dict[str, Any]:
+def mark(old: dict, new: dict, at_ns: int, prediction: Prediction | None) -> dict[str, Any]:
     what = ", ".join("%s %s -> %s" % (k, old.get(k), new.get(k)) for k in new if old.get(k) != new.get(k))
     return {"at_ns": int(at_ns), "at_wall": time.strftime("%H:%M:%S"), "what": what,
             "from": old, "to": new, "predicted": prediction}
@@ -65,8 +66,8 @@ def view(marked: dict, trace: Any) -> dict[str, Any]:
     """The mark with before/after measured on ``trace``, and how the prediction did."""
     before_mask, after_mask = _split(marked, trace)
     out = dict(marked, before=_stats(trace, before_mask), after=_stats(trace, after_mask))
-    a, p = out["after"], marked.get("predicted") or {}
+    a, p = out["after"], marked.get("predicted")
     out["stall_gone"] = a is not None and a["data_wait_ratio"] < DATA_WAIT_LINE
-    if a is not None and p.get("predicted_step_seconds"):
-        out["step_error"] = round((p["predicted_step_seconds"] - a["step_seconds"]) / a["step_seconds"], 4)
+    if a is not None and p is not None and p.predicted_step_seconds:
+        out["step_error"] = round((p.predicted_step_seconds - a["step_seconds"]) / a["step_seconds"], 4)
     return out

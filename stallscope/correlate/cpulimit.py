@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .model import Prediction
 from .queue import CROWDED, MAIN_CORE, MAX_WORKERS, TARGET, Measured, prediction, replay
 
 CPU_MARGIN = 1.25                # over the mean CPU demand, only without per-batch load times
@@ -84,7 +85,7 @@ def needed_cpu_limit(m: Measured) -> float | None:
     return _loader_limit(limit_search(m, load, m.workers)[0], m)
 
 
-def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -> dict[str, Any] | None:
+def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -> Prediction | None:
     """The CPU limit at which the loader stops being throttled: the replay searched over
     the limit, with the load times the quota did not stretch (module docstring)."""
     c = m.cpu_per_batch
@@ -133,7 +134,7 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
     if wait > TARGET:
         text += "; no limit brings the wait under the line: %.1f%% remains" % (100 * wait)
     if capped_workers is not None:
-        more["workers_alone_useless"] = True
+        more["rules_out"] = ("num_workers",)  # more workers share the same capped CPU
     change = "raise the CPU limit to %.3g cores" % limit
     if "num_workers" in settings:
         change += " and num_workers from %d to %d" % (m.workers, settings["num_workers"])

@@ -17,11 +17,16 @@ range query (``judge``), with the kills on the same grid.
 
 The iterator starts that follow a death are restarts, not epochs: ``restarts`` marks
 them so epoch_start (epochs.py) leaves them to the death's cause."""
-from typing import Any, Optional
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
 
 import numpy as np
 
 from ..vocabulary import signal
+from .causes import make
+from .model import Cause, Evidence
 
 # cause -> the per-rank signal counting the deaths judged to be it (the worker-death
 # reasons are named after the causes: exporters/worker_deaths.py)
@@ -32,7 +37,7 @@ WHAT = {"memory_limit": "OOM-killed at the pod's memory limit",
         "shm_exhaustion": "killed by SIGBUS with /dev/shm full"}
 
 
-def since(t: Any, kills: Any, start: float) -> Optional[float]:
+def since(t: Any, kills: Any, start: float) -> float | None:
     """From when the wait is the kills': the sample before the first that counts a kill
     (``start`` when that is the first sample); None without a kill. ``t``, ``kills``:
     sample times and the deaths each counts (arrays or lists)."""
@@ -43,24 +48,24 @@ def since(t: Any, kills: Any, start: float) -> Optional[float]:
     return float(t[hit[0] - 1]) if hit[0] > 0 else float(start)
 
 
-def judge(cause: str, n: int, share: Optional[float]) -> dict:
-    """{cause, score, summary, evidence} from ``n`` workers killed in the window and the
-    share of the window's wait from the first kill on (None: no wait to share)."""
+def judge(cause: str, n: int, share: float | None) -> Cause:
+    """The death Cause from ``n`` workers killed in the window and the share of the
+    window's wait from the first kill on (None: no wait to share)."""
     if n <= 0 or share is None:
-        return {"cause": cause, "score": 0.0, "summary": "No loader worker of the rank was %s in "
-                "the window." % WHAT[cause], "evidence": [_row(cause, 0, 0.0)]}
+        return make(cause, 0.0, "No loader worker of the rank was %s in the window." % WHAT[cause],
+                    [_row(cause, 0, 0.0)])
     share = min(1.0, max(0.0, share))
     text = ("%d loader worker(s) of the rank were %s in the window; %.0f%% of the wait came from "
             "the first death on (the loader raised, its workers started again)." % (
                 n, WHAT[cause], 100 * share))
-    return {"cause": cause, "score": round(share, 4), "summary": text, "evidence": [_row(cause, n, share)]}
+    return make(cause, share, text, [_row(cause, n, share)])
 
 
-def score(trace: Any) -> list:
-    """[{cause, score, summary, evidence}] for each death cause whose signal the rank has
-    in the window (with its batch waits); the others are not evaluated."""
+def score(trace: Any) -> list[Cause]:
+    """A Cause for each death cause whose signal the rank has in the window (with its
+    batch waits); the others are not evaluated."""
     span = trace.span()
-    out = []
+    out: list[Cause] = []
     if span is None:
         return out
     total = float(trace.wait.sum())
@@ -100,22 +105,21 @@ def restarts(trace: Any) -> np.ndarray:
     return out
 
 
-def merge(scored: list, found: list) -> list:
+def merge(scored: list[Cause], found: list[Cause]) -> list[Cause]:
     """Add the death causes to the scored ones: where a cause is scored from its signals
     too (shm_exhaustion's /dev/shm line), the higher score stands with both evidences."""
-    by = {c["cause"]: i for i, c in enumerate(scored)}
+    by = {c.cause: i for i, c in enumerate(scored)}
     out = list(scored)
     for d in found:
-        i = by.get(d["cause"])
+        i = by.get(d.cause)
         if i is None:
             out.append(d)
             continue
         old = out[i]
-        best, other = (d, old) if d["score"] > old["score"] else (old, d)
-        out[i] = dict(best, evidence=list(best["evidence"]) + list(other["evidence"]))
+        best, other = (d, old) if d.score > old.score else (old, d)
+        out[i] = dataclasses.replace(best, evidence=best.evidence + other.evidence)
     return out
 
 
-def _row(cause: str, n: int, share: float) -> dict:
-    return {"signal": SIGNALS[cause], "scope": "rank", "during_stalls": n, "outside_stalls": None,
-            "threshold": 0, "direction": "above", "explained_wait_share": round(share, 6)}
+def _row(cause: str, n: int, share: float) -> Evidence:
+    return Evidence(SIGNALS[cause], n, 0, "above", None, "rank", round(share, 6))

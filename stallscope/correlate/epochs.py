@@ -6,13 +6,19 @@ epoch and is averaged away in a steady-state view. The hook marks an iterator's 
 batch (its interval is its wait, overlap.iterator_starts); this cause is the share of
 the rank's whole wait that those batches account for, so a rank that keeps up in the
 steady state but loses most of its wait at epoch starts is named for it."""
-from typing import Any, Optional
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .causes import make
+from .model import Cause, Evidence
 
 STEADY_EXACT = 0.1  # share of the wait at iterator starts below which steady scores stand
 
 
-def score(ib: Any, restarts: Any = None, trace: Any = None) -> Optional[dict]:
-    """{cause, score, summary, evidence} from input_bound()'s numbers, or None when no
+def score(ib: Any, restarts: Any = None, trace: Any = None) -> Cause | None:
+    """The epoch_start Cause from input_bound()'s numbers, or None when no
     iterator started in the window. ``restarts``: the mask of the ``trace``'s batches that
     restarted the loader after a worker died (deaths.restarts): the death's wait, left
     out here."""
@@ -32,14 +38,12 @@ def score(ib: Any, restarts: Any = None, trace: Any = None) -> Optional[dict]:
     if dropped:
         text += " (%d more restarted the loader after a worker died)" % dropped
     text += "; the steady state waited %.1f%% of its step time." % (100 * ib.steady_data_wait_ratio)
-    return {"cause": "epoch_start", "score": round(share, 4), "summary": text,
-            "evidence": [{"signal": "iterator_start_wait_seconds", "value": round(per_start, 6),
-                          "during_stalls": round(per_start, 6), "outside_stalls": None,
-                          "threshold": None, "direction": "above", "scope": "rank",
-                          "explained_wait_share": round(share, 6), "starts": starts}]}
+    return make("epoch_start", share, text, [Evidence(
+        "iterator_start_wait_seconds", round(per_start, 6), None, "above", None, "rank",
+        round(share, 6), starts=starts)])
 
 
-def steady_part(scored: list, started: dict) -> list:
+def steady_part(scored: list[Cause], started: Cause) -> list[Cause]:
     """The other causes are judged on the steady batches; they explain at most the steady
     share of the rank's whole wait, the base epoch_start's score is on. Without this a
     steady cause that explains all of a small steady wait outranked the epoch starts that
@@ -47,14 +51,10 @@ def steady_part(scored: list, started: dict) -> list:
     99 % of a steady wait of 3.5 % of the step) over epoch_start (0.87 of a 22 % wait).
     Under STEADY_EXACT of the wait at iterator starts (the run's own first batch, as a
     rule) the scores stand: the difference is within their precision."""
-    share = 1.0 - started["score"]
-    if started["score"] < STEADY_EXACT:
+    share = 1.0 - started.score
+    if started.score < STEADY_EXACT:
         return scored
-    out = []
-    for c in scored:
-        c = dict(c, score=round(c["score"] * share, 4))
-        if share < 0.9:
-            c["summary"] = c["summary"] + (" (Judged on the steady batches, which hold %.0f%% of "
-                                           "the wait; the rest came at iterator starts.)" % (100 * share))
-        out.append(c)
-    return out
+    note = (" (Judged on the steady batches, which hold %.0f%% of the wait; the rest came at "
+            "iterator starts.)" % (100 * share)) if share < 0.9 else ""
+    return [dataclasses.replace(c, score=round(c.score * share, 4), summary=c.summary + note)
+            for c in scored]

@@ -4,13 +4,14 @@ settings, the workers' CPU use, the CFS quota and how long it held them back, th
 run-queue wait, shard reads, /dev/shm and the iterators' first batches."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ..vocabulary import signal
 from . import slow_worker
-from .overlap import iterator_starts
+from .context import Context
 from .predict import Measured
 
 BATCH_LOAD = signal("batch_load_seconds").name
@@ -43,10 +44,9 @@ def _times(trace: Any, name: str) -> np.ndarray | None:
     return None if s is None else s.t / 1e9
 
 
-def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
-    """predict.Measured for ``trace`` (input_bound()'s numbers in ``ib``), or None with
-    too few steady batches."""
-    steady = ~iterator_starts(trace)
+def measure(ctx: Context, quota: Mapping[str, Any] | None = None) -> Measured | None:
+    """predict.Measured for the context's trace, or None with too few steady batches."""
+    trace, ib, steady = ctx.trace, ctx.loop, ctx.steady
     if steady.sum() < 5:
         return None
     interval = trace.interval[steady] / 1e9
@@ -73,7 +73,7 @@ def measure(trace: Any, ib: Any, quota: dict | None = None) -> Measured | None:
         persistent=loader.get("persistent_workers"), quota_cores=q.get("cores"),
         quota_ranks=q.get("ranks"), workers_cpu_cores=float(cpu.mean()) if cpu is not None else None,
         iterator_starts=ib.iterator_starts, iterator_start_wait_seconds=ib.iterator_start_wait_seconds,
-        steady_wait_seconds=float(wait.mean()), batches=trace.n, window_seconds=seconds,
+        steady_wait_seconds=float(wait.mean()), waits=wait, batches=trace.n, window_seconds=seconds,
         shard_read_p99=float(np.quantile(reads, 0.99)) if reads is not None else None,
         shard_reads_per_second=(len(reads) / seconds) if reads is not None and seconds > 0 else None,
         shm_size_bytes=shm_size, shm_used_bytes=shm_used,

@@ -20,29 +20,40 @@ The models, and why each:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from . import slow_worker
 from .cpulimit import cpu_limit
+from .model import Headroom, Prediction
 from .queue import MAIN_CORE, MAX_WORKERS, REPLAY_BATCHES, TARGET, Measured, prediction, replay
 
 __all__ = ["MAIN_CORE", "REPLAY_BATCHES", "TARGET", "Measured", "for_cause", "headroom", "replay"]
 
 
-def headroom(m: Measured) -> dict[str, Any]:
+def headroom(m: Measured) -> Headroom:
     """The most any input-side fix can give this rank: the step with no wait."""
     step = m.compute_mean
-    return {"step_seconds": round(m.step_seconds, 6), "step_seconds_without_wait": round(step, 6),
-            "data_wait_ratio": round(m.data_wait_ratio, 4),
-            "speedup": round(m.step_seconds / step, 3) if step > 0 else None}
+    return Headroom(round(m.step_seconds, 6), round(step, 6), round(m.data_wait_ratio, 4),
+                    round(m.step_seconds / step, 3) if step > 0 else None)
 
 
 def cpu_floor(m: Measured, cores: float | None) -> float:
     c = m.cpu_per_batch
     return c / cores if c and cores else 0.0
+
+
+def service_times(m: Measured) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(per-batch load times, when each was measured) that more workers would share: the
+    workers' own, or, with num_workers=0, the loop's steady waits, since the training
+    process then loads each batch itself while the loop waits (issue 29: a rank with no
+    workers got no prediction at all)."""
+    if m.workers:
+        return m.load, m.load_times
+    return m.waits, None
 
 
 def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float, float]:
@@ -52,12 +63,20 @@ def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float
     it (the answer is mostly within 2x: 8 workers take 5 replays; from MAX_WORKERS down
     it took 8, and the replays were most of a stall's analysis, issue 15). Under a
     floor above the compute no count can keep up: the current count's figures, at once."""
-    def at(w):
-        return replay(m.load, m.compute, w, prefetch, floor, times=m.load_times)
+    load, times = service_times(m)
+    now = max(1, m.workers or 0)
+
+    def at(w: int) -> tuple[float, float]:
+        return replay(load, m.compute, w, prefetch, floor, times=times)
     if floor > m.compute_mean * (1 - TARGET):
-        return (m.workers,) + at(m.workers)
-    lo = hi = m.workers
-    found = {}
+        return (now,) + at(now)
+    lo = hi = now
+    found: dict[int, tuple[float, float]] = {}
+    if not m.workers:  # one worker may be enough where there were none
+        found[1] = at(1)
+        if found[1][0] <= TARGET:
+            return (1,) + found[1]
+        lo = 2
     while True:
         hi = min(MAX_WORKERS, 2 * hi)
         found[hi] = at(hi)
@@ -76,21 +95,38 @@ def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float
     return (lo,) + (found.get(lo) or at(lo))
 
 
-def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
+def why_not_more_workers(m: Measured) -> str | None:
+    """Why workers() modelled no change, when it measured that more workers will not
+    help (None: it could not model them, e.g. no per-batch load times)."""
+    load, _ = service_times(m)
+    if load is None or not len(load) or not len(m.compute) or m.workers is None:
+        return None
+    w, wait, _ = fewest_workers(m, m.prefetch or 2, cpu_floor(m, m.loader_cores))
+    if wait > TARGET and w >= MAX_WORKERS:
+        return "even %d workers are replayed to wait %.1f%%" % (w, 100 * wait)
+    if w == m.workers:
+        return "the DataLoader's queue replayed with these %d workers keeps up" % w
+    return None
+
+
+def workers(m: Measured, basis: str = "") -> Prediction | None:
     """The worker count that keeps up (replayed with the measured spread), capped by
     the CPU quota; when the cap binds, the CPU limit that would be needed."""
-    if m.load is None or not len(m.load) or not len(m.compute) or not m.workers:
+    load, _ = service_times(m)
+    if load is None or not len(load) or not len(m.compute) or m.workers is None:
         return None
     prefetch = m.prefetch or 2
     floor = cpu_floor(m, m.loader_cores)
-    mean_need = max(1, math.ceil(float(np.mean(m.load)) / max(m.compute_mean, 1e-9)))
+    mean_need = max(1, math.ceil(float(np.mean(load)) / max(m.compute_mean, 1e-9)))
     # a worker uses its share of the workers' CPU; W workers can use no more cores than the quota
-    per_worker = (m.workers_cpu_cores / m.workers) if m.workers_cpu_cores else None
+    per_worker = (m.workers_cpu_cores / m.workers) if m.workers_cpu_cores and m.workers else None
     w, wait, step = fewest_workers(m, prefetch, floor)
-    spread = float(np.std(m.load) / np.mean(m.load)) if np.mean(m.load) > 0 else 0.0
+    spread = float(np.std(load) / np.mean(load)) if np.mean(load) > 0 else 0.0
     text = ("replayed the DataLoader queue (%d workers, prefetch %d, in-order delivery) with the "
             "%d measured load times (mean %.3gs, spread %.0f%%) and compute times (mean %.3gs)"
-            % (w, prefetch, len(m.load), float(np.mean(m.load)), 100 * spread, m.compute_mean))
+            % (w, prefetch, len(load), float(np.mean(load)), 100 * spread, m.compute_mean))
+    if not m.workers:
+        text += "; with num_workers=0 the loop loads each batch itself: its steady waits are the load times"
     if mean_need != w:
         text += "; the means alone say %d" % mean_need
     cap = m.loader_cores
@@ -103,14 +139,14 @@ def workers(m: Measured, basis: str = "") -> dict[str, Any] | None:
         return None
     if w == m.workers:
         return None  # the queue keeps up with these workers: not a worker problem
-    more = {}
+    more: dict[str, Any] = {}
     if per_worker and cap and w * per_worker > cap:
         more["cpu_note"] = "%d workers use ~%.2g cores, over the quota's %.2g" % (w, w * per_worker, cap)
     return prediction("raise num_workers from %d to %d" % (m.workers, w), {"num_workers": w},
-                   wait, step, m, basis + text, "high" if len(m.load) >= 50 else "medium", **more)
+                      wait, step, m, basis + text, "high" if len(load) >= 50 else "medium", **more)
 
 
-def persistent(m: Measured) -> dict[str, Any] | None:
+def persistent(m: Measured) -> Prediction | None:
     """persistent_workers=True: each epoch's first-batch wait becomes a steady one.
     ``step_seconds`` is the steady batches' mean (measured.py); an iterator's first batch
     has an interval of its wait alone (the compute before it ended the previous
@@ -128,7 +164,7 @@ def persistent(m: Measured) -> dict[str, Any] | None:
                    first_batch_seconds=round(m.iterator_start_wait_seconds / starts, 6))
 
 
-def shm(m: Measured) -> dict[str, Any] | None:
+def shm(m: Measured) -> Prediction | None:
     """/dev/shm large enough for workers x prefetch batches in flight (twice the
     measured use at least: it was full, so the use is a lower bound)."""
     if not m.shm_size_bytes or m.shm_used_bytes is None:
@@ -137,28 +173,29 @@ def shm(m: Measured) -> dict[str, Any] | None:
     mib = int(math.ceil(need / 2**20 / 64) * 64)
     h = headroom(m)
     return prediction("give the pod a /dev/shm of %d MiB" % mib, {"shm_mib": mib}, 0.0,
-                   h["step_seconds_without_wait"], m,
+                   h.step_seconds_without_wait, m,
                    "the workers hold up to %s x %s batches there; %.0f of %.0f MiB were in use "
                    "(batch bytes are not measured, so at least twice the use)" % (
                        m.workers, m.prefetch or 2, m.shm_used_bytes / 2**20, m.shm_size_bytes / 2**20),
                    "low")
 
 
-def storage(m: Measured) -> dict[str, Any] | None:
+def storage(m: Measured) -> Prediction | None:
     """Little's law: reads in flight = read rate x latency; enough parallel readers
     (workers) to hide the tail, replayed like too_few_workers."""
     found = workers(m, basis="")
     if found is None:
         return None
+    basis = found.basis
     if m.shard_read_p99 and m.shard_reads_per_second:
         need_rate = m.shard_reads_per_second * m.step_seconds / max(m.compute_mean, 1e-9)
-        found["basis"] += ("; Little's law: %.3g reads/s x p99 %.3gs = %.2g reads in flight" % (
+        basis += ("; Little's law: %.3g reads/s x p99 %.3gs = %.2g reads in flight" % (
             need_rate, m.shard_read_p99, need_rate * m.shard_read_p99))
-    found["change"] += " (or prefetch/cache the shards locally)"
-    return found
+    return dataclasses.replace(found, basis=basis,
+                               change=found.change + " (or prefetch/cache the shards locally)")
 
 
-def in_order_false(m: Measured) -> dict[str, Any] | None:
+def in_order_false(m: Measured) -> Prediction | None:
     """slow_worker's fix: the DataLoader's queue replayed with each worker's own load
     times, in order (as now) and with in_order=False (fast workers take the slow one's
     share, the loop takes whichever batch is ready)."""
@@ -175,8 +212,7 @@ def in_order_false(m: Measured) -> dict[str, Any] | None:
                    removed_share=round(max(0.0, 1.0 - wait / now), 4) if now > 0 else 0.0)
 
 
-NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work: on the CPU the workers get, neither "
-                                    "more of them nor a larger CPU limit is predicted to keep up",
+NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work",
                  "fuse_unhealthy": "remount the FUSE daemon and restart the rank",
                  "checkpoint_contention": "move checkpoint writes off the training data's storage",
                  "io_pressure": "move the other I/O off the node's data device",
@@ -188,20 +224,31 @@ NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work: on the CPU the wor
 
 
 # cause -> its configuration fix's model (the others: what to fix and the headroom)
-MODELS = {"too_few_workers": workers, "cpu_throttle": cpu_limit, "storage_latency": storage,
-          "shm_exhaustion": shm, "epoch_start": persistent, "slow_worker": in_order_false}
+MODELS: dict[str, Callable[[Measured], Prediction | None]] = {
+    "too_few_workers": workers, "cpu_throttle": cpu_limit, "storage_latency": storage,
+    "shm_exhaustion": shm, "epoch_start": persistent, "slow_worker": in_order_false}
+# causes whose fix is not more workers: a cpu_contention rank's CPUs are all busy, so more
+# workers crowd them further (issue 29: its report led with "Raise num_workers")
+NOT_WORKERS = frozenset({"cpu_contention", "transfer_cost"})
 
 
-def for_cause(cause: str, m: Measured) -> dict[str, Any] | None:
+def for_cause(cause: str, m: Measured) -> Prediction:
     """The prediction for one cause, or for a cause without a configuration fix what
     to fix and the headroom (what fixing it fully would buy)."""
     model = MODELS.get(cause)
     found = model(m) if model is not None else None
     if found is not None:
-        return dict(found, cause=cause)
+        return dataclasses.replace(found, cause=cause)
     h = headroom(m)
-    return {"cause": cause, "change": NO_CONFIG_FIX.get(cause, "no configuration fix modelled"),
-            "settings": {}, "predicted_data_wait_ratio": 0.0,
-            "predicted_step_seconds": h["step_seconds_without_wait"], "speedup": h["speedup"],
-            "basis": "no model for a configuration change: the headroom (every wait gone) is the "
-                     "most a fix can buy", "confidence": "upper bound"}
+    change = NO_CONFIG_FIX.get(cause, "no configuration fix modelled")
+    basis = ("no model for a configuration change: the headroom (every wait gone) is the most a "
+             "fix can buy")
+    rules_out: tuple[str, ...] = ("num_workers",) if cause in NOT_WORKERS else ()
+    if cause in ("too_few_workers", "storage_latency"):
+        why = why_not_more_workers(m)
+        if why is not None:  # measured: more workers will not keep up
+            change += ": on the CPU the workers get, more of them are not predicted to keep up"
+            basis = why + "; " + basis
+            rules_out = ("num_workers",)
+    return Prediction(cause, change, {}, 0.0, h.step_seconds_without_wait, h.speedup, basis,
+                      "upper bound", rules_out=rules_out)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE
+from .model import Prediction
 
 TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
 CROWDED = 0.1                    # run-queue wait per worker, beyond the quota's, of a crowded node
@@ -62,6 +63,7 @@ class Measured:
     worker_loads: tuple | None = None   # each worker's load time samples (slow_worker.py)
     throttled_seconds_rate: float | None = None  # threads held back by the quota, per second
     runqueue_ratio: float | None = None     # run-queue wait per second, per worker
+    waits: np.ndarray | None = None         # per-batch steady waits (the load itself without workers)
 
     @property
     def compute_mean(self) -> float:
@@ -173,14 +175,10 @@ def replay(load: np.ndarray, compute: np.ndarray, workers: int, prefetch: int = 
     return (waits / steps if steps > 0 else 0.0), steps / max(1, n_steady)
 
 
-def prediction(change: str, settings: dict, wait: float, step: float, m: Measured, basis: str,
-               confidence: str, **more: Any) -> dict[str, Any]:
-    """One modelled change as the diagnosis shows it: the change, its settings, the
-    data-wait share and step time to expect, the speedup, how it was found."""
-    out = {"change": change, "settings": settings,
-           "predicted_data_wait_ratio": round(max(0.0, wait), 4),
-           "predicted_step_seconds": round(step, 6),
-           "speedup": round(m.step_seconds / step, 3) if step > 0 else None,
-           "basis": basis, "confidence": confidence}
-    out.update(more)
-    return out
+def prediction(change: str, settings: dict[str, Any], wait: float, step: float, m: Measured,
+               basis: str, confidence: str, **more: Any) -> Prediction:
+    """One modelled change: the change, its settings, the data-wait share and step time to
+    expect, the speedup, how it was found (its cause is set by predict.for_cause)."""
+    return Prediction("", change, settings, round(max(0.0, wait), 4), round(step, 6),
+                      round(m.step_seconds / step, 3) if step > 0 else None, basis, confidence,
+                      **more)

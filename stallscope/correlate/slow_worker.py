@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import signal
+from .causes import make
+from .model import Cause, Evidence, WorkerSpread
 
 NAME = "slow_worker"
 BATCH_LOAD = signal("batch_load_seconds").name
@@ -143,7 +145,7 @@ def replay(loads: list[np.ndarray], compute: np.ndarray, prefetch: int, in_order
     return waits / steps if steps > 0 else 0.0
 
 
-def analyse(trace: Any, steady: np.ndarray) -> dict[str, Any] | None:
+def analyse(trace: Any, steady: np.ndarray) -> WorkerSpread | None:
     """The rank's workers: the slowest, the spread, where the wait went and what
     in_order=False would remove; None without per-worker reports from 2+ workers."""
     loads = per_worker(trace)
@@ -168,51 +170,50 @@ def analyse(trace: Any, steady: np.ndarray) -> dict[str, Any] | None:
     wait_in = replay(pools, compute, prefetch, True)
     wait_out = replay(pools, compute, prefetch, False)
     removes = float(np.clip(1.0 - wait_out / wait_in, 0.0, 1.0)) if wait_in > 0 else 0.0
-    return {"pid": slowest, "workers_seen": len(loads), "num_workers": workers,
-            "load_seconds": round(medians[slowest], 6), "others_load_seconds": round(others, 6),
-            "spread": round(float(spread), 3), "consistent": bool(consistent),
-            "wait_share": round(float(behind.get(slowest, 0.0) / total), 4) if total > 0 else 0.0,
-            "held_share": round(float(held.get(slowest, 0.0) / behind[slowest]), 4)
-            if behind.get(slowest) else 0.0,
-            "replayed_wait_ratio": round(wait_in, 4), "in_order_false_wait_ratio": round(wait_out, 4),
-            "in_order_false_removes": round(removes, 4),
-            # of the wait measured, what in_order=False takes away: the waits behind the
-            # slowest worker, as far as the replay says they go
-            "removes_measured_share": round(float(behind.get(slowest, 0.0) / total) * removes, 4)
-            if total > 0 else 0.0,
-            "workers": {str(p): {"load_seconds": round(medians[p], 6), "batches": len(loads[p]),
-                                 "wait_seconds": round(float(behind.get(p, 0.0)), 3)} for p in sorted(loads)}}
+    wait_share = round(float(behind.get(slowest, 0.0) / total), 4) if total > 0 else 0.0
+    return WorkerSpread(
+        pid=slowest, workers_seen=len(loads), num_workers=workers,
+        load_seconds=round(medians[slowest], 6), others_load_seconds=round(others, 6),
+        spread=round(float(spread), 3), consistent=bool(consistent), wait_share=wait_share,
+        held_share=round(float(held.get(slowest, 0.0) / behind[slowest]), 4)
+        if behind.get(slowest) else 0.0,
+        replayed_wait_ratio=round(wait_in, 4), in_order_false_wait_ratio=round(wait_out, 4),
+        in_order_false_removes=round(removes, 4),
+        # of the wait measured, what in_order=False takes away: the waits behind the
+        # slowest worker, as far as the replay says they go
+        removes_measured_share=round(float(behind.get(slowest, 0.0) / total) * removes, 4)
+        if total > 0 else 0.0,
+        workers={p: (round(medians[p], 6), len(loads[p]), round(float(behind.get(p, 0.0)), 3))
+                 for p in sorted(loads)})
 
 
-def score(trace: Any, steady: np.ndarray) -> dict[str, Any] | None:
-    """{cause, score, summary, evidence, worker} or None when nothing bears on it."""
+def score(trace: Any, steady: np.ndarray) -> Cause | None:
+    """The slow_worker Cause (with the WorkerSpread), or None when nothing bears on it."""
     a = analyse(trace, steady)
     if a is None:
         return None
-    if a["spread"] == float("inf"):
+    if a.spread == float("inf"):
         stands_out = 1.0
     else:
-        stands_out = float(np.clip((a["spread"] - SPREAD_LOW) / (SPREAD_HIGH - SPREAD_LOW), 0.0, 1.0))
-    value = a["wait_share"] * a["in_order_false_removes"] * stands_out * (
-        1.0 if a["consistent"] else CONSISTENCY_MISS)
+        stands_out = float(np.clip((a.spread - SPREAD_LOW) / (SPREAD_HIGH - SPREAD_LOW), 0.0, 1.0))
+    value = a.wait_share * a.in_order_false_removes * stands_out * (
+        1.0 if a.consistent else CONSISTENCY_MISS)
     text = ("Worker %d (of %d seen) takes %.3gs a batch against %.3gs for the others (median, "
             "%.1fx); %.0f%% of the loop's wait was for its batches, and other batches "
             "were ready during %.0f%% of that wait: in-order delivery holds them behind it." % (
-                a["pid"], a["workers_seen"], a["load_seconds"], a["others_load_seconds"], a["spread"],
-                100 * a["wait_share"], 100 * a["held_share"]))
-    if not a["consistent"]:
+                a.pid, a.workers_seen, a.load_seconds, a.others_load_seconds, a.spread,
+                100 * a.wait_share, 100 * a.held_share))
+    if not a.consistent:
         text += (" But its fast batches are as fast as the others': costly batches fell to it, "
                  "not a slow worker.")
-    if a["in_order_false_removes"] > 0:
+    if a.in_order_false_removes > 0:
         text += (" in_order=False would remove ~%.0f%% of the measured wait: %.0f%% of the waits "
                  "for its batches (the DataLoader's queue replayed with each worker's load times: "
                  "%.1f%% -> %.1f%% of the step waiting for a batch)." % (
-                     100 * a["removes_measured_share"], 100 * a["in_order_false_removes"],
-                     100 * a["replayed_wait_ratio"], 100 * a["in_order_false_wait_ratio"]))
-    ev = [{"signal": "worker_batch_load_spread", "scope": "rank", "during_stalls": a["spread"],
-           "outside_stalls": None, "threshold": SPREAD_LOW, "direction": "above",
-           "worker_pid": a["pid"]},
-          {"signal": "slowest_worker_wait_share", "scope": "rank", "during_stalls": a["wait_share"],
-           "outside_stalls": None, "threshold": None, "direction": "above",
-           "explained_wait_share": a["wait_share"]}]
-    return {"cause": NAME, "score": round(float(value), 4), "summary": text, "evidence": ev, "worker": a}
+                     100 * a.removes_measured_share, 100 * a.in_order_false_removes,
+                     100 * a.replayed_wait_ratio, 100 * a.in_order_false_wait_ratio))
+    ev = [Evidence("worker_batch_load_spread", a.spread, SPREAD_LOW, "above", None, "rank",
+                   worker_pid=a.pid),
+          Evidence("slowest_worker_wait_share", a.wait_share, None, "above", None, "rank",
+                   a.wait_share)]
+    return make(NAME, value, text, ev, worker=a)

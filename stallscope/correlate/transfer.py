@@ -20,15 +20,20 @@ as transfer, 0.1 s a batch, against a few ms unthrottled. So the score is discou
 ``cpu_throttle`` score (after the workers' own CPU share contradicted it, or not): there,
 more CPU quota is the fix.
 """
+from __future__ import annotations
+
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE, line_of
+from .causes import make
+from .model import Cause, Evidence
+from .trace import RankTrace
 
 NAME = "transfer_cost"
 SHARE = line_of(NAME, "transfer_wait_ratio")   # most of the wait
 
 
-def split(trace, steady):
+def split(trace: RankTrace, steady: np.ndarray) -> tuple[int, float, float, float, float] | None:
     """(batches, wait, ready wait, transfer, step) in ns over the steady batches whose
     wait was split, or None when there are none."""
     known = steady & (trace.ready >= 0)
@@ -40,8 +45,8 @@ def split(trace, steady):
             float((wait - ready).sum()), float(trace.interval[known].sum()))
 
 
-def score(trace, steady, starved=0.0):
-    """{cause, score, summary, evidence}, or None when the hook did not split the waits
+def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0) -> Cause | None:
+    """The transfer_cost Cause, or None when the hook did not split the waits
     (a single-process loader, another iterable, an older hook). ``starved``: the
     cpu_throttle score, how sure it is that the workers were short of CPU."""
     found = split(trace, steady)
@@ -54,15 +59,11 @@ def score(trace, steady, starved=0.0):
     ratio, ready_ratio = moved / step, ready / step
     per_batch = moved / n / 1e9
     evidence = [
-        {"signal": SHARE.signal, "scope": "rank", "during_stalls": round(share, 4),
-         "outside_stalls": None, "threshold": SHARE.threshold, "direction": "above",
-         "explained_wait_share": round(share, 4), "samples": n, "judged_by": "measured"},
-        {"signal": "transfer_ratio", "scope": "rank", "during_stalls": round(ratio, 6),
-         "outside_stalls": None, "threshold": DATA_WAIT_LINE, "direction": "above"},
-        {"signal": "ready_wait_ratio", "scope": "rank", "during_stalls": round(ready_ratio, 6),
-         "outside_stalls": None, "threshold": DATA_WAIT_LINE, "direction": "above"},
-        {"signal": "transfer_seconds_per_batch", "scope": "rank", "during_stalls": round(per_batch, 6),
-         "outside_stalls": None, "threshold": None, "direction": "above"},
+        Evidence(SHARE.signal, round(share, 4), SHARE.threshold, "above", None, "rank",
+                 round(share, 4), samples=n, judged_by="measured"),
+        Evidence("transfer_ratio", round(ratio, 6), DATA_WAIT_LINE, "above", None, "rank"),
+        Evidence("ready_wait_ratio", round(ready_ratio, 6), DATA_WAIT_LINE, "above", None, "rank"),
+        Evidence("transfer_seconds_per_batch", round(per_batch, 6), None, "above", None, "rank"),
     ]
     text = ("%.0f%% of the data-wait (%.3gs a batch, %.1f%% of the step time) went to getting each "
             "batch from the workers into the loop (receive, unpickle, pin, the loader's "
@@ -78,7 +79,5 @@ def score(trace, steady, starved=0.0):
         value = share * (1.0 - starved)
         text += (" But the workers were short of CPU (cpu_throttle %.2f), and handing a batch's "
                  "tensors over takes their CPU too: part of this waited on them." % starved)
-        evidence.append({"signal": "cpu_throttle_score", "scope": "rank",
-                         "during_stalls": round(starved, 4), "outside_stalls": None,
-                         "threshold": None, "direction": "below"})
-    return {"cause": NAME, "score": round(value, 4), "summary": text, "evidence": evidence}
+        evidence.append(Evidence("cpu_throttle_score", round(starved, 4), None, "below", None, "rank"))
+    return make(NAME, value, text, evidence)

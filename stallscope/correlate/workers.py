@@ -20,11 +20,16 @@ The evidence:
 Whatever the other causes explain is taken off: a throttled or I/O-starved worker is
 slow too, and there the fix is elsewhere.
 """
+from __future__ import annotations
+
 import numpy as np
 
 from ..vocabulary import signal
+from .causes import make
+from .model import Cause, Evidence
+from .period import StallPeriod
 from .queue import replay
-from .trace import WaitIndex
+from .trace import RankTrace, Series, WaitIndex
 
 WORKERS_CPU = signal("workers_cpu_ratio").name
 BATCH_LOAD = signal("batch_load_seconds").name
@@ -37,7 +42,7 @@ REPLAY_MIN = 8                   # load samples below which the queue is judged 
 ROUNDS_PER_SEGMENT = 4           # persistence: segments of ~4 worker rounds, 5..40 of them
 
 
-def _mean(series, span, wait_index=None):
+def _mean(series: Series, span: tuple[int, int], wait_index: WaitIndex | None = None) -> float | None:
     """Time-weighted mean over the span, or wait-weighted ("during stalls") when a
     wait index is given and there was any waiting."""
     s = series.clip(*span)
@@ -52,7 +57,7 @@ def _mean(series, span, wait_index=None):
     return float((s.v * weight).sum() / weight.sum())
 
 
-def persistence(trace, workers=1):
+def persistence(trace: RankTrace, workers: int | None = 1) -> float:
     """Share of the window's segments whose data-wait share is at least half the
     window's: ~1 for a steady shortfall, the episodes' share for intermittent stalls."""
     segments = int(np.clip(trace.n // (ROUNDS_PER_SEGMENT * max(workers or 1, 1)), 5, 40))
@@ -66,7 +71,7 @@ def persistence(trace, workers=1):
     return float(np.mean(ratio >= 0.5 * overall)) if overall > 0 else 0.0
 
 
-def _queued_wait(trace, load, steady, workers):
+def _queued_wait(trace: RankTrace, load: np.ndarray, steady: np.ndarray, workers: int) -> float:
     """Mean wait a batch of the DataLoader's queue replayed with the measured load and
     compute samples (predict.replay): unlike T_l / W - T_c on the means, it counts the
     head-of-line blocking of in-order delivery when load times vary. 0 with too few samples."""
@@ -78,7 +83,7 @@ def _queued_wait(trace, load, steady, workers):
     return share * step
 
 
-def busy_share(trace, wait_index):
+def busy_share(trace: RankTrace, wait_index: WaitIndex) -> tuple[str | None, float | None]:
     """(scope, each worker's CPU share during the stalls) or (None, None)."""
     workers = (trace.loader or {}).get("num_workers")
     scope, busy = trace.signal(WORKERS_CPU, ("rank",))
@@ -89,30 +94,28 @@ def busy_share(trace, wait_index):
     return (scope, mean / workers) if mean is not None else (None, None)  # summed over workers
 
 
-def busy_factor(share):
+def busy_factor(share: float) -> float:
     """0 for workers mostly off the CPU .. 1 for workers busy on it."""
     return float(np.clip((share - BUSY_LOW) / (BUSY_HIGH - BUSY_LOW), 0.0, 1.0))
 
 
-def contradict_cpu_shortage(cause, share):
+def contradict_cpu_shortage(cause: Cause, share: float | None) -> Cause:
     """Workers that ran on their cores during the stalls were not starved of CPU: take
     that share off a cpu_throttle score (the pressure or throttling hit other tasks)."""
-    if share is None or cause["cause"] not in ("cpu_throttle", "cpu_contention"):
+    if share is None or cause.cause not in ("cpu_throttle", "cpu_contention"):
         return cause
     f = float(np.clip((share - FED_LOW) / (FED_HIGH - FED_LOW), 0.0, 1.0))
     if f <= 0:
         return cause
-    out = dict(cause, score=round(cause["score"] * (1.0 - f), 4))
-    out["summary"] = cause["summary"] + (" But the loader workers ran %.0f%% of the time on a "
-                                         "core during the stalls, so they were not starved." % (100 * share))
-    out["evidence"] = list(cause["evidence"]) + [{
-        "signal": "workers_cpu_ratio / num_workers", "during_stalls": round(share, 4),
-        "outside_stalls": None, "threshold": FED_LOW, "direction": "below"}]
-    return out
+    return cause.with_score(cause.score * (1.0 - f), (
+        " But the loader workers ran %.0f%% of the time on a core during the stalls, so they "
+        "were not starved." % (100 * share)),
+        Evidence("workers_cpu_ratio / num_workers", round(share, 4), FED_LOW, "below"))
 
 
-def score(trace, period, others_best=0.0, wait_index=None):
-    """{cause, score, summary, evidence} or None when nothing bears on it."""
+def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
+          wait_index: WaitIndex | None = None) -> Cause | None:
+    """The too_few_workers Cause, or None when nothing bears on it."""
     workers = (trace.loader or {}).get("num_workers")
     span = trace.span()
     if span is None or trace.n < 2:
@@ -123,13 +126,13 @@ def score(trace, period, others_best=0.0, wait_index=None):
     # start (epoch_start's share), not for a loader too slow for the compute
     steady = trace.interval != trace.wait
     mean_wait = float(trace.wait[steady].mean() if steady.any() else trace.wait.mean()) / 1e9
-    evidence, reasons = [], []
+    evidence: list[Evidence] = []
+    reasons: list[str] = []
     base = 0.0
     if workers == 0:
         base = 1.0
         reasons.append("num_workers=0 loads every batch inside the training loop")
-        evidence.append({"signal": "num_workers", "during_stalls": 0, "outside_stalls": None,
-                         "threshold": 1, "direction": "below"})
+        evidence.append(Evidence("num_workers", 0, 1, "below"))
     elif workers:
         scope, load = trace.signal(BATCH_LOAD, ("rank",))
         # one sample per batch a worker produced (stallscope/agent/loader.py): a plain mean
@@ -145,10 +148,8 @@ def score(trace, period, others_best=0.0, wait_index=None):
                                "the queue waits %.3gs a batch: a slow batch holds up those behind it"
                                % (100 * float(np.std(recent.v) / max(t_load, 1e-12)), queued))
             base = min(1.0, predicted / mean_wait) if mean_wait > 0 else 0.0
-            evidence.append({"signal": "batch_load_seconds / num_workers", "scope": scope,
-                             "during_stalls": round(per_batch, 6), "outside_stalls": None,
-                             "threshold": round(compute, 6), "direction": "above",
-                             "explained_wait_share": round(base, 4)})
+            evidence.append(Evidence("batch_load_seconds / num_workers", round(per_batch, 6),
+                                     round(compute, 6), "above", None, scope, round(base, 4)))
             if predicted > 0:
                 reasons.append("each of the %d workers takes %.3gs per batch, one batch every "
                                "%.3gs against %.3gs of compute" % (workers, t_load, per_batch, compute))
@@ -158,36 +159,32 @@ def score(trace, period, others_best=0.0, wait_index=None):
                 reasons.append("the loop stalls every %d batches, once per worker round of %.3gs "
                                "against %.3gs of compute per round" % (
                                    workers, period.period_seconds, workers * compute))
-            evidence.append({"signal": "stall_period_steps", "during_stalls": period.period_steps,
-                             "outside_stalls": None, "threshold": workers, "direction": "equal"})
+            evidence.append(Evidence("stall_period_steps", period.period_steps, workers, "equal"))
     if not evidence:
         return None
-    steady = persistence(trace, workers)
-    evidence.append({"signal": "stall_persistence", "during_stalls": round(steady, 3),
-                     "outside_stalls": None, "threshold": 0.7, "direction": "above"})
-    if steady < 0.7:
+    lasting = persistence(trace, workers)
+    evidence.append(Evidence("stall_persistence", round(lasting, 3), 0.7, "above"))
+    if lasting < 0.7:
         reasons.append("but the stalls come and go (in %.0f%% of the window), so something "
-                       "changed over time" % (100 * steady))
+                       "changed over time" % (100 * lasting))
     scope, busy_mean = busy_share(trace, wi)
     if busy_mean is None:
         factor = OFF_CPU
     else:
         factor = OFF_CPU + (1.0 - OFF_CPU) * busy_factor(busy_mean)
-        evidence.append({"signal": "workers_cpu_ratio / num_workers", "scope": scope,
-                         "during_stalls": round(busy_mean, 4), "outside_stalls": None,
-                         "threshold": BUSY_HIGH, "direction": "above"})
+        evidence.append(Evidence("workers_cpu_ratio / num_workers", round(busy_mean, 4),
+                                 BUSY_HIGH, "above", None, scope))
         if busy_mean >= BUSY_HIGH:
             reasons.append("the workers are busy on the CPU (%.0f%%): slow per-sample work"
                            % (100 * busy_mean))
         elif base:
             reasons.append("the workers are mostly off the CPU (%.0f%%): they wait on "
                            "something no signal shows (a sleep, a network fetch)" % (100 * busy_mean))
-    value = base * factor * min(1.0, steady / 0.7) * (1.0 - 0.5 * others_best)
+    value = base * factor * min(1.0, lasting / 0.7) * (1.0 - 0.5 * others_best)
     if reasons:
         text = "The loader is too slow for the compute: %s." % "; ".join(reasons)
         if value >= 0.5:
             text += " More workers or cheaper per-sample work would close the gap."
     else:
         text = "No sign that the workers are too few: the stall period and load times do not fit."
-    return {"cause": "too_few_workers", "score": round(value, 4), "summary": text,
-            "evidence": evidence}
+    return make("too_few_workers", value, text, evidence)

@@ -18,7 +18,7 @@ except for a computed cause measured by the hook (``transfer_cost``): its signal
 value is its score.
 """
 from .. import vocabulary
-from ..correlate import deaths, rules
+from ..correlate import codec, deaths, rules
 from .cluster import CFG, THRESHOLD
 from .window import human
 
@@ -202,7 +202,8 @@ def causes_without_agent(cluster):
         out.append({"cause": cause, "score": score, "summary": text, "evidence": over})
     # loader workers killed in the window: scored as the agent's correlator scores them
     # (correlate/deaths.py), from the pod's exit counter and the rank's wait
-    out = deaths.merge(out, cluster.get("death_causes") or [])
+    out = [codec.cause(c) for c in deaths.merge([codec.decode_cause(c) for c in out],
+                                                 cluster.get("death_causes") or [])]
     # The remainder, once: the correlator's own (its published unexplained score, from the
     # timelines) where it gave one, else what the candidates here leave.
     if not any(c["cause"] == "unexplained" for c in out):

@@ -10,14 +10,16 @@ the tightest along its ancestors, since a parent's quota throttles its children.
 PyTorch sizes DataLoader workers from CPU affinity, not the CFS quota
 (pytorch/pytorch#46867), so a 4-CPU pod on a 96-core node may run 90 workers:
 ``stallscope_cpu_cfs_quota_oversubscribed`` flags a cgroup holding more rank processes
-(main + workers) than its quota has cores. ``quota_of(rank key)`` gives the loader
-sizing each rank's quota (cores, None without one) and the ranks sharing it.
+(main + workers) than its quota has cores. Each rank's quota (cores, None without one)
+and the ranks sharing it are published on the host as a ``RankQuota`` fact, for the
+loader sizing and the correlator.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from ..host.facts import RankQuota
 from ..host.families import family
 from ..system import cgroups
 from ..system.procfs import read_keyed, read_text
@@ -78,14 +80,6 @@ class CfsExporter(base.Exporter):
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
         self.rates = base.Rates(host)
-        self.quotas: dict[Any, tuple[float | None, int | None]] = {}
-
-    def quota_of(self, key: Any) -> tuple[float | None, int | None]:
-        """(CFS quota in cores, ranks whose main process shares its cgroup) of a rank."""
-        return self.quotas.get(key, (None, None))
-
-    def forget(self, key: Any) -> None:
-        self.quotas.pop(key, None)
 
     def unavailable(self):
         layout = cgroups.Layout(self.host.cgroupfs)
@@ -172,7 +166,6 @@ class CfsExporter(base.Exporter):
                 ratio[key] = dthr / dp if dp else 0.0
                 rate[key] = dsec / dt
         self.rates.prune()
-        quotas = {}
         for rank in ranks:
             mine = [g for g in rank_groups.get(rank.key, ()) if g.counters is not None]
             keys = [(g.version, g.path) for g in mine if (g.version, g.path) in ratio]
@@ -182,5 +175,5 @@ class CfsExporter(base.Exporter):
             found = [g.quota for g in mine if g.quota is not None]
             q = min(found) if found else None
             main = next((g for g in mine if rank in g.ranks), None)
-            quotas[rank.key] = (q, len(main.ranks) if main and q is not None else None)
-        self.quotas = quotas
+            self.host.facts.publish(self.name, rank.key, RankQuota(
+                q, len(main.ranks) if main and q is not None else None))

@@ -5,7 +5,8 @@ API routes, timeline fields and fields of its ranks' entries in ``/api/v1/ranks`
 receives a ``Host`` (rank snapshot and lookup, the ranks' batch timelines, the sample
 store, node identity, root paths) and its own typed options, never the agent; it keeps
 its own state under its own lock. Reads across parts are explicit calls the
-composition root wires (e.g. the loader sizing asks ``cfs.quota_of(key)``).
+composition root wires, or facts one part publishes on the host for the others (facts.py:
+a rank's GPU, its CPU quota).
 
 Threads: ``handle`` runs in the ingest thread for every accepted report, ``tick`` in
 the scheduler's, ``collect`` in a scrape's (or, for exporters, in the exporter's own
@@ -17,6 +18,8 @@ import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, Protocol
+
+from .facts import Facts
 
 RankKey = tuple[str, str, str, int]   # (namespace, pod, job, rank)
 Query = dict[str, list[str]]          # parsed query string
@@ -128,6 +131,7 @@ class Host(Protocol):
     samples: Samples
     stopping: threading.Event
     notes: dict[str, list[str]]       # what note() said, by part
+    facts: Facts                      # what one part learns of a rank for the others (facts.py)
 
     def ranks(self) -> list[Rank]: ...
 

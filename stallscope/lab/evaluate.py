@@ -30,17 +30,17 @@ def diagnose(doc):
 def row(path, doc):
     labels = doc["labels"]
     d = diagnose(doc)
-    top = d["causes"][0] if d["causes"] else None
+    top = d.causes[0] if d.causes else None
     want_cause = labels.get("expected_cause")
-    ok = d["verdict"] == labels["expected_verdict"] and (
-        (top is None and want_cause is None) or (top is not None and top["cause"] == want_cause))
+    ok = d.verdict == labels["expected_verdict"] and (
+        (top is None and want_cause is None) or (top is not None and top.cause == want_cause))
     return {"file": os.path.basename(path), "scenario": labels["scenario"],
             "source": labels.get("source", "?"), "expected_verdict": labels["expected_verdict"],
-            "verdict": d["verdict"], "expected_cause": want_cause,
-            "top_cause": top["cause"] if top else None,
-            "score": top["score"] if top else None,
-            "second": "%s %.2f" % (d["causes"][1]["cause"], d["causes"][1]["score"])
-            if len(d["causes"]) > 1 else "", "ok": ok}
+            "verdict": d.verdict, "expected_cause": want_cause,
+            "top_cause": top.cause if top else None,
+            "score": top.score if top else None,
+            "second": "%s %.2f" % (d.causes[1].cause, d.causes[1].score)
+            if len(d.causes) > 1 else "", "ok": ok}
 
 
 def table(rows):

@@ -167,6 +167,22 @@ CAUSES = (
         "StallscopeDataWaitHigh",
         "Write checkpoints to other storage than the training data, or stagger them across ranks.",
         shared=True),
+    # A standing cause (issue 29/32): the loader runs on another NUMA node than its GPU.
+    # Named when the condition holds and the rank is over the line, scored by how much of
+    # the wait its model explains (correlate/standing_causes.py), not by co-occurrence.
+    Cause("numa_remote", "The loader ran on another NUMA node than its GPU", (
+        Line("numa_remote_cpu_ratio", 0.5, scopes=("rank",)),),
+        (CauseAlert(
+            "StallscopeNumaRemote", "numa_remote_cpu_ratio", ">", 0.5,
+            "A waiting rank's loader runs on another NUMA node than its GPU.",
+            "{{ $value | humanizePercentage }} of the loader CPU time of <where> ran on CPUs "
+            "outside its GPU's NUMA node (threshold <line>): every batch crosses the "
+            "inter-socket link."),),
+        "StallscopeNumaRemote",
+        "Pin the loader to the GPU's local CPUs: the kubelet's topology manager (policy "
+        "single-numa-node or restricted) with cpuManagerPolicy: static and integer CPUs, or "
+        "os.sched_setaffinity(0, local_cpus) in worker_init_fn with the GPU's local_cpulist.",
+        standing=True),
     Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
           "Sample the workers' stacks (--stacks) to see where they spend the time."),
 )

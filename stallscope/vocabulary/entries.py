@@ -44,6 +44,10 @@ class Signal:
     query: str = ""
     query_by: tuple[str, ...] = ()
     cadence: str = "collection"
+    # A condition of the rank's set-up or placement (num_workers, the NUMA node its
+    # loader runs on): it holds while the rank runs, it does not come and go with the
+    # stalls, so only a standing cause may be judged on it (issue 29).
+    condition: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +98,10 @@ class Cause:
     ``computed``: the correlator scores it from
     the hook's own numbers, never by co-occurrence; its lines, if any, are where
     ``stallscope diagnose`` judges it from Prometheus alone, where the signal's value is
-    the score."""
+    the score. ``standing``: a condition of the set-up or placement (its lines are on
+    condition signals) that holds while the rank waits: named when it is present and the
+    rank is over the line, scored by how much of the wait its model explains
+    (correlate/standing_causes.py), never by whether it moves with the stalls."""
     name: str
     what: str
     lines: tuple[Line, ...]
@@ -104,6 +111,18 @@ class Cause:
     shared: bool = False
     computed: bool = False
     symptom_of: tuple[str, ...] = ()
+    standing: bool = False
+
+    @property
+    def kind(self) -> str:
+        """How the correlator judges it: ``co_occurrence`` (its signals move with the
+        stalls), ``computed`` (from the hook's own numbers), ``standing`` (a condition's
+        model) or ``remainder`` (unexplained: what the others leave)."""
+        if self.standing:
+            return "standing"
+        if self.computed:
+            return "computed"
+        return "co_occurrence" if self.lines else "remainder"
 
     @property
     def runbook(self) -> str:

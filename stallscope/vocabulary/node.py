@@ -23,6 +23,8 @@ EXPORTERS = (
              "Node block-device write rate (checkpoint bursts), a correlator sample only."),
     Exporter("sched", "sched:SchedExporter", True,
              "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
+    Exporter("numa", "numa:NumaExporter", True,
+             "NUMA placement: the share of each rank's loader CPU time off its GPU's NUMA node."),
 )
 
 _PSI = tuple(
@@ -88,6 +90,10 @@ METRICS = (
            "GPU_UTIL/100).", GPU + ("field",) + RANK, "gpu"),
     Metric("stallscope_gpu_read_errors_total", "counter", "Failed GPU reads, by source and reason.",
            ("source", "reason"), "gpu"),
+    Metric("stallscope_loader_numa_remote_cpu_ratio", "gauge", "Share of the CPU time of the rank's "
+           "loader (workers and main process) spent on CPUs outside its GPU's NUMA node "
+           "(/proc/<pid>/stat processor, sysfs node cpulists and the GPU's numa_node).", RANK,
+           "numa"),
 )
 
 
@@ -147,6 +153,10 @@ SIGNALS = (
            "Share of each GPU sample period in which a kernel ran (NVML or simulated).",
            "rate(stallscope_gpu_busy_seconds_total{$sel}[$w])",
            ("namespace", "job", "rank", "pod", "node", "gpu", "uuid", "source"), cadence="gpu"),
+    Signal("numa_remote_cpu_ratio", "ratio", ("rank",), "numa",
+           "Share of the rank's loader CPU time on CPUs outside its GPU's NUMA node.",
+           "max by (namespace, pod) (stallscope_loader_numa_remote_cpu_ratio{$sel})",
+           ("namespace", "pod"), condition=True),
     Signal("gpu_sm_active_ratio", "ratio", ("rank", "gpu"), "gpu",
            "SM activity from dcgm-exporter.", "stallscope_gpu_sm_active_ratio{$sel}",
            ("namespace", "job", "rank", "pod", "node", "gpu", "uuid"), cadence="gpu"),

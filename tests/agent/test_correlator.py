@@ -153,7 +153,7 @@ def test_a_rank_over_the_line_only_by_its_first_batch_is_starting_until_a_new_pr
     assert d["verdict"] == "unknown" and "starting" in d["reason"]
     assert d["data_wait_ratio"] >= DATA_WAIT_LINE > d["data_wait_ratio_after_start"]
     a.correlator.refresh()
-    assert [v["verdict"] for _, v in a.correlator.current()] == ["unknown"]
+    assert [v.verdict for _, v in a.correlator.current()] == ["unknown"]
     restarted = dict(report("train", 0, "pod-0", [], workers=4), pid=2000)
     a.apply(restarted)
     assert a.table.ranks[("ns", "pod-0", "train", 0)].first_batch_ns is None
@@ -172,7 +172,7 @@ def test_the_correlator_hurries_for_batches_not_for_a_start_to_be_outweighed(tmp
     a.apply(report("train", 0, "pod-0", events, workers=4))
     c = a.correlator
     c.tick(1000.0)
-    assert c.runs == 1 and [d["verdict"] for _, d in c.results] == ["unknown"]
+    assert c.runs == 1 and [r.diagnosis.verdict for r in c.results.values()] == ["unknown"]
     c.tick(1000.0 + correlator_mod.GATHERING_S)
     assert c.runs == 1  # starting: not re-run before the interval
     a.apply(report("train", 1, "pod-1", events[:5], workers=4))  # too few batches yet

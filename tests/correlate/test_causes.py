@@ -1,10 +1,11 @@
 import numpy as np
 
+from stallscope import vocabulary
 from stallscope.correlate import causes, diagnosis, workers
 from stallscope.correlate.period import stall_period
 from stallscope.correlate.trace import WaitIndex
 from stallscope.lab import synth
-from tests.helpers.correlate import simulated, trace_of
+from tests.helpers.correlate import simulated, trace_of, wire
 
 SEC = synth.SEC
 
@@ -23,7 +24,7 @@ def episodic_run(seed=1, workers=4, base=0.2, factor=6.0, every=30.0, on=10.0, n
 
 
 def scores(tr):
-    found, _ = causes.score_signal_causes(tr, WaitIndex(tr.t_end, tr.wait))
+    found, _ = wire(causes.score_signal_causes(tr, WaitIndex(tr.t_end, tr.wait)))
     return {c["cause"]: c for c in found}
 
 
@@ -41,7 +42,7 @@ def test_signal_aligned_with_stalls_beats_a_high_but_flat_one():
     assert ev_thr["during_stalls"] > 0.3 > ev_thr["outside_stalls"]
     decoy = got["shm_exhaustion"]["evidence"][0]
     assert decoy["explained_wait_share"] > 0.9 and decoy["quiet_time_active_share"] > 0.9
-    d = diagnosis.analyse(tr)
+    d = wire(diagnosis.analyse(tr))
     assert [c["cause"] for c in d["causes"]][0] == "cpu_throttle"
     assert "cfs_throttled_ratio" in d["causes"][0]["summary"]
 
@@ -50,7 +51,7 @@ def test_same_signal_flat_high_is_not_blamed():
     ev, _ = episodic_run(seed=2)
     s, e = synth.span_of(ev)
     tr = trace_of(ev, signals={"cfs_throttled_ratio": synth.sampled(lambda t: 0.6, s, e)})
-    d = diagnosis.analyse(tr)
+    d = wire(diagnosis.analyse(tr))
     assert d["verdict"] == "input_bound"
     assert d["causes"][0]["cause"] == "unexplained"
     assert "closest is" in d["causes"][0]["summary"]
@@ -66,7 +67,7 @@ def test_continuous_stalls_rest_on_the_level_and_say_so():
     assert got["cpu_throttle"]["score"] == causes.LEVEL_ONLY_RANK
     assert got["io_pressure"]["score"] == causes.LEVEL_ONLY_NODE  # node-wide: weaker
     assert "level alone" in got["cpu_throttle"]["summary"]
-    d = diagnosis.analyse(tr)
+    d = wire(diagnosis.analyse(tr))
     assert d["causes"][0]["cause"] == "cpu_throttle"
     tfw = next(c for c in d["causes"] if c["cause"] == "too_few_workers")
     assert tfw["score"] < d["causes"][0]["score"]  # throttled workers: not their number
@@ -88,7 +89,7 @@ def test_below_threshold_direction_and_rank_scope_first():
 
 def test_unexplained_when_nothing_has_a_signal():
     ev, _ = episodic_run(seed=4)
-    d = diagnosis.analyse(trace_of(ev, workers=None))
+    d = wire(diagnosis.analyse(trace_of(ev, workers=None)))
     # only the run's first batch started an iterator: epoch_start is evaluated, and small
     first = [c for c in d["causes"] if c["cause"] == "epoch_start"][0]
     assert first["score"] < 0.05 and first["evidence"][0]["starts"] == 1
@@ -102,13 +103,14 @@ def test_ranking_vocabulary_and_scores_are_bounded():
     s, e = synth.span_of(ev)
     sig = {name: synth.sampled(lambda t: 0.95 if ep(t) else 0.0, s, e) for name in (
         "cfs_throttled_ratio", "shm_used_ratio", "cache_miss_ratio", "psi_memory_some_ratio")}
-    d = diagnosis.analyse(trace_of(ev, signals=sig))
+    d = wire(diagnosis.analyse(trace_of(ev, signals=sig)))
     names = [c["cause"] for c in d["causes"]]
     assert set(names) <= set(causes.VOCABULARY) and names[-1] != names[0]
     assert all(0.0 <= c["score"] <= 1.0 for c in d["causes"])
     assert [c["score"] for c in d["causes"]] == sorted((c["score"] for c in d["causes"]), reverse=True)
     for c in d["causes"]:
-        assert set(c) - {"prediction"} == {"cause", "score", "summary", "evidence"}
+        assert set(c) - {"prediction"} == {"cause", "score", "summary", "evidence", "kind"}
+        assert c["kind"] == vocabulary.CAUSE[c["cause"]].kind
         for ev_ in c["evidence"]:
             assert {"signal", "during_stalls", "outside_stalls", "threshold"} <= set(ev_)
 
@@ -119,7 +121,7 @@ def test_too_few_workers_from_load_time_and_busy_workers():
     tr = trace_of(ev, workers=3, signals={
         "batch_load_seconds": synth.sampled(lambda t: 0.45, s, e),
         "workers_cpu_ratio": synth.sampled(lambda t: 2.85, s, e)})  # summed over 3 workers
-    got = workers.score(tr, stall_period(tr))
+    got = wire(workers.score(tr, stall_period(tr)))
     assert got["score"] > 0.9
     assert "each of the 3 workers takes 0.45s" in got["summary"]
     load = got["evidence"][0]
@@ -129,7 +131,7 @@ def test_too_few_workers_from_load_time_and_busy_workers():
 def test_too_few_workers_is_not_claimed_for_episodic_stalls():
     ev, _ = episodic_run(seed=7)
     tr = trace_of(ev, workers=4)
-    got = workers.score(tr, stall_period(tr))
+    got = wire(workers.score(tr, stall_period(tr)))
     assert got["score"] < 0.4
     assert "come and go" in got["summary"]
 
@@ -137,7 +139,7 @@ def test_too_few_workers_is_not_claimed_for_episodic_stalls():
 def test_num_workers_zero_loads_in_the_loop():
     ev, _ = simulated(8, 0, load=0.2, compute=0.1)
     tr = trace_of(ev, workers=0)
-    d = diagnosis.analyse(tr)
+    d = wire(diagnosis.analyse(tr))
     assert d["verdict"] == "input_bound"
     assert d["causes"][0]["cause"] == "too_few_workers"
     assert "num_workers=0" in d["causes"][0]["summary"]
@@ -177,10 +179,10 @@ def test_workers_on_their_cores_contradict_a_cpu_shortage():
     ev, _ = simulated(12, 4, load=1.0, compute=0.1)
     s, e = synth.span_of(ev)
     sig = {"cfs_throttled_ratio": synth.sampled(lambda t: 0.5, s, e)}
-    starved = diagnosis.analyse(trace_of(ev, signals=dict(
-        sig, workers_cpu_ratio=synth.sampled(lambda t: 0.4, s, e))))  # 10% of a core each
-    fed = diagnosis.analyse(trace_of(ev, signals=dict(
-        sig, workers_cpu_ratio=synth.sampled(lambda t: 3.8, s, e))))  # 95% each
+    starved = wire(diagnosis.analyse(trace_of(ev, signals=dict(
+        sig, workers_cpu_ratio=synth.sampled(lambda t: 0.4, s, e)))))  # 10% of a core each
+    fed = wire(diagnosis.analyse(trace_of(ev, signals=dict(
+        sig, workers_cpu_ratio=synth.sampled(lambda t: 3.8, s, e)))))  # 95% each
     score = {d["causes"][0]["cause"]: d["causes"][0]["score"] for d in (starved,)}
     assert score == {"cpu_throttle": causes.LEVEL_ONLY_RANK}
     throttle = next(c for c in fed["causes"] if c["cause"] == "cpu_throttle")

@@ -6,6 +6,7 @@ import numpy as np
 from stallscope.correlate import deaths, diagnosis, epochs
 from stallscope.correlate.overlap import input_bound
 from stallscope.correlate.trace import RankTrace, Series
+from tests.helpers.correlate import cause, wire
 
 S = 10**9
 OOM, SHM = deaths.SIGNALS["memory_limit"], deaths.SIGNALS["shm_exhaustion"]
@@ -29,23 +30,24 @@ def trace(kill_at_s=None, signal=OOM, restart_at_s=()):
 
 
 def test_the_wait_from_the_kill_on_is_the_kills():
-    [r] = deaths.score(trace(kill_at_s=12))
+    [r] = wire(deaths.score(trace(kill_at_s=12)))
     after = trace().wait[trace().t_end > 11 * S].sum() / trace().wait.sum()
     assert r["cause"] == "memory_limit" and r["score"] == round(after, 4) and r["score"] > 0.9
     assert r["evidence"][0]["during_stalls"] == 1
 
 
 def test_a_sigbus_on_a_full_dev_shm_scores_shm_exhaustion_the_same_way():
-    [r] = deaths.score(trace(kill_at_s=12, signal=SHM))
-    assert r["cause"] == "shm_exhaustion" and r["score"] == deaths.score(trace(kill_at_s=12))[0]["score"]
+    [r] = wire(deaths.score(trace(kill_at_s=12, signal=SHM)))
+    oom = wire(deaths.score(trace(kill_at_s=12)))[0]
+    assert r["cause"] == "shm_exhaustion" and r["score"] == oom["score"]
     assert r["evidence"][0]["signal"] == SHM
 
 
 def test_no_kill_scores_nothing_and_no_signal_is_not_evaluated():
-    assert deaths.score(trace())[0]["score"] == 0.0
+    assert wire(deaths.score(trace()))[0]["score"] == 0.0
     t = trace()
     t.signals = {}
-    assert deaths.score(t) == []
+    assert wire(deaths.score(t)) == []
 
 
 def test_the_restart_after_a_death_is_not_an_epoch_start():
@@ -54,22 +56,22 @@ def test_the_restart_after_a_death_is_not_an_epoch_start():
     t = trace(kill_at_s=12, restart_at_s=(5, 12.4))
     mask = deaths.restarts(t)
     assert mask.sum() == 1 and t.t_end[mask][0] >= 12.4 * S
-    started = epochs.score(input_bound(t), mask, t)
+    started = wire(epochs.score(input_bound(t), mask, t))
     assert started["evidence"][0]["starts"] == 1  # the one at 5 s
     assert abs(started["evidence"][0]["value"] - 1.0) < 1e-6
 
 
 def test_the_rank_whose_workers_were_killed_is_named_for_it_not_for_its_restarts():
     t = trace(kill_at_s=12, restart_at_s=(12.4,))
-    d = diagnosis.analyse(t)
+    d = wire(diagnosis.analyse(t))
     assert d["verdict"] == "input_bound"
     assert d["causes"][0]["cause"] == "memory_limit", d["causes"]
     assert "memory_limit" not in d["not_evaluated"] and "shm_exhaustion" in d["not_evaluated"]
 
 
 def test_merge_keeps_the_higher_score_with_both_evidences():
-    line = {"cause": "shm_exhaustion", "score": 0.3, "summary": "line",
-            "evidence": [{"signal": "shm_used_ratio"}]}
+    line = cause("shm_exhaustion", 0.3, "line", signal="shm_used_ratio")
     [d] = deaths.score(trace(kill_at_s=12, signal=SHM))
-    [m] = deaths.merge([line], [d])
+    [m] = wire(deaths.merge([line], [d]))
+    d = wire(d)
     assert m["score"] == d["score"] and [e["signal"] for e in m["evidence"]] == [SHM, "shm_used_ratio"]

@@ -5,7 +5,7 @@ from stallscope.correlate import diagnosis
 from stallscope.correlate.overlap import input_bound
 from stallscope.correlate.trace import RankTrace, WaitIndex
 from stallscope.lab import synth
-from tests.helpers.correlate import events_from_waits, simulated, trace_of
+from tests.helpers.correlate import events_from_waits, simulated, trace_of, wire
 
 
 def test_wait_index_matches_brute_force():
@@ -30,7 +30,7 @@ def test_input_bound_rank_gpu_idle_overlaps_the_waits():
     assert ib.data_wait_ratio > 0.4
     assert ib.gpu_idle_overlap_ratio > 0.95
     assert ib.gpu_idle_ratio == pytest.approx(ib.data_wait_ratio, abs=0.03)
-    d = diagnosis.analyse(tr)
+    d = wire(diagnosis.analyse(tr))
     assert d["verdict"] == "input_bound"
     assert d["gpu"]["source"] == "simulated"
 
@@ -47,7 +47,7 @@ def test_collective_wait_on_a_non_straggler_is_not_input_bound():
     ib = input_bound(r1)
     assert ib.data_wait_ratio < 0.02
     assert ib.gpu_idle_without_wait_ratio > 0.4
-    d = diagnosis.analyse(r1, [r0, r1], node="node-a")
+    d = wire(diagnosis.analyse(r1, [r0, r1], node="node-a"))
     assert d["verdict"] == "not_input_bound"
     assert "collective" in d["reason"]
     assert d["causes"] == []
@@ -59,13 +59,13 @@ def test_without_gpu_the_peer_straggler_still_explains_the_waiting_rank():
     ev0, _ = simulated(2, 2, load=0.5, compute=0.1)
     ev1, _ = simulated(3, 4, load=0.1, compute=0.1, collective=lambda k, t: 0.15)
     r0, r1 = trace_of(ev0, workers=2, rank=0), trace_of(ev1, workers=4, rank=1)
-    d = diagnosis.analyse(r1, [r0, r1])
+    d = wire(diagnosis.analyse(r1, [r0, r1]))
     assert d["verdict"] == "not_input_bound" and "victim" in d["reason"]
     assert d["straggler"]["rank"] == 0
     assert d["gpu_idle_overlap_ratio"] is None
     # another job's slow rank is nobody's straggler here
     other = trace_of(ev0, workers=2, rank=0, job="other")
-    assert diagnosis.analyse(r1, [other, r1])["verdict"] == "healthy"
+    assert wire(diagnosis.analyse(r1, [other, r1]))["verdict"] == "healthy"
 
 
 def test_gpu_busy_through_the_waits_is_input_bound_as_the_alert_says():
@@ -74,7 +74,7 @@ def test_gpu_busy_through_the_waits_is_input_bound_as_the_alert_says():
     ev, _ = simulated(4, 2, load=0.24, compute=0.1)
     s, e = synth.span_of(ev)
     busy = synth.sampled(lambda t: 0.99, s, e, every=0.1)
-    d = diagnosis.analyse(trace_of(ev, workers=2, gpu=busy))
+    d = wire(diagnosis.analyse(trace_of(ev, workers=2, gpu=busy)))
     assert d["data_wait_ratio"] > 0.02
     assert d["verdict"] == "input_bound" and "stayed busy" in d["reason"]
 
@@ -83,14 +83,14 @@ def test_healthy_and_compute_bound_runs_are_healthy():
     for load, compute in ((0.2, 0.1), (0.05, 0.4)):
         ev, ph = simulated(5, 4, load=load, compute=compute)
         s, e = synth.span_of(ev)
-        d = diagnosis.analyse(trace_of(ev, gpu=synth.gpu_samples(ph, s, e)))
+        d = wire(diagnosis.analyse(trace_of(ev, gpu=synth.gpu_samples(ph, s, e))))
         assert d["verdict"] == "healthy", d["reason"]
         assert d["causes"] == [] and d["stall_period_steps"] == 0
 
 
 def test_too_little_data_is_unknown():
     ev = events_from_waits([0.5] * 10)
-    d = diagnosis.analyse(trace_of(ev))
+    d = wire(diagnosis.analyse(trace_of(ev)))
     assert d["verdict"] == "unknown" and "10 batches" in d["reason"]
     empty = RankTrace.from_timeline({"rank": {"job": "j", "rank": 0}, "batches": []})
-    assert diagnosis.analyse(empty)["verdict"] == "unknown"
+    assert wire(diagnosis.analyse(empty))["verdict"] == "unknown"

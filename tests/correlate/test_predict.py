@@ -5,6 +5,7 @@ import pytest
 
 from stallscope.correlate import cpulimit, predict
 from stallscope.correlate.predict import Measured, replay
+from tests.helpers.correlate import wire
 
 
 def _m(load, compute, workers=2, **kw):
@@ -32,14 +33,14 @@ def test_means_say_four_workers_spread_needs_more():
     load = 0.48 * (heavy * 8 + (1 - heavy)) / (0.125 * 8 + 0.875)
     wait4, _ = replay(load, np.full(400, 0.15), 4)
     assert wait4 > predict.TARGET  # the means' answer leaves a stall
-    p = predict.workers(_m(load, np.full(400, 0.15)))
+    p = wire(predict.workers(_m(load, np.full(400, 0.15))))
     assert p["settings"]["num_workers"] > 4
     assert p["predicted_data_wait_ratio"] <= predict.TARGET
     assert "the means alone say 4" in p["basis"]
 
 
 def test_too_few_workers_names_the_count_and_step():
-    p = predict.for_cause("too_few_workers", _m(np.full(100, 0.48), np.full(100, 0.15)))
+    p = wire(predict.for_cause("too_few_workers", _m(np.full(100, 0.48), np.full(100, 0.15))))
     assert p["settings"] == {"num_workers": 4}
     assert p["predicted_step_seconds"] == pytest.approx(0.15, rel=0.01)
     assert p["speedup"] == pytest.approx(0.24 / 0.15, rel=0.01)
@@ -54,7 +55,7 @@ def test_quota_cap_names_the_cpu_limit_not_workers():
     # smallest limit over the demand 0.08 / 0.15 = 0.533 cores, 0.55, keeps up
     m = _m(np.full(100, 0.4), np.full(100, 0.15), quota_cores=0.4, workers_cpu_cores=0.4)
     assert m.cpu_per_batch == pytest.approx(0.08)
-    p = predict.for_cause("too_few_workers", m)
+    p = wire(predict.for_cause("too_few_workers", m))
     assert p["settings"] == {"cpu_limit_cores": pytest.approx(0.55)}
     assert p["workers_alone_useless"] is True
     # under the new limit the floor is 0.08 / 0.55 = 0.145 s < compute: the step is the compute
@@ -87,7 +88,7 @@ def test_cpu_limit_margin_is_what_the_measured_spread_needs():
     rng = np.random.default_rng(3)
     flat = _throttled(np.full(300, 0.4), np.full(300, 0.15), held_back=0.6)
     wide = _throttled(np.full(300, 0.4), 0.15 * rng.choice([0.5, 1.5], 300), held_back=0.6)
-    a, b = cpulimit.cpu_limit(flat), cpulimit.cpu_limit(wide)
+    a, b = wire(cpulimit.cpu_limit(flat)), wire(cpulimit.cpu_limit(wide))
     assert a["settings"]["cpu_limit_cores"] == pytest.approx(0.55)
     assert b["settings"]["cpu_limit_cores"] > a["settings"]["cpu_limit_cores"]
     for m, p in ((flat, a), (wide, b)):
@@ -104,7 +105,7 @@ def test_workers_too_slow_even_unthrottled_are_raised_with_the_limit():
     # 0.7 x 0.6 s = 0.42 s, so 2 workers deliver one per 0.21 s > 0.15 s of compute whatever
     # the limit: the change raises the workers too (3: one per 0.14 s)
     m = _throttled(np.full(300, 0.6), np.full(300, 0.15), held_back=0.3, crowded=0.05)
-    p = cpulimit.cpu_limit(m)
+    p = wire(cpulimit.cpu_limit(m))
     assert p["settings"]["num_workers"] == 3
     assert p["predicted_data_wait_ratio"] <= predict.TARGET
 
@@ -120,7 +121,7 @@ def test_a_crowded_node_caps_the_loader_at_the_share_it_gave():
     m = _throttled(np.full(300, 0.6), np.full(300, 0.15), held_back=0.3, crowded=0.4)
     assert m.crowded == pytest.approx(0.4)
     assert m.node_cores == pytest.approx(2 * (0.08 / 0.3 / 2 + 0.3 * 0.25), rel=1e-3)
-    p = cpulimit.cpu_limit(m)
+    p = wire(cpulimit.cpu_limit(m))
     assert "num_workers" not in p["settings"]
     assert p["crowded_ratio"] == pytest.approx(0.4)
     assert 0.08 / m.node_cores < 0.21
@@ -136,28 +137,28 @@ def test_persistent_workers_removes_the_first_batch_cost():
     m = Measured(step_seconds=0.1, compute=np.full(98, 0.1), data_wait_ratio=2.0 / total,
                  workers=2, persistent=False, iterator_starts=2, iterator_start_wait_seconds=2.0,
                  steady_wait_seconds=0.0, batches=100)
-    p = predict.for_cause("epoch_start", m)
+    p = wire(predict.for_cause("epoch_start", m))
     assert p["settings"] == {"persistent_workers": True}
     assert p["predicted_data_wait_ratio"] == pytest.approx(0.0, abs=1e-6)
     assert p["predicted_step_seconds"] == pytest.approx(0.1, rel=1e-6)
     assert p["first_batch_seconds"] == pytest.approx(1.0)
-    assert predict.for_cause("epoch_start", Measured(**{**m.__dict__, "persistent": True}))[
+    assert wire(predict.for_cause("epoch_start", Measured(**{**m.__dict__, "persistent": True})))[
         "confidence"] == "upper bound"
 
 
 def test_no_configuration_fix_gives_the_headroom():
     m = _m(np.full(50, 0.3), np.full(50, 0.1))
-    p = predict.for_cause("fuse_unhealthy", m)
+    p = wire(predict.for_cause("fuse_unhealthy", m))
     assert p["settings"] == {} and p["confidence"] == "upper bound"
     assert p["predicted_step_seconds"] == pytest.approx(0.1)
     assert p["speedup"] == pytest.approx(1.5)
-    h = predict.headroom(m)
+    h = wire(predict.headroom(m))
     assert h["step_seconds_without_wait"] == pytest.approx(0.1)
 
 
 def test_shm_size_from_the_measured_use():
     m = _m(np.full(50, 0.3), np.full(50, 0.1), shm_size_bytes=16 * 2**20, shm_used_bytes=15 * 2**20)
-    p = predict.for_cause("shm_exhaustion", m)
+    p = wire(predict.for_cause("shm_exhaustion", m))
     assert p["settings"]["shm_mib"] >= 32
 
 
@@ -165,8 +166,8 @@ def test_no_limit_is_named_when_the_quota_does_not_hold_the_workers_back():
     # the quota-capped run at load 51: the workers waited 90 % for a core and the quota held
     # them back 0 %: they did not even use it up, so a larger one buys nothing
     m = _throttled(np.full(100, 1.0), np.full(100, 0.165), held_back=0.0, crowded=0.9)
-    assert cpulimit.cpu_limit(m) is None
-    assert predict.for_cause("cpu_throttle", m)["confidence"] == "upper bound"
+    assert wire(cpulimit.cpu_limit(m)) is None
+    assert wire(predict.for_cause("cpu_throttle", m))["confidence"] == "upper bound"
 
 
 def _brownouts(seconds=36.0, period=12.0, slow_for=5.0, slow=0.8, fast=0.04, workers=2):
@@ -189,8 +190,8 @@ def test_brownouts_replayed_in_time_need_more_workers_than_drawn_apart():
     # through the replay, and the mean (0.36 s) asks for fewer.
     load, times = _brownouts()
     compute = np.full(200, 0.15)
-    apart = predict.workers(_m(load, compute))
-    timed = predict.workers(_m(load, compute, load_times=times))
+    apart = wire(predict.workers(_m(load, compute)))
+    timed = wire(predict.workers(_m(load, compute, load_times=times)))
     w_apart, w_timed = apart["settings"]["num_workers"], timed["settings"]["num_workers"]
     assert w_timed > w_apart
     assert w_timed >= 5
@@ -200,7 +201,7 @@ def test_brownouts_replayed_in_time_need_more_workers_than_drawn_apart():
     # the same samples with no time structure (shuffled along the window): about the same
     # answer as drawn apart
     shuffled = np.random.default_rng(3).permutation(load)
-    flat = predict.workers(_m(shuffled, compute, load_times=times))
+    flat = wire(predict.workers(_m(shuffled, compute, load_times=times)))
     assert abs(flat["settings"]["num_workers"] - w_apart) <= 1
 
 

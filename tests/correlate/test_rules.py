@@ -9,7 +9,8 @@ import pytest
 from stallscope.correlate import diagnosis, rules
 from stallscope.lab import synth
 from stallscope.vocabulary import DATA_WAIT_LINE, STRAGGLER_FACTOR
-from tests.helpers.correlate import simulated, trace_of
+from tests.helpers.correlate import cause as typed_cause
+from tests.helpers.correlate import simulated, trace_of, wire
 
 
 def job_of(ratios):
@@ -73,7 +74,7 @@ def test_the_agent_counts_the_first_batches_as_the_alert_does():
     ev, _ = simulated(4, 2, load=0.15, compute=0.1, n=300)
     t = trace_of(ev, workers=2)
     t.wait[0] = t.interval[0] = int(0.03 * t.interval.sum())  # a slow first batch
-    d = diagnosis.analyse(t)
+    d = wire(diagnosis.analyse(t))
     whole = float(t.wait.sum()) / float(t.interval.sum())
     assert d["steady_data_wait_ratio"] < DATA_WAIT_LINE <= whole
     assert d["data_wait_ratio"] == pytest.approx(whole, abs=1e-6)  # rounded to 6 places
@@ -88,7 +89,7 @@ def test_a_loader_restarting_every_epoch_is_named_epoch_start():
     t = trace_of(ev, workers=2)
     starts = np.arange(0, t.n, 50)
     t.wait[starts] = t.interval[starts] = int(0.6e9)
-    d = diagnosis.analyse(t)
+    d = wire(diagnosis.analyse(t))
     assert d["verdict"] == "input_bound" and d["steady_data_wait_ratio"] < DATA_WAIT_LINE
     top = d["causes"][0]
     assert top["cause"] == "epoch_start" and top["score"] > 0.8
@@ -101,21 +102,20 @@ def test_the_gpu_measured_collective_wait_is_said_for_a_victim():
     ev1, ph1 = simulated(3, 4, load=0.1, compute=0.1, collective=lambda k, t: 0.15)
     s, e = synth.span_of(ev1)
     r1 = trace_of(ev1, workers=4, gpu=synth.gpu_samples(ph1, s, e), rank=1)
-    d = diagnosis.analyse(r1, [trace_of(ev0, workers=2, rank=0), r1], node="node-a")
+    d = wire(diagnosis.analyse(r1, [trace_of(ev0, workers=2, rank=0), r1], node="node-a"))
     assert d["verdict"] == "not_input_bound" and "collective" in d["reason"]
 
 
 def cause(name, score, scope="rank"):
-    return {"cause": name, "score": score, "summary": name + ".",
-            "evidence": [{"signal": "s", "scope": scope}]}
+    return typed_cause(name, score, scope=scope)
 
 
 def test_the_ranks_own_cause_leads_a_node_wide_symptom_when_both_explain():
     from stallscope.correlate import causes
-    ranked = causes.rank_causes([cause("io_pressure", 0.9), cause("storage_latency", 0.6)])
+    ranked = wire(causes.rank_causes([cause("io_pressure", 0.9), cause("storage_latency", 0.6)]))
     assert [c["cause"] for c in ranked][:2] == ["storage_latency", "io_pressure"]
     # a rank cause that does not explain the wait does not jump the queue
-    ranked = causes.rank_causes([cause("io_pressure", 0.9), cause("storage_latency", 0.3)])
+    ranked = wire(causes.rank_causes([cause("io_pressure", 0.9), cause("storage_latency", 0.3)]))
     assert ranked[0]["cause"] == "io_pressure"
 
 
@@ -123,23 +123,23 @@ def test_a_stuck_fuse_mount_leads_the_slow_reads_it_causes_when_both_explain():
     # the lab's hang run in CI: D-state readers (storage_latency 1.00) before the mount's
     # probe timed out (fuse_unhealthy 0.91); the mount is what to fix
     from stallscope.correlate import causes
-    ranked = causes.rank_causes([cause("storage_latency", 1.0), cause("fuse_unhealthy", 0.91),
-                                 cause("io_pressure", 1.0)])
+    ranked = wire(causes.rank_causes([cause("storage_latency", 1.0), cause("fuse_unhealthy", 0.91),
+                                 cause("io_pressure", 1.0)]))
     assert [c["cause"] for c in ranked][:3] == ["fuse_unhealthy", "storage_latency", "io_pressure"]
     # a mount that does not explain the wait leaves slow reads in the lead
-    ranked = causes.rank_causes([cause("storage_latency", 0.9), cause("fuse_unhealthy", 0.4)])
+    ranked = wire(causes.rank_causes([cause("storage_latency", 0.9), cause("fuse_unhealthy", 0.4)]))
     assert ranked[0]["cause"] == "storage_latency"
 
 
 def test_cpu_contention_is_told_from_throttling_by_the_measured_quota():
     from stallscope.correlate import causes
     # no quota on the rank's cgroups (measured): contention stands, and says so
-    out = causes.separate_cpu([cause("cpu_contention", 0.8)], {"measured": True, "cores": None})
+    out = wire(causes.separate_cpu([cause("cpu_contention", 0.8)], {"measured": True, "cores": None}))
     assert out[0]["score"] == 0.8 and "no CFS quota" in out[0]["summary"]
     assert {"signal": "cfs_quota_cores", "value": None}.items() <= out[0]["evidence"][-1].items()
     # a quota that throttles explains the run-queue wait: throttling leads
     out = causes.separate_cpu([cause("cpu_contention", 0.8), cause("cpu_throttle", 0.75)],
                               {"measured": True, "cores": 2.0})
-    ranked = causes.rank_causes(out)
+    ranked = wire(causes.rank_causes(out))
     assert ranked[0]["cause"] == "cpu_throttle"
     assert {c["cause"]: c["score"] for c in ranked}["cpu_contention"] == pytest.approx(0.2)

@@ -9,7 +9,7 @@ from stallscope.correlate import diagnosis, rules
 from stallscope.correlate.trace import RankTrace
 from stallscope.lab import synth
 from stallscope.vocabulary import DATA_WAIT_LINE
-from tests.helpers.correlate import simulated, trace_of
+from tests.helpers.correlate import simulated, trace_of, wire
 
 FLOOR_S = 0.001   # each batch's transfer: a 1 % floor at 0.1 s steps, as on the lab's node
 
@@ -37,7 +37,7 @@ def verdicts_as_the_job_grows(started):
     for m in range(20, 801, 20):
         traces = {r: grown(ev, m, r, started) for r, ev in ranks.items()}
         for r, t in traces.items():
-            out[r].append(diagnosis.analyse(t, list(traces.values()))["verdict"])
+            out[r].append(wire(diagnosis.analyse(t, list(traces.values())))["verdict"])
     return out
 
 
@@ -64,7 +64,7 @@ def test_the_same_start_without_the_first_batch_known_flips_the_verdicts():
 def test_a_starting_rank_reports_its_share_after_the_start_and_names_no_cause():
     ev = healthy_start(3, 0.6)
     t = grown(ev, 150, 0, True)
-    d = diagnosis.analyse(t)
+    d = wire(diagnosis.analyse(t))
     after = float(t.wait[1:].sum()) / float(t.interval[1:].sum())
     assert d["verdict"] == "unknown" and "starting" in d["reason"] and "first batch" in d["reason"]
     assert d["data_wait_ratio"] >= DATA_WAIT_LINE > after
@@ -76,7 +76,7 @@ def test_a_starting_rank_reports_its_share_after_the_start_and_names_no_cause():
 
 def test_a_detected_stall_is_judged_on_its_segment_whatever_start_it_holds():
     t = grown(healthy_start(3, 0.6), 150, 0, True)
-    d = diagnosis.analyse(t, since_ns=int(t.t_end[0]) - 1)
+    d = wire(diagnosis.analyse(t, since_ns=int(t.t_end[0]) - 1))
     assert d["verdict"] == "input_bound" and "data_wait_ratio_after_start" not in d
 
 
@@ -84,7 +84,7 @@ def test_a_stall_from_the_start_is_input_bound_however_slow_its_start():
     # steady waits over the line on their own: the start does not hold the verdict back
     events, _ = simulated(4, 2, load=0.3, compute=0.1, n=150, extra=lambda k, t: 1.0 if k == 0 else 0.0)
     t = grown(events, 150, 0, True)
-    d = diagnosis.analyse(t)
+    d = wire(diagnosis.analyse(t))
     assert d["verdict"] == "input_bound"
     assert d["data_wait_ratio_after_start"] >= DATA_WAIT_LINE
 
@@ -96,7 +96,7 @@ def test_an_epoch_start_is_no_run_start():
     t = grown(ev, 150, 0, False)
     t.first_batch_ns = int(ev[0][0]) - 60 * synth.SEC
     assert t.run_start() is None
-    assert diagnosis.analyse(t)["verdict"] == "input_bound"
+    assert wire(diagnosis.analyse(t))["verdict"] == "input_bound"
 
 
 def test_run_start_finds_the_first_batch_inside_the_trace_and_only_an_iterator_start():
@@ -147,7 +147,7 @@ def test_the_rules_never_judge_a_rank_by_its_start():
 def test_the_agent_and_diagnose_agree_on_a_starting_rank():
     from stallscope.diagnose import verdict as cli_verdict
     t = grown(healthy_start(3, 0.6), 150, 0, True)
-    d = diagnosis.analyse(t)
+    d = wire(diagnosis.analyse(t))
     me = {"rank": 0, "pod": d["pod"], "node": d["node"], "data_wait_ratio": d["data_wait_ratio"],
           "data_wait_ratio_after_start": d["data_wait_ratio_after_start"], "job_scope": "node",
           "progress": {"batches": 150, "median_interval_seconds": 0.1, "last_batch_age_seconds": 0.1},

@@ -6,7 +6,7 @@ import pytest
 from stallscope.correlate import diagnosis
 from stallscope.correlate.trace import RankTrace, Series
 from stallscope.lab import synth
-from tests.helpers.correlate import trace_of
+from tests.helpers.correlate import trace_of, wire
 
 
 def run(workers, load, compute, transfer, n=400, seed=0, load_signal=False):
@@ -28,7 +28,7 @@ def test_a_wait_that_is_mostly_transfer_is_named_transfer_cost():
     # Workers keep far ahead (20 ms a batch for 2 of them against 150 ms of compute), but
     # getting each batch into the loop takes 20 ms: ~12 % of each step waits, all of it
     # transfer.
-    d = diagnosis.analyse(run(workers=2, load=0.02, compute=0.15, transfer=0.02))
+    d = wire(diagnosis.analyse(run(workers=2, load=0.02, compute=0.15, transfer=0.02)))
     assert d["verdict"] == "input_bound"
     assert d["causes"][0]["cause"] == "transfer_cost", d["causes"]
     top = d["causes"][0]
@@ -45,7 +45,7 @@ def test_a_wait_that_is_mostly_transfer_is_named_transfer_cost():
 def test_slow_workers_stay_too_few_workers_with_a_small_transfer():
     # 2 workers at 480 ms a batch against 150 ms of compute: ~90 ms of ready wait a batch,
     # 2 ms of transfer.
-    d = diagnosis.analyse(run(workers=2, load=0.48, compute=0.15, transfer=0.002, load_signal=True))
+    d = wire(diagnosis.analyse(run(workers=2, load=0.48, compute=0.15, transfer=0.002, load_signal=True)))
     assert d["verdict"] == "input_bound"
     assert d["causes"][0]["cause"] == "too_few_workers", d["causes"]
     moved = causes(d)["transfer_cost"]
@@ -60,7 +60,7 @@ def test_workers_short_of_cpu_stretch_the_transfer_and_cpu_throttle_wins():
     span = (int(tr.t_end[0] - tr.interval[0]), int(tr.t_end[-1]))
     tr.signals["cfs_throttled_ratio"] = Series.from_points(synth.sampled(lambda t: 0.9, *span))
     tr.signals["workers_cpu_ratio"] = Series.from_points(synth.sampled(lambda t: 0.2, *span))
-    d = diagnosis.analyse(tr)
+    d = wire(diagnosis.analyse(tr))
     got = causes(d)
     assert d["causes"][0]["cause"] == "cpu_throttle", d["causes"]
     assert got["transfer_cost"]["score"] == pytest.approx(
@@ -68,20 +68,20 @@ def test_workers_short_of_cpu_stretch_the_transfer_and_cpu_throttle_wins():
     assert "short of CPU" in got["transfer_cost"]["summary"]
     # workers on their cores contradict the shortage: the transfer is the loop's own
     tr.signals["workers_cpu_ratio"] = Series.from_points(synth.sampled(lambda t: 1.8, *span))
-    d = diagnosis.analyse(tr)
+    d = wire(diagnosis.analyse(tr))
     assert d["causes"][0]["cause"] == "transfer_cost", d["causes"]
 
 
 def test_half_and_half_scores_half():
     # A batch every 170 ms from 2 workers; the loop needs 150 ms of compute and 10 ms of
     # transfer: it waits 10 ms for a ready batch, then 10 ms for its transfer.
-    d = diagnosis.analyse(run(workers=2, load=0.34, compute=0.15, transfer=0.01))
+    d = wire(diagnosis.analyse(run(workers=2, load=0.34, compute=0.15, transfer=0.01)))
     share = causes(d)["transfer_cost"]["score"]
     assert 0.35 < share < 0.65, share
 
 
 def test_without_the_split_it_is_not_evaluated():
-    d = diagnosis.analyse(run(workers=2, load=0.48, compute=0.15, transfer=None))
+    d = wire(diagnosis.analyse(run(workers=2, load=0.48, compute=0.15, transfer=None)))
     assert d["verdict"] == "input_bound"
     assert "transfer_cost" in d["not_evaluated"]
     assert "transfer_cost" not in causes(d)

@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from stallscope.exporters import cfs
+from stallscope.host.facts import RankQuota
 from tests.helpers import wait_until
 from tests.helpers.exporters import (
     collect,
@@ -69,7 +70,7 @@ def test_throttling_of_a_busy_worker_matches_cpu_stat(v1_cpu_cgroup):
     [(_, ratio)] = ctx.samples.series(rank.key, "cfs_throttled_ratio")
     [(_, rate)] = ctx.samples.series(rank.key, "cfs_throttled_seconds_rate")
     assert 0 < ratio <= 1 and rate > 0
-    assert exp.quota_of(rank.key)[0] == 0.2
+    assert ctx.facts.value(RankQuota, rank.key).cores == 0.2
     assert rank.cgroup.as_json()["v1"]["cpu"] == "/"
 
 
@@ -89,11 +90,11 @@ def test_quota_against_main_plus_workers_and_shared_by_ranks(v1_cpu_cgroup):
     fams = collect(exp, ranks)
     assert values(fams, "stallscope_cpu_cfs_quota_cores") == [2.0]
     assert values(fams, "stallscope_cpu_cfs_quota_oversubscribed") == [1]  # 5 processes > 2 cores
-    assert [exp.quota_of(r.key)[1] for r in ranks] == [2, 2]
+    assert [exp.host.facts.value(RankQuota, r.key).ranks for r in ranks] == [2, 2]
     write(os.path.join(path, "cpu.cfs_quota_us"), "800000")  # 8 cores
     fams = collect(exp, ranks)
     assert values(fams, "stallscope_cpu_cfs_quota_oversubscribed") == [0]
-    assert [exp.quota_of(r.key)[0] for r in ranks] == [8.0, 8.0]
+    assert [exp.host.facts.value(RankQuota, r.key).cores for r in ranks] == [8.0, 8.0]
 
 
 POD = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod%s.slice" % (

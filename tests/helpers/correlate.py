@@ -37,3 +37,35 @@ def report(job, rank, pod, events, workers=2):
             "loader": {"num_workers": workers, "prefetch_factor": 2, "pin_memory": False,
                        "persistent_workers": True, "batch_size": 8, "worker_pids": []},
             "events": [list(e) for e in events]}
+
+
+def wire(x):
+    """A typed analysis result as the API's JSON (stallscope/correlate/codec.py), so a test
+    reads what /api/v1/diagnosis serves: a Diagnosis, a Cause, a Prediction, a Headroom,
+    a list of them, or None."""
+    import dataclasses
+
+    from stallscope.correlate import codec, model
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return [wire(v) for v in x]
+    if isinstance(x, model.Diagnosis):
+        return codec.encode(x)
+    if isinstance(x, model.Cause):
+        return codec.cause(x)
+    if isinstance(x, model.Prediction):
+        return codec.prediction(x)
+    if isinstance(x, model.Evidence):
+        return codec.evidence(x)
+    if dataclasses.is_dataclass(x):
+        return codec._fields(x)
+    return x
+
+
+def cause(name, score, summary=None, signal="s", scope="rank"):
+    """A typed Cause for the ranking's unit tests."""
+    from stallscope.correlate import causes
+    from stallscope.correlate.model import Evidence
+    return causes.make(name, score, summary if summary is not None else name + ".",
+                       [Evidence(signal, None, scope=scope)])

@@ -90,7 +90,7 @@ class Run:
     emitted_by: dict[str, set[str]]         # part -> names of the families it emitted
     failures: list[str]                     # exporters or parts that failed to collect
     notes: dict[str, list[str]]             # what the parts noted (missing files ...)
-    diagnosis: dict[str, Any]               # the correlator's result for the rank
+    diagnosis: Any                          # the correlator's result for the rank (a Diagnosis)
 
     def __repr__(self) -> str:  # short, in a failing test's traceback
         return "<golden run: %d lines, %s>" % (
@@ -351,12 +351,12 @@ def _run(tree: str) -> Run:
         text = generate_latest(Collected(families)).decode()
         gpu = _part(agent, "gpu")
         scopes = [r.key for r in agent.host.ranks()] + ["node"] + [("gpu", u) for u in sorted(gpu.gpus())]
-        found = agent.correlator.results
+        found = list(agent.correlator.results.values())
         return Run(exposition=text, families=families, exact=mounted, inexact_why=why, recorded=dict(spy.by),
                    stored={sc: agent.samples.signals(sc) for sc in scopes},
                    emitted_by=emitters(agent), failures=failures(agent),
                    notes={k: list(v) for k, v in agent.host.notes.items()},
-                   diagnosis=found[0][1] if found else {})
+                   diagnosis=found[0].diagnosis if found else None)
     finally:
         if agent is not None:
             agent.stopping.set()

@@ -109,6 +109,14 @@ CASES = {
           "Memory pressure stalls a waiting rank's pod.",
           "Tasks of %s were stalled on memory (reclaim, swap-in, thrashing) 50%% of the time over the "
           "last 5m (PSI memory some; threshold 10%%). %s" % (WHERE0, WAITING0))]),
+    "StallscopeNumaRemote": (
+        waiting_pair() + [
+            (sel("stallscope_loader_numa_remote_cpu_ratio", **dict(pod_labels("train-%d" % r), rank=str(r))),
+             "0.8+0x40") for r in (0, 1)], 1,
+        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
+          "A waiting rank's loader runs on another NUMA node than its GPU.",
+          "80%% of the loader CPU time of %s ran on CPUs outside its GPU's NUMA node (threshold 50%%): "
+          "every batch crosses the inter-socket link. %s" % (WHERE0, WAITING0))]),
     "StallscopeShmNearlyFull": (
         # rank 0 is blocked for good (no batch at all): that matters too
         rank(0, 0, steps_per_min=0) + rank(1, 0.6) + [

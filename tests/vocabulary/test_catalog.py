@@ -86,3 +86,17 @@ def test_docs_list_the_exporters_the_registry_has():
                 found = m.group(1).split(", ")
                 if len(found) >= 3:
                     assert sorted(found) == sorted(names), "%s lists %s" % (doc, found)
+
+
+@pytest.mark.parametrize("cause", vocabulary.CAUSES, ids=lambda c: c.name)
+def test_a_standing_condition_is_never_judged_by_co_occurrence(cause):
+    # issue 29: a condition that holds all along (a set-up or placement fact) scores ~0
+    # against the stalls, so only a standing cause, with a model, may be judged on one
+    from stallscope.correlate import standing_causes
+    on_conditions = [line.signal for line in cause.lines if vocabulary.signal(line.signal).condition]
+    if cause.kind == "standing":
+        assert cause.lines and len(on_conditions) == len(cause.lines), cause.name
+        assert cause.name in standing_causes.MODELS, "a standing cause needs a model"
+    else:
+        assert on_conditions == [], "%s (%s) is judged on a condition: declare it standing" % (
+            cause.name, cause.kind)

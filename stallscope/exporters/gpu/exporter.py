@@ -10,8 +10,8 @@
 - samples into the SampleStore: scope ``("gpu", uuid)`` and, for a mapped rank, the
   rank's key, with signals ``gpu_busy_ratio`` (NVML or simulated) and
   ``gpu_sm_active_ratio`` (dcgm-exporter), values in [0, 1] at each sample's end time;
-- ``gpu`` in a rank's /api/v1/ranks entry and its /api/v1/timeline; ``source_of(key)``
-  for the correlator.
+- ``gpu`` in a rank's /api/v1/ranks entry and its /api/v1/timeline, and the rank's GPU
+  as a ``RankGpu`` fact on the host (host/facts.py) for the other parts.
 """
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ import re
 import threading
 from typing import Any
 
+from ...host.facts import RankGpu
 from ...vocabulary import signal
 from ..base import Exporter
 from . import collector, mapping
 from .dcgm import DcgmReader
 from .nvml import NvmlSource
 from .options import GpuOptions
-from .sim import SimulatedSource
+from .sim import SimulatedSource, sim_uuid
 from .source import Sampler
 
 BUSY = signal("gpu_busy_ratio").name
@@ -83,6 +84,11 @@ class GpuExporter(Exporter):
             return
         if self.sim is not None and len(report["events"]):
             self.sim.feed(rank.key, report["events"])  # an (n, 3) array: kept as it is
+            if self.host.facts.get(RankGpu, rank.key) is None:
+                # known from the first report on: its own simulated GPU (sim.py), so a
+                # part that needs the rank's GPU has it before any collection (issue 29)
+                self.host.facts.publish(self.name, rank.key, RankGpu(
+                    sim_uuid(rank.key), "", "simulated", "simulated"))
         cuda = report["raw"].get("cuda")
         if cuda is None:
             return
@@ -155,6 +161,11 @@ class GpuExporter(Exporter):
         known = self.gpus()
         self.info = {r.key: info for r in ranks
                      for info in [self._rank_json(r.key, known)] if info is not None}
+        # the rank's GPU as a fact on the host (host/facts.py): a rank no longer mapped keeps
+        # its last one, dated, until it leaves the table
+        for key, info in self.info.items():
+            self.host.facts.publish(self.name, key, RankGpu(info["uuid"], info["gpu"], info["source"],
+                                                            info["via"]))
 
     def _rank_json(self, key, known):
         found = self.mapping.gpu_of.get(key)
@@ -163,11 +174,6 @@ class GpuExporter(Exporter):
         uuid, via = found
         index, source = known.get(uuid, ("", ""))
         return {"uuid": uuid, "gpu": index, "source": source, "via": via}
-
-    def source_of(self, key: Any) -> str | None:
-        """"nvml", "dcgm" or "simulated": where the rank's GPU samples come from."""
-        info = self.info.get(key)
-        return info["source"] if info else None
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:
         info = self.info.get(rank.key)

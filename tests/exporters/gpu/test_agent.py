@@ -218,4 +218,4 @@ def test_a_node_without_gpus_reports_not_available_once(tmp_path, capfd):
     finally:
         agent.stop()
     err = capfd.readouterr().err
-    assert err.count("not available on this node") == 1, err
+    assert err.count("exporter gpu: not available on this node") == 1, err

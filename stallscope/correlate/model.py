@@ -1,0 +1,229 @@
+"""The diagnosis as typed objects: what ``analyse`` returns and every reader takes
+(issue 29). No JSON here: the one encoder and its decoder are codec.py, called only at
+the edges (the agent's ``/api/v1/diagnosis``, ``stallscope diagnose --json`` and
+diagnose reading an agent's answer).
+
+A ``Diagnosis`` holds the rank's ``Verdict`` (rules.py decided it), its loop's numbers
+(``Loop``), the GPU's (``GpuView``), the stall period and GPU sawtooth (period.py,
+sawtooth.py), its job's ranks on the node, the straggler, the ranked ``Cause``s with
+their typed ``Evidence`` and, for the best two, a ``Prediction``; the ``Headroom``. The
+agent attaches the change-point ``Detection`` (detect.py), a hang's triage and a marked
+change, which come from its other parts as documents of their own.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from .detect import Detection
+from .period import StallPeriod
+from .sawtooth import Sawtooth
+
+# Evidence directions: the value is judged against its threshold this way.
+DIRECTIONS = ("above", "below", "equal")
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """One row of a cause's evidence: a signal's value during the stalls (and outside
+    them where that is measured) against the line it is judged by."""
+    signal: str
+    during_stalls: float | None
+    threshold: float | None = None
+    direction: str = "above"
+    outside_stalls: float | None = None
+    scope: str | None = None            # rank, node, pod
+    explained_wait_share: float | None = None
+    quiet_time_active_share: float | None = None   # co-occurrence probes only
+    samples: int | None = None
+    judged_by: str | None = None        # co-occurrence, intensity, level, measured, standing
+    worker_pid: int | None = None       # slow_worker: the worker the row is about
+    starts: int | None = None           # epoch_start: iterator starts in the window
+
+    @property
+    def value(self) -> float | None:
+        return self.during_stalls
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """What a change will buy (predict.py): the change, its settings, the data-wait
+    share and step time to expect, how that was found. ``rules_out``: the settings the
+    model says will not help by themselves (more workers on a capped CPU), which no next
+    step may then recommend (story.py)."""
+    cause: str
+    change: str
+    settings: Mapping[str, Any]
+    predicted_data_wait_ratio: float
+    predicted_step_seconds: float
+    speedup: float | None
+    basis: str
+    confidence: str                        # high, medium, low, upper bound
+    rules_out: tuple[str, ...] = ()
+    cpu_limit_cores: float | None = None
+    crowded_ratio: float | None = None
+    first_batch_seconds: float | None = None
+    removed_share: float | None = None
+    cpu_note: str | None = None
+    memory_note: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        """A configuration change was modelled (not only the headroom of a fix)."""
+        return bool(self.settings)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpread:
+    """slow_worker's look at the rank's workers (slow_worker.analyse)."""
+    pid: int
+    workers_seen: int
+    num_workers: int
+    load_seconds: float
+    others_load_seconds: float
+    spread: float
+    consistent: bool
+    wait_share: float
+    held_share: float
+    replayed_wait_ratio: float
+    in_order_false_wait_ratio: float
+    in_order_false_removes: float
+    removes_measured_share: float
+    workers: Mapping[int, tuple[float, int, float]]  # pid -> (load s, batches, wait s)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    """A ranked candidate cause: its score (0-1: how much of the wait it explains, as
+    its kind judges that), one sentence, the evidence, and, for the best, a prediction."""
+    cause: str
+    score: float
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    kind: str = "co_occurrence"            # the vocabulary's (Cause.kind)
+    prediction: Prediction | None = None
+    worker: WorkerSpread | None = None
+
+    def with_score(self, score: float, note: str = "", *more: Evidence) -> Cause:
+        return dataclasses.replace(self, score=round(score, 4), summary=self.summary + note,
+                                   evidence=self.evidence + more)
+
+
+@dataclasses.dataclass(frozen=True)
+class Headroom:
+    """The most any input-side fix can give the rank: its step with no wait."""
+    step_seconds: float
+    step_seconds_without_wait: float
+    data_wait_ratio: float
+    speedup: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuView:
+    signal: str | None = None           # gpu_busy_ratio / gpu_sm_active_ratio
+    source: str | None = None           # nvml, dcgm, simulated
+    samples: int = 0
+    idle_ratio: float | None = None
+    idle_without_wait_ratio: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """The loop's own numbers over the window (overlap.InputBound)."""
+    data_wait_seconds: float
+    steady_data_wait_ratio: float
+    iterator_start_wait_seconds: float
+    step_seconds: float
+    compute_seconds_per_batch: float
+    data_wait_ratio_after_start: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RankRow:
+    """Another rank of the same job on this node, as the verdict saw it."""
+    rank: Any
+    pod: str | None
+    data_wait_ratio: float | None
+    data_wait_ratio_after_start: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Straggler:
+    rank: Any
+    pod: str | None
+    node: str | None
+    data_wait_ratio: float | None
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    job: str | None = None
+    rank: Any = None
+    pod: str | None = None
+    namespace: str | None = None
+    node: str | None = None
+
+    @classmethod
+    def of(cls, ident: Mapping[str, Any], node: str = "") -> Identity:
+        return cls(ident.get("job"), ident.get("rank"), ident.get("pod"), ident.get("namespace"),
+                   ident.get("node") or node or None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Matched:
+    """One of several ranks an API query matched (most_severe)."""
+    job: str | None
+    rank: Any
+    pod: str | None
+    verdict: str
+    data_wait_ratio: float | None
+    top_cause: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """The node-local diagnosis of one rank (diagnosis.analyse)."""
+    who: Identity
+    window_seconds: float
+    batches: int
+    loader: Mapping[str, Any] | None
+    verdict: str
+    reason: str
+    rule: str = ""                         # which rule of rules.py decided
+    data_wait_ratio: float | None = None
+    job_ranks_on_node: tuple[RankRow, ...] = ()
+    straggler: Straggler | None = None
+    causes: tuple[Cause, ...] = ()
+    not_evaluated: tuple[str, ...] = ()
+    loop: Loop | None = None
+    gpu: GpuView | None = None
+    gpu_idle_overlap_ratio: float | None = None
+    stall: StallPeriod | None = None
+    sawtooth: Sawtooth | None = None
+    since_ns: int | None = None         # judged on a stall that began then
+    headroom: Headroom | None = None
+    # attached by the agent
+    detection: Detection | None = None
+    detected_at_ns: int | None = None
+    hang: Mapping[str, Any] | None = None     # hangs.py's triage document
+    change: Mapping[str, Any] | None = None   # change.view's document
+    matched_ranks: tuple[Matched, ...] = ()
+    note: str = ""
+
+    @property
+    def prediction(self) -> Prediction | None:
+        """The top cause's prediction: the report's."""
+        return self.causes[0].prediction if self.causes else None
+
+    @property
+    def top_cause(self) -> str | None:
+        return self.causes[0].cause if self.causes else None
+
+    @property
+    def stall_period_steps(self) -> int:
+        return self.stall.period_steps if self.stall is not None else 0
+
+    def cause(self, name: str) -> Cause | None:
+        return next((c for c in self.causes if c.cause == name), None)
