@@ -58,12 +58,13 @@ test-fast: setup
 	$(PY) -m pytest -q -ra -m 'not slow'
 
 # ruff on the whole repository; mypy --strict on [tool.mypy] files in pyproject.toml (the
-# hook), against Python 3.9, the oldest it runs on, and on the agent at the venv's Python.
+# hook), against Python 3.9, the oldest it runs on, and on the agent, the correlator and
+# diagnose at the venv's Python.
 # `test` depends on it: CI runs `make test`, so a lint finding fails CI like a test does.
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy --python-version 3.9
-	$(PY) -m mypy -p stallscope.agent
+	$(PY) -m mypy -p stallscope.agent -p stallscope.correlate -p stallscope.diagnose
 
 # Short options, a few minutes in all: bench_diagnose.py --quick (a 20 s window; ~80 s
 # with its default 60 s window), bench_agent.py for 10 s a load and without the

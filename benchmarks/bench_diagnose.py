@@ -109,7 +109,7 @@ def timed(pod, prom_url, window, rounds):
     times, doc = [], None
     for _ in range(rounds):
         t = time.perf_counter()
-        doc = diagnose.run(pod, namespace=NS, prometheus_url=prom_url, window=window)
+        doc = diagnose.encode(diagnose.run(pod, namespace=NS, prometheus_url=prom_url, window=window))
         times.append(time.perf_counter() - t)
     return doc, times
 

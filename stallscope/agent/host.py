@@ -46,6 +46,10 @@ class AgentHost:
         first; ready_wait_ns -1 where the wait was not split."""
         return self.table.timeline(rank, seconds, open_wait)
 
+    def open_wait_end(self, rank: RankState) -> int | None:
+        """t_end of the open wait a timeline(open_wait=True) ends with, or None."""
+        return self.table.open_wait_end(rank)
+
     def detection_input(self, rank: RankState, now_ns: int) -> Any:
         """(bins, newest batch) for the change-point test (RankTable.detection_input)."""
         return self.table.detection_input(rank, now_ns)

@@ -82,6 +82,8 @@ class RankState:
         # t_end of the process's first batch: its workers' first start, which the verdict
         # does not judge a loader by (correlate/rules.py: starting). Reset with the PID.
         self.first_batch_ns: int | None = None
+        self.steady_wait_ns = 0  # issue 29: the steady data-wait share on both diagnose paths
+        self.steady_step_ns = 0
         self.bins = WaitBins()  # the detector's per-second sums, kept as batches come
         self.dropped_by_pid: dict[int, int] = {}
         self.dropped_base = 0
@@ -134,6 +136,11 @@ class RankState:
             return
         self.wait.observe_many_ns(arr[:, 1])
         self.step.observe_many_ns(arr[:, 2])
+        # the steady batches (not an iterator's first: correlate/overlap.py), counted as they
+        # arrive, wait and step together, so their ratio over any window is the steady one
+        steady = arr[:, 1] != arr[:, 2]
+        self.steady_wait_ns += int(arr[steady, 1].sum())
+        self.steady_step_ns += int(arr[steady, 2].sum())
         if self.provisional_ns:
             # The batch that ends the wait already counted in the sums adds only the rest.
             # It is that batch when it started when the blocked call did; otherwise that

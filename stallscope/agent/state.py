@@ -206,6 +206,13 @@ class RankTable:
         assert window is not None
         return window, (last if n >= 2 else None)
 
+    def open_wait_end(self, rank: RankState) -> int | None:
+        """t_end of the open wait timeline(open_wait=True) ends with: the call still blocked
+        in next() as far as the hook has reported it, or None."""
+        with self.lock:
+            blocked, start = rank.provisional_ns, rank.provisional_start_ns
+        return start + blocked if blocked else None
+
     def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> np.ndarray:
         """The rank's batch events of the last ``seconds``: an (n, 4) int64 array of
         (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns is

@@ -16,6 +16,7 @@ import numpy as np
 from ..vocabulary import DATA_WAIT_LINE
 from .model import Prediction
 from .overlap import iterator_starts
+from .trace import RankTrace
 
 WATCHED = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
 MIN_AFTER = 5   # fewer steady batches after the change: "after" is not measured yet
@@ -27,13 +28,14 @@ def settings_of(loader: Mapping[str, Any] | None, quota_cores: float | None) -> 
     return out
 
 
-def mark(old: dict, new: dict, at_ns: int, prediction: Prediction | None) -> dict[str, Any]:
+def mark(old: dict[str, Any], new: dict[str, Any], at_ns: int,
+         prediction: Prediction | None) -> dict[str, Any]:
     what = ", ".join("%s %s -> %s" % (k, old.get(k), new.get(k)) for k in new if old.get(k) != new.get(k))
     return {"at_ns": int(at_ns), "at_wall": time.strftime("%H:%M:%S"), "what": what,
             "from": old, "to": new, "predicted": prediction}
 
 
-def _stats(trace: Any, keep: np.ndarray) -> dict[str, Any] | None:
+def _stats(trace: RankTrace, keep: np.ndarray) -> dict[str, Any] | None:
     keep = keep & ~iterator_starts(trace)
     n = int(keep.sum())
     if n < MIN_AFTER:
@@ -43,7 +45,7 @@ def _stats(trace: Any, keep: np.ndarray) -> dict[str, Any] | None:
             "step_seconds": round(float(interval.mean()) / 1e9, 6)}
 
 
-def _split(marked: dict, trace: Any) -> tuple[np.ndarray, np.ndarray]:
+def _split(marked: dict[str, Any], trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
     """(before, after) masks. The mark's time is the agent's previous look, up to a
     second before the change: the batches between it and the new settings' first one
     are the old settings', so the split is at the first iterator start after the mark
@@ -62,7 +64,7 @@ def _split(marked: dict, trace: Any) -> tuple[np.ndarray, np.ndarray]:
     return idx < first, idx > first + round_ - 1 if round_ else idx >= first
 
 
-def view(marked: dict, trace: Any) -> dict[str, Any]:
+def view(marked: dict[str, Any], trace: RankTrace) -> dict[str, Any]:
     """The mark with before/after measured on ``trace``, and how the prediction did."""
     before_mask, after_mask = _split(marked, trace)
     out = dict(marked, before=_stats(trace, before_mask), after=_stats(trace, after_mask))

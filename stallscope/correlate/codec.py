@@ -177,7 +177,7 @@ def _int(body: Mapping[str, Any], key: str, default: int | None = None) -> int |
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise Malformed("%s is not an integer" % key)
-    return v
+    return int(v)
 
 
 def _str(body: Mapping[str, Any], key: str, default: str | None = None) -> str | None:

@@ -54,12 +54,13 @@ def limit_search(m: Measured, load: np.ndarray, workers: int) -> tuple[float, fl
     with ``workers`` waits no more than TARGET, or, if none up to LIMIT_SPAN x the mean
     demand does, the smallest within TARGET of the best reachable wait."""
     c, prefetch = m.cpu_per_batch, m.prefetch or 2
+    assert c is not None  # the callers return first when the workers' CPU was not measured
     lo = max(1, math.ceil(c / m.compute_mean / LIMIT_STEP - 1e-9))  # the mean demand: no less
     hi = max(lo + 1, math.ceil(LIMIT_SPAN * c / m.compute_mean / LIMIT_STEP))
     # the node's share caps only workers beyond the current ones: theirs is in their load times
     node = (m.node_cores or math.inf) if workers > (m.workers or 1) else math.inf
 
-    def at(k):
+    def at(k: int) -> tuple[float, float]:
         return replay(load, m.compute, workers, prefetch, c / min(k * LIMIT_STEP, node), times=m.load_times)
     top_wait, _ = at(hi)
     # none reaches the target: the smallest within a target of the best (the wait is flat
@@ -82,7 +83,7 @@ def needed_cpu_limit(m: Measured) -> float | None:
     load = unthrottled_load(m)
     if load is None:
         return _loader_limit(CPU_MARGIN * c / m.compute_mean, m)
-    return _loader_limit(limit_search(m, load, m.workers)[0], m)
+    return _loader_limit(limit_search(m, load, m.workers or 1)[0], m)  # workers > 0: load is not None
 
 
 def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -> Prediction | None:
@@ -105,11 +106,11 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
         cores, wait, step = limit_search(m, load, w)
         node_bound = m.node_cores is not None and c / m.node_cores > m.compute_mean * (1 - TARGET)
         if wait > TARGET and not node_bound:  # these workers cannot keep up unthrottled: more too
-            for more in range(w + 1, min(MAX_WORKERS, 4 * w) + 1):
-                k, wt, st = limit_search(m, load, more)
+            for more_workers in range(w + 1, min(MAX_WORKERS, 4 * w) + 1):
+                k, wt, st = limit_search(m, load, more_workers)
                 if wt <= TARGET:
-                    cores, wait, step, w = k, wt, st, more
-                    settings["num_workers"] = more
+                    cores, wait, step, w = k, wt, st, more_workers
+                    settings["num_workers"] = more_workers
                     break
         how = ("the replay of the queue (%d workers, the measured spread) under the limit, with "
                "the load times less the %.0f%% the quota held each worker back" % (
@@ -137,7 +138,7 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
         more["rules_out"] = ("num_workers",)  # more workers share the same capped CPU
     change = "raise the CPU limit to %.3g cores" % limit
     if "num_workers" in settings:
-        change += " and num_workers from %d to %d" % (m.workers, settings["num_workers"])
+        change += " and num_workers from %d to %d" % (m.workers or 1, settings["num_workers"])
     if capped_workers is not None:
         change += " (more workers alone would not help)"
     return prediction(change, settings, wait, step, m, (basis + "; " if basis else "") + text,

@@ -23,7 +23,7 @@ THROTTLED = signal("cfs_throttled_seconds_rate").name
 RUNQUEUE = signal("workers_runqueue_ratio").name
 
 
-def _series(trace: Any, name: str, scopes: tuple = ("rank",)) -> Any:
+def _series(trace: Any, name: str, scopes: tuple[str, ...] = ("rank",)) -> Any:
     """The signal's samples over the trace's span, or None when there are none."""
     span = trace.span()
     _, s = trace.signal(name, scopes)
@@ -33,7 +33,7 @@ def _series(trace: Any, name: str, scopes: tuple = ("rank",)) -> Any:
     return s if len(s) else None
 
 
-def _values(trace: Any, name: str, scopes: tuple = ("rank",)) -> np.ndarray | None:
+def _values(trace: Any, name: str, scopes: tuple[str, ...] = ("rank",)) -> np.ndarray | None:
     s = _series(trace, name, scopes)
     return None if s is None else s.v
 

@@ -7,9 +7,15 @@ batches. Time jitter therefore does not matter; index jitter (a stall landing on
 early or late) is absorbed by a tolerance, a missed stall by counting double gaps at
 half weight, and random stalls find no candidate with enough support (period 0).
 """
+from __future__ import annotations
+
 import dataclasses
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+from .trace import RankTrace
 
 STALL_FLOOR_S = 0.002        # waits below this are prefetch noise, never a stall
 STALL_COMPUTE_SHARE = 0.1    # ... or below 10% of the median compute time per batch
@@ -30,24 +36,24 @@ class StallPeriod:
     period_seconds: float = 0.0
     support: float = 0.0           # share of inter-stall gaps that fit the period
 
-    def as_json(self):
+    def as_json(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v)
                 for k, v in dataclasses.asdict(self).items()}
 
 
-def stall_threshold_ns(trace):
+def stall_threshold_ns(trace: RankTrace) -> int:
     return int(max(STALL_FLOOR_S * 1e9, STALL_COMPUTE_SHARE * trace.compute_ns()))
 
 
-def stall_mask(trace):
+def stall_mask(trace: RankTrace) -> np.ndarray:
     return trace.wait > stall_threshold_ns(trace)
 
 
-def _tolerance(p):
+def _tolerance(p: int) -> int:
     return 0 if p <= 4 else (1 if p <= 12 else int(round(0.1 * p)))
 
 
-def period_of(indices):
+def period_of(indices: ArrayLike) -> tuple[int, float]:
     """(period, support) of stall batch indices, or (0, best support) when none fits."""
     idx = np.asarray(indices, np.int64)
     if len(idx) < 2:
@@ -73,7 +79,7 @@ def period_of(indices):
     return int(round(float(np.median(gaps[one[best]])))), float(support[best])
 
 
-def stall_period(trace, mask=None):
+def stall_period(trace: RankTrace, mask: np.ndarray | None = None) -> StallPeriod:
     thr = stall_threshold_ns(trace)
     if mask is None:  # an iterator's first batch waits for worker startup: not a stall
         mask = (trace.wait > thr) & (trace.interval != trace.wait)
@@ -112,7 +118,7 @@ def stall_period(trace, mask=None):
     return out
 
 
-def _with_seconds(out, trace, idx, p, support):
+def _with_seconds(out: StallPeriod, trace: RankTrace, idx: np.ndarray, p: int, support: float) -> StallPeriod:
     starts = idx[np.concatenate(([True], np.diff(idx) > 1))]
     gaps = np.diff(starts)
     fit = np.abs(gaps - p) <= _tolerance(p)
@@ -122,7 +128,7 @@ def _with_seconds(out, trace, idx, p, support):
     return out
 
 
-def _acf(x):
+def _acf(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float64) - np.mean(x)
     n = len(x)
     size = 1 << int(2 * n - 1).bit_length()  # zero-padded to a power of two: no wrap-around
@@ -131,12 +137,12 @@ def _acf(x):
     return acf / acf[0] if acf[0] > 0 else acf
 
 
-def _acf_at(x, lag):
+def _acf_at(x: np.ndarray, lag: int) -> float:
     acf = _acf(x)
     return float(acf[lag]) if lag < len(acf) else 0.0
 
 
-def dominant_period(x, min_lag=2, min_r=0.3, max_lag=None):
+def dominant_period(x: np.ndarray, min_lag: int = 2, min_r: float = 0.3, max_lag: int | None = None) -> int:
     """Smallest lag whose autocorrelation is a local peak near the highest one; 0 if none."""
     x = np.asarray(x, np.float64) - np.mean(x)
     n = len(x)

@@ -64,6 +64,7 @@ def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float
     it took 8, and the replays were most of a stall's analysis, issue 15). Under a
     floor above the compute no count can keep up: the current count's figures, at once."""
     load, times = service_times(m)
+    assert load is not None  # workers() models only measured load times
     now = max(1, m.workers or 0)
 
     def at(w: int) -> tuple[float, float]:
@@ -133,7 +134,7 @@ def workers(m: Measured, basis: str = "") -> Prediction | None:
     if floor and (floor > m.compute_mean * (1 - TARGET) or wait > TARGET):
         text += ("; the CPU quota (%.2g cores for the workers) lets them deliver one batch per "
                  "%.3gs at most (%.3g CPU-s a batch): more workers share the same CPU" % (
-                     cap, floor, m.cpu_per_batch))
+                     cap or 0.0, floor, m.cpu_per_batch or 0.0))
         return cpu_limit(m, basis=text, capped_workers=w)
     if wait > TARGET and w >= MAX_WORKERS:
         return None

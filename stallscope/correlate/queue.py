@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import random
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -60,7 +61,7 @@ class Measured:
     shard_reads_per_second: float | None = None
     shm_size_bytes: float | None = None
     shm_used_bytes: float | None = None
-    worker_loads: tuple | None = None   # each worker's load time samples (slow_worker.py)
+    worker_loads: tuple[np.ndarray, ...] | None = None  # each worker's load time samples (slow_worker.py)
     throttled_seconds_rate: float | None = None  # threads held back by the quota, per second
     runqueue_ratio: float | None = None     # run-queue wait per second, per worker
     waits: np.ndarray | None = None         # per-batch steady waits (the load itself without workers)
@@ -117,15 +118,15 @@ class Measured:
         return self.quota_cores
 
 
-def _service(load: np.ndarray, times: np.ndarray | None, n: int, seed: int):
+def _service(load: np.ndarray, times: np.ndarray | None, n: int, seed: int) -> Callable[[int, float], float]:
     """svc(i, t): batch i's service time, started at replay time t."""
     if times is None or len(times) != len(load) or len(load) < 2:
-        svc = np.random.default_rng(seed).choice(load, n).tolist()
-        return lambda i, t: svc[i]
+        drawn: list[float] = np.random.default_rng(seed).choice(load, n).tolist()
+        return lambda i, t: drawn[i]
     order = np.argsort(times, kind="stable")
     t = np.asarray(times, float)[order]
     at = (t - t[0]).tolist()
-    values = np.asarray(load, float)[order].tolist()
+    values: list[float] = np.asarray(load, float)[order].tolist()
     span = at[-1] + (at[-1] / (len(at) - 1))  # the window, one mean gap past its last sample
     if not span > 0:  # every sample at one moment: nothing to follow in time
         return _service(load, None, n, seed)

@@ -115,8 +115,8 @@ def judge(me: RankWait, job: list[RankWait], gpu: Gpu | None = None,
         return Judgement("unknown", "No data-wait measurement for rank %s in the window." % me.rank,
                          "no_data", worst)
     other = worst is not None and (worst.rank, worst.pod) != (me.rank, me.pod)
-    if other and over(worst.ratio) and (not over(me.ratio) or
-                                        worst.ratio >= STRAGGLER_FACTOR * me.ratio):
+    if (other and worst is not None and worst.ratio is not None and over(worst.ratio)
+            and (not over(me.ratio) or worst.ratio >= STRAGGLER_FACTOR * me.ratio)):
         mine = ("its own loader keeps up (data-wait %s)" % pct(me.ratio) if not over(me.ratio) else
                 "its own loader waits %s (over the %s line, but a fraction of the straggler's)" % (
                     pct(me.ratio), pct(DATA_WAIT_LINE)))

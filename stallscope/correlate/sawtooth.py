@@ -6,12 +6,15 @@ up to a few seconds either way; the best lag absorbs the offset between the hook
 clock and the GPU sampler's averaging window. The GPU dips' own period (from their
 autocorrelation) is compared with the stall period in seconds.
 """
+from __future__ import annotations
+
 import dataclasses
+from typing import Any
 
 import numpy as np
 
 from .period import dominant_period
-from .trace import GPU_BUSY_SIGNALS, Series, WaitIndex
+from .trace import GPU_BUSY_SIGNALS, RankTrace, Series, WaitIndex
 
 MIN_SAMPLES = 16
 MAX_SAMPLES = 4096   # the latest ~7 min at 10 Hz: alignment needs no more, and it bounds cost
@@ -21,28 +24,29 @@ PERIOD_MATCH = 0.2   # relative difference at which two periods still "match"
 
 @dataclasses.dataclass
 class Sawtooth:
-    signal: str = None
+    signal: str | None = None
     samples: int = 0
-    score: float = None            # best correlation, clipped to [0, 1]
-    lag_seconds: float = None      # > 0: GPU dips trail the stalls
+    score: float | None = None         # best correlation, clipped to [0, 1]
+    lag_seconds: float | None = None     # > 0: GPU dips trail the stalls
     gpu_period_seconds: float = 0.0
     stall_period_seconds: float = 0.0
-    period_match: bool = None
+    period_match: bool | None = None
     note: str = ""
 
-    def as_json(self):
+    def as_json(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v)
                 for k, v in dataclasses.asdict(self).items()}
 
 
-def _corr(a, b):
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
     a = a - a.mean()
     b = b - b.mean()
     den = np.sqrt((a * a).sum() * (b * b).sum())
     return float((a * b).sum() / den) if den > 0 else 0.0
 
 
-def sawtooth(trace, stall_period_seconds=0.0, wait_index=None, stall_batches=None):
+def sawtooth(trace: RankTrace, stall_period_seconds: float = 0.0, wait_index: WaitIndex | None = None,
+             stall_batches: int | None = None) -> Sawtooth:
     out = Sawtooth(stall_period_seconds=stall_period_seconds)
     if stall_batches == 0:
         out.note = "no stalls in the window to line up with"

@@ -14,11 +14,15 @@ batch's ``t_end`` (for the first batch of an iterator, interval == wait). The co
 phase (the "GPU busy" phase when the loop is input-fed) lies between one ``t_end`` and
 the start of the next data-wait.
 """
+from __future__ import annotations
+
 import dataclasses
 import itertools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..vocabulary import signal
 
@@ -32,15 +36,15 @@ class Series:
 
     t: np.ndarray   # int64 ns, sorted
     v: np.ndarray   # float64
-    _dt: np.ndarray = dataclasses.field(default=None, repr=False, compare=False)
+    _dt: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_points(cls, points):
+    def from_points(cls, points: Sequence[Sequence[float]]) -> Series:
         """From [(t_ns, value)] (tuples or JSON lists)."""
         return cls.from_array(points_array(points))
 
     @classmethod
-    def from_arrays(cls, t: Any, v: Any) -> "Series":
+    def from_arrays(cls, t: np.ndarray, v: np.ndarray) -> Series:
         """From int64 times and float64 values (the agent's rings), sorted if needed."""
         if len(t) > 1 and np.any(t[1:] < t[:-1]):
             order = np.argsort(t, kind="stable")
@@ -48,7 +52,7 @@ class Series:
         return cls(t, v)
 
     @classmethod
-    def from_array(cls, arr: Any) -> "Series":
+    def from_array(cls, arr: np.ndarray) -> Series:
         n = len(arr)
         if not n:
             return cls(np.zeros(0, np.int64), np.zeros(0))
@@ -58,10 +62,10 @@ class Series:
             t, v = t[order], v[order]
         return cls(t, v)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.t)
 
-    def dt(self):
+    def dt(self) -> np.ndarray:
         """Each sample's interval length in ns; the first one borrows the median step."""
         if self._dt is None:
             if len(self.t) < 2:
@@ -71,55 +75,68 @@ class Series:
                 self._dt = np.concatenate(([int(np.median(d))], d)).astype(np.int64)
         return self._dt
 
-    def clip(self, start_ns, end_ns):
+    def clip(self, start_ns: int, end_ns: int) -> Series:
         keep = (self.t > start_ns) & (self.t <= end_ns)
         return Series(self.t[keep], self.v[keep])
 
 
 @dataclasses.dataclass
 class RankTrace:
-    ident: dict
-    loader: dict            # DataLoader settings (num_workers ...) or None
+    ident: dict[str, Any]
+    loader: dict[str, Any] | None  # DataLoader settings (num_workers ...) or None
     t_end: np.ndarray       # int64 ns
     wait: np.ndarray        # int64 ns
     interval: np.ndarray    # int64 ns
-    signals: dict           # rank-scoped: name -> Series
-    node_signals: dict      # node-wide: name -> Series
-    gpu_source: str = None  # "nvml", "dcgm", "simulated" ... when GPU samples exist
-    ready_wait: np.ndarray = None  # int64 ns, -1 where the wait was not split
+    signals: dict[str, Series]       # rank-scoped: name -> Series
+    node_signals: dict[str, Series]  # node-wide: name -> Series
+    gpu_source: str | None = None  # "nvml", "dcgm", "simulated" ... when GPU samples exist
+    ready_wait: np.ndarray | None = None  # int64 ns, -1 where the wait was not split
     # t_end of the first batch the agent saw from the rank's process: the run's start (its
     # workers' first start; rules.RankWait.after_start); None: unknown
-    first_batch_ns: int = None
+    first_batch_ns: int | None = None
+    # t_end of the last event when it is a call still blocked in next() (the agent's
+    # open wait): part of the wait the SLI counts, not yet a batch whose kind is known
+    # (an iterator's first or a steady one), so the steady figures leave it out (issue 29)
+    open_ns: int | None = None
 
     @property
-    def n(self):
+    def n(self) -> int:
         return len(self.t_end)
 
-    def compute_ns(self):
+    def compute_ns(self) -> float:
         """Median compute time per batch (interval - wait), ns; several steps need it."""
         if getattr(self, "_compute_ns", None) is None:
             self._compute_ns = float(np.median(np.maximum(self.interval - self.wait, 0))) if self.n else 0.0
         return self._compute_ns
 
-    def since(self, t_ns: int) -> "RankTrace":
+    def since(self, t_ns: int) -> RankTrace:
         """The same rank from ``t_ns`` on: batches that ended after it, signals sampled
         after it."""
         keep = self.t_end > t_ns
-        def clip(d):
+        def clip(d: dict[str, Series]) -> dict[str, Series]:
             return ({k: s.clip(t_ns, 2**62) for k, s in d.items()})
         return dataclasses.replace(self, t_end=self.t_end[keep], wait=self.wait[keep],
                                    interval=self.interval[keep], signals=clip(self.signals),
                                    node_signals=clip(self.node_signals),
-                                   ready_wait=self.ready[keep])
+                                   ready_wait=self.ready[keep],
+                                   open_ns=self.open_ns if self.open_ns is not None and self.open_ns > t_ns
+                                   else None)
+
+    def settled(self) -> np.ndarray:
+        """Mask of the batches that arrived (all but a call still blocked in next())."""
+        out = np.ones(self.n, dtype=bool)
+        if self.open_ns is not None and self.n and int(self.t_end[-1]) == self.open_ns:
+            out[-1] = False
+        return out
 
     @property
-    def ready(self):
+    def ready(self) -> np.ndarray:
         """Per batch, the wait for a ready batch (ns), -1 where the wait was not split."""
         if self.ready_wait is None:
             self.ready_wait = np.full(self.n, -1, np.int64)
         return self.ready_wait
 
-    def run_start(self):
+    def run_start(self) -> int | None:
         """Index of the process's first batch (an iterator start: interval == wait) when
         the trace holds it, else None."""
         if self.first_batch_ns is None or not self.n:
@@ -129,13 +146,14 @@ class RankTrace:
             return None
         return i
 
-    def span(self):
+    def span(self) -> tuple[int, int] | None:
         """(start, end) ns covered by the batch events, or None when there are none."""
         if not self.n:
             return None
         return int(self.t_end[0] - self.interval[0]), int(self.t_end[-1])
 
-    def signal(self, name, scopes=("rank", "node")):
+    def signal(self, name: str,
+               scopes: Iterable[str] = ("rank", "node")) -> tuple[str, Series] | tuple[None, None]:
         """(scope, Series) of the first scope that has the signal, else (None, None)."""
         for scope in scopes:
             s = (self.signals if scope == "rank" else self.node_signals).get(name)
@@ -143,7 +161,7 @@ class RankTrace:
                 return scope, s
         return None, None
 
-    def gpu(self, prefer=GPU_BUSY_SIGNALS):
+    def gpu(self, prefer: Iterable[str] = GPU_BUSY_SIGNALS) -> tuple[str, Series] | tuple[None, None]:
         """(signal name, Series) of the rank's GPU activity, or (None, None)."""
         for name in prefer:
             s = self.signals.get(name)
@@ -152,8 +170,12 @@ class RankTrace:
         return None, None
 
     @classmethod
-    def from_events(cls, ident: Any, loader: Any, events: Any, signals: Any = None, node_signals: Any = None,
-                    gpu_source: Any = None, first_batch_ns: Any = None) -> "RankTrace":
+    def from_events(cls, ident: dict[str, Any], loader: dict[str, Any] | None,
+                    events: np.ndarray | Sequence[Sequence[int]],
+                    signals: dict[str, Series] | None = None,
+                    node_signals: dict[str, Series] | None = None,
+                    gpu_source: str | None = None, first_batch_ns: int | None = None,
+                    open_ns: int | None = None) -> RankTrace:
         """``events``: (n, 3) rows of (t_end, wait, interval), or (n, 4) with ready_wait."""
         ev = events if isinstance(events, np.ndarray) else events_array(events)
         if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
@@ -162,26 +184,30 @@ class RankTrace:
         return cls(ident=ident, loader=loader, t_end=ev[:, 0].copy(), wait=ev[:, 1].copy(),
                    interval=ev[:, 2].copy(), signals=signals or {},
                    node_signals=node_signals or {}, gpu_source=gpu_source, ready_wait=ready,
-                   first_batch_ns=first_batch_ns)
+                   first_batch_ns=first_batch_ns, open_ns=open_ns)
 
     @classmethod
-    def from_timeline(cls, body):
+    def from_timeline(cls, body: dict[str, Any]) -> RankTrace:
         """From a ``/api/v1/timeline`` body (or a stored trace's ``timeline``)."""
         batches = body.get("batches") or []
         events = [(b["t_end_ns"], b["wait_ns"], b["interval_ns"], b.get("ready_wait_ns", -1))
                   for b in batches]
         still = body.get("open_wait")  # a call still blocked in next(): all of it a ready wait
+        open_ns = None
         if isinstance(still, dict):
             events.append((still["t_end_ns"], still["wait_ns"], still["interval_ns"], still["wait_ns"]))
+            open_ns = int(still["t_end_ns"])
         signals = {k: Series.from_points(v) for k, v in (body.get("signals") or {}).items()}
         node = {k: Series.from_points(v) for k, v in (body.get("node_signals") or {}).items()}
-        gpu = body.get("gpu") if isinstance(body.get("gpu"), dict) else {}
+        gpu_doc = body.get("gpu")
+        gpu: dict[str, Any] = gpu_doc if isinstance(gpu_doc, dict) else {}
         first = body.get("first_batch_ns")
         return cls.from_events(body.get("rank") or {}, body.get("loader"), events, signals, node,
                                gpu.get("source") or body.get("gpu_source"),
-                               first if isinstance(first, int) and not isinstance(first, bool) else None)
+                               first if isinstance(first, int) and not isinstance(first, bool) else None,
+                               open_ns)
 
-def points_array(points: Any) -> Any:
+def points_array(points: Sequence[Sequence[float]]) -> np.ndarray:
     """[(t_ns, value)] (tuples or JSON lists) -> a structured array; fromiter beats
     np.asarray 2x here."""
     if not len(points):
@@ -190,7 +216,7 @@ def points_array(points: Any) -> Any:
     return np.fromiter(rows, _POINT, len(points))
 
 
-def events_array(events: Any) -> Any:
+def events_array(events: Sequence[Sequence[int]]) -> np.ndarray:
     """[(t_end, wait, interval)] -> an (n, 3) int64 array; rows of four (with the ready
     wait) -> (n, 4)."""
     width = len(events[0]) if len(events) else 3
@@ -205,16 +231,16 @@ class WaitIndex:
     them and two binary searches per query give the answer in O(log n).
     """
 
-    def __init__(self, t_end, wait):
+    def __init__(self, t_end: ArrayLike, wait: ArrayLike) -> None:
         self.ends = np.asarray(t_end, np.int64)
         self.wait = np.asarray(wait, np.int64)
         self.starts = self.ends - self.wait
         self.cum = np.concatenate(([0], np.cumsum(self.wait)))
 
-    def before(self, t):
+    def before(self, t: ArrayLike) -> np.ndarray:
         t = np.asarray(t, np.int64)
         k = np.searchsorted(self.ends, t, side="right")  # intervals finished by t
-        done = self.cum[k]
+        done: np.ndarray = self.cum[k]
         kk = np.minimum(k, len(self.ends) - 1) if len(self.ends) else k
         if not len(self.ends):
             return done.astype(np.float64)
@@ -222,10 +248,11 @@ class WaitIndex:
                            np.clip(t - self.starts[kk], 0, self.wait[kk]), 0)
         return (done + partial).astype(np.float64)
 
-    def between(self, a, b):
-        return self.before(b) - self.before(a)
+    def between(self, a: ArrayLike, b: ArrayLike) -> np.ndarray:
+        waited: np.ndarray = self.before(b) - self.before(a)
+        return waited
 
-    def per_sample(self, series):
+    def per_sample(self, series: Series) -> np.ndarray:
         """Data-wait (ns, float) inside each sample's interval (t - dt, t] of ``series``:
         the intervals tile the time line, so one pass over their edges does it."""
         if not len(series):

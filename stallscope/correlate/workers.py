@@ -138,7 +138,7 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
         # one sample per batch a worker produced (stallscope/agent/loader.py): a plain mean
         recent = load.clip(*span) if load is not None else None
         t_load = float(recent.v.mean()) if recent is not None and len(recent) else None
-        if t_load is not None:
+        if recent is not None and t_load is not None:
             per_batch = t_load / workers
             predicted = max(0.0, per_batch - compute)
             queued = _queued_wait(trace, recent.v, steady, workers)

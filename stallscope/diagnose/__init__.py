@@ -8,11 +8,15 @@
 - nextsteps.py runbooks and commands; report.py runs it all; render.py prints it;
                plot.py draws data-wait against GPU busy (matplotlib, only for --plot)
 
-For other parts (the lab, the demo): ``run(...) -> dict``, ``render_text(dict) -> str``,
-``exit_code(dict) -> int``; ``DiagnoseError`` carries the one-line reason for exit 2.
+- document.py  the report's typed objects and its one JSON encoder (``--json``)
+
+For other parts (the lab, the demo): ``run(...) -> Report``, ``render_text(Report) -> str``,
+``encode(Report) -> dict`` (the --json document), ``exit_code(Report) -> int``;
+``DiagnoseError`` carries the one-line reason for exit 2.
 """
+from .document import Report, encode
 from .errors import DiagnoseError
 from .render import render_json, render_text
 from .report import exit_code, run
 
-__all__ = ["DiagnoseError", "exit_code", "render_json", "render_text", "run"]
+__all__ = ["DiagnoseError", "Report", "encode", "exit_code", "render_json", "render_text", "run"]

@@ -9,47 +9,56 @@ the same window: each answers its ranks' data-wait shares from its timelines
 the union, the same job that Prometheus's view holds. Every row says which agent it came
 from.
 """
+from __future__ import annotations
+
+from typing import Any
+
+from ..correlate import codec
 from . import fetch
+from .document import JobRank, Source
 
 
-def job_rows(urls, job, namespace, window_s):
-    """(rows, sources, warnings): rows {rank, pod, node, data_wait_ratio, source} of
-    ``job``'s ranks that the agents at ``urls`` track (a rank with too few batches in the
-    window has no ratio), a source entry per agent, and a warning per agent that did not
-    answer (its node's ranks are then missing from the job)."""
-    rows, sources, warnings = [], [], []
+def job_rows(urls: list[str], job: str, namespace: str | None,
+             window_s: float) -> tuple[list[JobRank], list[Source], list[str]]:
+    """(rows, sources, warnings): ``job``'s ranks that the agents at ``urls`` track (a
+    rank with too few batches in the window has no ratio), a source per agent, and a
+    warning per agent that did not answer (its node's ranks are then missing from the
+    job)."""
+    rows: list[JobRank] = []
+    sources: list[Source] = []
+    warnings: list[str] = []
     for url in urls:
         url = fetch.base_url(url)
         try:
             node, found = _node_rows(url, job, namespace, window_s)
-        except fetch.SourceError as e:
-            sources.append({"name": "agent", "url": url, "ok": False, "error": e.message})
+        except (fetch.SourceError, codec.Malformed) as e:
+            msg = e.message if isinstance(e, fetch.SourceError) else "its diagnosis: %s" % e
+            sources.append(Source("agent", url, False, error=msg))
             warnings.append("agent %s at %s: %s; the job's ranks on its node are not in the "
                             "job's view" % ("unreachable" if isinstance(e, fetch.Unreachable)
-                                            else "failed", url, e.message))
+                                            else "failed", url, msg))
             continue
-        sources.append({"name": "agent", "url": url, "ok": True, "node": node})
+        sources.append(Source("agent", url, True, node=node))
         rows.extend(found)
     return rows, sources, warnings
 
 
-def _node_rows(url, job, namespace, window_s):
+def _node_rows(url: str, job: str, namespace: str | None, window_s: float) -> tuple[Any, list[JobRank]]:
     query = {"job": job, "namespace": namespace} if namespace else {"job": job}
     body = fetch.get_json(url + "/api/v1/ranks", query)
     node, ranks = body.get("node"), body.get("ranks") or []
     if not ranks:
         return node, []
     first = ranks[0]
-    d = fetch.get_json(url + "/api/v1/diagnosis", dict(query, rank=first["rank"],
-                                                       seconds="%g" % window_s))
-    ratios = {(first["rank"], first.get("pod")): (d.get("data_wait_ratio"),
-                                                  d.get("data_wait_ratio_after_start"))}
-    for p in d.get("job_ranks_on_node") or []:
-        ratios[(p["rank"], p.get("pod"))] = (p.get("data_wait_ratio"), p.get("data_wait_ratio_after_start"))
+    d = codec.decode(fetch.get_json(url + "/api/v1/diagnosis", dict(query, rank=first["rank"],
+                                                                    seconds="%g" % window_s)))
+    after = d.loop.data_wait_ratio_after_start if d.loop is not None else None
+    ratios = {(first["rank"], first.get("pod")): (d.data_wait_ratio, after)}
+    for p in d.job_ranks_on_node:
+        ratios[(p.rank, p.pod)] = (p.data_wait_ratio, p.data_wait_ratio_after_start)
     source = "agent %s" % url
     rows = []
     for r in ranks:
         ratio, after = ratios.get((r["rank"], r.get("pod")), (None, None))
-        rows.append({"rank": r["rank"], "pod": r.get("pod"), "node": r.get("node") or node,
-                     "data_wait_ratio": ratio, "data_wait_ratio_after_start": after, "source": source})
+        rows.append(JobRank(r["rank"], r.get("pod"), r.get("node") or node, ratio, after, source))
     return node, rows

@@ -20,9 +20,13 @@ has no work (idle); the main process waiting under the DataLoader waits for a ba
 (ipc_wait). A main thread with no DataLoader frame is ``outside_loader`` (the training
 step); a worker in its dataset's own code that no clue names is ``other``.
 """
+from __future__ import annotations
+
 import linecache
 import os
 import re
+from collections.abc import Mapping
+from typing import Any
 
 CLASSES = ("fetch", "decode", "collate", "ipc_wait", "idle", "outside_loader", "other")
 
@@ -71,14 +75,14 @@ NAME_WORDS = {
 }
 
 
-def _words(name):
+def _words(name: str) -> list[str]:
     """Lower-case words of a function name: snake_case, camelCase, dotted qualnames."""
     last = name.rsplit(".", 1)[-1]
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", last)
     return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
 
 
-def by_name(name):
+def by_name(name: str) -> str | None:
     words = _words(name)
     for cls in ("collate", "decode", "fetch"):
         if any(w.startswith(k) for w in words for k in NAME_WORDS[cls]):
@@ -86,12 +90,12 @@ def by_name(name):
     return None
 
 
-def _stdlib(filename):
+def _stdlib(filename: str) -> bool:
     f = filename.replace("\\", "/")
     return "/lib/python3" in f and "-packages/" not in f
 
 
-def by_frame(frame):
+def by_frame(frame: Mapping[str, Any]) -> str | None:
     f = (frame.get("filename") or "").replace("\\", "/")
     for part, cls in LIBRARIES:
         if part in f:
@@ -101,7 +105,7 @@ def by_frame(frame):
     return by_name(frame.get("name") or "")
 
 
-def source_line(frame, pid=None):
+def source_line(frame: Mapping[str, Any], pid: int | None = None) -> str:
     filename, line = frame.get("filename"), frame.get("line")
     if not filename or not line:
         return ""
@@ -115,14 +119,14 @@ def source_line(frame, pid=None):
     return ""
 
 
-def by_line(text):
+def by_line(text: str) -> str | None:
     for cls, rx in LINE_RULES:
         if rx.search(text):
             return cls
     return None
 
 
-def _boundary(frame):
+def _boundary(frame: Mapping[str, Any]) -> bool:
     f = frame.get("filename") or ""
     name = frame.get("name") or ""
     return ((name.endswith("_worker_loop") and "torch/utils/data/_utils/worker.py" in f)
@@ -130,19 +134,20 @@ def _boundary(frame):
                                                or "stallscope/hook/watch.py" in f)))
 
 
-def where(frame):
+def where(frame: Mapping[str, Any]) -> str:
     return "%s (%s:%s)" % (frame.get("name"), frame.get("short_filename") or frame.get("filename"),
                            frame.get("line"))
 
 
-def _user(frame):
+def _user(frame: Mapping[str, Any]) -> bool:
     f = frame.get("filename") or ""
     return not _stdlib(f) and not any(p in f for p in FRAMEWORK) and by_frame(frame) is None
 
 
-def classify(thread, role, pid=None):
+def classify(thread: Mapping[str, Any], role: str,
+             pid: int | None = None) -> tuple[str, dict[str, Any] | None, str]:
     """(class, the frame that decided it or None, the innermost source line)."""
-    frames = thread.get("frames") or []
+    frames: list[dict[str, Any]] = thread.get("frames") or []  # py-spy's JSON frames
     line = source_line(frames[0], pid) if frames else ""
     in_loader = any(_boundary(f) or "torch/utils/data/" in (f.get("filename") or "") for f in frames)
     if role == "main" and not in_loader:

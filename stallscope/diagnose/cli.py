@@ -1,12 +1,16 @@
 """The diagnose command's body: run, print, exit code; every failure one line."""
+from __future__ import annotations
+
 import sys
+from typing import IO, Any
 
 from .errors import DiagnoseError
 
 PREFIX = "stallscope diagnose: "
 
 
-def main(pod, as_json=False, out=None, err=None, **kwargs):
+def main(pod: str, as_json: bool = False, out: IO[str] | None = None, err: IO[str] | None = None,
+         **kwargs: Any) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -22,7 +26,7 @@ def main(pod, as_json=False, out=None, err=None, **kwargs):
         print(PREFIX + "internal error: %s: %s" % (type(e).__name__, e), file=err)
         return 2
     if as_json:
-        for w in doc.get("warnings") or []:
+        for w in doc.warnings:
             print(PREFIX + "warning: " + w, file=err)
         out.write(render.render_json(doc))
     else:

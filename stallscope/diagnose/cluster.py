@@ -9,45 +9,55 @@ the mixin's, ``rate(data_wait_sum[w]) / rate(step_sum[w])`` per rank, evaluated 
 One query returns every rank of the job and the statistics are taken here, so a
 2,048-rank job costs one evaluation, not one per statistic.
 """
+from __future__ import annotations
+
 import concurrent.futures
 import difflib
 import statistics
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .. import vocabulary
 from ..mixin import promql
 from ..mixin.config import DEFAULT as CFG
 from . import exits as exits_mod
 from . import fetch, window
+from .document import ClusterView, JobRank, PodSignal, Since, Sizing
 from .errors import DiagnoseError
-from .prom import label, selector
+from .prom import Prometheus, label, selector
 
 THRESHOLD = CFG.data_wait_warning  # the data-wait line (vocabulary.DATA_WAIT_LINE)
 TOP_K = 5
 IDENTITY = ("job", "rank", "pod", "namespace", "node")
+# A pod signal's query: (signal, cause, threshold, direction, expression of (matchers, window)).
+PodQuery = tuple[str, "str | None", "float | None", str, Callable[[tuple[str, ...], str], str]]
 
 
-def matchers(**match):
+def matchers(**match: str | None) -> tuple[str, ...]:
     return tuple("%s=%s" % (k, label(v)) for k, v in match.items() if v is not None)
 
 
-def sli(w, **match):
-    return promql.data_wait_ratio(CFG, matchers(**match), w).replace("\n", " ")
+def sli(w: str, **match: str | None) -> str:
+    expr: str = promql.data_wait_ratio(CFG, matchers(**match), w)
+    return expr.replace("\n", " ")
 
 
-def _rank_row(labels, value):
+def _rank_row(labels: Mapping[str, str], value: float | None) -> JobRank:
+    """A series' labels as a JobRank (Prometheus's label values, the edge)."""
+    rank: int | str | None
     try:
         rank = int(labels.get("rank", ""))
     except ValueError:
         rank = labels.get("rank")
-    return {"rank": rank, "pod": labels.get("pod"), "namespace": labels.get("namespace"),
-            "node": labels.get("node"), "job": labels.get("job"), "data_wait_ratio": value}
+    return JobRank(rank, labels.get("pod"), labels.get("node"), value, namespace=labels.get("namespace"),
+                   job=labels.get("job"))
 
 
-def _worst(rows):
-    return max(rows, key=lambda r: (r["data_wait_ratio"] is not None, r["data_wait_ratio"] or 0.0))
+def _worst(rows: Iterable[JobRank]) -> JobRank:
+    return max(rows, key=lambda r: (r.data_wait_ratio is not None, r.data_wait_ratio or 0.0))
 
 
-def resolve(prom, pod, namespace, w):
+def resolve(prom: Prometheus, pod: str, namespace: str | None, w: str) -> list[JobRank]:
     """The pod's ranks [{job, rank, pod, namespace, node}], or DiagnoseError."""
     rows = prom.query("last_over_time(stallscope_step_seconds_count%s[%s])"
                       % (selector(pod=pod, namespace=namespace), w))
@@ -60,7 +70,7 @@ def resolve(prom, pod, namespace, w):
     return [_rank_row(labels, None) for labels in found.values()]
 
 
-def _missing(prom, pod, namespace, w):
+def _missing(prom: Prometheus, pod: str, namespace: str | None, w: str) -> str:
     """Why the pod has no samples in the window: an unknown name or an empty window."""
     if prom.series("stallscope_step_seconds_count%s" % selector(pod=pod, namespace=namespace)):
         return ("no data for pod %s in the last %s at %s: its series stopped earlier "
@@ -77,12 +87,13 @@ def _missing(prom, pod, namespace, w):
             % (pod, pod, prom.url, hint))
 
 
-def recorded_sli(**match):
+def recorded_sli(**match: str | None) -> str:
     """The alert's own per-rank figure: the mixin's rank-level 5m recording rule."""
-    return promql.sel(CFG, promql.names(CFG)["rank_ratio"], *matchers(**match))
+    expr: str = promql.sel(CFG, promql.names(CFG)["rank_ratio"], *matchers(**match))
+    return expr
 
 
-def job_ranks(prom, job, namespace, w):
+def job_ranks(prom: Prometheus, job: str | None, namespace: str | None, w: str) -> tuple[list[JobRank], str]:
     """(every rank of the job with its data-wait ratio, the expression that gave them).
 
     The ratios are the rank-level recording rule's at the report's time when the rules
@@ -95,16 +106,16 @@ def job_ranks(prom, job, namespace, w):
     if not rows:
         expr = sli(w, job=job, namespace=namespace)
         rows = prom.query(expr)
-    best = {}
+    best: dict[Any, JobRank] = {}
     for labels, value in rows:
         r = _rank_row(labels, value)
-        key = (r["rank"], r["pod"])
-        if key not in best or (value or 0.0) > (best[key]["data_wait_ratio"] or 0.0):
+        key = (r.rank, r.pod)
+        if key not in best or (value or 0.0) > (best[key].data_wait_ratio or 0.0):
             best[key] = r
     return list(best.values()), expr
 
 
-def since(prom, who, window_s):
+def since(prom: Prometheus, who: JobRank, window_s: float) -> Since | None:
     """When the rank's data-wait ratio last crossed above THRESHOLD and stayed there.
 
     A range query over 4x the window: a stall that began before the window is found
@@ -112,7 +123,7 @@ def since(prom, who, window_s):
     lookback = min(4 * window_s, 7 * 86400)
     step = max(1.0, lookback / 240)
     rate_w = window.promql(max(window_s / 5, 2 * step))
-    expr = sli(rate_w, job=who["job"], namespace=who["namespace"], pod=who["pod"], rank=str(who["rank"]))
+    expr = sli(rate_w, job=who.job, namespace=who.namespace, pod=who.pod, rank=str(who.rank))
     series = prom.query_range(expr, prom.now - lookback, prom.now, step)
     if not series:
         return None
@@ -123,15 +134,12 @@ def since(prom, who, window_s):
             break
         start = t
     if start is None:
-        return {"above_threshold": False, "rank": who["rank"], "lookback_seconds": lookback,
-                "expr": expr}
-    return {"above_threshold": True, "rank": who["rank"], "since": start,
-            "for_seconds": round(prom.now - start, 3),
-            "open_ended": start <= prom.now - lookback + step, "lookback_seconds": lookback,
-            "expr": expr}
+        return Since(False, who.rank, lookback, expr)
+    return Since(True, who.rank, lookback, expr, start, round(prom.now - start, 3),
+                 start <= prom.now - lookback + step)
 
 
-def agent_url(prom, node, w):
+def agent_url(prom: Prometheus, node: str | None, w: str) -> str | None:
     """The agent of ``node`` from its own build_info series: with honor_labels the
     scrape's ``instance`` label is still the target address (host:port)."""
     for expr in ("stallscope_agent_build_info%s" % selector(node=node),
@@ -142,7 +150,7 @@ def agent_url(prom, node, w):
     return None
 
 
-def _pod_signal(cause, line):
+def _pod_signal(cause: vocabulary.Cause, line: vocabulary.Line) -> PodQuery:
     """(signal, cause, threshold, direction, expression of (matchers, window)) of one of a
     cause's lines, with the line of the alert on that signal where there is one (the
     evidence then speaks the language of the page)."""
@@ -151,8 +159,8 @@ def _pod_signal(cause, line):
     direction = "above" if line.above else "below"
     agg = "max" if line.above else "min"
 
-    def build(m, w):
-        expr = promql.signal(CFG, line.signal, m, w)
+    def build(m: tuple[str, ...], w: str) -> str:
+        expr: str = promql.signal(CFG, line.signal, m, w)
         if "$w" in vocabulary.signal(line.signal).query:
             return "%s(%s)" % (agg, expr)
         return "%s(%s_over_time((%s)[%s:]))" % (agg, agg, expr, w)
@@ -162,39 +170,39 @@ def _pod_signal(cause, line):
 # The pod's cause signals as Prometheus has them, with the alerts' lines: the evidence
 # when the node's agent cannot be asked, and context when it can. Every cause line
 # whose signal has a Prometheus face (stallscope/vocabulary/), once each.
-POD_SIGNALS = tuple({line.signal: _pod_signal(c, line) for c in reversed(vocabulary.CAUSES)
-                     for line in reversed(c.lines)
-                     if vocabulary.signal(line.signal).query}.values())[::-1] + (
+POD_SIGNALS: tuple[PodQuery, ...] = tuple({
+    line.signal: _pod_signal(c, line) for c in reversed(vocabulary.CAUSES) for line in reversed(c.lines)
+    if vocabulary.signal(line.signal).query}.values())[::-1] + (
     ("hook_dropped_events", None, 0, "above",
      lambda m, w: "sum(increase(%s[%s]))" % (promql.sel(CFG, "stallscope_hook_dropped_events_total", *m), w)),
 )
 
 
-def pod_signals(prom, pod, namespace, w):
+def pod_signals(prom: Prometheus, pod: str, namespace: str | None, w: str) -> list[PodSignal]:
     m = matchers(pod=pod, namespace=namespace)
     out = []
     for name, cause, threshold, direction, build in POD_SIGNALS:
         q = build(m, w).replace("\n", " ")
         value = prom.scalar(q)
         if value is not None:
-            out.append({"signal": name, "cause": cause, "value": value, "threshold": threshold,
-                        "direction": direction, "source": "prometheus", "expr": q})
+            out.append(PodSignal(name, cause, value, threshold, direction, "prometheus", q))
     return out
 
 
-def cause_scores(prom, who, w):
+def cause_scores(prom: Prometheus, who: JobRank, w: str) -> list[tuple[str, float]]:
     """The correlator's published scores (top causes of an input-bound rank)."""
-    sel = selector(job=who["job"], namespace=who["namespace"], pod=who["pod"], rank=str(who["rank"]))
+    sel = selector(job=who.job, namespace=who.namespace, pod=who.pod, rank=str(who.rank))
     rows = prom.query("max by (cause) (last_over_time(stallscope_stall_cause_score%s[%s]))" % (sel, w))
-    return sorted(({"cause": labels.get("cause"), "score": v} for labels, v in rows if v is not None),
-                  key=lambda c: -c["score"])
+    # a missing label is an empty one in Prometheus's data model
+    return sorted(((labels.get("cause", ""), v) for labels, v in rows if v is not None),
+                  key=lambda c: -c[1])
 
 
-def loader_sizing(prom, who, w):
+def loader_sizing(prom: Prometheus, who: JobRank, w: str) -> Sizing:
     """num_workers and the agent's advice (issue 4's workers_needed), as Prometheus has
     them: the loader's side of the story when the agent cannot be asked."""
-    sel = selector(job=who["job"], namespace=who["namespace"], pod=who["pod"], rank=str(who["rank"]))
-    out = {}
+    sel = selector(job=who.job, namespace=who.namespace, pod=who.pod, rank=str(who.rank))
+    out: dict[str, Any] = {}
     info = prom.query("last_over_time(stallscope_loader_info%s[%s])" % (sel, w))
     if info:
         try:
@@ -206,60 +214,64 @@ def loader_sizing(prom, who, w):
         value = prom.scalar("max(last_over_time(%s%s[%s]))" % (metric, sel, w))
         if value is not None:
             out[key] = bool(value) if key == "quota_limited" else int(value)
-    return out
+    return Sizing.of(out)
 
 
-def view(prom, pod, namespace, window_s, top_k=TOP_K):
+def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
+         top_k: int = TOP_K) -> ClusterView:
     """Everything Prometheus knows about the pod's rank and its job, as one dict."""
     w = window.promql(window_s)
     mine = resolve(prom, pod, namespace, w)
-    namespace = mine[0]["namespace"]
+    namespace = mine[0].namespace
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        jobs = {j: pool.submit(job_ranks, prom, j, namespace, w) for j in sorted({r["job"] for r in mine})}
-        node_agents = {n: pool.submit(agent_url, prom, n, w) for n in sorted({r["node"] for r in mine})}
+        # key=str: a series without the job or node label (None) sorts beside the names
+        jobs = {j: pool.submit(job_ranks, prom, j, namespace, w)
+                for j in sorted({r.job for r in mine}, key=str)}
+        node_agents = {n: pool.submit(agent_url, prom, n, w)
+                       for n in sorted({r.node for r in mine}, key=str)}
         signals = pool.submit(pod_signals, prom, pod, namespace, w)
         own = pool.submit(prom.query, sli(w, pod=pod, namespace=namespace))
-        ranks, exprs = {}, {}
+        ranks: dict[str | None, list[JobRank]] = {}
+        exprs: dict[str | None, str] = {}
         for j, f in jobs.items():
             ranks[j], exprs[j] = f.result()
-        by_key = {(r["job"], r["rank"], r["pod"]): r for rows in ranks.values() for r in rows}
+        by_key = {(r.job, r.rank, r.pod): r for rows in ranks.values() for r in rows}
         for labels, value in own.result():  # the pod's own ranks: raw over the window
             r = _rank_row(labels, value)
-            by_key[(r["job"], r["rank"], r["pod"])] = r
-        pod_ranks = [by_key.get((r["job"], r["rank"], r["pod"]), r) for r in mine]
+            by_key[(r.job, r.rank, r.pod)] = r
+        pod_ranks = [by_key.get((r.job, r.rank, r.pod), r) for r in mine]
         me = _worst(pod_ranks)
-        job = ranks[me["job"]]
-        finite = [r for r in job if r["data_wait_ratio"] is not None]
+        job = ranks[me.job]
+        finite = [r for r in job if r.data_wait_ratio is not None]
         straggler = _worst(finite) if finite else None
-        target = me if (me["data_wait_ratio"] or 0.0) >= THRESHOLD else straggler
+        target = me if (me.data_wait_ratio or 0.0) >= THRESHOLD else straggler
         when = None
-        if target is not None and (target["data_wait_ratio"] or 0.0) >= THRESHOLD:
+        if target is not None and (target.data_wait_ratio or 0.0) >= THRESHOLD:
             when = pool.submit(since, prom, target, window_s)
         scores = pool.submit(cause_scores, prom, me, w)
         batches = pool.submit(prom.scalar, "sum(increase(stallscope_step_seconds_count%s[%s]))" % (
-            selector(job=me["job"], namespace=namespace, pod=pod, rank=str(me["rank"])), w))
+            selector(job=me.job, namespace=namespace, pod=pod, rank=str(me.rank)), w))
         sizing = pool.submit(loader_sizing, prom, me, w)
         died = pool.submit(exits_mod.of, prom, me, window_s)
-        out = {
-            "job": me["job"], "rank": me["rank"], "pod": pod, "namespace": namespace,
-            "node": me["node"], "data_wait_ratio": me["data_wait_ratio"], "batches": batches.result(),
-            "pod_ranks": sorted(pod_ranks, key=lambda r: str(r["rank"])),
-            "job_ranks": len(job), "job_ranks_with_data": len(finite),
-            "job_max_data_wait_ratio": straggler["data_wait_ratio"] if straggler else None,
-            "job_median_data_wait_ratio": (statistics.median(r["data_wait_ratio"] for r in finite)
-                                           if finite else None),
-            "straggler": straggler,
-            "top_ranks": sorted(finite, key=lambda r: -r["data_wait_ratio"])[:top_k],
-            "ranks_without_batches": sorted((r for r in job if r["data_wait_ratio"] is None),
-                                            key=lambda r: str(r["rank"]))[:top_k],
-            "since": when.result() if when else None,
-            "agent_url": node_agents[me["node"]].result(),
-            "signals": signals.result(),
-            "cause_scores": scores.result(),
-            "sizing": sizing.result(),
+        steady = pool.submit(prom.scalar, promql.steady_data_wait_ratio(CFG, matchers(
+            job=me.job, namespace=namespace, pod=pod, rank=str(me.rank)), w).replace("\n", " "))
+        exits, deaths = died.result()
+        return ClusterView(
+            job=me.job or "", rank=me.rank, pod=pod, namespace=namespace or "", node=me.node or "",
+            data_wait_ratio=me.data_wait_ratio, batches=batches.result(),
+            pod_ranks=tuple(sorted(pod_ranks, key=lambda r: str(r.rank))),
+            job_ranks=len(job), job_ranks_with_data=len(finite),
+            job_max_data_wait_ratio=straggler.data_wait_ratio if straggler else None,
+            job_median_data_wait_ratio=(statistics.median(r.data_wait_ratio for r in finite
+                                                          if r.data_wait_ratio is not None)
+                                        if finite else None),
+            straggler=straggler,
+            top_ranks=tuple(sorted(finite, key=lambda r: -(r.data_wait_ratio or 0.0))[:top_k]),
+            ranks_without_batches=tuple(sorted((r for r in job if r.data_wait_ratio is None),
+                                               key=lambda r: str(r.rank))[:top_k]),
+            since=when.result() if when else None, agent_url=node_agents[me.node].result(),
+            signals=tuple(signals.result()), cause_scores=tuple(scores.result()),
+            sizing=sizing.result(),
             # the pod's loader workers that died, by reason, and the causes they score
-            "worker_exits": died.result()["exits"],
-            "death_causes": died.result()["causes"],
-            "sli_expr": exprs[me["job"]],
-        }
-    return out
+            worker_exits=tuple(exits), death_causes=tuple(deaths), sli_expr=exprs[me.job],
+            steady_data_wait_ratio=steady.result())

@@ -4,17 +4,21 @@
 and carries on with the other source. ``HttpError`` means a server answered with an
 error status; the agent's and Prometheus' error bodies carry the reason, kept here.
 """
+from __future__ import annotations
+
 import json
 import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
+from typing import Any
 
 TIMEOUT = 10.0
 
 
 class SourceError(Exception):
-    def __init__(self, url, message):
+    def __init__(self, url: str, message: str) -> None:
         super().__init__("%s (%s)" % (message, url))
         self.url = url
         self.message = message
@@ -25,13 +29,13 @@ class Unreachable(SourceError):
 
 
 class HttpError(SourceError):
-    def __init__(self, url, status, message):
+    def __init__(self, url: str, status: int, message: str) -> None:
         super().__init__(url, "HTTP %d: %s" % (status, message))
         self.status = status
         self.reason = message
 
 
-def base_url(url):
+def base_url(url: str) -> str:
     """``host:port`` or a full URL → ``http://host:port`` without a trailing slash."""
     url = url.strip()
     if "://" not in url:
@@ -39,7 +43,8 @@ def base_url(url):
     return url.rstrip("/")
 
 
-def get_json(url, params=None, timeout=TIMEOUT):
+def get_json(url: str, params: Mapping[str, str] | None = None, timeout: float = TIMEOUT) -> Any:
+    """The answer's JSON document, whatever its shape."""
     if params:
         url = url + "?" + urllib.parse.urlencode(params)
     try:
@@ -59,7 +64,7 @@ def get_json(url, params=None, timeout=TIMEOUT):
         raise HttpError(url, 200, "the answer is not JSON") from None
 
 
-def _reason(err):
+def _reason(err: urllib.error.HTTPError) -> str:
     try:
         body = json.loads(err.read().decode())
     except (ValueError, OSError):

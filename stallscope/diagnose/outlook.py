@@ -13,103 +13,105 @@
   after against the prediction made before it (correlate/change.py).
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..correlate.model import Cause, Diagnosis, Prediction
+from .document import Cost, JobHeadroom, RankHeadroom, Report
+
 DAY_HOURS = 24.0
 
 
-def _speedup(ratio):
+def _speedup(ratio: float | None) -> float | None:
     return round(1.0 / (1.0 - ratio), 3) if ratio is not None and ratio < 1 else None
 
 
-def headroom(doc, diag):
-    rank = dict((diag or {}).get("headroom") or {})
-    if not rank and doc.get("data_wait_ratio") is not None:
-        rank = {"data_wait_ratio": doc["data_wait_ratio"], "speedup": _speedup(doc["data_wait_ratio"])}
+def headroom(data_wait_ratio: float | None, job_max: float | None, job_scope: str,
+             diag: Diagnosis | None) -> tuple[RankHeadroom | None, JobHeadroom | None]:
+    h = diag.headroom if diag is not None else None
+    rank = None
+    if h is not None:
+        rank = RankHeadroom(h.data_wait_ratio, h.speedup, h.step_seconds, h.step_seconds_without_wait)
+    elif data_wait_ratio is not None:
+        rank = RankHeadroom(data_wait_ratio, _speedup(data_wait_ratio))
     job = None
-    if doc.get("job_max_data_wait_ratio") is not None:
-        job = {"data_wait_ratio": doc["job_max_data_wait_ratio"],
-               "speedup": _speedup(doc["job_max_data_wait_ratio"]), "scope": doc.get("job_scope")}
-        if rank.get("step_seconds"):
-            job["step_seconds_without_wait"] = round(
-                rank["step_seconds"] * (1 - doc["job_max_data_wait_ratio"]), 6)
-    return {"rank": rank or None, "job": job}
+    if job_max is not None:
+        job = JobHeadroom(job_max, _speedup(job_max), job_scope,
+                          round(rank.step_seconds * (1 - job_max), 6)
+                          if rank is not None and rank.step_seconds else None)
+    return rank, job
 
 
-def cost(doc):
-    """Idle accelerators now: {world_size, waiting_share, idle_accelerators, gpu_hours_per_day,
-    rank_gpu_hours_per_day, cause}."""
-    share, world = doc.get("job_max_data_wait_ratio"), doc.get("job_ranks")
-    if share is None or not world:
+def cost(verdict: str, causes: tuple[Cause, ...], data_wait_ratio: float | None, job_max: float | None,
+         world: int, scope: str) -> Cost | None:
+    """Idle accelerators now."""
+    if job_max is None or not world:
         return None
-    idle = world * share
-    causes = [c for c in doc.get("causes") or [] if c.get("score", 0) > 0]
-    mine = doc.get("data_wait_ratio")
-    return {"world_size": world, "waiting_share": round(share, 6),
-            "idle_accelerators": round(idle, 4), "gpu_hours_per_day": round(idle * DAY_HOURS, 3),
-            "rank_gpu_hours_per_day": round(mine * DAY_HOURS, 3) if mine is not None else None,
-            "scope": doc.get("job_scope"),
-            "cause": causes[0]["cause"] if causes and doc.get("verdict") == "input_bound" else None}
+    idle = world * job_max
+    named = [c for c in causes if c.score > 0]
+    return Cost(world, round(job_max, 6), round(idle, 4), round(idle * DAY_HOURS, 3),
+                round(data_wait_ratio * DAY_HOURS, 3) if data_wait_ratio is not None else None, scope,
+                named[0].cause if named and verdict == "input_bound" else None)
 
 
-def of(doc, diag):
-    out = {"prediction": (diag or {}).get("prediction") if doc.get("verdict") == "input_bound" and
-           diag is not None and diag.get("verdict") == doc.get("verdict") else None,
-           "headroom": headroom(doc, diag), "cost": cost(doc)}
-    if (diag or {}).get("change"):
-        out["change"] = diag["change"]
-    return out
+def prediction(verdict: str, diag: Diagnosis | None) -> Prediction | None:
+    """The agent's prediction, when the verdict is the agent's too."""
+    if verdict == "input_bound" and diag is not None and diag.verdict == verdict:
+        return diag.prediction
+    return None
 
 
-def lines(doc):
+def lines(doc: Report) -> list[str]:
     """The report's lines for prediction, headroom, cost and a marked change."""
     out = []
-    p = doc.get("prediction")
-    if p:
+    p = doc.prediction
+    if p is not None:
         out.append("Prediction (%s, confidence %s): %s -> data-wait %.1f%%, step %.3gs (x%s faster)" % (
-            p.get("cause"), p.get("confidence"), p["change"], 100 * p["predicted_data_wait_ratio"],
-            p["predicted_step_seconds"], p.get("speedup")))
-        out.append("  basis: %s" % p.get("basis"))
-    h = doc.get("headroom") or {}
-    r, j = h.get("rank") or {}, h.get("job") or {}
-    if r.get("speedup") or j.get("speedup"):
+            p.cause, p.confidence, p.change, 100 * p.predicted_data_wait_ratio,
+            p.predicted_step_seconds, p.speedup))
+        out.append("  basis: %s" % p.basis)
+    r, j = doc.rank_headroom, doc.job_headroom
+    if (r is not None and r.speedup) or (j is not None and j.speedup):
         text = "Headroom (every input wait gone):"
-        if r.get("step_seconds_without_wait"):
-            text += " rank step %.3gs -> %.3gs (x%s);" % (r["step_seconds"], r["step_seconds_without_wait"],
-                                                          r["speedup"])
-        elif r.get("speedup"):
-            text += " rank x%s;" % r["speedup"]
-        if j.get("speedup"):
-            text += " job x%s (the straggler waits %.1f%%)" % (j["speedup"], 100 * j["data_wait_ratio"])
+        if r is not None and r.step_seconds_without_wait and r.step_seconds:
+            text += " rank step %.3gs -> %.3gs (x%s);" % (r.step_seconds, r.step_seconds_without_wait,
+                                                          r.speedup)
+        elif r is not None and r.speedup:
+            text += " rank x%s;" % r.speedup
+        if j is not None and j.speedup:
+            text += " job x%s (the straggler waits %.1f%%)" % (j.speedup, 100 * j.data_wait_ratio)
         out.append(text.rstrip(";"))
-    c = doc.get("cost")
-    if c and c["waiting_share"] > 0:
+    c = doc.cost
+    if c is not None and c.waiting_share > 0:
         text = ("Cost now: this stall costs %.1f GPU-hours a day (%d ranks x %.1f%% waiting%s)" % (
-            c["gpu_hours_per_day"], c["world_size"], 100 * c["waiting_share"],
-            ", this node's ranks only" if c.get("scope") == "node" else ""))
-        if c.get("cause"):
-            text += ", attributed to %s" % c["cause"]
+            c.gpu_hours_per_day, c.world_size, 100 * c.waiting_share,
+            ", this node's ranks only" if c.scope == "node" else ""))
+        if c.cause:
+            text += ", attributed to %s" % c.cause
         out.append(text + ".")
-    ch = doc.get("change")
-    if ch:
-        out.append(change_line(ch))
+    if doc.change is not None:
+        out.append(change_line(doc.change))
     return out
 
 
-def change_line(ch):
+def change_line(ch: Mapping[str, Any]) -> str:
+    """A marked change (correlate/change.py's document), before -> after."""
     b, a = ch.get("before") or {}, ch.get("after") or {}
     text = "Change at %s: %s. Before -> after: data-wait %s -> %s, step %s -> %s" % (
         ch.get("at_wall", "?"), ch.get("what"), _pc(b.get("data_wait_ratio")), _pc(a.get("data_wait_ratio")),
         _s(b.get("step_seconds")), _s(a.get("step_seconds")))
     p = ch.get("predicted")
-    if p:
-        text += " (predicted %s, step %s)" % (_pc(p.get("predicted_data_wait_ratio")),
-                                              _s(p.get("predicted_step_seconds")))
+    if isinstance(p, Prediction):
+        text += " (predicted %s, step %s)" % (_pc(p.predicted_data_wait_ratio), _s(p.predicted_step_seconds))
     text += "; the stall is %s." % ("gone" if ch.get("stall_gone") else "still there")
     return text
 
 
-def _pc(x):
+def _pc(x: float | None) -> str:
     return "n/a" if x is None else "%.1f%%" % (100 * x)
 
 
-def _s(x):
+def _s(x: float | None) -> str:
     return "n/a" if x is None else "%.3gs" % x

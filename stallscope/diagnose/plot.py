@@ -2,10 +2,18 @@
 blocked in next()) against GPU busy, from the agent's timeline; without the agent, the
 rank's data-wait ratio from Prometheus alone. matplotlib is imported only here (the
 ``plot`` extra)."""
+from __future__ import annotations
+
 import datetime
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import cluster, fetch, node
+from .document import Report
 from .prom import Prometheus
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BINS = 300
 
@@ -14,7 +22,8 @@ class PlotError(Exception):
     pass
 
 
-def _share(batches, offset_ns, width_s):
+def _share(batches: Sequence[Mapping[str, Any]], offset_ns: int,
+           width_s: float) -> tuple[list[datetime.datetime], np.ndarray]:
     """(bin starts as datetimes, data-wait share per bin) from batch events."""
     import numpy as np
 
@@ -35,10 +44,10 @@ def _share(batches, offset_ns, width_s):
     return x, waited / width
 
 
-def _from_agent(doc, tl=None):
-    if tl is None and doc.get("agent_url") and doc.get("rank") is not None:
+def _from_agent(doc: Report, tl: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    if tl is None and doc.agent_url and doc.rank is not None:
         try:
-            tl = node.timeline(doc["agent_url"], doc["rank"], doc["job"], doc["pod"], doc["window_seconds"])
+            tl = node.timeline(doc.agent_url, doc.rank, doc.job, doc.pod, doc.window_seconds)
         except fetch.SourceError:
             tl = None
     if tl is None:
@@ -47,20 +56,20 @@ def _from_agent(doc, tl=None):
     if not batches:
         return None
     off = tl.get("clock_offset_ns") or 0
-    x, share = _share(batches, off, max(0.2, doc["window_seconds"] / BINS))
+    x, share = _share(batches, off, max(0.2, doc.window_seconds / BINS))
     gpu = (tl.get("signals") or {}).get("gpu_busy_ratio") or []
     gx = [datetime.datetime.fromtimestamp((t + off) / 1e9) for t, _ in gpu]
     return {"x": x, "wait": share, "gpu_x": gx, "gpu": [v for _, v in gpu], "source": "agent"}
 
 
-def _from_prometheus(doc):
-    if not doc.get("prometheus_url") or doc.get("rank") is None:
+def _from_prometheus(doc: Report) -> dict[str, Any] | None:
+    if not doc.prometheus_url or doc.rank is None:
         return None
-    prom = Prometheus(doc["prometheus_url"])
-    w = doc["window_seconds"]
+    prom = Prometheus(doc.prometheus_url)
+    w = doc.window_seconds
     step = max(1.0, w / BINS)
-    expr = cluster.sli("%ds" % max(2, int(4 * step)), job=doc["job"], namespace=doc["namespace"],
-                       pod=doc["pod"], rank=str(doc["rank"]))
+    expr = cluster.sli("%ds" % max(2, int(4 * step)), job=doc.job, namespace=doc.namespace,
+                       pod=doc.pod, rank=str(doc.rank))
     try:
         series = prom.query_range(expr, prom.now - w, prom.now, step)
     except fetch.SourceError:
@@ -72,7 +81,7 @@ def _from_prometheus(doc):
             "gpu_x": [], "gpu": [], "source": "prometheus"}
 
 
-def write(path, doc, timeline=None):
+def write(path: str, doc: Report, timeline: Mapping[str, Any] | None = None) -> str:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -87,16 +96,16 @@ def write(path, doc, timeline=None):
         ax.fill_between(data["x"], data["wait"], step="post", color="tab:red", alpha=0.45,
                         label="data-wait (share of time)")
         if data["gpu"]:
-            source = ((doc.get("gpu") or {}).get("source") or "").lower()
+            source = ((doc.gpu.source if doc.gpu is not None else None) or "").lower()
             ax.plot(data["gpu_x"], data["gpu"], color="tab:green", lw=1.2, drawstyle="steps-pre",
                     label="GPU busy (simulated)" if source == "simulated" else "GPU busy")
         else:
             ax.plot([], [], " ", label="GPU busy: no samples")
-        ax.axhline(doc["threshold"], color="grey", ls=":", lw=1, label="alert line")
+        ax.axhline(doc.threshold, color="grey", ls=":", lw=1, label="alert line")
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("share of time")
         ax.set_title("%s  rank %s of %s on %s  (%s, from the %s)" % (
-            doc["pod"], doc["rank"], doc["job"], doc["node"], doc["verdict"], data["source"]))
+            doc.pod, doc.rank, doc.job, doc.node, doc.verdict, data["source"]))
         ax.legend(loc="upper right", fontsize=8)
         fig.autofmt_xdate()
         fig.tight_layout()

@@ -6,6 +6,8 @@ py-spy pauses each target for a few milliseconds (no ``--nonblocking``: a consis
 stack matters more here than a few ms of one step). It needs ptrace: root, or
 CAP_SYS_PTRACE, within what kernel.yama.ptrace_scope allows.
 """
+from __future__ import annotations
+
 import collections
 import concurrent.futures
 import json
@@ -13,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from ..system import procfs
 from .classify import CLASSES, classify, where
@@ -26,7 +30,7 @@ class StacksError(Exception):
     pass
 
 
-def _runnable(path):
+def _runnable(path: str) -> bool:
     # execve checks the effective credentials (capabilities included); plain access(2)
     # checks the real ones, which can say no to a binary this process may well run.
     effective = os.access in os.supports_effective_ids
@@ -50,7 +54,7 @@ def find_py_spy() -> str:
                       "(or set %s)" % PY_SPY_ENV)
 
 
-def ptrace_hint():
+def ptrace_hint() -> str:
     scope = None
     try:
         with open(YAMA) as f:
@@ -66,7 +70,7 @@ def ptrace_hint():
     return text
 
 
-def dump(py_spy, pid, timeout=TIMEOUT, nonblocking=False):
+def dump(py_spy: str, pid: int, timeout: float = TIMEOUT, nonblocking: bool = False) -> list[dict[str, Any]]:
     """The threads py-spy sees in ``pid``; StacksError with a one-line reason.
     ``nonblocking``: read its memory without pausing it (for a process stuck in the
     kernel, whose ptrace stop would wait for the stuck call: agent/hangs.py)."""
@@ -79,7 +83,8 @@ def dump(py_spy, pid, timeout=TIMEOUT, nonblocking=False):
         raise StacksError("cannot run py-spy at %s: %s" % (py_spy, e.strerror or e)) from e
     if p.returncode == 0:
         try:
-            return json.loads(p.stdout)
+            threads: list[dict[str, Any]] = json.loads(p.stdout)  # py-spy's JSON, one object a thread
+            return threads
         except ValueError as e:
             raise StacksError("py-spy gave no JSON for PID %d" % pid) from e
     err = p.stderr or p.stdout
@@ -89,7 +94,7 @@ def dump(py_spy, pid, timeout=TIMEOUT, nonblocking=False):
     raise StacksError("py-spy dump of PID %d failed: %s" % (pid, first.replace("Error: ", "")))
 
 
-def is_local(pid, ns_pid=None):
+def is_local(pid: int, ns_pid: int | None = None) -> bool:
     """Whether ``pid`` here is the trainer's process: the agent's PIDs are host PIDs of
     its node, and on another machine the same number is someone else. The innermost
     NSpid of /proc/PID/status must be the PID the trainer saw itself as."""
@@ -99,14 +104,14 @@ def is_local(pid, ns_pid=None):
     return ns_pid is None or inner is None or inner == int(ns_pid)
 
 
-def main_thread(threads, pid):
+def main_thread(threads: list[dict[str, Any]], pid: int) -> dict[str, Any]:
     for t in threads:
         if t.get("os_thread_id") == pid or t.get("thread_name") == "MainThread":
             return t
     return threads[0] if threads else {}
 
 
-def one(py_spy: str, pid: int, role: str, nonblocking: bool = False) -> dict:
+def one(py_spy: str, pid: int, role: str, nonblocking: bool = False) -> dict[str, Any]:
     try:
         threads = dump(py_spy, pid, nonblocking=nonblocking)
     except StacksError as e:
@@ -118,7 +123,7 @@ def one(py_spy: str, pid: int, role: str, nonblocking: bool = False) -> dict:
             "frames": [where(f) for f in (t.get("frames") or [])[:8]]}
 
 
-def reading(main, workers):
+def reading(main: str | None, workers: collections.Counter[str]) -> str:
     n = sum(workers.values())
     if not n:
         return "No worker stacks (num_workers=0 or none answered)."
@@ -139,7 +144,7 @@ def reading(main, workers):
     return text
 
 
-def collect(rank):
+def collect(rank: Mapping[str, Any]) -> dict[str, Any]:
     """Dump the rank's main process and workers (a /api/v1/ranks entry)."""
     py_spy = find_py_spy()
     pid = rank.get("pid")

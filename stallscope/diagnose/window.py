@@ -1,11 +1,13 @@
 """Durations as people and Prometheus write them: ``90s``, ``15m``, ``1h30m``, ``2d``."""
+from __future__ import annotations
+
 import re
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
-def parse(text):
+def parse(text: str | float) -> float:
     """Seconds in ``text``; a bare number is seconds. ValueError with the reason."""
     s = str(text).strip()
     if re.fullmatch(r"\d+(\.\d+)?", s):
@@ -20,12 +22,12 @@ def parse(text):
     return seconds
 
 
-def promql(seconds):
+def promql(seconds: float) -> str:
     """A PromQL range duration for ``seconds`` (whole seconds; 2.42 takes no fractions)."""
     return "%ds" % max(1, int(round(seconds)))
 
 
-def human(seconds):
+def human(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds < 120:
         return "%ds" % seconds

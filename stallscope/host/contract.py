@@ -142,6 +142,10 @@ class Host(Protocol):
         of (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns
         is -1 where the hook did not split the wait (hook/transfer.py)."""
 
+    def open_wait_end(self, rank: Rank) -> int | None:
+        """t_end of the open wait a timeline(open_wait=True) ends with (a call still
+        blocked in next()), or None."""
+
     def detection_input(self, rank: Rank, now_ns: int) -> tuple[Any, tuple[int, int, int] | None]:
         """(the rank's per-second wait bins up to ``now_ns``, its newest batch or the
         call still blocked in next()): what the change-point test reads

@@ -86,11 +86,14 @@ def via_diagnose(lab):
     kw = {"namespace": NAMESPACE, "agent_url": lab.agent.url, "window": "%ds" % int(lab.duration),
           "prometheus_url": lab.prom.url if lab.prom is not None else None}
     try:
-        first = doc = dg.run(lab.pod(0), **kw)
-        s = first.get("straggler") or {}
-        stalled = first["verdict"] in ("not_input_bound", "input_bound")
-        if stalled and s.get("pod") and s["pod"] != first["pod"]:
-            doc = dg.run(s["pod"], **kw)
+        found_first = found_doc = dg.run(lab.pod(0), **kw)
+        s = found_first.straggler
+        stalled = found_first.verdict in ("not_input_bound", "input_bound")
+        if stalled and s is not None and s.pod and s.pod != found_first.pod:
+            found_doc = dg.run(s.pod, **kw)
+        # the lab keeps the reports as diagnose --json has them (run reports, agreement.py)
+        first = dg.encode(found_first)
+        doc = first if found_doc is found_first else dg.encode(found_doc)
     except dg.DiagnoseError as e:
         lab.say("lab: stallscope diagnose could not answer: %s" % e)
         return None
@@ -102,7 +105,7 @@ def via_diagnose(lab):
              "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
                                                       " -> straggler " + doc["pod"])}
     return found, {"first": first if doc is not first else None, "report": doc,
-                   "text": dg.render_text(doc)}
+                   "text": dg.render_text(found_doc)}
 
 
 def _worker_pid(cause):

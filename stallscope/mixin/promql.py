@@ -77,6 +77,19 @@ def data_wait_ratio(cfg, matchers=(), window=None):
         BY_RANK, rate(cfg, "stallscope_step_seconds_sum", matchers, window)))
 
 
+def steady_data_wait_ratio(cfg, matchers=(), window=None):
+    """Per rank: the data-wait share without the batches that started an iterator (each
+    epoch's first batch, its workers' start-up): the agent's steady_data_wait_ratio, from
+    the counters (issue 29: both diagnose paths give the same steady wait). Both counters
+    move together when a batch arrives: their ratio over a window is exact, where the
+    whole wait's sum less a start counter is not (the sum grows while next() blocks, the
+    start counter when the batch comes: a short window's rates of the two disagreed by a
+    whole epoch start)."""
+    return ("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
+        BY_RANK, rate(cfg, "stallscope_steady_data_wait_seconds_total", matchers, window),
+        BY_RANK, rate(cfg, "stallscope_steady_step_seconds_total", matchers, window)))
+
+
 def steps_rate(cfg, matchers=(), window=None):
     """Per rank: batches reaching the training loop per second."""
     return "sum by (%s) (%s)" % (BY_RANK, rate(cfg, "stallscope_step_seconds_count", matchers, window))

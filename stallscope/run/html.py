@@ -31,12 +31,12 @@ def _table(headers, rows, classes=None):
     return "<table><tr>%s</tr>%s</table>" % (head, body)
 
 
-def _evidence(doc):
+def _evidence(report):
     rows, classes = [], []
-    for r in doc.get("evidence") or []:
-        rows.append((r["signal"], render.value(r["signal"], r["value"]), render._threshold(r),
-                     render._status(r), r.get("source", "")))
-        classes.append("over" if r.get("status") == "over" else "")
+    for r in report.evidence:
+        rows.append((r.signal, render.value(r.signal, r.value), render._threshold(r),
+                     render._status(r), r.source))
+        classes.append("over" if r.status == "over" else "")
     return _table(("signal", "value", "threshold", "status", "source"), rows, classes)
 
 
@@ -61,7 +61,9 @@ def _ranks(doc):
     return _table(("rank", "batches", "data-wait", "batches/s", "verdict", "top cause"), rows)
 
 
-def page(doc, png_path=None):
+def page(doc, png_path=None, report=None):
+    """``doc``: the JSON report with its ``run`` entry; ``report``: the typed Report it
+    encodes (diagnose/document.py), for the headline and the evidence table."""
     plot = "<p>No timeline plot (matplotlib missing or no batches in the window).</p>"
     if png_path:
         with open(png_path, "rb") as f:
@@ -86,6 +88,6 @@ def page(doc, png_path=None):
 """ % {"title": _e(doc.get("verdict")), "style": _STYLE, "cmd": _e(" ".join(run.get("command") or [])),
        "code": _e(run.get("exit_status")), "elapsed": _e(run.get("elapsed_seconds")),
        "gpu": _e(gpu or "none (no NVML on this machine)"), "verdict": _e(doc.get("verdict")),
-       "headline": _e(render.headline(doc)), "reason": _e(doc.get("reason")), "plot": plot,
-       "evidence": _evidence(doc), "causes": _causes(doc), "ranks": _ranks(doc), "steps": steps,
+       "headline": _e(render.headline(report)), "reason": _e(doc.get("reason")), "plot": plot,
+       "evidence": _evidence(report), "causes": _causes(doc), "ranks": _ranks(doc), "steps": steps,
        "notes": "<h2>Notes</h2><ul>%s</ul>" % notes if notes else ""}

@@ -10,6 +10,7 @@ Ctrl-C (or SIGTERM): the training's process group gets SIGINT (torchrun passes i
 its ranks), is killed if it has not left within 20 s, the agent stops and the private
 directory goes: nothing is left behind.
 """
+import json
 import os
 import shutil
 import signal
@@ -114,7 +115,9 @@ def _interrupt(child):
 
 def finish(agent, pod, bodies, elapsed, cmd, code, json_out, html_out, workdir, out, err):
     """The diagnose report of the worst rank (the agent keeps an exited rank ~30 s)."""
-    from ..diagnose import render, report
+    import dataclasses
+
+    from ..diagnose import document, render, report
     from ..diagnose.errors import DiagnoseError
 
     if not bodies:
@@ -124,26 +127,27 @@ def finish(agent, pod, bodies, elapsed, cmd, code, json_out, html_out, workdir, 
     png = os.path.join(workdir, "timeline.png")
     window = "%ds" % min(3600, max(30, int(elapsed) + 5))
     try:
-        doc = report.run(pod, agent_url=agent.url, window=window, plot=png, finished=True)
+        found = report.run(pod, agent_url=agent.url, window=window, plot=png, finished=True)
     except DiagnoseError as e:
         print("stallscope run: no report: %s" % e, file=err)
         return None
+    # The agent and its directory go with the run: point at what stays instead.
+    has_plot = bool(found.plot)
+    compare = "stallscope compare BASELINE.json %s   # exit 1 when this run regressed" % (
+        json_out or "THIS.json")
+    found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=(compare,))
+    doc = document.encode(found)
     doc["run"] = {"command": list(cmd), "exit_status": code, "elapsed_seconds": round(elapsed, 1),
                   "ranks": [live.summary(r, b) for r, b in sorted(bodies.items())]}
-    # The agent and its directory go with the run: point at what stays instead.
-    has_plot = bool(doc.get("plot"))
-    doc["plot"] = html_out if has_plot and html_out else None
-    doc["commands"] = ["stallscope compare BASELINE.json %s   # exit 1 when this run regressed"
-                       % (json_out or "THIS.json")]
     print("", file=out)
-    out.write(render.render_text(doc))
+    out.write(render.render_text(found))
     if json_out:
         with open(json_out, "w") as f:
-            f.write(render.render_json(doc))
+            f.write(json.dumps(doc, indent=2, default=str) + "\n")
         print("JSON report: %s" % json_out, file=out)
     if html_out:
         with open(html_out, "w") as f:
-            f.write(html.page(doc, png if has_plot else None))
+            f.write(html.page(doc, png if has_plot else None, found))
         print("HTML report: %s" % html_out, file=out)
     out.flush()
     return doc

@@ -36,7 +36,10 @@ CAUSES = (
                 "periods for the whole rate window, with a rank waiting."),),
         "StallscopeCPUThrottled",
         "Raise the pod's CPU limit so num_workers + 1 cores fit the quota, or lower num_workers "
-        "and set torch.set_num_threads(1) in worker_init_fn."),
+        "and set torch.set_num_threads(1) in worker_init_fn.",
+        advises=("cpu_limit_cores",),
+        advice_otherwise="Lower num_workers and set torch.set_num_threads(1) in worker_init_fn: a "
+                         "larger CPU limit is predicted not to help here."),
     # Not throttling: the workers wait in the run queue with no quota holding them back (or
     # one that did not throttle), because the node's cores are all busy. A larger limit
     # buys nothing; less CPU work per sample, fewer processes or more nodes do (issue 16).
@@ -49,7 +52,11 @@ CAUSES = (
     Cause("too_few_workers", "The loader is too slow for the compute", (), (),
           "StallscopeDataWaitHigh",
           "Raise num_workers (up to the CPU quota minus one core), set persistent_workers=True, "
-          "or make per-sample work cheaper (pre-decode, decode on the GPU).", computed=True),
+          "or make per-sample work cheaper (pre-decode, decode on the GPU).", computed=True,
+          advises=("num_workers",),
+          advice_otherwise="Make per-sample work cheaper (pre-decode, decode on the GPU, "
+                           "torch.set_num_threads(1) in worker_init_fn): more workers are predicted "
+                           "not to help here."),
     # Measured by the hook (hook/transfer.py): the part of each wait that was not waiting
     # for a worker's batch to be ready. Its score is that part's share of the wait; the
     # line is where diagnose names it from Prometheus alone: most of the wait.

@@ -112,6 +112,11 @@ class Cause:
     computed: bool = False
     symptom_of: tuple[str, ...] = ()
     standing: bool = False
+    # the settings its advice changes, and the advice when a prediction rules them out
+    # (diagnose/nextsteps.py: a next step never recommends what the top cause's
+    # prediction says will not help, issue 29)
+    advises: tuple[str, ...] = ()
+    advice_otherwise: str = ""
 
     @property
     def kind(self) -> str:

@@ -26,6 +26,13 @@ METRICS = (
            RANK + LOADER_CONFIG, "ranks"),
     Metric("stallscope_hook_dropped_events_total", "counter",
            "Events the rank's hook could not deliver to the agent.", RANK, "ranks"),
+    Metric("stallscope_steady_data_wait_seconds_total", "counter",
+           "Data-wait of the batches that did not start an iterator (each epoch's first batch "
+           "waits for its workers' start-up), counted when each batch arrives: the loader's "
+           "steady pace, over stallscope_steady_step_seconds_total.", RANK, "ranks"),
+    Metric("stallscope_steady_step_seconds_total", "counter",
+           "Step time (interval) of the batches that did not start an iterator, counted with "
+           "stallscope_steady_data_wait_seconds_total.", RANK, "ranks"),
     Metric("stallscope_batch_load_seconds", "histogram",
            "Time a loader worker took to produce one batch (fetch + collate).", RANK, "loader",
            LOAD_BUCKETS),

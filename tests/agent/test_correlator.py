@@ -180,3 +180,32 @@ def test_the_correlator_hurries_for_batches_not_for_a_start_to_be_outweighed(tmp
     assert c.runs == 2
     c.tick(1000.0 + c.every)
     assert c.runs == 3
+
+
+def test_one_analysis_per_rank_and_window_for_each_diagnosis_answer(tmp_path):
+    """Issue 29: a stalled rank asked for was analysed on the default window, then again on
+    its stall's, the first answer thrown away. Now: one analysis per rank and window."""
+    a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
+    t0 = time.monotonic_ns() - 80 * synth.SEC
+    slow, _ = simulated(1, 2, load=0.8, compute=0.1, n=200, t0=t0)   # stalls throughout
+    fast, _ = simulated(2, 4, load=0.1, compute=0.1, n=300, t0=t0)
+    a.apply(report("train", 0, "pod-0", slow))
+    a.apply(report("other", 0, "pod-9", fast, workers=4))
+    c = a.correlator
+    c.detect(now=1000.0)
+    stalled = {k for k, d in c.detections.items() if d.stalled}
+    assert len(stalled) == 1  # the slow rank, dated by the detector
+    for query, verdict in (({"pod": "pod-0"}, "input_bound"), ({"pod": "pod-9"}, "healthy")):
+        before = c.analyses
+        _, body = route(a, **query)
+        assert body["verdict"] == verdict
+        assert c.analyses - before == 1, query
+    _, body = route(a, pod="pod-0")
+    assert body["detection"]["stalled"] and body["since_ns"] == body["detection"]["since_ns"]
+    # two ranks of one pod: one analysis each
+    b = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook2.sock"), node="node-a")))
+    b.apply(report("train", 0, "pod-0", slow))
+    b.apply(report("train", 1, "pod-0", fast, workers=4))
+    before = b.correlator.analyses
+    _, body = route(b, pod="pod-0")
+    assert len(body["matched_ranks"]) == 2 and b.correlator.analyses - before == 2

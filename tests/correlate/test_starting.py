@@ -145,14 +145,17 @@ def test_the_rules_never_judge_a_rank_by_its_start():
 
 
 def test_the_agent_and_diagnose_agree_on_a_starting_rank():
+    from stallscope.correlate import codec
     from stallscope.diagnose import verdict as cli_verdict
+    from stallscope.diagnose.document import JobRank
+    from tests.helpers.diagnose import info, progress, subject
     t = grown(healthy_start(3, 0.6), 150, 0, True)
-    d = wire(diagnosis.analyse(t))
-    me = {"rank": 0, "pod": d["pod"], "node": d["node"], "data_wait_ratio": d["data_wait_ratio"],
-          "data_wait_ratio_after_start": d["data_wait_ratio_after_start"], "job_scope": "node",
-          "progress": {"batches": 150, "median_interval_seconds": 0.1, "last_batch_age_seconds": 0.1},
-          "rank_info": {"last_seen_seconds_ago": 0.5}}
+    d = codec.decode(wire(diagnosis.analyse(t)))  # what diagnose reads from the agent
+    after = d.loop.data_wait_ratio_after_start
+    r = JobRank(0, d.who.pod, d.who.node, d.data_wait_ratio, after)
+    me = subject(r, job_scope="node", data_wait_ratio_after_start=after,
+                 progress=progress(150, 0.1, 0.1), rank_info=info(last_seen_seconds_ago=0.5))
     v, reason = cli_verdict.decide(me, None, d)
-    assert (v, reason) == (d["verdict"], d["reason"])
-    assert cli_verdict.starting(me) and np.isclose(me["data_wait_ratio_after_start"],
-                                                   d["data_wait_ratio_after_start"])
+    assert (v, reason) == (d.verdict, d.reason)
+    assert cli_verdict.starting(r)
+    assert np.isclose(after, wire(diagnosis.analyse(t))["data_wait_ratio_after_start"])

@@ -6,6 +6,19 @@ import sys
 import pytest
 
 from stallscope.diagnose import classify, nextsteps, render, stacks, verdict, window
+from stallscope.diagnose.document import EvidenceRow, NextStep, Sizing
+from tests.helpers.diagnose import (
+    cause,
+    cluster,
+    diagnosis,
+    info,
+    pod_signal,
+    progress,
+    replace,
+    report,
+    row,
+    subject,
+)
 
 
 def test_durations():
@@ -94,138 +107,116 @@ def test_a_pid_is_local_only_when_the_trainer_sees_itself_as_it():
     assert not stacks.is_local(2 ** 22 + 7)
 
 
-def rank(r, pod, node, ratio):
-    return {"rank": r, "pod": pod, "node": node, "data_wait_ratio": ratio}
-
-
 def test_verdict_rules():
-    slow, fast = rank(1, "p1", "b", 0.2), rank(0, "p0", "a", 0.005)
-    cl = {"straggler": slow}
-    me = dict(fast, job_scope="cluster")
+    slow, fast = row(1, "p1", "b", 0.2), row(0, "p0", "a", 0.005)
+    cl = cluster(straggler=slow)
+    me = subject(fast)
     assert verdict.decide(me, cl, None)[0] == "not_input_bound"
     # the agent's "healthy" covers its own loader only: the cluster names the straggler
-    assert verdict.decide(me, cl, {"verdict": "healthy", "reason": "ok"})[0] == "not_input_bound"
-    assert verdict.decide(dict(slow, job_scope="cluster"), cl, None)[0] == "input_bound"
+    assert verdict.decide(me, cl, diagnosis("healthy", "ok"))[0] == "not_input_bound"
+    assert verdict.decide(subject(slow), cl, None)[0] == "input_bound"
     # one truth (issue 16): the agent's healthy (its GPU stayed busy) does not outvote the
     # data-wait the page fired on; the busy GPU is said in the reason
-    busy = {"verdict": "healthy", "reason": "hid",
-            "gpu": {"idle_ratio": 0.01, "idle_without_wait_ratio": 0.0}}
-    v, why = verdict.decide(dict(slow, job_scope="cluster"), cl, busy)
+    busy = diagnosis("healthy", "hid", gpu=(0.01, 0.0))
+    v, why = verdict.decide(subject(slow), cl, busy)
     assert v == "input_bound" and "stayed busy" in why
-    alone = {"straggler": fast}
+    alone = cluster(straggler=fast)
     assert verdict.decide(me, alone, None)[0] == "healthy"
-    assert verdict.decide(dict(fast, data_wait_ratio=None, job_scope="cluster"), alone, None)[0] == "unknown"
+    assert verdict.decide(subject(replace(fast, data_wait_ratio=None)), alone, None)[0] == "unknown"
 
 
 def test_stuck_needs_stacks_to_be_placed():
-    prog = {"batches": 50, "last_batch_age_seconds": 45.0, "median_interval_seconds": 0.2}
-    me = dict(rank(0, "p", "n", 0.0), progress=prog, job_scope="node")
+    prog = progress(50, 45.0, 0.2)
+    me = subject(row(0, "p", "n", 0.0), job_scope="node", progress=prog)
     assert verdict.decide(me, None, None)[0] == "unknown"
     assert verdict.decide(me, None, None, {"main": "ipc_wait", "reading": "r"})[0] == "input_bound"
     outside = {"main": "outside_loader", "processes": [{"where": "x"}]}
     assert verdict.decide(me, None, None, outside)[0] == "not_input_bound"
     # a slow cadence is not a stall: 45 s is under 20 steps of 5 s
-    me["progress"] = dict(prog, median_interval_seconds=5.0)
+    me = replace(me, progress=replace(prog, median_interval_seconds=5.0))
     assert verdict.decide(me, None, None)[0] == "healthy"
 
 
-def doc(**kw):
-    d = {"verdict": "input_bound", "reason": "r", "pod": "p", "namespace": "ml", "job": "j", "rank": 3,
-         "node": "n", "window_seconds": 900.0, "threshold": 0.02, "causes": [], "evidence": [],
-         "sizing": {}, "straggler": None}
-    d.update(kw)
-    return d
-
-
 def test_next_steps_follow_the_causes():
-    d = doc(causes=[{"cause": "too_few_workers", "score": 0.8, "evidence": []},
-                    {"cause": "unexplained", "score": 0.2, "evidence": []}],
-            sizing={"num_workers": 2, "workers_needed": 5, "quota_limited": False})
+    d = report(causes=(cause("too_few_workers", 0.8), cause("unexplained", 0.2)),
+               sizing=Sizing(num_workers=2, workers_needed=5, quota_limited=False))
     s = nextsteps.steps(d)
-    assert s[0] == {"step": "Raise num_workers from 2 to 5; set persistent_workers=True.",
-                    "runbook": "runbooks/StallscopeDataWaitHigh.md"}
+    assert (s[0].step, s[0].runbook) == ("Raise num_workers from 2 to 5; set persistent_workers=True.",
+                                         "runbooks/StallscopeDataWaitHigh.md")
     # already persistent, and capped by the CPU quota: the fix is CPU, not only workers
-    d = doc(causes=[{"cause": "too_few_workers", "score": 0.8, "evidence": []}],
-            loader={"num_workers": 2, "persistent_workers": True},
-            sizing={"num_workers": 2, "workers_needed": 3, "workers_to_keep_up": 6, "quota_limited": True})
-    assert nextsteps.steps(d)[0]["step"] == (
+    d = report(causes=(cause("too_few_workers", 0.8),), loader={"num_workers": 2, "persistent_workers": True},
+               sizing=Sizing(num_workers=2, workers_needed=3, workers_to_keep_up=6, quota_limited=True))
+    assert nextsteps.steps(d)[0].step == (
         "Raise num_workers from 2 to 3; that is all the pod's CPU quota allows: raise its CPU "
         "limit (keeping up needs 6 workers).")
-    d = doc(causes=[{"cause": "fuse_unhealthy", "score": 0.9,
-                     "evidence": [{"signal": "fuse_probe_seconds"}]}])
-    assert nextsteps.steps(d)[0]["runbook"] == "runbooks/StallscopeFuseMountStuck.md"
-    assert nextsteps.steps(doc(verdict="healthy"))[0]["runbook"] is None
+    d = report(causes=(cause("fuse_unhealthy", 0.9, "fuse_probe_seconds"),))
+    assert nextsteps.steps(d)[0].runbook == "runbooks/StallscopeFuseMountStuck.md"
+    assert nextsteps.steps(report(verdict="healthy"))[0].runbook is None
 
 
 def test_render_text_has_the_verdict_line_and_the_table():
-    d = doc(evidence=[{"signal": "data_wait_ratio", "value": 0.25, "threshold": 0.02,
-                       "direction": "above", "status": "over", "source": "prometheus", "rank": 3}],
-            causes=[{"cause": "cpu_throttle", "score": 0.91, "summary": "CFS throttled."}],
-            next_steps=[{"step": "Raise the limit.", "runbook": "runbooks/StallscopeCPUThrottled.md"}],
-            commands=["stallscope diagnose p -n ml --stacks"], sources=[], warnings=["w"])
+    d = report(evidence=(EvidenceRow("data_wait_ratio", 0.25, 0.02, "above", "over", "prometheus", rank=3),),
+               causes=(cause("cpu_throttle", 0.91, summary="CFS throttled."),),
+               next_steps=(NextStep("Raise the limit.", "runbooks/StallscopeCPUThrottled.md"),),
+               commands=("stallscope diagnose p -n ml --stacks",), warnings=("w",))
     text = render.render_text(d)
     lines = text.splitlines()
     assert lines[0] == "INPUT-BOUND — pod p (ns ml): job j, rank 3, node n"
     assert "note: w" in lines
-    row = [line for line in lines if line.strip().startswith("data_wait_ratio (rank 3)")][0].split()
-    assert row[3:] == ["25.0%", ">2.0%", "OVER", "prometheus"]
+    found = [line for line in lines if line.strip().startswith("data_wait_ratio (rank 3)")][0].split()
+    assert found[3:] == ["25.0%", ">2.0%", "OVER", "prometheus"]
     assert "  1. cpu_throttle          0.91  CFS throttled." in lines
     assert "  - Raise the limit.  [runbooks/StallscopeCPUThrottled.md]" in lines
 
 
 def test_the_hooks_blocked_report_places_a_stuck_loop():
-    me = dict(rank(0, "p", "n", 0.0), job_scope="node",
-              progress={"batches": 0, "last_batch_age_seconds": None, "median_interval_seconds": None},
-              rank_info={"blocked_in_next_seconds": 42.0, "last_seen_seconds_ago": 0.5})
+    me = subject(row(0, "p", "n", 0.0), job_scope="node", progress=progress(0, None, None),
+                 rank_info=info(blocked_in_next_seconds=42.0, last_seen_seconds_ago=0.5))
     v, why = verdict.decide(me, None, None)
     assert v == "input_bound" and why.startswith("Rank 0 has been blocked in next() for 42s")
     # batches stopped, the hook reports, the loop is not in next(): stuck elsewhere
-    me["rank_info"] = {"blocked_in_next_seconds": 0.0, "last_seen_seconds_ago": 2.0}
+    me = replace(me, rank_info=info(blocked_in_next_seconds=0.0, last_seen_seconds_ago=2.0))
     assert verdict.decide(me, None, None)[0] == "not_input_bound"
     # ... unless the hook went quiet too
-    me["rank_info"]["last_seen_seconds_ago"] = 60.0
+    me = replace(me, rank_info=info(blocked_in_next_seconds=0.0, last_seen_seconds_ago=60.0))
     assert verdict.decide(me, None, None)[0] == "unknown"
     # in next() only briefly (a new epoch's first batch): not placed
-    me["rank_info"] = {"blocked_in_next_seconds": 1.0, "last_seen_seconds_ago": 0.2}
+    me = replace(me, rank_info=info(blocked_in_next_seconds=1.0, last_seen_seconds_ago=0.2))
     assert verdict.decide(me, None, None)[0] == "unknown"
     # Prometheus alone: no batch, the whole window waited
-    me = dict(rank(0, "p", "n", 0.98), job_scope="cluster", batches=0.0)
-    assert verdict.decide(me, {"straggler": me}, None)[0] == "input_bound"
-    assert verdict.decide(dict(me, data_wait_ratio=None), {"straggler": None}, None)[0] == "unknown"
+    r = row(0, "p", "n", 0.98)
+    me = subject(r, batches=0.0)
+    assert verdict.decide(me, cluster(straggler=r), None)[0] == "input_bound"
+    assert verdict.decide(replace(me, data_wait_ratio=None), cluster(), None)[0] == "unknown"
 
 
 def test_without_the_agent_a_measured_transfer_share_is_scored_at_its_value():
     """Prometheus alone: transfer_wait_ratio is the share of the wait the hook measured as
     transfer, the correlator's own score for transfer_cost, not a level-only candidate."""
-    from stallscope.diagnose import cluster
+    from stallscope.diagnose import cluster as cluster_mod
 
-    assert "transfer_wait_ratio" in [s[0] for s in cluster.POD_SIGNALS]
-    row = {"signal": "transfer_wait_ratio", "cause": "transfer_cost", "value": 0.83,
-           "threshold": 0.5, "direction": "above", "source": "prometheus", "expr": "..."}
-    got = verdict.causes_without_agent({"signals": [row]})
-    assert [(c["cause"], c["score"]) for c in got] == [("transfer_cost", 0.83), ("unexplained", 0.17)]
-    assert "83.0%" in got[0]["summary"]
+    assert "transfer_wait_ratio" in [s[0] for s in cluster_mod.POD_SIGNALS]
+    moved = pod_signal("transfer_wait_ratio", "transfer_cost", 0.83, 0.5)
+    got = verdict.causes_without_agent(cluster(signals=[moved]))
+    assert [(c.cause, c.score) for c in got] == [("transfer_cost", 0.83), ("unexplained", 0.17)]
+    assert "83.0%" in got[0].summary
     # a minority of the wait: not named
-    got = verdict.causes_without_agent({"signals": [dict(row, value=0.3)]})
-    assert [c["cause"] for c in got] == ["unexplained"]
+    got = verdict.causes_without_agent(cluster(signals=[replace(moved, value=0.3)]))
+    assert [c.cause for c in got] == ["unexplained"]
     # level-only evidence for the others stays a candidate at 0.5
-    psi = {"signal": "psi_io_some_ratio", "cause": "io_pressure", "value": 0.4, "threshold": 0.2,
-           "direction": "above"}
-    got = verdict.causes_without_agent({"signals": [row, psi]})
-    assert [(c["cause"], c["score"]) for c in got][:2] == [("transfer_cost", 0.83), ("io_pressure", 0.5)]
-    s = nextsteps.steps(doc(causes=got))
-    assert "fewer tensors per sample" in s[0]["step"]
-    assert s[0]["runbook"] == "runbooks/StallscopeDataWaitHigh.md"
+    psi = pod_signal("psi_io_some_ratio", "io_pressure", 0.4, 0.2)
+    got = verdict.causes_without_agent(cluster(signals=[moved, psi]))
+    assert [(c.cause, c.score) for c in got][:2] == [("transfer_cost", 0.83), ("io_pressure", 0.5)]
+    s = nextsteps.steps(report(causes=tuple(got)))
+    assert "fewer tensors per sample" in s[0].step
+    assert s[0].runbook == "runbooks/StallscopeDataWaitHigh.md"
     # workers short of CPU stretch the handover: the transfer counts for what is left
-    cfs = {"signal": "cfs_throttled_ratio", "cause": "cpu_throttle", "value": 0.6, "threshold": 0.25,
-           "direction": "above"}
-    got = {c["cause"]: c["score"] for c in verdict.causes_without_agent({"signals": [row, cfs]})}
+    cfs = pod_signal("cfs_throttled_ratio", "cpu_throttle", 0.6, 0.25)
+    got = {c.cause: c.score for c in verdict.causes_without_agent(cluster(signals=[moved, cfs]))}
     assert got == {"cpu_throttle": 0.5, "transfer_cost": 0.415, "unexplained": 0.5}
-    got = verdict.causes_without_agent({"signals": [row], "cause_scores": [{"cause": "cpu_throttle",
-                                                                            "score": 0.8}]})
-    assert {c["cause"]: c["score"] for c in got} == {"cpu_throttle": 0.8, "transfer_cost": 0.166,
-                                                     "unexplained": 0.2}
+    got = verdict.causes_without_agent(cluster(signals=[moved], cause_scores=[("cpu_throttle", 0.8)]))
+    assert {c.cause: c.score for c in got} == {"cpu_throttle": 0.8, "transfer_cost": 0.166,
+                                               "unexplained": 0.2}
     # the correlator published its own remainder: it is the one listed, once
-    got = verdict.causes_without_agent({"cause_scores": [{"cause": "slow_worker", "score": 0.3},
-                                                         {"cause": "unexplained", "score": 0.6}]})
-    assert [(c["cause"], c["score"]) for c in got] == [("unexplained", 0.6), ("slow_worker", 0.3)]
+    got = verdict.causes_without_agent(cluster(cause_scores=[("slow_worker", 0.3), ("unexplained", 0.6)]))
+    assert [(c.cause, c.score) for c in got] == [("unexplained", 0.6), ("slow_worker", 0.3)]

@@ -100,3 +100,11 @@ def test_a_standing_condition_is_never_judged_by_co_occurrence(cause):
     else:
         assert on_conditions == [], "%s (%s) is judged on a condition: declare it standing" % (
             cause.name, cause.kind)
+
+
+@pytest.mark.parametrize("cause", vocabulary.CAUSES, ids=lambda c: c.name)
+def test_advice_that_changes_a_setting_has_an_alternative(cause):
+    # a next step never recommends what the top cause's prediction rules out (issue 29)
+    assert bool(cause.advises) == bool(cause.advice_otherwise), cause.name
+    assert not set(cause.advises) - {"num_workers", "cpu_limit_cores", "prefetch_factor",
+                                     "persistent_workers", "pin_memory"}
