@@ -175,7 +175,7 @@ def score_signal_causes(trace: RankTrace, wait_index: WaitIndex) -> tuple[list[C
         results = []
         for probe in cause.lines:
             scope, series = trace.signal(probe.signal, probe.scopes)
-            if series is None or span is None:
+            if series is None or scope is None or span is None:
                 continue
             r = score_probe(probe, scope, series, wait_index, span)
             if r is not None:

@@ -27,6 +27,7 @@ import numpy as np
 from ..vocabulary import signal
 from .causes import make
 from .model import Cause, Evidence
+from .trace import RankTrace
 
 # cause -> the per-rank signal counting the deaths judged to be it (the worker-death
 # reasons are named after the causes: exporters/worker_deaths.py)
@@ -61,7 +62,7 @@ def judge(cause: str, n: int, share: float | None) -> Cause:
     return make(cause, share, text, [_row(cause, n, share)])
 
 
-def score(trace: Any) -> list[Cause]:
+def score(trace: RankTrace) -> list[Cause]:
     """A Cause for each death cause whose signal the rank has in the window (with its
     batch waits); the others are not evaluated."""
     span = trace.span()
@@ -83,7 +84,7 @@ def score(trace: Any) -> list[Cause]:
     return out
 
 
-def restarts(trace: Any) -> np.ndarray:
+def restarts(trace: RankTrace) -> np.ndarray:
     """Mask of the iterator starts (``starts``: overlap.iterator_starts) that are the
     loader's restart after a death: the first start after each sample window that counts
     a kill began (one restart for the workers killed together)."""

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE
+from .trace import RankTrace
 from .waitbins import BIN_NS, WaitBins, Window
 
 MIN_BATCHES = 10
@@ -70,7 +71,7 @@ def _hang(last: tuple[int, int, int], now_ns: int) -> Detection | None:
     return Detection(True, t_end - wait, wait / step, 1, wait / 1e9, float("inf"))
 
 
-def detect(trace: Any, now_ns: int, line: float = DATA_WAIT_LINE) -> Detection:
+def detect(trace: RankTrace, now_ns: int, line: float = DATA_WAIT_LINE) -> Detection:
     """The latest stall of ``trace`` (a RankTrace) as of ``now_ns``."""
     if trace.n < 2:
         return NONE

@@ -8,15 +8,17 @@ two agree: the headline alert firing means diagnose finds no judged rank ``healt
 and a silent one means ``healthy``, or a verdict with a reason the alert does not see
 (``agreement``, agreement.py).
 """
+import dataclasses
 import shutil
 import urllib.error
 import urllib.parse
 
 from .. import diagnose as dg
+from ..correlate import codec
 from ..diagnose import window as durations
 from ..mixin import config, generate
 from ..vocabulary import DATA_WAIT_LINE
-from .agreement import HEADLINE, agreement, judged_ranks
+from .agreement import HEADLINE, agreement, judged_diagnoses, judged_reports
 from .agreement import sli_alert as sli_alert_over
 
 NAMESPACE = "stallscope-lab"
@@ -82,7 +84,8 @@ def via_diagnose(lab):
     finds a stall (a victim, or input-bound itself) and names a straggler elsewhere (the
     job's worst rank), ``diagnose`` that straggler's pod: on a busy machine rank 0's own
     wait may cross the line too, within 3x of the straggler's, and on-call still goes to
-    the worst rank. Returns (found, details), or None when diagnose could not answer."""
+    the worst rank. Returns (found, details, judged), or None when diagnose could not
+    answer."""
     kw = {"namespace": NAMESPACE, "agent_url": lab.agent.url, "window": "%ds" % int(lab.duration),
           "prometheus_url": lab.prom.url if lab.prom is not None else None}
     try:
@@ -104,8 +107,9 @@ def via_diagnose(lab):
              "worker_pid": _worker_pid(causes[0]) if bound and causes else None,
              "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
                                                       " -> straggler " + doc["pod"])}
+    judged = judged_reports([found_first, found_doc] if found_doc is not found_first else [found_doc])
     return found, {"first": first if doc is not first else None, "report": doc,
-                   "text": dg.render_text(found_doc)}
+                   "text": dg.render_text(found_doc)}, judged
 
 
 def _worker_pid(cause):
@@ -122,22 +126,31 @@ def expected_worker_pid(lab, rows):
     return pids[i] if i is not None and i < len(pids) else None
 
 
+def _decoded(body):
+    try:
+        return codec.decode(body)
+    except codec.Malformed:  # the agent gave none (an HTTP error): no verdict
+        return None
+
+
 def diagnose(lab, rows):
-    """(found, details): found = {cause, rank, verdict, source}."""
+    """(found, details, judged): found = {cause, rank, verdict, source}; judged: the ranks
+    diagnose (or, when it could not answer, the agent) judged, for agreement()."""
     answer = via_diagnose(lab)
     if answer is not None:
         return answer
     per_rank = agent_diagnoses(lab)
+    judged = judged_diagnoses({rank: _decoded(body) for rank, body in per_rank.items()})
     bound = [(rank, d) for rank, d in per_rank.items() if d.get("verdict") == "input_bound"]
     if not bound:
         return {"cause": None, "rank": None, "verdict": per_rank[lab.target].get("verdict"),
-                "source": "agent /api/v1/diagnosis"}, per_rank
+                "source": "agent /api/v1/diagnosis"}, per_rank, judged
     ratio = {r["rank"]: r["data_wait_ratio"] or 0 for r in rows}
     rank, d = max(bound, key=lambda rd: ratio.get(rd[0], 0))
     causes = d.get("causes") or [{}]
     return {"cause": causes[0].get("cause"), "rank": rank, "verdict": "input_bound",
             "worker_pid": _worker_pid(causes[0]),
-            "source": "agent /api/v1/diagnosis"}, per_rank
+            "source": "agent /api/v1/diagnosis"}, per_rank, judged
 
 
 # -- alerts ------------------------------------------------------------------------------
@@ -180,7 +193,7 @@ def sli_alert(history, rate_window=None, for_s=None, line=DATA_WAIT_LINE):
 
 def collect(lab, base, now, fired=None, history=None):
     rows = rank_rows(lab, base, now)
-    found, details = diagnose(lab, rows)
+    found, details, judged = diagnose(lab, rows)
     s = lab.scenario
     expected = {"cause": s.cause, "verdict": s.verdict, "rank": lab.target if s.stalls else None,
                 "alerts": list(s.real.alerts)}
@@ -189,9 +202,11 @@ def collect(lab, base, now, fired=None, history=None):
         alerts = judge_alerts(s, set(fired or ()) | firing(lab.prom))
         alerts["headline"] = headline(lab.prom)
     sli = sli_alert(history or [(0.0, base), (lab.duration, now)])
-    alert = dict(sli, firing=HEADLINE in alerts["fired"], source="prometheus") if alerts else sli
-    agree = agreement(alert, judged_ranks(details))
-    agree["sli"] = sli
+    alert = dataclasses.replace(sli, firing=HEADLINE in alerts["fired"], source="prometheus") \
+        if alerts else sli
+    agree = dataclasses.asdict(agreement(alert, judged))  # the run record's JSON
+    agree["verdicts"] = list(agree["verdicts"])
+    agree["sli"] = dataclasses.asdict(sli)
     expected["worker_pid"] = expected_worker_pid(lab, rows)
     ok = found["cause"] == expected["cause"] and found["rank"] == expected["rank"]
     if "slow_worker_id" in dict(s.real.everyone, **s.real.target):  # and the worker (issue 18)

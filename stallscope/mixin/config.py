@@ -57,7 +57,7 @@ class MixinConfig:
     def runbook_url(self, alert):
         return self.runbook_base_url + alert + ".md"
 
-    def line(self, alert):
+    def line(self, alert: str) -> float:
         """The threshold of cause alert ``alert``: the configured one, else the vocabulary's."""
         for name, value in self.lines:
             if name == alert:

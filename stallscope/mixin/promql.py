@@ -8,8 +8,12 @@ Labels: per-rank series carry job, rank, pod, namespace and node (stallscope/voc
 rules aggregate onto exactly those five, dropping whatever the scrape adds (instance,
 a PodMonitor's container/endpoint), so every join below can name its labels.
 """
+from __future__ import annotations
+
 import re
 import string
+from collections.abc import Sequence
+from typing import Any
 
 from .. import vocabulary
 
@@ -18,17 +22,17 @@ BY_RANK = "namespace, job, rank, pod, node"
 BY_POD = "namespace, pod"
 
 
-def sel(cfg, metric, *matchers):
+def sel(cfg: Any, metric: str, *matchers: str) -> str:
     body = cfg.sel(*matchers)
     return "%s{%s}" % (metric, body) if body else metric
 
 
-def rate(cfg, metric, matchers=(), window=None):
+def rate(cfg: Any, metric: str, matchers: Sequence[str] = (), window: str | None = None) -> str:
     return "rate(%s[%s])" % (sel(cfg, metric, *matchers), window or cfg.rate_window)
 
 
 # -- the SLI and its recorded names ----------------------------------------------------
-def names(cfg):
+def names(cfg: Any) -> dict[str, str]:
     """Recorded series names; the window is part of the name (level:metric:operations)."""
     w = cfg.rate_window
     return {
@@ -70,14 +74,14 @@ def job_median(cfg):
     return "quantile by (namespace, job) (0.5, %s)" % names(cfg)["rank_ratio"]
 
 
-def data_wait_ratio(cfg, matchers=(), window=None):
+def data_wait_ratio(cfg: Any, matchers: Sequence[str] = (), window: str | None = None) -> str:
     """Per rank: seconds blocked in next(loader) per second of step time, in [0, 1]."""
     return ("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
         BY_RANK, rate(cfg, "stallscope_data_wait_seconds_sum", matchers, window),
         BY_RANK, rate(cfg, "stallscope_step_seconds_sum", matchers, window)))
 
 
-def steady_data_wait_ratio(cfg, matchers=(), window=None):
+def steady_data_wait_ratio(cfg: Any, matchers: Sequence[str] = (), window: str | None = None) -> str:
     """Per rank: the data-wait share without the batches that started an iterator (each
     epoch's first batch, its workers' start-up): the agent's steady_data_wait_ratio, from
     the counters (issue 29: both diagnose paths give the same steady wait). Both counters
@@ -114,7 +118,7 @@ def pct(x):
 
 
 # -- cause signals: the vocabulary's queries, rendered -------------------------------------
-def signal(cfg, name, matchers=(), window=None):
+def signal(cfg: Any, name: str, matchers: Sequence[str] = (), window: str | None = None) -> str:
     """The Prometheus face of vocabulary signal ``name`` (per pod, or per pod and
     container / mount / tier), with the configured selector and ``matchers``."""
     query = vocabulary.signal(name).query

@@ -1,7 +1,10 @@
 """The lab's check that the headline alert and diagnose agree (findings.sli_alert,
-findings.agreement, findings.judged_ranks) and the scoreboard's column for it: pure
-functions over numbers, no job."""
+agreement.agreement, agreement.judged_*) and the scoreboard's column for it: pure
+functions over typed numbers, no job."""
+from stallscope.correlate.model import RankRow
+from stallscope.lab import agreement as ag
 from stallscope.lab import findings, scoreboard
+from tests.helpers.diagnose import diagnosis, replace, report
 
 
 def counters(wait, step):
@@ -23,81 +26,77 @@ def history(ratio_at, seconds=25, ranks=(0, 1)):
 
 def test_sli_alert_fires_when_the_worst_rank_stays_over_the_line_for_its_for():
     margin = findings.sli_alert(history(lambda r, t: 0.03 if r == 1 else 0.012))
-    assert margin["firing"] and margin["source"] == "sli"
-    assert margin["peak_ratio"] == 0.03 and margin["longest_over_s"] >= 10
-    assert (margin["rate_window_s"], margin["for_s"]) == (10.0, 5.0)  # the lab's mixin
+    assert margin.firing and margin.source == "sli"
+    assert margin.peak_ratio == 0.03 and margin.longest_over_s >= 10
+    assert (margin.rate_window_s, margin.for_s) == (10.0, 5.0)  # the lab's mixin
     floor = findings.sli_alert(history(lambda r, t: 0.015))
-    assert not floor["firing"] and floor["longest_over_s"] == 0.0
+    assert not floor.firing and floor.longest_over_s == 0.0
 
 
 def test_sli_alert_does_not_fire_on_a_stall_shorter_than_its_for():
     # 0.6 s of waiting in one second: the 10 s rate is 6% for 10 s... unless "for" is longer
     spike = findings.sli_alert(history(lambda r, t: 0.6 if (r, t) == (1, 12) else 0.01), for_s=15)
-    assert not spike["firing"] and 5 <= spike["longest_over_s"] < 15
-    assert findings.sli_alert(history(lambda r, t: 0.6 if (r, t) == (1, 12) else 0.01))["firing"]
-    assert findings.sli_alert([(0.0, {})])["firing"] is False  # nothing measured: silent
+    assert not spike.firing and 5 <= spike.longest_over_s < 15
+    assert findings.sli_alert(history(lambda r, t: 0.6 if (r, t) == (1, 12) else 0.01)).firing
+    assert findings.sli_alert([(0.0, {})]).firing is False  # nothing measured: silent
 
 
 def rank(r, verdict, mine, job=None):
-    return {"rank": r, "verdict": verdict, "data_wait_ratio": mine,
-            "job_max_data_wait_ratio": mine if job is None else job}
+    return ag.Judged(r, verdict, mine, mine if job is None else job)
 
 
-FIRING = {"firing": True, "source": "prometheus", "longest_over_s": 14.0, "for_s": 5.0,
-          "rate_window_s": 10.0}
-SILENT = {"firing": False, "source": "sli", "longest_over_s": 0.0, "for_s": 5.0, "rate_window_s": 10.0}
+FIRING = ag.AlertState(True, "prometheus", longest_over_s=14.0, for_s=5.0, rate_window_s=10.0)
+SILENT = ag.AlertState(False, "sli", longest_over_s=0.0, for_s=5.0, rate_window_s=10.0)
 
 
 def test_a_firing_alert_agrees_with_a_victim_and_its_input_bound_straggler():
-    a = findings.agreement(FIRING, [rank(0, "not_input_bound", 0.014, 0.25),
-                                    rank(3, "input_bound", 0.25)])
-    assert a["state"] == "agree" and a["alert"] == "firing" and a["source"] == "prometheus"
-    assert a["verdicts"] == ["0:not_input_bound", "3:input_bound"]
+    a = ag.agreement(FIRING, [rank(0, "not_input_bound", 0.014, 0.25), rank(3, "input_bound", 0.25)])
+    assert a.state == "agree" and a.alert == "firing" and a.source == "prometheus"
+    assert a.verdicts == ("0:not_input_bound", "3:input_bound")
 
 
 def test_a_firing_alert_disagrees_with_healthy_or_no_verdict():
-    a = findings.agreement(FIRING, [rank(0, "healthy", 0.019)])
-    assert a["state"] == "disagree" and "rank 0 healthy" in a["why"]
-    b = findings.agreement(dict(FIRING, peak_ratio=0.026, longest_over_s=6.0), [rank(0, "healthy", 0.019)])
-    assert "peaked at 2.6% and stayed over the line 6s; over diagnose's window it waited 1.9%" in b["why"]
-    c = findings.agreement(FIRING, [rank(0, "not_input_bound", 0.01, 0.03), rank(1, "unknown", None)])
-    assert c["state"] == "disagree" and "without a verdict" in c["why"]
+    a = ag.agreement(FIRING, [rank(0, "healthy", 0.019)])
+    assert a.state == "disagree" and "rank 0 healthy" in a.why
+    b = ag.agreement(replace(FIRING, peak_ratio=0.026, longest_over_s=6.0), [rank(0, "healthy", 0.019)])
+    assert "peaked at 2.6% and stayed over the line 6s; over diagnose's window it waited 1.9%" in b.why
+    c = ag.agreement(FIRING, [rank(0, "not_input_bound", 0.01, 0.03), rank(1, "unknown", None)])
+    assert c.state == "disagree" and "without a verdict" in c.why
 
 
 def test_a_silent_alert_agrees_with_healthy():
-    a = findings.agreement(SILENT, [rank(0, "healthy", 0.012)])
-    assert a["state"] == "agree" and a["alert"] == "silent" and a["source"] == "sli"
+    a = ag.agreement(SILENT, [rank(0, "healthy", 0.012)])
+    assert a.state == "agree" and a.alert == "silent" and a.source == "sli"
 
 
 def test_a_silent_alert_with_another_verdict_is_explained_or_a_disagreement():
-    elsewhere = findings.agreement(SILENT, [rank(0, "not_input_bound", 0.01, 0.012)])
-    assert elsewhere["state"] == "explained" and "outside its loader" in elsewhere["why"]
-    brief = dict(SILENT, longest_over_s=3.0)  # over the line, never for 5 s in 10 s windows
-    short = findings.agreement(brief, [rank(1, "input_bound", 0.024)])
-    assert short["state"] == "explained" and "3s at most" in short["why"] and "2.4%" in short["why"]
-    held = dict(SILENT, longest_over_s=12.0)  # the SLI held: the alert should have fired
-    assert findings.agreement(held, [rank(1, "input_bound", 0.03)])["state"] == "disagree"
-    missing = {"firing": False, "source": "prometheus"}  # no SLI numbers to explain it with
-    assert findings.agreement(missing, [rank(1, "input_bound", 0.03)])["state"] == "disagree"
-    few = findings.agreement(SILENT, [rank(0, "unknown", None)])
-    assert few["state"] == "explained" and "too few batches" in few["why"]
-    assert findings.agreement(SILENT, [])["state"] == "disagree"
+    elsewhere = ag.agreement(SILENT, [rank(0, "not_input_bound", 0.01, 0.012)])
+    assert elsewhere.state == "explained" and "outside its loader" in elsewhere.why
+    brief = replace(SILENT, longest_over_s=3.0)  # over the line, never for 5 s in 10 s windows
+    short = ag.agreement(brief, [rank(1, "input_bound", 0.024)])
+    assert short.state == "explained" and "3s at most" in short.why and "2.4%" in short.why
+    held = replace(SILENT, longest_over_s=12.0)  # the SLI held: the alert should have fired
+    assert ag.agreement(held, [rank(1, "input_bound", 0.03)]).state == "disagree"
+    missing = ag.AlertState(False, "prometheus")  # no SLI numbers to explain it with
+    assert ag.agreement(missing, [rank(1, "input_bound", 0.03)]).state == "disagree"
+    few = ag.agreement(SILENT, [rank(0, "unknown", None)])
+    assert few.state == "explained" and "too few batches" in few.why
+    assert ag.agreement(SILENT, []).state == "disagree"
 
 
 def test_judged_ranks_from_diagnose_reports_or_from_every_agent_diagnosis():
-    first = {"rank": 0, "verdict": "not_input_bound", "data_wait_ratio": 0.01,
-             "job_max_data_wait_ratio": 0.3, "causes": []}
-    report = {"rank": 1, "verdict": "input_bound", "data_wait_ratio": 0.3, "job_max_data_wait_ratio": 0.3}
-    assert findings.judged_ranks({"first": first, "report": report, "text": ""}) == [
-        {k: first[k] for k in ("rank", "verdict", "data_wait_ratio", "job_max_data_wait_ratio")}, report]
-    assert findings.judged_ranks({"first": None, "report": report, "text": ""}) == [report]
-    per_rank = {1: {"verdict": "input_bound", "data_wait_ratio": 0.3,
-                    "job_ranks_on_node": [{"rank": 0, "data_wait_ratio": 0.01}]},
-                0: {"verdict": "not_input_bound", "data_wait_ratio": 0.01,
-                    "job_ranks_on_node": [{"rank": 1, "data_wait_ratio": 0.3}]}}
-    assert findings.judged_ranks(per_rank) == [
-        {"rank": 0, "verdict": "not_input_bound", "data_wait_ratio": 0.01, "job_max_data_wait_ratio": 0.3},
-        {"rank": 1, "verdict": "input_bound", "data_wait_ratio": 0.3, "job_max_data_wait_ratio": 0.3}]
+    first = report(rank=0, verdict="not_input_bound", data_wait_ratio=0.01, job_max_data_wait_ratio=0.3)
+    last = report(rank=1, verdict="input_bound", data_wait_ratio=0.3, job_max_data_wait_ratio=0.3)
+    assert ag.judged_reports([first, last]) == [rank(0, "not_input_bound", 0.01, 0.3),
+                                                rank(1, "input_bound", 0.3, 0.3)]
+    per_rank = {1: diagnosis("input_bound", data_wait_ratio=0.3,
+                             job_ranks_on_node=(RankRow(0, "p0", 0.01),)),
+                0: diagnosis("not_input_bound", data_wait_ratio=0.01,
+                             job_ranks_on_node=(RankRow(1, "p1", 0.3),)),
+                2: None}  # the agent gave none
+    assert ag.judged_diagnoses(per_rank) == [
+        rank(0, "not_input_bound", 0.01, 0.3), rank(1, "input_bound", 0.3, 0.3),
+        rank(2, "unknown", None, None)]
 
 
 def result(state, why="", source="prometheus", ok=True):
