@@ -1,5 +1,6 @@
 """Teardown: undo actions run in reverse on every exit path; signals interrupt the run
-but not the undo; process groups are stopped whole."""
+but not the undo. Children: process groups are stopped whole, and children die with the
+process that started them."""
 import os
 import signal
 import subprocess
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from stallscope.lab import teardown
+from stallscope.processes import children, teardown
 from tests.helpers import ROOT
 
 
@@ -60,23 +61,23 @@ def test_a_signal_interrupts_the_run_and_the_undo_still_completes(sig):
 
 def test_stop_group_ends_the_leader_and_its_children():
     # The leader ignores SIGTERM and has a child in its group: both must go.
-    p = teardown.popen([sys.executable, "-c",
+    p = children.popen([sys.executable, "-c",
                         "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                         "subprocess.Popen(['sleep', '300']); time.sleep(300)"])
     deadline = time.monotonic() + 10
-    while len(teardown.group_alive(p.pid)) < 2 and time.monotonic() < deadline:
+    while len(children.group_alive(p.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(teardown.group_alive(p.pid)) == 2
-    teardown.stop_group(p, grace=0.5)
-    assert teardown.group_alive(p.pid) == []
+    assert len(children.group_alive(p.pid)) == 2
+    children.stop_group(p, grace=0.5)
+    assert children.group_alive(p.pid) == []
     assert p.returncode == -signal.SIGKILL
 
 
 def test_children_die_with_the_process_that_started_them(tmp_path):
-    # PR_SET_PDEATHSIG: a lab child outlives neither a SIGKILLed runner.
+    # PR_SET_PDEATHSIG: a child does not outlive a SIGKILLed parent.
     pidfile = tmp_path / "child.pid"
-    code = ("import sys, time; sys.path.insert(0, %r); from stallscope.lab import teardown; "
-            "p = teardown.popen(['sleep', '300']); open(%r, 'w').write(str(p.pid)); time.sleep(300)"
+    code = ("import sys, time; sys.path.insert(0, %r); from stallscope.processes import children; "
+            "p = children.popen(['sleep', '300']); open(%r, 'w').write(str(p.pid)); time.sleep(300)"
             % (ROOT, str(pidfile)))
     parent = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 20
@@ -84,10 +85,10 @@ def test_children_die_with_the_process_that_started_them(tmp_path):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     child = int(pidfile.read_text())
-    assert teardown.group_alive(child) == [child]
+    assert children.group_alive(child) == [child]
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 10
-    while teardown.group_alive(child) and time.monotonic() < deadline:
+    while children.group_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert teardown.group_alive(child) == []
+    assert children.group_alive(child) == []

@@ -1,5 +1,6 @@
-"""Real processes for the lab, the demo and the tests: a stallscope agent and a Prometheus
-server on 127.0.0.1, each started in a temporary directory and stopped cleanly.
+"""Servers as real processes, for the lab, ``stallscope run``, the demo and the tests: a
+stallscope agent and a Prometheus server on 127.0.0.1, each on a free port, started in a
+temporary directory and stopped cleanly.
 """
 import json
 import os
@@ -13,16 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-# Child processes import the same stallscope as their parent (a worktree or a checkout
-# that is not the installed one).
-_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def child_env(extra=None):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_ROOT, env.get("PYTHONPATH")) if p)
-    env.update(extra or {})
-    return env
+from .children import child_env
 
 
 def free_port():
