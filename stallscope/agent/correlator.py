@@ -96,9 +96,10 @@ class CorrelatorPart(Part):
         signals, when several traces share them."""
         if node is None:
             node = self._scope("node", seconds)
-        return RankTrace.from_events(dict(rank.ident), rank.loader, self.host.timeline(rank, seconds, True),
-                                     self._scope(rank.key, seconds), node,
-                                     self.gpu_source_of(rank.key), rank.first_batch_ns)
+        ev = self.host.timeline(rank, seconds, True)  # columns (agent/batches.py)
+        return RankTrace.from_columns(dict(rank.ident), rank.loader, ev.t_end, ev.wait, ev.interval, ev.ready,
+                                      self._scope(rank.key, seconds), node,
+                                      self.gpu_source_of(rank.key), rank.first_batch_ns)
 
     # -- analysis -------------------------------------------------------------------
     def analyse(self, ranks: list[Any], seconds: float, peers_of: list[Any] | None = None,
