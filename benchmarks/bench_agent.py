@@ -31,7 +31,8 @@ from array import array
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from stallscope.lab.procs import AgentProcess, child_env  # noqa: E402
+from stallscope.processes.children import child_env  # noqa: E402
+from stallscope.processes.servers import AgentProcess  # noqa: E402
 
 TRAINER = r"""
 import sys, time, torch, stallscope
@@ -257,7 +258,7 @@ def detection():
     from stallscope.lab import scenarios
     from stallscope.lab.job import BASE
     from stallscope.lab.session import Session
-    from stallscope.lab.teardown import Teardown
+    from stallscope.processes.teardown import Teardown
 
     work = tempfile.mkdtemp(prefix="stallscope-bench-detect-")
     control = os.path.join(work, "sample_sleep")

@@ -29,7 +29,8 @@ sys.path.insert(0, ROOT)
 
 from stallscope import diagnose  # noqa: E402
 from stallscope.agent.rankstate import STEP_BUCKETS, WAIT_BUCKETS  # noqa: E402
-from stallscope.lab.procs import AgentProcess, PrometheusProcess, child_env  # noqa: E402
+from stallscope.processes.children import child_env  # noqa: E402
+from stallscope.processes.servers import AgentProcess, PrometheusProcess  # noqa: E402
 
 RANKS, PER_NODE, REAL = 2048, 8, 1337
 JOB, NS = "big", "ml"

@@ -30,10 +30,11 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from stallscope.lab import findings, scenarios, teardown  # noqa: E402
+from stallscope.lab import findings, scenarios  # noqa: E402
 from stallscope.lab.session import Session  # noqa: E402
 from stallscope.mixin import promql  # noqa: E402
 from stallscope.mixin.config import DEFAULT as CFG  # noqa: E402
+from stallscope.processes import teardown  # noqa: E402
 
 
 def get_json(url):

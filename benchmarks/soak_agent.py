@@ -27,7 +27,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from stallscope.lab.procs import AgentProcess, child_env, http_get
+from stallscope.processes.children import child_env
+from stallscope.processes.servers import AgentProcess, http_get
 
 TRAINER = r"""
 import sys, time, torch, stallscope

@@ -83,7 +83,7 @@ class CoreRoutes:
         if len(found) > 1:
             raise ApiError(400, "%d ranks match %s: add job= or pod=" % (len(found), match))
         r = found[0]
-        events = self.host.timeline(r, seconds, True)
+        events = self.host.timeline(r, seconds, True).rows(ready=True)
         # A call still blocked in next() (hook/channel.py blocked_since) is not a batch:
         # its own field, the wait so far (RankTrace.from_timeline puts it back last).
         still = events[-1].tolist() if r.provisional_ns and len(events) else None

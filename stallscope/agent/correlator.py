@@ -106,12 +106,12 @@ class CorrelatorPart(Part):
         if node is None:
             node = self._scope("node", seconds)
         gpu = self.host.facts.value(RankGpu, rank.key)  # the gpu exporter's, when it runs
-        rows = self.host.timeline(rank, seconds, True)
+        ev = self.host.timeline(rank, seconds, True)  # columns (agent/batches.py)
         end = self.host.open_wait_end(rank)
-        open_ns = end if end is not None and len(rows) and int(rows[-1, 0]) == end else None
-        return RankTrace.from_events(dict(rank.ident), rank.loader, rows, self._scope(rank.key, seconds),
-                                     node, gpu.source if gpu is not None else None, rank.first_batch_ns,
-                                     open_ns)
+        open_ns = end if end is not None and len(ev) and int(ev.t_end[-1]) == end else None
+        return RankTrace.from_columns(dict(rank.ident), rank.loader, ev.t_end, ev.wait, ev.interval, ev.ready,
+                                      self._scope(rank.key, seconds), node,
+                                      gpu.source if gpu is not None else None, rank.first_batch_ns, open_ns)
 
     # -- analysis -------------------------------------------------------------------
     def analyse(self, ranks: list[Any], seconds: float, peers_of: list[Any] | None = None,

@@ -42,8 +42,8 @@ class AgentHost:
         return self.table.find(**match)
 
     def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> Any:
-        """(n, 4) int64 array of (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest
-        first; ready_wait_ns -1 where the wait was not split."""
+        """The rank's batch events as columns (agent/batches.py BatchColumns: t_end,
+        wait, interval, ready; ready -1 where the wait was not split), oldest first."""
         return self.table.timeline(rank, seconds, open_wait)
 
     def open_wait_end(self, rank: RankState) -> int | None:

@@ -32,6 +32,7 @@ from ..host import Part
 from ..host.facts import RankQuota
 from ..host.families import buckets, family
 from ..vocabulary import signal
+from .batches import BatchColumns
 from .histogram import Histogram
 
 # 10 ms (small tabular batch) to seconds (video decode), read as _sum/_count (T_l).
@@ -152,34 +153,35 @@ class LoaderPart(Part):
 
     def handle(self, report: Any, rank: Any) -> None:
         """A whole report at once: no work per batch in Python."""
-        events = np.asarray(report["events"], np.int64).reshape(-1, 3)
+        events = BatchColumns.of(report["events"])  # rows only in a message built in code
         if not len(events):
             return
+        t_end, wait = events.t_end, events.wait
         if report["role"] == "worker":
             with self.lock:
                 st = self._state(rank.key)
-                st.hist.observe_many_ns(events[:, 1])
-                st.load.add_many(events[:, 0], events[:, 1])
-            self.host.samples.record_many(rank.key, BATCH_LOAD, events[:, 0], events[:, 1] / 1e9)
+                st.hist.observe_many_ns(wait)
+                st.load.add_many(t_end, wait)
+            self.host.samples.record_many(rank.key, BATCH_LOAD, t_end, wait / 1e9)
             # which worker made them (its PID in the agent's namespace, from SO_PEERCRED via
             # the rank table's map): the slow_worker cause splits the load times by it
             host = rank.worker_map.get(report["pid"], report["pid"])
-            self.host.samples.record_many(rank.key, BATCH_WORKER, events[:, 0],
+            self.host.samples.record_many(rank.key, BATCH_WORKER, t_end,
                                           np.full(len(events), float(host)))
         else:
-            compute = events[:, 2] - events[:, 1]
+            compute = events.interval - wait
             busy = compute > 0
-            ready = report.get("ready_wait")
+            ready = events.ready
             transfer = waited = 0
             if ready is not None:
-                transfer, waited = int((events[:, 1] - ready).sum()), int(events[:, 1].sum())
+                transfer, waited = int((wait - ready).sum()), int(wait.sum())
             with self.lock:
                 st = self._state(rank.key)
-                st.compute.add_many(events[busy, 0], compute[busy])
+                st.compute.add_many(t_end[busy], compute[busy])
                 if ready is not None:
                     st.transfer_ns = (st.transfer_ns or 0) + transfer
             if waited > 0:
-                self.host.samples.record(rank.key, TRANSFER_WAIT, transfer / waited, int(events[-1, 0]))
+                self.host.samples.record(rank.key, TRANSFER_WAIT, transfer / waited, int(t_end[-1]))
 
     def forget(self, key: Any) -> None:
         with self.lock:

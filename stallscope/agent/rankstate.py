@@ -13,14 +13,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ..correlate.waitbins import WaitBins
-from ..host.rings import Ring
 from ..system import cgroups
 from ..vocabulary import labels as label_sets
 from ..vocabulary import metric
 from . import identity
+from .batches import BatchColumns, BatchTimeline
 from .histogram import Histogram
 
 WAIT_BUCKETS = metric("stallscope_data_wait_seconds").buckets
@@ -76,9 +74,9 @@ class RankState:
         self.provisional_ns = 0
         self.provisional_start_ns = 0  # when that call began (the hook's clock)
         self.exited_at: float | None = None  # monotonic time its main process was found gone
-        # (t_end, wait, interval, ready_wait): ready_wait -1 where the hook did not split
-        # the wait (hook/transfer.py)
-        self.timeline = Ring(timeline_max, 4)
+        # columns t_end, wait, interval, ready_wait: ready_wait -1 where the hook did not
+        # split the wait (hook/transfer.py)
+        self.timeline = BatchTimeline(timeline_max)
         # t_end of the process's first batch: its workers' first start, which the verdict
         # does not judge a loader by (correlate/rules.py: starting). Reset with the PID.
         self.first_batch_ns: int | None = None
@@ -128,35 +126,32 @@ class RankState:
             "dropped_events": self.dropped_total,
         }
 
-    def add_events(self, events: Any, ready: Any = None) -> None:
-        """A report's batch events (n x 3 int64: t_end, wait, interval) and, from a
-        trainer that splits its waits, each batch's ready wait."""
-        arr = np.asarray(events, np.int64).reshape(-1, 3)
-        if not len(arr):
+    def add_events(self, events: BatchColumns) -> None:
+        """A report's batch events, as columns (with, from a trainer that splits its
+        waits, each batch's ready wait)."""
+        if not len(events):
             return
-        self.wait.observe_many_ns(arr[:, 1])
-        self.step.observe_many_ns(arr[:, 2])
+        t_end, wait, interval = events.t_end, events.wait, events.interval
+        self.wait.observe_many_ns(wait)
+        self.step.observe_many_ns(interval)
         # the steady batches (not an iterator's first: correlate/overlap.py), counted as they
         # arrive, wait and step together, so their ratio over any window is the steady one
-        steady = arr[:, 1] != arr[:, 2]
-        self.steady_wait_ns += int(arr[steady, 1].sum())
-        self.steady_step_ns += int(arr[steady, 2].sum())
+        steady = wait != interval
+        self.steady_wait_ns += int(wait[steady].sum())
+        self.steady_step_ns += int(interval[steady].sum())
         if self.provisional_ns:
             # The batch that ends the wait already counted in the sums adds only the rest.
             # It is that batch when it started when the blocked call did; otherwise that
             # call ended without a batch (StopIteration, an error) and its wait stays
             # counted (the sums never go back) without eating into this batch's.
-            if int(arr[0, 0]) - int(arr[0, 1]) == self.provisional_start_ns:
-                self.wait.sum_ns -= min(self.provisional_ns, int(arr[0, 1]))
-                self.step.sum_ns -= min(self.provisional_ns, int(arr[0, 2]))
+            if int(t_end[0]) - int(wait[0]) == self.provisional_start_ns:
+                self.wait.sum_ns -= min(self.provisional_ns, int(wait[0]))
+                self.step.sum_ns -= min(self.provisional_ns, int(interval[0]))
             self.provisional_ns = 0
         if self.first_batch_ns is None:
-            self.first_batch_ns = int(arr[0, 0])
-        rows = np.empty((len(arr), 4), np.int64)
-        rows[:, :3] = arr
-        rows[:, 3] = -1 if ready is None else ready
-        self.timeline.extend(rows)
-        self.bins.add(arr[:, 0], arr[:, 1], arr[:, 2], time.monotonic_ns())
+            self.first_batch_ns = int(t_end[0])
+        self.timeline.extend(events)
+        self.bins.add(t_end, wait, interval, time.monotonic_ns())
 
     def note_blocked(self, since_ns: int, blocked_ns: int) -> None:
         """The loop has been blocked in next() for blocked_ns and the batch has not come.

@@ -24,6 +24,7 @@ import numpy as np
 from ..correlate.waitbins import Window
 from ..system import cgroups, procfs
 from . import identity, pids, rankworkers
+from .batches import BatchColumns
 from .budget import Budget
 from .rankstate import Event, Mismatch, RankKey, RankState, key_of
 
@@ -142,7 +143,8 @@ class RankTable:
             rankworkers.note_exits(rank, msg["loader"].get("worker_exits") or ())
         if msg["mono_ns"] and msg["wall_ns"]:
             rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
-        rank.add_events(msg["events"], msg.get("ready_wait"))
+        # BatchColumns.of: a message built in code (tests, benchmarks) may carry rows
+        rank.add_events(BatchColumns.of(msg["events"]))
         if msg.get("blocked_since_ns") is not None:
             rank.note_blocked(msg["blocked_since_ns"], msg["mono_ns"] - msg["blocked_since_ns"])
 
@@ -191,11 +193,11 @@ class RankTable:
         while the rank has fewer than two."""
         with self.lock:
             n = len(rank.timeline)
-            newest = rank.timeline.tail(n - 1)[0] if n else None
+            newest = rank.timeline.newest()
             blocked, start = rank.provisional_ns, rank.provisional_start_ns
             bins = rank.bins.copy() if blocked else rank.bins
             window = None if blocked else bins.window(now_ns)
-        last: Event | None = None if newest is None else (int(newest[0]), int(newest[1]), int(newest[2]))
+        last: Event | None = newest
         if blocked:
             prev = last[0] if last is not None else start
             end = start + blocked
@@ -213,25 +215,31 @@ class RankTable:
             blocked, start = rank.provisional_ns, rank.provisional_start_ns
         return start + blocked if blocked else None
 
-    def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> np.ndarray:
-        """The rank's batch events of the last ``seconds``: an (n, 4) int64 array of
-        (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns is
-        -1 where the hook did not split the wait. ``open_wait``: and, last, the call still
-        blocked in next() if there is one (the correlator's view; the API's batches are
-        the completed ones, the open wait its own field)."""
+    def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> BatchColumns:
+        """The rank's batch events of the last ``seconds``, as columns (t_end, wait,
+        interval, ready: -1 where the hook did not split the wait), oldest first.
+        ``open_wait``: and, last, the call still blocked in next() if there is one (the
+        correlator's view; the API's batches are the completed ones, the open wait its own
+        field)."""
         # Hook timestamps are CLOCK_MONOTONIC (perf_counter_ns), the clock of monotonic_ns.
         horizon = time.monotonic_ns() - int(min(seconds * 1e9, self.timeline_ns))
         with self.lock:
-            rows = rank.timeline.since(horizon)
+            cols = rank.timeline.since(horizon)
             blocked, start = rank.provisional_ns, rank.provisional_start_ns
         if not blocked or not open_wait:
-            return rows
+            return cols
         # A call still blocked in next() is a wait that has not ended: it goes last, as
         # far as the hook has reported it, as the SLI's sums already count it. Without it
         # a rank hung on a frozen mount was analysed on its waits before the hang only
         # (a lab run ranked transfer_cost over the dead FUSE mount, issue 18).
         # Its ready wait is all of it: a call blocked past the hook's 1 s report delay is
         # waiting for a batch to be made (a transfer takes milliseconds), not receiving one.
-        prev = int(rows[-1, 0]) if len(rows) else start
+        prev = int(cols.t_end[-1]) if len(cols) else start
         end = start + blocked
-        return np.vstack([rows, np.array([[end, blocked, end - min(prev, start), blocked]], np.int64)])
+        assert cols.ready is not None  # the timeline's ready column is always there
+
+        def then(column: np.ndarray, value: int) -> np.ndarray:
+            return np.append(column, np.int64(value))
+
+        return BatchColumns(then(cols.t_end, end), then(cols.wait, blocked),
+                            then(cols.interval, end - min(prev, start)), then(cols.ready, blocked))

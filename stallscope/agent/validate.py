@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..hook import wire
+from .batches import BatchColumns
 
 MAX_LABEL_LEN = 128
 MAX_RANK = 1 << 20
@@ -92,53 +93,56 @@ def _identity(raw: Any) -> dict[str, Any]:
 
 
 def _events_v1(raw: Any) -> np.ndarray:
-    """Version 1: a JSON list of [t_end_ns, wait_ns, interval_ns]."""
+    """Version 1: a JSON list of [t_end_ns, wait_ns, interval_ns]. Returns the (3, n)
+    columns."""
     if not isinstance(raw, list) or len(raw) > wire.MAX_EVENTS_PER_MESSAGE:
         raise Reject("bad_schema", "events must be a list of at most %d" % wire.MAX_EVENTS_PER_MESSAGE)
     for ev in raw:
         if not isinstance(ev, list) or len(ev) != 3 or any(type(v) is not int for v in ev):
             raise Reject("bad_schema", "each event is [t_end_ns, wait_ns, interval_ns] of integers")
     try:
-        return np.array(raw, np.int64).reshape(-1, 3)
+        return np.array(raw, np.int64).reshape(-1, 3).T.copy()
     except OverflowError:
         raise Reject("bad_schema", "event fields must be 64-bit integers") from None
 
 
 def _events_v2(n: Any, cols: Any, block: bytes) -> tuple[np.ndarray, np.ndarray | None]:
     """Version 2: ``n`` events as three native int64 columns after the header, or four
-    (``cols``: 4), the fourth the ready wait. Returns (events (n, 3), ready wait or None)."""
+    (``cols``: 4), the fourth the ready wait. Returns (the (3, n) columns, the ready wait
+    or None): views of the message's bytes, never transposed (issue 29)."""
     count = _int(n, 0, wire.MAX_EVENTS_PER_MESSAGE, "n")
     width = _int(cols, 3, 4, "cols")
     if len(block) != 8 * width * count:
         raise Reject("bad_schema", "the event block holds %d bytes, not %d x %d" % (
             len(block), 8 * width, count))
     columns = np.frombuffer(block, "=i8").reshape(width, count)
-    return columns[:3].T.copy(), (columns[3].copy() if width == 4 else None)
+    return columns[:3], (columns[3] if width == 4 else None)
 
 
-def _check_events(ev: np.ndarray, now_ns: int) -> np.ndarray:
-    """Every event at once: non-negative, wait <= interval, times within the clock."""
-    if not len(ev):
-        return ev
+def _check_events(cols: np.ndarray, now_ns: int) -> np.ndarray:
+    """Every event at once, on its (3, n) columns: non-negative, wait <= interval, times
+    within the clock."""
+    if not cols.shape[1]:
+        return cols
     # Each column's least and greatest in two reductions: every numpy call costs the
     # ingest a few microseconds whatever its size, and a report holds tens of events.
-    lo, hi = ev.min(axis=0).tolist(), ev.max(axis=0).tolist()
+    lo, hi = cols.min(axis=1).tolist(), cols.max(axis=1).tolist()
     if min(lo) < 0 or max(hi) > MAX_NS:
         raise Reject("bad_schema", "event fields must be non-negative integers")
-    if (ev[:, 1] > ev[:, 2]).any():
+    if (cols[1] > cols[2]).any():
         raise Reject("bad_schema", "an event's wait exceeds its interval")
     if lo[0] < now_ns - MAX_AGE_NS or hi[0] > now_ns + MAX_AHEAD_NS or hi[2] > MAX_INTERVAL_NS:
         raise Reject("bad_time", "an event's time is not within the agent's clock")
-    return ev
+    return cols
 
 
-def _check_ready(ready: np.ndarray | None, ev: np.ndarray, role: str) -> np.ndarray | None:
+def _check_ready(ready: np.ndarray | None, cols: np.ndarray, role: str) -> np.ndarray | None:
     """Each batch's wait for a ready batch: within [0, its wait]; a trainer's only."""
     if ready is None:
         return None
     if role != "main":
         raise Reject("bad_ready_wait", "only a trainer's batch events carry a ready wait")
-    if len(ready) and (ready.min() < 0 or (ready > ev[:, 1]).any()):
+    if len(ready) and (ready.min() < 0 or (ready > cols[1]).any()):
         raise Reject("bad_ready_wait", "a ready wait must lie within [0, the batch's wait]")
     return ready
 
@@ -211,13 +215,14 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
         "mono_ns": _clock(raw.get("mono_ns", 0), now_ns),
         "wall_ns": _wall(raw.get("wall_ns", 0)),
         "dropped_total": _int(raw.get("dropped_total", 0), 0, MAX_COUNT, "dropped_total"),
-        "events": _check_events(events, now_ns),
-        "ready_wait": None,
+        "events": None,
         "loader": _loader(raw.get("loader")),
         "blocked_since_ns": None,
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
     }
-    msg["ready_wait"] = _check_ready(ready, msg["events"], role)
+    cols = _check_events(events, now_ns)
+    # the columns as they came, the ready wait with them (agent/batches.py)
+    msg["events"] = BatchColumns(cols[0], cols[1], cols[2], _check_ready(ready, cols, role))
     msg["blocked_since_ns"] = _blocked(raw, msg["mono_ns"])
     return msg
 

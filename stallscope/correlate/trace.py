@@ -187,6 +187,23 @@ class RankTrace:
                    first_batch_ns=first_batch_ns, open_ns=open_ns)
 
     @classmethod
+    def from_columns(cls, ident: dict[str, Any], loader: dict[str, Any] | None, t_end: np.ndarray,
+                     wait: np.ndarray, interval: np.ndarray, ready_wait: np.ndarray | None = None,
+                     signals: dict[str, Series] | None = None,
+                     node_signals: dict[str, Series] | None = None, gpu_source: str | None = None,
+                     first_batch_ns: int | None = None, open_ns: int | None = None) -> RankTrace:
+        """From the batch events as int64 columns, the layout the agent keeps them in
+        from the wire on (agent/batches.py): no transpose, and no copy unless they are
+        out of order. ``ready_wait``: -1 where the wait was not split; None for none."""
+        if len(t_end) > 1 and np.any(t_end[1:] < t_end[:-1]):
+            order = np.argsort(t_end, kind="stable")
+            t_end, wait, interval = t_end[order], wait[order], interval[order]
+            ready_wait = None if ready_wait is None else ready_wait[order]
+        return cls(ident=ident, loader=loader, t_end=t_end, wait=wait, interval=interval,
+                   signals=signals or {}, node_signals=node_signals or {}, gpu_source=gpu_source,
+                   ready_wait=ready_wait, first_batch_ns=first_batch_ns, open_ns=open_ns)
+
+    @classmethod
     def from_timeline(cls, body: dict[str, Any]) -> RankTrace:
         """From a ``/api/v1/timeline`` body (or a stored trace's ``timeline``)."""
         batches = body.get("batches") or []

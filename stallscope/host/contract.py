@@ -138,9 +138,9 @@ class Host(Protocol):
     def find(self, **match: Any) -> list[Rank]: ...
 
     def timeline(self, rank: Rank, seconds: float, open_wait: bool = False) -> Any:
-        """The rank's batch events of the last ``seconds``: an (n, 4) int64 numpy array
-        of (t_end_ns, wait_ns, interval_ns, ready_wait_ns), oldest first; ready_wait_ns
-        is -1 where the hook did not split the wait (hook/transfer.py)."""
+        """The rank's batch events of the last ``seconds`` as int64 columns (t_end, wait,
+        interval, ready: the agent's BatchColumns), oldest first; ready is -1 where the
+        hook did not split the wait (hook/transfer.py)."""
 
     def open_wait_end(self, rank: Rank) -> int | None:
         """t_end of the open wait a timeline(open_wait=True) ends with (a call still

@@ -7,7 +7,8 @@ signal N, after everything was cleaned up.
 import json
 import sys
 
-from . import runner, scenarios, teardown
+from ..processes import teardown
+from . import runner, scenarios
 from .report import render
 
 

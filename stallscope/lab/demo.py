@@ -9,7 +9,8 @@ the headline alert to fire under the lab's short-window copy of the generated ru
 import sys
 import textwrap
 
-from . import runner, scenarios, teardown
+from ..processes import teardown
+from . import runner, scenarios
 from .report import render
 
 INTRO = ("stallscope demo: a real 2-rank training job (torch.distributed, gloo) with real "
@@ -18,7 +19,7 @@ INTRO = ("stallscope demo: a real 2-rank training job (torch.distributed, gloo) 
 
 
 def demo(name=scenarios.DEMO, duration=None):
-    from .procs import shutil
+    import shutil
 
     prom = "a Prometheus server evaluating the alert rules, " if shutil.which("prometheus") else ""
     print(textwrap.fill(INTRO.format(prom=prom), 88) + "\n", file=sys.stderr, flush=True)

@@ -15,7 +15,8 @@ import signal
 import sys
 import time
 
-from . import faults, findings, pods, procs, teardown
+from ..processes import children, servers
+from . import faults, findings, pods
 
 BASE = {
     "workers": 2, "batch_size": 8, "prefetch_factor": 2, "compute_s": 0.15,
@@ -92,7 +93,7 @@ class Job:
         return self
 
     def make_plans(self):
-        master = "127.0.0.1:%d" % procs.free_port()
+        master = "127.0.0.1:%d" % servers.free_port()
         real = self.scenario.real
         for rank in range(self.world):
             plan = dict(BASE, rank=rank, world_size=self.world, master=master,
@@ -144,7 +145,7 @@ class Job:
         kill or a node problem ends a rank without warning."""
         name = "rank%d" % rank
         p = dict(self.procs)[name]
-        teardown.stop_group(p, grace=0, sig=signal.SIGKILL)
+        children.stop_group(p, grace=0, sig=signal.SIGKILL)
         self.procs = [(n, q) for n, q in self.procs if n != name]
 
 

@@ -16,7 +16,7 @@ Without root the command runs unchanged, in the host's namespace and cgroup.
 import os
 import shutil
 
-from .teardown import rmdir_cgroup
+from ..processes.teardown import rmdir_cgroup
 
 UNIFIED = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")  # cgroup2: hybrid hosts, then unified ones
 

@@ -5,7 +5,8 @@ progress display, then what stallscope found (lab/findings.py); everything undon
 import dataclasses
 import time
 
-from . import findings, report, teardown, traces
+from ..processes import teardown
+from . import findings, report, traces
 from .job import Unavailable
 from .session import Session
 

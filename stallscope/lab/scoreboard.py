@@ -11,8 +11,9 @@ long (~2.4 min a scenario with it on the lab's loaded 2-core machine: every real
 import json
 import sys
 
+from ..processes import teardown
 from ..vocabulary import DATA_WAIT_LINE
-from . import applyfix, runner, scenarios, teardown
+from . import applyfix, runner, scenarios
 
 STEP_ERROR = 0.15  # issue 17: the predicted step within 15 % of the measured one
 

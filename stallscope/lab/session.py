@@ -15,7 +15,8 @@ import shutil
 import sys
 import tempfile
 
-from . import findings, needs, procs, sources, teardown
+from ..processes import children, servers
+from . import findings, needs, sources
 from .job import SHARDS, Job
 
 
@@ -43,8 +44,8 @@ class Session:
 
     def popen(self, name, log, cmd, env=None):
         """Start ``cmd`` in its own session (dying with us), stopped by the teardown."""
-        p = teardown.popen(cmd, log=log, env=procs.child_env(env))
-        self.td.push("stop %s" % name, teardown.stop_group, p)
+        p = children.popen(cmd, log=log, env=children.child_env(env))
+        self.td.push("stop %s" % name, children.stop_group, p)
         self.created("pgid", p.pid)
         return p
 
@@ -59,9 +60,9 @@ class Session:
     def start_agent(self, window, extra_args=()):
         """The agent with the lab's settings for a job of ``window`` seconds; ``extra_args``
         come last, so they override (e.g. a dcgm-exporter URL, a faster GPU sampler)."""
-        self.agent = self._serve("the agent", procs.AgentProcess(
+        self.agent = self._serve("the agent", servers.AgentProcess(
             args=findings.agent_args(window) + list(extra_args),
-            workdir=os.path.join(self.workdir, "agent"), popen_kwargs=teardown.session_kwargs()))
+            workdir=os.path.join(self.workdir, "agent"), popen_kwargs=children.session_kwargs()))
         return self.agent
 
     def start_prometheus(self, rule_files=None):
@@ -69,9 +70,9 @@ class Session:
         generated rules with the lab's short windows)."""
         self.rules = list(rule_files) if rule_files is not None else findings.rule_files(
             os.path.join(self.workdir, "rules"))
-        self.prom = self._serve("prometheus", procs.PrometheusProcess(
+        self.prom = self._serve("prometheus", servers.PrometheusProcess(
             [self.agent.url], rule_files=self.rules, interval="1s",
-            workdir=os.path.join(self.workdir, "prometheus"), popen_kwargs=teardown.session_kwargs()))
+            workdir=os.path.join(self.workdir, "prometheus"), popen_kwargs=children.session_kwargs()))
         return self.prom
 
     def start_job(self, scenario, ranks=2, **kw):

@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from ..lab import teardown
-from ..lab.procs import AgentProcess
+from ..processes.children import session_kwargs
+from ..processes.servers import AgentProcess
 from . import html, live
 
 EXIT_GRACE_S = 20.0
@@ -58,7 +58,7 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
     # Its own session (a terminal's Ctrl-C reaches only us, and we stop it) and it dies with
     # us: a `stallscope run` killed outright left its agent behind (the lab's mechanism).
     agent = AgentProcess(args=["--correlate.interval", "1", "--correlate.window", "30"], workdir=workdir,
-                         popen_kwargs=teardown.session_kwargs())
+                         popen_kwargs=session_kwargs())
     child, bodies = None, {}
     previous = signal.signal(signal.SIGTERM, _on_term)
     # Ctrl-C stops the run even when we were started with SIGINT ignored (a background

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from stallscope.hook import wire
-from stallscope.lab.procs import http_get
+from stallscope.processes.servers import http_get
 
 MESSAGES = int(os.environ.get("STALLSCOPE_FUZZ_MESSAGES", "6000"))
 BATCH = min(MESSAGES, 20000)

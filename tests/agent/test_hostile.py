@@ -9,7 +9,8 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from stallscope.lab.procs import child_env, http_get
+from stallscope.processes.children import child_env
+from stallscope.processes.servers import http_get
 from tests.helpers.needs import as_nobody, need_root
 
 

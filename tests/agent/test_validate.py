@@ -4,6 +4,7 @@ import json
 import random
 import time
 
+import numpy as np
 import pytest
 
 from stallscope.agent import ingest, state, validate
@@ -54,8 +55,11 @@ def v2(events, n=None, wait=10**6, ready=None, **over):
 
 def test_version_2_carries_events_as_binary_columns():
     msg = validate.parse(v2(3))
-    assert msg["events"].shape == (3, 3) and msg["events"][:, 1].tolist() == [10**6] * 3
-    assert msg["events"][:, 2].tolist() == [10**8] * 3
+    ev = msg["events"]
+    assert len(ev) == 3 and ev.wait.tolist() == [10**6] * 3 and ev.interval.tolist() == [10**8] * 3
+    # handed on as the wire's columns: each a contiguous int64 column, none transposed
+    assert all(c.dtype == np.int64 and c.flags["C_CONTIGUOUS"] for c in (ev.t_end, ev.wait, ev.interval))
+    assert ev.t_end.base is not None and ev.t_end.base is ev.interval.base  # views of the report's block
     with pytest.raises(validate.Reject) as e:
         validate.parse(v2(2, wait=2 * 10**8))  # wait longer than its interval
     assert e.value.reason == "bad_schema"
@@ -64,10 +68,10 @@ def test_version_2_carries_events_as_binary_columns():
 
 def test_the_ready_wait_column_is_read_and_checked():
     msg = validate.parse(v2(3, ready=[0, 4 * 10**5, 10**6]))
-    assert msg["events"].shape == (3, 3) and msg["ready_wait"].tolist() == [0, 4 * 10**5, 10**6]
-    assert validate.parse(v2(3))["ready_wait"] is None   # three columns: no split
-    assert validate.parse(good())["ready_wait"] is None  # version 1: no split
-    assert len(validate.parse(v2(0, ready=[]))["ready_wait"]) == 0
+    assert len(msg["events"]) == 3 and msg["events"].ready.tolist() == [0, 4 * 10**5, 10**6]
+    assert validate.parse(v2(3))["events"].ready is None   # three columns: no split
+    assert validate.parse(good())["events"].ready is None  # version 1: no split
+    assert len(validate.parse(v2(0, ready=[]))["events"].ready) == 0
 
 
 @pytest.mark.parametrize("data,reason", [
@@ -244,15 +248,16 @@ def test_a_wait_in_progress_grows_the_sums_and_the_batch_settles_them():
     # (no batch yet: the row is the wait so far, to the last report, all of it waiting
     # for a batch to be made)
     three = 3 * 10**9
-    assert table.timeline(rank, 600, open_wait=True).tolist() == [[t0 + three, three, three, three]]
-    assert table.timeline(rank, 600).tolist() == []  # the API's batches: completed ones
+    got = table.timeline(rank, 600, open_wait=True).rows(ready=True).tolist()
+    assert got == [[t0 + three, three, three, three]]
+    assert len(table.timeline(rank, 600)) == 0  # the API's batches: completed ones
     assert ing.handle(good(t0, events=[[base + 4 * 10**9, 4 * 10**9, 5 * 10**9]],
                            mono_ns=base + 4 * 10**9 + 5))
     # exactly the real wait and interval once it is over, counted once
     assert (rank.wait.sum_ns, rank.step.sum_ns, rank.wait.count) == (4 * 10**9, 5 * 10**9, 1)
     assert rank.provisional_ns == 0
     done = [[t0 + 4 * 10**9, 4 * 10**9, 5 * 10**9]]
-    assert table.timeline(rank, 600, open_wait=True)[:, :3].tolist() == done
+    assert table.timeline(rank, 600, open_wait=True).rows().tolist() == done
     # a call that ends without a batch (the epoch's last next(), StopIteration) keeps the
     # wait counted so far, and the next call's batch is not charged for it
     assert ing.handle(good(t0, events=[], mono_ns=base + 7 * 10**9, blocked_since_ns=base + 5 * 10**9))

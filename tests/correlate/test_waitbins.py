@@ -62,7 +62,8 @@ def test_a_call_blocked_in_next_counts_as_the_timeline_has_it():
         table.apply(msg)
         now = began + blocked + SEC // 2
         got = judge(*table.detection_input(rank, now), now)
-        assert got == detect(RankTrace.from_events({}, None, table.timeline(rank, 900, True)), now)
+        tl = table.timeline(rank, 900, True)
+        assert got == detect(RankTrace.from_columns({}, None, tl.t_end, tl.wait, tl.interval, tl.ready), now)
         assert got.stalled is (blocked_s > 5), got
     assert got.since_ns == began
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from stallscope.lab.procs import free_port, http_get
+from stallscope.processes.servers import free_port, http_get
 from tests.helpers import ROOT
 from tests.helpers.k8s import canonical, render, render_kubectl, render_python
 

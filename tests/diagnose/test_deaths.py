@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from stallscope.lab.procs import AgentProcess, PrometheusProcess, child_env
+from stallscope.processes.children import child_env
+from stallscope.processes.servers import AgentProcess, PrometheusProcess
 from tests.helpers.needs import need_prometheus, need_root
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from stallscope import vocabulary
-from stallscope.lab.procs import AgentProcess, PrometheusProcess, child_env, free_port
+from stallscope.processes.children import child_env
+from stallscope.processes.servers import AgentProcess, PrometheusProcess, free_port
 from tests.helpers import TRAINERS
 from tests.helpers.needs import need_prometheus
 

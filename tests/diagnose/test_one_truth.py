@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from stallscope.lab.procs import PrometheusProcess, child_env
 from stallscope.mixin import promql
 from stallscope.mixin.config import DEFAULT as CFG
+from stallscope.processes.children import child_env
+from stallscope.processes.servers import PrometheusProcess
 from tests.helpers.gpu import DcgmServer as MetricsPage  # serves a /metrics page
 from tests.helpers.needs import need_prometheus
 

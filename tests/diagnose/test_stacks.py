@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from stallscope.lab.procs import PrometheusProcess, child_env, free_port
+from stallscope.processes.children import child_env
+from stallscope.processes.servers import PrometheusProcess, free_port
 from tests.helpers import TRAINERS
 from tests.helpers.needs import as_nobody, need_prometheus, need_root
 
@@ -33,7 +34,7 @@ def stuck(tmp_path_factory):
     """One agent; one trainer per mode, each a pod of its own; the FIFO held open for
     writing so the reading workers block in read(), not in open()."""
     pytest.importorskip("torch")
-    from stallscope.lab.procs import AgentProcess
+    from stallscope.processes.servers import AgentProcess
     d = tmp_path_factory.mktemp("stacks")
     agent = AgentProcess(args=["--node", "node-s"], workdir=str(d)).start()
     fifo = str(d / "shard.fifo")

@@ -10,7 +10,7 @@ import uuid
 from stallscope.agent import samples as samples_mod
 from stallscope.agent import state
 from stallscope.agent.host import AgentHost
-from stallscope.lab.teardown import rmdir_cgroup
+from stallscope.processes.teardown import rmdir_cgroup
 
 
 def rank_message(pid, worker_pids=(), rank=0, job="job1", pod="pod1", namespace="ns1", node="n1"):

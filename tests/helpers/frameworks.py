@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.request
 
-from stallscope.lab.procs import child_env
+from stallscope.processes.children import child_env
 from tests.helpers import TRAINERS
 
 # The too-few-workers scenario's loader (lab/scenarios.py): 2 workers, 8 samples of 60 ms

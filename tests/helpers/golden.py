@@ -2,8 +2,9 @@
 tests/vocabulary/test_emitted.py (what was emitted and recorded against the vocabulary).
 
 An in-process agent, never started (no sockets, no threads of its own), reads the fake
-``/proc``, ``/sys``, cgroup tree and root filesystem of ``tests/golden/fixtures/`` (copied
-to a temporary directory first, see tests/golden/fixtures/README.md) with every exporter switched on,
+``/proc``, ``/sys``, cgroup tree and root filesystem of the node described in
+``tests/golden/fixtures/node.py`` (written into a temporary directory first by
+tests/helpers/nodetree.py, see tests/golden/fixtures/README.md) with every exporter switched on,
 ``--exporter.workers.per-worker``, the simulated GPU and a dcgm-exporter endpoint
 serving tests/data/dcgm/dcgm-exporter-k8s.txt. Fixed hook reports go through the
 ingest's own ``handle`` (validation, reject counting, ``Agent.apply``); then the parts
@@ -47,20 +48,19 @@ from stallscope.exporters.fuse import FuseOptions
 from stallscope.exporters.gpu.options import GpuOptions
 from stallscope.exporters.workers import WorkersOptions
 from stallscope.host import Part
-from tests.helpers import ROOT
+from tests.golden.fixtures import node
+from tests.helpers import ROOT, nodetree
 from tests.helpers.gpu import U0, DcgmServer, fixture
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-FIXTURES = os.path.join(GOLDEN, "fixtures")
 GOLDEN_METRICS = os.path.join(GOLDEN, "metrics.prom")
 GOLDEN_SIGNALS = os.path.join(GOLDEN, "signals.txt")
 
-NODE = "golden-node"
-IDENT = {"job": "llm", "rank": 0, "local_rank": 0, "world_size": 8,
-         "pod": "llm-pretrain-worker-0", "namespace": "ml-team", "node": NODE}
-MAIN = (4242, 1)                    # (PID on the node, PID in the pod's namespace)
-WORKERS = ((4243, 7), (4244, 8))
-SHM_SIZE = 16 << 20                 # the tmpfs mounted on the fixture's /dev/shm
+IDENT = node.IDENT
+NODE = IDENT["node"]
+MAIN = (node.MAIN.pid, node.MAIN.ns_pid)  # (PID on the node, PID in the pod's namespace)
+WORKERS = tuple((w.pid, w.ns_pid) for w in node.WORKERS)
+SHM_SIZE = node.SHM_SIZE            # the tmpfs mounted on the fixture's /dev/shm
 SHM_USED = 1 << 20                  # bytes written into it (a multiple of any page size)
 
 MS = 1_000_000
@@ -133,15 +133,16 @@ def timeline(base: int):
         end += interval
         main.append((end, wait, interval))
     first = main[0][0]
-    workers = {7: [], 8: []}
+    (_, d_ns), (_, z_ns) = WORKERS  # the worker in D state, the zombie
+    workers = {d_ns: [], z_ns: []}
     for i in range(100):
         t = first + 200 * MS + i * 300 * MS
-        workers[7].append((t, 300 * MS, 300 * MS))
-        workers[8].append((t - 5 * MS, 300 * MS, 300 * MS))
+        workers[d_ns].append((t, 300 * MS, 300 * MS))
+        workers[z_ns].append((t - 5 * MS, 300 * MS, 300 * MS))
     reads = []
     for r in range(40):
         dur = 45 * MS if r % 20 == 19 else 20 * MS if r % 5 == 4 else 8 * MS
-        batch = workers[7][(r // 20) * 50 + (r % 20) * 2]  # 20 reads in each flush
+        batch = workers[d_ns][(r // 20) * 50 + (r % 20) * 2]  # 20 reads in each flush
         reads.append([batch[0] - MS, dur, 4 << 20, 0])
     return main, workers, reads
 
@@ -149,6 +150,7 @@ def timeline(base: int):
 def reports(base: int):
     """The two flushes of every process, and the bad reports, as bytes."""
     main, workers, reads = timeline(base)
+    (d_pid, d_ns), (z_pid, z_ns) = WORKERS
     loader = {"num_workers": 2, "prefetch_factor": 2, "batch_size": 32, "pin_memory": True,
               "persistent_workers": False, "worker_pids": [ns for _, ns in WORKERS]}
     slow = [[0, 45 * MS, "s3://datasets/llm/shard-000123.tar"]]
@@ -166,13 +168,13 @@ def reports(base: int):
         half = slice(lo // 2, hi // 2)
         mine = reads[lo // 5:hi // 5]
         io = {"tiers": ["fuse", "page"], "reads": mine, "cache": [[1, 45, 5]], "slowest": slow}
-        w7 = workers[7][half]
-        out.append((4243, _report("worker", 7, w7[-1][0], w7, io=io)))
-        w8 = workers[8][half]
-        out.append((4244, _report("worker", 8, w8[-1][0], w8)))
+        wd = workers[d_ns][half]
+        out.append((d_pid, _report("worker", d_ns, wd[-1][0], wd, io=io)))
+        wz = workers[z_ns][half]
+        out.append((z_pid, _report("worker", z_ns, wz[-1][0], wz)))
     last = main[-1][0]
     bad = [
-        (4244, _report("worker", 8, last, io={"tiers": ["Fuse Mount"], "reads": []})),
+        (z_pid, _report("worker", z_ns, last, io={"tiers": ["Fuse Mount"], "reads": []})),
         (MAIN[0], _report("main", MAIN[1], last + 300 * MS, cuda={"index": -1, "uuid": U0})),
         (MAIN[0], b'{"v": 1, "kind": "report", '),
     ]
@@ -223,7 +225,7 @@ def _mount_tmpfs(path: str) -> str | None:
                            "stallscope-golden", path], capture_output=True, text=True)
     if done.returncode != 0:
         return "cannot mount a tmpfs on the fixture's /dev/shm: %s" % done.stderr.strip()
-    with open(os.path.join(path, "torch_4242_0"), "wb") as f:
+    with open(os.path.join(path, "torch_%d_0" % MAIN[0]), "wb") as f:
         f.write(b"\0" * SHM_USED)
     return None
 
@@ -379,7 +381,7 @@ def golden_run() -> Run:
         tmp = tempfile.mkdtemp(prefix="stallscope-golden-")
         try:
             tree = os.path.join(tmp, "fixtures")
-            shutil.copytree(FIXTURES, tree, symlinks=True)
+            nodetree.write(node.NODE, tree)
             _RUN.append(_run(tree))
         finally:
             shutil.rmtree(tmp)

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from stallscope.lab import procs, teardown
 from stallscope.lab.session import Session
+from stallscope.processes import children, teardown
 
 
 def lab_cmd(*args):
@@ -18,7 +18,7 @@ def lab_cmd(*args):
 def run_lab(*args, timeout=240):
     """Run ``stallscope lab ARGS`` to the end; returns the CompletedProcess."""
     return subprocess.run(lab_cmd(*args), capture_output=True, text=True, timeout=timeout,
-                          env=procs.child_env())
+                          env=children.child_env())
 
 
 @contextlib.contextmanager
@@ -77,7 +77,7 @@ def leftovers(workdir):
     m = manifest(workdir)
     left = []
     for pgid in m["pgids"]:
-        alive = teardown.group_alive(pgid)
+        alive = children.group_alive(pgid)
         if alive:
             left.append("process group %d: %s" % (pgid, alive))
     for cg in m["cgroups"]:

@@ -12,7 +12,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import stallscope
-from stallscope.lab.procs import free_port
+from stallscope.processes.servers import free_port
 from tests.helpers import wait_until
 from tests.hook.test_batches import finish, rank_doc, run_trainer, stop
 

@@ -108,7 +108,7 @@ def test_agent_killed_and_restarted_mid_run(agent_factory, hook_env, tmp_path):
         first.proc.wait()
         time.sleep(1.5)  # the loop runs on with no agent: these events are dropped
         # a new agent on the same socket path (the stale socket file is replaced)
-        from stallscope.lab.procs import AgentProcess
+        from stallscope.processes.servers import AgentProcess
         second = AgentProcess(workdir=first.dir)
         second.socket = first.socket
         second.start()

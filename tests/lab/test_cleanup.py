@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from stallscope.lab import procs, scenarios
+from stallscope.lab import scenarios
+from stallscope.processes import children, servers
 from tests.helpers.lab import lab_cmd, leftovers, manifest
 
 pytestmark = pytest.mark.slow
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 def _start(tmp_path, *args):
     workdir = tmp_path / "run"
     p = subprocess.Popen(lab_cmd("run", *args, "--workdir", workdir, "--no-prometheus"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=procs.child_env())
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=children.child_env())
     return p, str(workdir)
 
 
@@ -76,7 +77,7 @@ def test_keep_serves_until_ctrl_c_then_cleans_up(tmp_path):
             if "agent" in line and "/metrics" in line:
                 break
         url = line.split()[1].rsplit("/metrics", 1)[0]
-        assert "stallscope_data_wait_seconds_count" in procs.http_get(url + "/metrics")
+        assert "stallscope_data_wait_seconds_count" in servers.http_get(url + "/metrics")
         time.sleep(2)
         assert p.poll() is None  # still up, still training
         p.send_signal(signal.SIGINT)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from stallscope.lab import faults, needs, pods, procs, sources, teardown
+from stallscope.lab import faults, needs, pods, sources
+from stallscope.processes import children, servers, teardown
 from tests.helpers.needs import need_fuse, need_root
 
 
@@ -15,15 +16,15 @@ from tests.helpers.needs import need_fuse, need_root
 def store(tmp_path):
     """A real object store over 4 shards, bandwidth capped at 20 MB/s."""
     sources.make_shards(str(tmp_path / "shards"), 4, 1 << 20)
-    port = procs.free_port()
-    p = teardown.popen([sys.executable, "-m", "stallscope.lab.objstore", str(tmp_path / "shards"),
-                        str(port), "--bandwidth", "20"], env=procs.child_env())
+    port = servers.free_port()
+    p = children.popen([sys.executable, "-m", "stallscope.lab.objstore", str(tmp_path / "shards"),
+                        str(port), "--bandwidth", "20"], env=children.child_env())
     url = "http://127.0.0.1:%d" % port
     try:
         assert teardown.wait_for(lambda: faults.http_up(url), 20)
         yield url, tmp_path / "shards"
     finally:
-        teardown.stop_group(p)
+        children.stop_group(p)
 
 
 def test_make_shards_is_idempotent(tmp_path):
@@ -162,7 +163,7 @@ def test_a_scenario_needing_root_exits_2_with_one_line_as_another_user():
     need_root()
     from tests.helpers.needs import as_nobody
     r = subprocess.run(as_nobody([sys.executable, "-m", "stallscope", "lab", "run", "cpu-throttle"]),
-                       capture_output=True, text=True, env=procs.child_env(), timeout=60)
+                       capture_output=True, text=True, env=children.child_env(), timeout=60)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == "stallscope lab: cpu-throttle needs root (run it with sudo)"
 

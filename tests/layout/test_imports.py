@@ -84,6 +84,8 @@ def cycles():
 
 def test_the_graph_is_read():
     assert "stallscope.agent.main" in GRAPH
+    # a relative import resolves to its module: run/session.py's `from ..processes.servers`
+    assert "stallscope.processes.servers" in GRAPH["stallscope.run.session"]
     assert "stallscope.exporters.cfs" in GRAPH["stallscope.agent.main"] or \
         "stallscope.exporters" in GRAPH["stallscope.agent.main"]
     assert "stallscope.host.contract" in GRAPH["stallscope.host"]
@@ -112,6 +114,13 @@ NEVER = {
     "stallscope.diagnose": ("stallscope.agent", "stallscope.exporters", "stallscope.lab"),
     "stallscope.mixin": ("stallscope.agent", "stallscope.exporters", "stallscope.diagnose",
                          "stallscope.lab", "stallscope.correlate"),
+    # `stallscope run` is a user's command: it shares process groups and teardown with the
+    # lab through stallscope.processes, never the lab itself (issue 29).
+    "stallscope.run": ("stallscope.lab",),
+    # What the lab and `stallscope run` share belongs to neither and knows no part.
+    "stallscope.processes": ("stallscope.lab", "stallscope.run", "stallscope.agent",
+                             "stallscope.exporters", "stallscope.host", "stallscope.correlate",
+                             "stallscope.diagnose", "stallscope.mixin", "stallscope.integrations"),
 }
 
 

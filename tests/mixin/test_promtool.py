@@ -1,7 +1,13 @@
 """The committed rule files under promtool: `check rules`, and one `test rules` unit test
 per alert that checks the `for:` boundary (pending one minute before, firing at it) and
 the exact labels and annotations, runbook_url included. Each case also carries series
-that must NOT fire (a healthy job, a throttled pod whose rank does not wait ...)."""
+that must NOT fire (a healthy job, a throttled pod whose rank does not wait ...).
+
+A cause alert's case is derived from its vocabulary entry (tests/helpers/alertcases.py:
+its signal's query, comparison and line, the config's ``cause_for``, its summary and
+description), with the signal just past the line firing and just before it not; only the
+alerts whose expression is mixin code (the headline, straggler, progress, worker-death and
+health alerts) keep a hand-written entry in CASES. An alert with neither fails."""
 import json
 import os
 import re
@@ -10,8 +16,10 @@ import subprocess
 
 import pytest
 
+from stallscope import vocabulary
 from stallscope.mixin import alerts, config, promql, rules
 from tests.helpers import ROOT
+from tests.helpers.alertcases import CannotDerive, cause_case
 
 RULE_FILES = [os.path.join(ROOT, "alerts", "rules.yaml"), os.path.join(ROOT, "alerts", "alerts.yaml")]
 RUNBOOKS = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
@@ -20,7 +28,6 @@ GROUPS = ["stallscope.sli", "stallscope.distribution", "stallscope.slo", "stalls
 AGENT = dict(job="stallscope", instance="10.0.0.1:9478")
 POD0 = dict(job="train", namespace="ml", pod="train-0", node="n1", instance="10.0.0.1:9478")
 WHERE0 = "pod ml/train-0 (job train, node n1)"
-WAITING0 = "Waiting ranks in the pod: rank 0 waits 5%."
 
 SLI_RULES = sum(len(g["rules"]) for g in rules.recording_groups(config.DEFAULT))
 
@@ -50,7 +57,9 @@ def waiting_pair():
     return rank(0, 3) + rank(1, 0.6)
 
 
-# name -> (series, minute the condition turns true, expected alerts [(labels, summary, description)])
+# Hand-written, for the alerts whose expression is mixin code rather than a vocabulary
+# line: name -> (series, minute the condition turns true, expected alerts [(labels,
+# summary, description)]).
 CASES = {
     "StallscopeDataWaitHigh": (
         waiting_pair() + rank(0, 0.6, job="calm"), 1,
@@ -78,105 +87,6 @@ CASES = {
           "No rank of job train received a batch in the last 5m, while their hooks still report: "
           "the job hangs (a dead or stuck mount under a loader, a worker blocked in the kernel, "
           "a collective waiting for a rank that never comes).")]),
-    "StallscopeCPUThrottled": (
-        waiting_pair() + [
-            (sel("stallscope_cpu_cfs_periods_total", **pod_labels(p, container="trainer")), "0+600x40")
-            for p in ("train-0", "train-1")] + [
-            (sel("stallscope_cpu_cfs_throttled_periods_total", **pod_labels(p, container="trainer")),
-             "0+300x40")
-            for p in ("train-0", "train-1")], 1,
-        [(dict(namespace="ml", pod="train-0", container="trainer", job="train", node="n1"),
-          "The CFS quota throttles a waiting rank's loader.",
-          "Container trainer of %s was throttled in 50%% of its CFS periods over the last 5m "
-          "(threshold 25%%). %s" % (WHERE0, WAITING0))]),
-    "StallscopeIOPressure": (
-        waiting_pair() + [
-            (sel("stallscope_pressure_io_waiting_seconds_total", **pod_labels(p, container="trainer")),
-             "1000+54x40")
-            for p in ("train-0", "train-1")] + [
-            (sel("stallscope_pressure_io_waiting_seconds_total", node="n1", instance="10.0.0.1:9478"),
-             "1000+54x40")], 1,
-        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
-          "I/O pressure stalls a waiting rank's pod.",
-          "Tasks of %s were stalled on I/O 90%% of the time over the last 5m (PSI io some; threshold "
-          "20%%). %s" % (WHERE0, WAITING0))]),
-    "StallscopeMemoryPressure": (
-        waiting_pair() + [
-            (sel("stallscope_pressure_memory_waiting_seconds_total", **pod_labels(p, container="trainer")),
-             "1000+30x40")
-            for p in ("train-0", "train-1")], 1,
-        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
-          "Memory pressure stalls a waiting rank's pod.",
-          "Tasks of %s were stalled on memory (reclaim, swap-in, thrashing) 50%% of the time over the "
-          "last 5m (PSI memory some; threshold 10%%). %s" % (WHERE0, WAITING0))]),
-    "StallscopeNumaRemote": (
-        waiting_pair() + [
-            (sel("stallscope_loader_numa_remote_cpu_ratio", **dict(pod_labels("train-%d" % r), rank=str(r))),
-             "0.8+0x40") for r in (0, 1)], 1,
-        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
-          "A waiting rank's loader runs on another NUMA node than its GPU.",
-          "80%% of the loader CPU time of %s ran on CPUs outside its GPU's NUMA node (threshold 50%%): "
-          "every batch crosses the inter-socket link. %s" % (WHERE0, WAITING0))]),
-    "StallscopeShmNearlyFull": (
-        # rank 0 is blocked for good (no batch at all): that matters too
-        rank(0, 0, steps_per_min=0) + rank(1, 0.6) + [
-            (sel("stallscope_shm_size_bytes", **pod_labels(p)), "64+0x40")
-            for p in ("train-0", "train-1")] + [
-            (sel("stallscope_shm_used_bytes", **pod_labels(p)), "60+0x40")
-            for p in ("train-0", "train-1")], 1,
-        [(dict(namespace="ml", pod="train-0", job="train", node="n1"),
-          "/dev/shm of a waiting rank's pod is nearly full.",
-          "/dev/shm of %s is 93.75%% full (threshold 90%%); DataLoader workers pass every batch through "
-          "it and die with a bus error when it fills. Waiting ranks in the pod: rank 0 made no "
-          "progress in 5m." % WHERE0)]),
-    "StallscopeFuseMountDown": (
-        waiting_pair() + [
-            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")),
-             "0+0x40"),
-            (sel("stallscope_fuse_up", **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")),
-             "1+0x40"),
-            (sel("stallscope_fuse_up", **pod_labels("train-1", mountpoint="/data", fstype="fuse.s3fs")),
-             "0+0x40")], 1,
-        [(dict(POD0, mountpoint="/data", fstype="fuse.s3fs"),
-          "A FUSE mount that a waiting rank reads from is down.",
-          "FUSE mount /data (fuse.s3fs) of %s does not answer: its daemon is dead or the connection "
-          "was aborted (ENOTCONN). %s" % (WHERE0, WAITING0))]),
-    "StallscopeFuseMountStuck": (
-        waiting_pair() + [
-            (sel("stallscope_fuse_probe_seconds",
-                 **pod_labels("train-0", mountpoint="/data", fstype="fuse.s3fs")), "5+0x40"),
-            (sel("stallscope_fuse_probe_seconds",
-                 **pod_labels("train-0", mountpoint="/ckpt", fstype="fuse.gcsfuse")), "0.01+0x40")], 1,
-        [(dict(POD0, mountpoint="/data", fstype="fuse.s3fs"),
-          "A FUSE mount that a waiting rank reads from is stuck.",
-          "A stat of FUSE mount /data (fuse.s3fs) of %s took 5s (threshold 1s): the daemon is hung or "
-          "its backend is far too slow. %s" % (WHERE0, WAITING0))]),
-    "StallscopeShardReadSlow": (
-        waiting_pair() + [
-            (sel("stallscope_shard_read_seconds_bucket", **pod_labels("train-0", tier="remote", le=le)), v)
-            for le, v in (("0.1", "0+0x40"), ("0.5", "0+0x40"), ("1.0", "0+0x40"), ("2.5", "0+60x40"),
-                          ("+Inf", "0+60x40"))] + [
-            (sel("stallscope_shard_read_seconds_bucket", **pod_labels("train-0", tier="local", le=le)),
-             "0+60x40")
-            for le in ("0.1", "0.5", "1.0", "2.5", "+Inf")], 1,
-        [(dict(namespace="ml", pod="train-0", tier="remote", job="train", node="n1"),
-          "Shard reads of a waiting rank are slow.",
-          "The p99 latency of shard reads from tier remote in %s was 2.485s over the last 5m "
-          "(threshold 0.5s). %s" % (WHERE0, WAITING0))]),
-    "StallscopeCacheHitRateLow": (
-        waiting_pair() + [
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="hit")),
-             "0+12x40"),
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="local", result="miss")),
-             "0+48x40"),
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="hit")),
-             "0+48x40"),
-            (sel("stallscope_cache_requests_total", **pod_labels("train-0", tier="page", result="miss")),
-             "0+12x40")], 1,
-        [(dict(namespace="ml", pod="train-0", tier="local", job="train", node="n1"),
-          "The data cache of a waiting rank mostly misses.",
-          "80%% of the cache lookups in tier local of %s missed over the last 5m (threshold 50%%); "
-          "misses go to the slower tier. %s" % (WHERE0, WAITING0))]),
     "StallscopeAgentDown": (
         [(sel("up", **AGENT), "0+0x40"), (sel("up", job="stallscope", instance="10.0.0.2:9478"), "1+0x40"),
          (sel("up", job="node-exporter", instance="10.0.0.1:9100"), "0+0x40")], 0,
@@ -230,16 +140,39 @@ def _minutes(duration):
     return int(m.group(1))
 
 
-def unit_test(name, tmp_path, before=-1, after=0):
+ALERTS = {a.name: a for a in alerts.all_alerts(config.DEFAULT)}
+
+
+def case(name):
+    """(series, t_true, expected) of alert ``name``: its hand-written entry, else derived
+    from the vocabulary (CannotDerive where it cannot be)."""
+    if name in CASES:
+        return CASES[name]
+    c = cause_case(config.DEFAULT, name)
+    return c.series, c.t_true, c.expected
+
+
+def derivable(name):
+    try:
+        cause_case(config.DEFAULT, name)
+    except CannotDerive:
+        return False
+    return True
+
+
+DERIVED = sorted(n for n in ALERTS if n not in CASES and derivable(n))
+
+
+def unit_test(name, tmp_path, before=-1, after=0, rule_files=None):
     """Write and run a promtool test for alert ``name``; returns (returncode, output)."""
-    series, t_true, expected = CASES[name]
-    alert = {a.name: a for a in alerts.all_alerts(config.DEFAULT)}[name]
+    series, t_true, expected = case(name)
+    alert = ALERTS[name]
     fire = t_true + _minutes(alert.for_)
     exp = [{"exp_labels": dict(labels, severity=alert.severity),
             "exp_annotations": {"summary": summary, "description": description,
                                 "runbook_url": RUNBOOKS + name + ".md"}}
            for labels, summary, description in expected]
-    doc = {"rule_files": RULE_FILES, "evaluation_interval": "1m", "group_eval_order": GROUPS,
+    doc = {"rule_files": rule_files or RULE_FILES, "evaluation_interval": "1m", "group_eval_order": GROUPS,
            "tests": [{"interval": "1m",
                       "input_series": [{"series": s, "values": v} for s, v in series],
                       "alert_rule_test": [
@@ -255,25 +188,71 @@ def test_promtool_check_rules(tmp_path):
     r = subprocess.run(["promtool", "check", "rules", *RULE_FILES], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS: %d rules found" % SLI_RULES in r.stdout
-    assert "SUCCESS: %d rules found" % len(CASES) in r.stdout
+    assert "SUCCESS: %d rules found" % len(ALERTS) in r.stdout
     # the PrometheusRule manifest carries the same groups: check its spec as a rule file
     text = open(os.path.join(ROOT, "deploy", "kubernetes", "base", "prometheusrule.yaml")).read()
     spec = text.split("\nspec:\n", 1)[1]
     groups = tmp_path / "spec.yaml"
     groups.write_text("".join(line[2:] + "\n" for line in spec.splitlines()))
     r = subprocess.run(["promtool", "check", "rules", str(groups)], capture_output=True, text=True)
-    found = "SUCCESS: %d rules found" % (SLI_RULES + len(CASES))
+    found = "SUCCESS: %d rules found" % (SLI_RULES + len(ALERTS))
     assert r.returncode == 0 and found in r.stdout, r.stdout + r.stderr
 
 
 def test_every_alert_has_a_unit_test():
-    assert set(CASES) == {a.name for a in alerts.all_alerts(config.DEFAULT)}
+    """Derived or hand-written, never neither; and hand-written only where it cannot be
+    derived (a CASES entry would otherwise hide the vocabulary's line)."""
+    assert sorted(set(ALERTS) - set(CASES) - set(DERIVED)) == [], "no case: write one in CASES"
+    assert sorted(set(CASES) - set(ALERTS)) == [], "a case for an alert that does not exist"
+    assert sorted(n for n in CASES if derivable(n)) == [], "derived from the vocabulary: drop it from CASES"
+    # the cause alerts without a hand-written case are the derived ones
+    assert DERIVED == sorted(set(vocabulary.cause_alerts()) - set(CASES)) != []
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(ALERTS))
 def test_alert_fires_at_its_for_boundary_with_its_labels_and_annotations(name, tmp_path):
     code, out = unit_test(name, tmp_path)
     assert code == 0, out
+
+
+def _mutated(tmp_path, name, change):
+    """alerts.yaml with ``change`` applied to alert ``name``'s rule only."""
+    text = open(RULE_FILES[1]).read()
+    head, sep, rule = text.partition("      - alert: %s\n" % name)
+    assert sep, name
+    rule, sep2, tail = rule.partition("\n      - alert: ")
+    changed = change(rule)
+    assert changed != rule, "the mutation changed nothing in %s" % name
+    path = tmp_path / "alerts.yaml"
+    path.write_text(head + sep + changed + sep2 + tail)
+    return [RULE_FILES[0], str(path)]
+
+
+@pytest.mark.parametrize("name", DERIVED)
+def test_a_derived_case_fails_when_the_rules_move_its_line_or_for(name, tmp_path):
+    """The derived case tests the vocabulary's line and the config's ``for:``, not
+    whatever the rule file says: a threshold moved past either side of the signal
+    (just past / just before the line), or a ``for:`` a minute longer or shorter, in a
+    scratch copy of the generated rules fails it."""
+    _cause, a = vocabulary.cause_alerts()[name]
+    line = config.DEFAULT.line(name)
+    step = 0.04 * (abs(line) or 1.0)
+    cmp = "%s %s" % (a.op, promql.num(line))
+    moves = {"line up": "%s %s" % (a.op, promql.num(line + step)),
+             "line down": "%s %s" % (a.op, promql.num(line - step))}
+    if a.op == "==":  # an equality has no side to move to: compare with another value
+        moves = {"line elsewhere": "%s %s" % (a.op, promql.num(line + 1))}
+    minutes = _minutes(config.DEFAULT.cause_for)
+    fors = {"for longer": "%dm" % (minutes + 1), "for shorter": "%dm" % (minutes - 1)}
+    cmp_line = re.compile(r"(\n +)%s\n" % re.escape(cmp))
+    changes = {what: (lambda r, new=new: cmp_line.sub(lambda m: "%s%s\n" % (m.group(1), new), r))
+               for what, new in moves.items()}
+    changes.update({what: (lambda r, new=new: r.replace("for: %s\n" % config.DEFAULT.cause_for,
+                                                        "for: %s\n" % new))
+                    for what, new in fors.items()})
+    failed = {what: unit_test(name, tmp_path, rule_files=_mutated(tmp_path, name, change))[0] != 0
+              for what, change in changes.items()}
+    assert failed == {what: True for what in failed}
 
 
 def test_a_wrong_boundary_fails(tmp_path):

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from stallscope.lab.procs import child_env
+from stallscope.processes.children import child_env
 from tests.helpers import ROOT
 from tests.helpers.frameworks import own_top_cause
 

@@ -7,7 +7,8 @@ workers' time runnable but not running (schedstat run-queue delay).
 import os
 import sys
 
-from .. import needs, teardown
+from ...processes import teardown
+from .. import needs
 from .base import Fault
 
 

@@ -7,7 +7,8 @@ cgroup the target joins before it starts, v1 where the memory controller is ther
 kind of hybrid host), else v2 ``memory.max``."""
 import os
 
-from .. import needs, teardown
+from ...processes import teardown
+from .. import needs
 from .base import Fault
 
 

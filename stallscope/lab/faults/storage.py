@@ -6,7 +6,8 @@ import shutil
 import signal
 import sys
 
-from .. import procs, sources, teardown
+from ...processes import children, servers, teardown
+from .. import sources
 from .base import Fault
 
 
@@ -38,7 +39,7 @@ class SlowFuse(Fault):
         self.fs = SlowFS(mnt, latency=self.latency, files=src["shards"], size=src["shard_bytes"],
                          fsname="lab-objectstore", private=True, tail_every=self.tail_every,
                          tail_latency=self.tail_latency, brownouts=self.brownouts,
-                         popen_kwargs=teardown.session_kwargs())
+                         popen_kwargs=children.session_kwargs())
         run.td.push("unmount %s" % mnt, self.fs.stop)
         run.created("mount", mnt)
         self.fs.start()
@@ -100,7 +101,7 @@ class FrozenFuse(SlowFuse):
 def start_objstore(run, latency=0.0, bandwidth_mbps=0.0, brownouts=None):
     """The lab's object store over the shard directory; returns its URL. ``brownouts``:
     (every, for, latency) seconds, see objstore.py."""
-    port = procs.free_port()
+    port = servers.free_port()
     extra = []
     if brownouts:
         extra = ["--slow-every", str(brownouts[0]), "--slow-for", str(brownouts[1]),
@@ -248,7 +249,7 @@ class LocalCache(Fault):
 
 def http_up(url):
     try:
-        procs.http_get(url + "/", 1)
+        servers.http_get(url + "/", 1)
     except Exception as e:  # 404 means it answers
         return "404" in str(e)
     return True
