@@ -25,12 +25,14 @@ placement is not measured. Only the rank's own accepted PIDs are read.
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from typing import Any
 
 from ..host.facts import RankGpu
 from ..host.families import family
+from ..host.options import flag
 from ..system.procfs import pid_path, read_text, stat_fields
 from ..vocabulary import signal
 from . import base
@@ -65,8 +67,17 @@ def allowed_cpus(procfs: str, pid: Any, tid: Any = None) -> frozenset[int]:
     return frozenset()
 
 
+@dataclasses.dataclass(frozen=True)
+class NumaOptions:
+    nvidia_gpus: str = flag("", "--exporter.numa.nvidia-gpus",
+                            "The NVIDIA driver's per-GPU directories (default: "
+                            "<procfs>/driver/nvidia/gpus), whose information files map a GPU's "
+                            "UUID to its PCI bus id.", metavar="PATH")
+
+
 class NumaExporter(base.Exporter):
     name = "numa"
+    Options = NumaOptions
 
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
@@ -91,7 +102,8 @@ class NumaExporter(base.Exporter):
 
     def bus_id(self, uuid: str) -> str | None:
         if uuid not in self.bus_of:
-            pattern = os.path.join(self.host.procfs, "driver", "nvidia", "gpus", "*", "information")
+            gpus = self.options.nvidia_gpus or os.path.join(self.host.procfs, "driver", "nvidia", "gpus")
+            pattern = os.path.join(gpus, "*", "information")
             for path in glob.glob(pattern):
                 for line in (read_text(path) or "").splitlines():
                     key, _, value = line.partition(":")

@@ -12,7 +12,7 @@ import pytest
 
 from stallscope.lab import scenarios
 from stallscope.lab.findings import NAMESPACE
-from stallscope.lab.procs import child_env
+from stallscope.processes.children import child_env
 from tests.helpers.lab import lab_session
 from tests.helpers.needs import need_prometheus
 

@@ -1,0 +1,106 @@
+"""numa (exporters/numa.py) and the standing cause numa_remote (correlate/standing_causes.py):
+a real DataLoader worker pinned with os.sched_setaffinity to the CPU that a NUMA fixture
+places on the other node than the rank's GPU, then to the GPU's own; the agent reads the
+real /proc of the workers and the fixture's sysfs and NVIDIA driver files (this machine
+has one NUMA node), written from a node description (tests/helpers/nodetree.py)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stallscope.exporters import numa
+from stallscope.exporters.gpu.sim import sim_uuid
+from stallscope.processes.servers import AgentProcess, child_env
+from tests.helpers import ROOT
+from tests.helpers.nodetree import NvidiaGpu, information_text
+
+TRAINER = os.path.join(ROOT, "tests", "helpers", "trainers", "numa_trainer.py")
+KEY = ("ml", "numa-0", "numa", 0)   # the rank's (namespace, pod, job, rank)
+BUS = "0000:18:00.0"
+GPU_NODE_CPU = 1                    # the fixture's node 1 (the GPU's) is CPU 1, node 0 CPU 0
+
+
+def test_cpulists_parse_as_the_kernel_writes_them():
+    assert numa.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert numa.parse_cpulist("") == frozenset()
+    for bad in ("3-1", "a", "0-99999999", "1,,x"):
+        assert numa.parse_cpulist(bad) == frozenset()
+
+
+def fixture(tmp_path):
+    """Two NUMA nodes of one CPU each, the rank's (simulated) GPU on node 1."""
+    sys_root, gpus = tmp_path / "sys", tmp_path / "nvidia-gpus"
+    for n in (0, 1):
+        d = sys_root / "devices" / "system" / "node" / ("node%d" % n)
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text("%d\n" % n)
+    pci = sys_root / "bus" / "pci" / "devices" / BUS
+    pci.mkdir(parents=True)
+    (pci / "numa_node").write_text("1\n")
+    (pci / "local_cpulist").write_text("%d\n" % GPU_NODE_CPU)
+    info = gpus / BUS
+    info.mkdir(parents=True)
+    (info / "information").write_text(information_text(NvidiaGpu(BUS, 1, sim_uuid(KEY), "simulated")))
+    return sys_root, gpus
+
+
+def run(tmp_path, cpu, seconds=22):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 CPUs to pin the workers on either fixture node")
+    sys_root, gpus = fixture(tmp_path)
+    (tmp_path / ("agent-%d" % cpu)).mkdir()
+    agent = AgentProcess(["--path.sysfs", str(sys_root), "--exporter.numa.nvidia-gpus", str(gpus),
+                          "--gpu.simulated", "--correlate.interval", "2", "--correlate.window", "20"],
+                         workdir=str(tmp_path / ("agent-%d" % cpu))).start()
+    env = child_env({"STALLSCOPE_SOCKET": agent.socket, "POD_NAME": KEY[1], "POD_NAMESPACE": KEY[0],
+                     "PIN_CPUS": str(cpu)})
+    trainer = subprocess.Popen([sys.executable, TRAINER, str(seconds)], env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline().strip() == "done"
+        ranks = agent.api("/api/v1/ranks")["ranks"]
+        [rank] = [r for r in ranks if r["job"] == "numa"]
+        allowed = []
+        for pid in rank["worker_pids"]:  # the kernel's own record of the placement
+            with open("/proc/%d/status" % pid) as f:
+                allowed += [line.split()[1] for line in f if line.startswith("Cpus_allowed_list")]
+        return agent.api("/api/v1/diagnosis?pod=%s&seconds=15" % KEY[1]), agent.metrics(), allowed
+    finally:
+        trainer.stdin.close()
+        trainer.wait(timeout=30)
+        agent.stop()
+
+
+def remote_metric(metrics):
+    [value] = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("stallscope_loader_numa_remote_cpu_ratio{") and 'job="numa"' in line]
+    return value
+
+
+@pytest.mark.slow
+def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tmp_path):
+    pytest.importorskip("torch")
+    d, metrics, allowed = run(tmp_path, cpu=0)
+    assert allowed == ["0"]
+    # the worker holds most of the loader's CPU time, all of it on CPU 0 (node 0)
+    assert remote_metric(metrics) >= 0.8, metrics
+    assert d["verdict"] == "input_bound", json.dumps(d)[:2000]
+    top = d["causes"][0]
+    assert top["cause"] == "numa_remote" and top["kind"] == "standing", json.dumps(d["causes"])[:2000]
+    [row] = [e for e in top["evidence"] if e["signal"] == "numa_remote_cpu_ratio"]
+    assert row["during_stalls"] >= 0.8 and row["judged_by"] == "standing"
+    assert "pin the workers to the GPU's local CPUs" in top["summary"]
+
+
+@pytest.mark.slow
+def test_workers_on_their_gpus_node_are_not_named(tmp_path):
+    pytest.importorskip("torch")
+    d, metrics, allowed = run(tmp_path, cpu=GPU_NODE_CPU)
+    assert allowed == ["1"]
+    assert remote_metric(metrics) <= 0.2, metrics
+    assert d["verdict"] == "input_bound"
+    scores = {c["cause"]: c["score"] for c in d["causes"]}
+    assert scores.get("numa_remote") == 0.0 and d["causes"][0]["cause"] != "numa_remote", scores
