@@ -23,6 +23,10 @@ ALLOW = ", ".join(METHODS)
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _VERSION = re.compile(rb"HTTP/(\d)\.(\d)\Z")
 _TARGET = re.compile(rb"[\x21-\x7e]+\Z")  # visible ASCII: no spaces, no controls
+# RFC 9110 5.5: a field value is visible characters, spaces, tabs and obs-text; NUL, CR,
+# LF and the other controls must be rejected (a proxy that passes them on differs from
+# one that cuts the value there: request smuggling).
+_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*\Z")
 
 
 class HttpError(Exception):
@@ -96,6 +100,8 @@ def parse(head: bytes) -> Request:
         if not colon or not _TOKEN.match(name):  # also obsolete line folding (leading space)
             raise HttpError(400, "malformed header field")
         key = name.decode("ascii").lower()
+        if not _FIELD_VALUE.match(value):
+            raise HttpError(400, "control character in header field %s" % key)
         text = value.strip(b" \t").decode("latin-1")
         headers[key] = headers[key] + ", " + text if key in headers else text
     if method.decode() not in METHODS:

@@ -210,6 +210,12 @@ def test_limits_and_malformed_requests_get_their_status(served):
         (b"GET /metrics HTTP/2.0\r\n\r\n", 505),
         (b"GET /metrics HTTP/1.2\r\n\r\n", 505),
         (b"GET /metrics HTTP/0.9\r\n\r\n", 505),
+        # RFC 9110 5.5: no NUL or other control bytes in a field value (issue 33)
+        (b"GET /metrics HTTP/1.1\r\nX-Nul: a\x00b\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-Ctl: a\x01b\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-Esc: \x1b[2J\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-Del: a\x7fb\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nHost: a\rb\r\n\r\n", 400),
     ]
     for request, status in cases:
         answer, _ = raw(s.port, request)
