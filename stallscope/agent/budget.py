@@ -15,6 +15,7 @@ import dataclasses
 
 from .. import vocabulary
 from ..correlate.waitbins import WaitBins
+from .held import MAX_HELD_BYTES
 
 BATCHES_PER_S = 20.0
 GPU_SAMPLES_PER_S = 10.0
@@ -62,12 +63,20 @@ class Budget:
     def history_bytes(self) -> int:
         return int((self.max_ranks * self.rank_bytes() + self.node_bytes()) * ANALYSIS_FACTOR)
 
+    def held_bytes(self) -> int:
+        """What senders can make the agent keep besides ranks: workers' reports held for
+        a trainer that has not reported yet (held.py, bounded in total and per sender)."""
+        return MAX_HELD_BYTES
+
     def limit_mib(self) -> int:
-        """What a memory limit must allow: the history's ceiling plus the baseline."""
-        return int(self.history_bytes() / 2**20) + BASELINE_MIB
+        """What a memory limit must allow: the history's ceiling, the held reports and
+        the baseline."""
+        return int((self.history_bytes() + self.held_bytes()) / 2**20) + BASELINE_MIB
 
     def describe(self) -> str:
         return ("memory ceiling: %d MiB of history (%d ranks x %.0f KiB, %.0f s timelines, %d "
-                "batches each) plus ~%d MiB baseline: set the memory limit to at least %d MiB"
+                "batches each), %d MiB of held reports, plus ~%d MiB baseline: set the memory "
+                "limit to at least %d MiB"
                 % (self.history_bytes() / 2**20, self.max_ranks, self.rank_bytes() / 1024,
-                   self.timeline_seconds, self.events, BASELINE_MIB, self.limit_mib()))
+                   self.timeline_seconds, self.events, self.held_bytes() / 2**20, BASELINE_MIB,
+                   self.limit_mib()))

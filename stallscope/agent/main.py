@@ -140,9 +140,10 @@ class Agent:
         try:
             rank = self.table.apply(msg, source)
         except Mismatch as m:
-            if m.reason == "unknown_rank" and msg["role"] == "worker" and \
-                    self.held.hold(key_of(msg), msg, source):
-                return HELD
+            if m.reason == "unknown_rank" and msg["role"] == "worker":
+                if self.held.hold(key_of(msg), msg, source):
+                    return HELD
+                raise Mismatch("held_limit") from None  # its sender's share is full (held.py)
             raise
         self.parts.handle(msg, rank)
         if msg["role"] == "main" and len(self.held):

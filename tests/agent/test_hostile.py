@@ -190,3 +190,39 @@ def test_a_socket_directory_others_may_write_is_refused(tmp_path):
     assert out.stderr.strip().endswith("writable by other users: anyone could replace the socket "
                                        "(chmod 755 it, or use a directory of the agent's own)")
     assert "Traceback" not in out.stderr
+
+
+def padded_worker_report(rank):
+    """A worker's report for a rank that never comes, padded to the message limit with
+    nested JSON (~1.4 MB of Python objects for 64 KiB on the wire: issue 33)."""
+    from stallscope.hook import wire
+
+    head = report(rank=rank, pod="ghost", role="worker", pad=[])
+    room = wire.MAX_MESSAGE_BYTES - len(head) - 16
+    return head.replace(b'"pad": []', b'"pad": [' + b",".join([b"{}"] * (room // 3)) + b"]")
+
+
+def test_a_flood_of_padded_held_reports_stays_under_the_daemonsets_limit(agent_factory):
+    from stallscope.agent.held import MAX_HELD_BYTES_PER_DOMAIN
+
+    agent = agent_factory("--max-ranks", "32")
+    s = connect(agent.socket)
+    s.setblocking(True)
+    s.send(report(pod="real", events=[batch(0.001, 0.01)]))
+    wait_until(lambda: samples(agent, "stallscope_agent_messages_total") == [1])
+    before = rss_kib(agent.proc.pid)
+    flood = [padded_worker_report(r) for r in range(1, 401)]
+    assert min(len(m) for m in flood) > 60000
+    for m in flood:
+        s.send(m)
+    # Held up to this sender's share, every other one refused and counted (was: all
+    # 400 held whole, RSS 59 -> 663-873 MB; the DaemonSet's limit is 256 MiB).
+    wait_until(lambda: samples(agent, "stallscope_agent_held_messages") and
+               samples(agent, "stallscope_agent_held_messages")[0] + rejected(agent, "held_limit") == 400,
+               timeout=60)
+    held = samples(agent, "stallscope_agent_held_messages")[0]
+    assert 0 < held < MAX_HELD_BYTES_PER_DOMAIN / 2048  # each costs at least ENTRY_BYTES
+    peak = rss_kib(agent.proc.pid)
+    assert peak < 256 * 1024, "RSS %d KiB" % peak
+    assert peak - before < 48 * 1024, "RSS grew %d KiB" % (peak - before)
+    s.close()

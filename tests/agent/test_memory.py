@@ -166,3 +166,32 @@ def test_notes_naming_pods_that_come_and_go_stay_bounded(tmp_path):
     host.note("shm", "no /dev/shm under --path.rootfs /x")
     host.note("shm", "no /dev/shm under --path.rootfs /x")  # said once
     assert host.notes["shm"] == ["no /dev/shm under --path.rootfs /x"]
+
+
+def test_held_reports_keep_only_what_is_applied_and_each_sender_has_its_share():
+    # Issue 33: held reports were kept whole (their parsed raw message too), unbounded in
+    # bytes, so one sender could fill the agent's memory and every other sender's room.
+    from types import SimpleNamespace
+
+    from stallscope.agent.held import ENTRY_BYTES, Held, Slim
+
+    worker = dict(report("h", 0, "p", []), role="worker", events=np.zeros((0, 3), np.int64))
+    padded = dict(worker, raw={"pad": [{}] * 20000, "io": {"reads": [[1, 2, 3, 0]]}})
+    cost = Slim(padded).nbytes
+    assert ENTRY_BYTES < cost < ENTRY_BYTES + 100  # the pad is not kept, the io is
+    held = Held(max_bytes=64 * ENTRY_BYTES, max_bytes_per_domain=8 * cost)
+    attacker, trainer = SimpleNamespace(domain=("pod", "a")), SimpleNamespace(domain=("pod", "t"))
+    taken = sum(held.hold(("ns", "p", "h", r), padded, attacker) for r in range(100))
+    assert taken == 8 and held.by_domain[attacker.domain] == 8 * cost  # its share, no more
+    assert held.hold(("ns", "q", "h", 0), worker, trainer)  # the trainer's worker still is
+    (msg, source), = held.take(("ns", "p", "h", 3))
+    assert source is attacker and msg["raw"] == {"io": {"reads": [[1, 2, 3, 0]]}}  # no pad
+    assert msg["id"] == worker["id"] and msg["role"] == "worker"
+    assert held.by_domain[attacker.domain] == 7 * cost
+    held.expire(lambda: None, now=time.monotonic() + 60)
+    assert held.nbytes == 0 and not held.by_domain and len(held) == 0
+    # bounded in total too: 8 senders' shares fill it, the ninth is refused
+    full = Held(max_bytes=64 * ENTRY_BYTES, max_bytes_per_domain=8 * ENTRY_BYTES)
+    for d in range(9):
+        src = SimpleNamespace(domain=("pod", str(d)))
+        assert sum(full.hold(("ns", "p", "h", r), worker, src) for r in range(8)) == (8 if d < 8 else 0)
