@@ -53,6 +53,9 @@ class AgentOptions:
     socket_group: str = flag("", "--socket-group",
                              "Group of the socket file (name or GID), e.g. one the trainer pods "
                              "run with, together with --socket-mode 0660.", metavar="GROUP")
+    hook_idle_timeout: float = flag(60.0, "--hook-idle-timeout", "Close a hook connection that "
+                                    "sends nothing for this long (a hook reports at least every "
+                                    "5 s and reconnects).", lo=1, hi=86400, metavar="SECONDS")
     node: str = flag("", "--node", "Node name for ranks that do not report one (env NODE_NAME; "
                      "default hostname).", envvar="NODE_NAME")
     max_ranks: int = flag(64, "--max-ranks", "Most ranks tracked at once; reports from more are "
@@ -186,7 +189,8 @@ class Agent:
             self.hook_socket.remove()
             raise BindError("cannot listen on %s: %s" % (o.listen, e.strerror)) from None
         self.ingest = ingest.Ingest(sock, self.apply, self.source_of, stats=self.stats,
-                                    hook_socket=self.hook_socket, on_close=self.peer_gone)
+                                    hook_socket=self.hook_socket, on_close=self.peer_gone,
+                                    idle_s=o.hook_idle_timeout)
         self.ingest.start()
         self._serving = threading.Thread(target=self.server.serve_forever, name="stallscope-http",
                                          daemon=True)

@@ -69,6 +69,10 @@ class RanksPart(Part):
         for reason, n in sorted(dict(s.rejected).items()):
             rej.add({}, n, reason=reason)
         yield rej.family
+        closed = family("stallscope_agent_connections_closed_total")
+        for reason in ("idle",):
+            closed.add({}, s.closed.get(reason, 0), reason=reason)
+        yield closed.family
         ev = family("stallscope_agent_rank_evictions_total")
         for reason in ("exited", "silent"):
             ev.add({}, evictions.get(reason, 0), reason=reason)

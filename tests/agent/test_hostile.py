@@ -226,3 +226,59 @@ def test_a_flood_of_padded_held_reports_stays_under_the_daemonsets_limit(agent_f
     assert peak < 256 * 1024, "RSS %d KiB" % peak
     assert peak - before < 48 * 1024, "RSS grew %d KiB" % (peak - before)
     s.close()
+
+
+HOARDER = r"""
+import resource, socket, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (5000, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+conns = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[1])
+    conns.append(s)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent):
+    # Issue 33: 4,096 idle connections from one process filled the global cap; a real
+    # trainer's batches were then never seen. Now one sender domain holds at most 512.
+    from stallscope.agent.ingest import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_DOMAIN
+
+    need_root()
+    hoarder = subprocess.Popen(as_nobody([sys.executable, "-c", HOARDER, agent.socket,
+                                          str(MAX_CONNECTIONS)]),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+    try:
+        assert hoarder.stdout.readline().strip() == "holding"
+        refused = MAX_CONNECTIONS - MAX_CONNECTIONS_PER_DOMAIN
+        wait_until(lambda: rejected(agent, "too_many_connections_per_sender") == refused, timeout=30)
+        assert samples(agent, "stallscope_agent_connections") == [MAX_CONNECTIONS_PER_DOMAIN]
+        s = connect(agent.socket)  # the trainer: another domain (root, not uid 65534)
+        s.send(report(pod="trainer", events=[batch(0.002, 0.1)]))
+        wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="trainer") == [1])
+        assert rejected(agent, "too_many_connections") == 0
+        s.close()
+    finally:
+        hoarder.kill()
+        hoarder.wait()
+
+
+def test_a_connection_silent_past_the_idle_timeout_is_closed_and_counted(agent_factory):
+    agent = agent_factory("--hook-idle-timeout", "1")
+    quiet, busy = connect(agent.socket), connect(agent.socket)
+    quiet.send(report(pod="quiet", events=[batch(0.001, 0.01)]))
+    sent, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 3.5:  # the busy one reports every 0.3 s: kept
+        busy.send(report(pod="busy", events=[batch(0.001, 0.01)]))
+        sent += 1
+        time.sleep(0.3)
+    quiet.settimeout(5)
+    assert quiet.recv(100) == b""  # closed by the agent
+    assert samples(agent, "stallscope_agent_connections_closed_total", reason="idle") == [1]
+    assert samples(agent, "stallscope_agent_connections") == [1]
+    wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="busy") == [sent])
+    assert samples(agent, "stallscope_data_wait_seconds_count", pod="quiet") == [1]  # its rank stays
+    quiet.close()
+    busy.close()
