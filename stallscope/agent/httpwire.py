@@ -56,6 +56,7 @@ class Response:
     body: bytes
     content_type: str = "application/json"
     allow: bool = False         # 405: say which methods are served
+    retry_after: int | None = None  # 429/503: seconds to wait before asking again
 
 
 def head_end(buf: bytes | bytearray) -> int:
@@ -118,8 +119,9 @@ def parse(head: bytes) -> Request:
                    keep_alive=keep and not has_body, has_body=has_body)
 
 
-def error(status: int, reason: str, allow: bool = False) -> Response:
-    return Response(status, (json.dumps({"error": reason}) + "\n").encode(), allow=allow)
+def error(status: int, reason: str, allow: bool = False, retry_after: int | None = None) -> Response:
+    return Response(status, (json.dumps({"error": reason}) + "\n").encode(), allow=allow,
+                    retry_after=retry_after)
 
 
 _date: tuple[int, str] = (0, "")
@@ -142,6 +144,8 @@ def encode_head(r: Response, keep_alive: bool, keep_alive_asked: bool = False) -
              "Content-Type: " + r.content_type, "Content-Length: %d" % len(r.body)]
     if r.allow:
         lines.append("Allow: " + ALLOW)
+    if r.retry_after is not None:
+        lines.append("Retry-After: %d" % r.retry_after)
     if not keep_alive:
         lines.append("Connection: close")
     elif keep_alive_asked:  # an HTTP/1.0 client that asked for it is told it got it
