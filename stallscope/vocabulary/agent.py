@@ -21,6 +21,10 @@ METRICS = (
     Metric("stallscope_agent_held_messages", "gauge",
            "Loader workers' reports waiting for their trainer's first report (held up to 10 s).",
            (), "ranks"),
+    Metric("stallscope_agent_pod_identity_up", "gauge",
+           "1 while the pod names reports claim are checked against this node's pods from the "
+           "Kubernetes API server; 0 when that is off or unavailable (then names are checked by "
+           "sender domain only).", (), "ranks"),
     Metric("stallscope_agent_socket_recreated_total", "counter",
            "Times the hook socket file was found gone or replaced and bound again.", (), "ranks"),
     Metric("stallscope_agent_refused_worker_pids_total", "counter",
