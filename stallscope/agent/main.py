@@ -47,12 +47,13 @@ class AgentOptions:
                        "Unix socket the training processes report to (env STALLSCOPE_SOCKET). Its "
                        "directory must not be writable by other users.",
                        metavar="PATH", envvar="STALLSCOPE_SOCKET")
-    socket_mode: str = flag("0666", "--socket-mode",
-                            "Permissions of the socket file (octal): who may connect. Every "
-                            "connection is identified by the kernel either way.", metavar="MODE")
+    socket_mode: str = flag("0660", "--socket-mode",
+                            "Permissions of the socket file (octal): who may connect (the agent's "
+                            "user and --socket-group). Every connection is identified by the "
+                            "kernel either way.", metavar="MODE")
     socket_group: str = flag("", "--socket-group",
-                             "Group of the socket file (name or GID), e.g. one the trainer pods "
-                             "run with, together with --socket-mode 0660.", metavar="GROUP")
+                             "Group of the socket file (name or GID): the trainers' (their pods' "
+                             "supplementalGroups); empty: the agent's own group.", metavar="GROUP")
     hook_idle_timeout: float = flag(60.0, "--hook-idle-timeout", "Close a hook connection that "
                                     "sends nothing for this long (a hook reports at least every "
                                     "5 s and reconnects).", lo=1, hi=86400, metavar="SECONDS")

@@ -121,8 +121,9 @@ print("sent", flush=True)
 """
 
 
-def test_an_unprivileged_process_cannot_touch_another_pods_series(agent):
+def test_an_unprivileged_process_cannot_touch_another_pods_series(agent_factory):
     need_root()
+    agent = agent_factory("--socket-mode", "0666")  # it may connect: what can it do then?
     s = connect(agent.socket)  # the victim: root, in this test's cgroup
     s.send(report(events=[batch(0.002, 0.1)], loader={"num_workers": 0, "worker_pids": []}))
     wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="victim") == [1])
@@ -241,12 +242,13 @@ sys.stdin.read()
 """
 
 
-def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent):
+def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent_factory):
     # Issue 33: 4,096 idle connections from one process filled the global cap; a real
     # trainer's batches were then never seen. Now one sender domain holds at most 512.
     from stallscope.agent.ingest import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_DOMAIN
 
     need_root()
+    agent = agent_factory("--socket-mode", "0666")  # a sender that may connect at all
     hoarder = subprocess.Popen(as_nobody([sys.executable, "-c", HOARDER, agent.socket,
                                           str(MAX_CONNECTIONS)]),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
@@ -282,3 +284,31 @@ def test_a_connection_silent_past_the_idle_timeout_is_closed_and_counted(agent_f
     assert samples(agent, "stallscope_data_wait_seconds_count", pod="quiet") == [1]  # its rank stays
     quiet.close()
     busy.close()
+
+
+CONNECT = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    s.connect(sys.argv[1])
+    print("connected")
+except PermissionError:
+    print("refused")
+"""
+
+
+def test_the_socket_admits_only_the_agents_user_and_group_by_default(agent_factory):
+    # Issue 33: mode 0666 let any process that could reach /run/stallscope connect.
+    need_root()
+    plain = agent_factory()
+    grouped = agent_factory("--socket-group", "65534")  # nobody's group: "the trainers'"
+    for agent, mode, gid, answer in ((plain, 0o660, 0, "refused"), (grouped, 0o660, 65534, "connected")):
+        st = os.stat(agent.socket)
+        assert (st.st_mode & 0o777, st.st_gid) == (mode, gid)
+        out = subprocess.run(as_nobody([sys.executable, "-c", CONNECT, agent.socket]),
+                             capture_output=True, text=True, timeout=60, env=child_env())
+        assert out.stdout.strip() == answer, out.stderr
+    s = connect(plain.socket)  # the agent's own user (root here) may
+    s.send(report(pod="root-trainer", events=[batch(0.001, 0.01)]))
+    wait_until(lambda: samples(plain, "stallscope_data_wait_seconds_count", pod="root-trainer") == [1])
+    s.close()
