@@ -26,6 +26,7 @@ SHARD_READS_PER_TIER = 4096   # the window for a tier's read-latency quantiles
 TIERS_PER_POD = 8
 GPU_RING = 4096           # a GPU's (t, period, ratio) samples kept for the timeline API
 GPU_SAMPLE_BYTES = 24     # (exporters/gpu/source.py: RING_SIZE, SAMPLE_BYTES)
+GPU_SCOPES = 64           # a node's GPUs (8) and MIG instances (7 each), and "node"
 # The correlator copies a window (up to the whole history) of the ranks it analyses at
 # once; the HTTP server and prometheus_client build /metrics per scrape.
 ANALYSIS_FACTOR = 1.5
@@ -47,6 +48,13 @@ class Budget:
 
     def signal_capacity(self, name: str) -> int:
         return self.capacity(vocabulary.signal(name).cadence)
+
+    @property
+    def max_scopes(self) -> int:
+        """Scopes the sample store keeps at most (samples.py): each rank's own and its
+        simulated GPU's (what rank_bytes counts), and the node's GPUs and MIG instances;
+        a new one past that evicts the stalest, a departed rank's."""
+        return 2 * self.max_ranks + GPU_SCOPES
 
     def rank_bytes(self) -> int:
         """History of one rank: its batch timeline and every rank-scoped signal, with the
