@@ -80,10 +80,11 @@ class Peer:
     """One hook connection: its sender (None: the kernel could not name it), the domain
     its connections count against, and when it last sent."""
 
-    __slots__ = ("source", "domain", "last")
+    __slots__ = ("source", "domain", "last", "taken")
 
     def __init__(self, source: identity.Source | None, now: float) -> None:
         self.source = source
+        self.taken = 0  # messages read from it: acknowledged to the hook (wire.py ACK)
         self.domain: tuple[str, ...] = source.domain if source is not None else UNIDENTIFIED
         self.last = now
 
@@ -244,6 +245,17 @@ class Ingest:
     def _read(self, conn: socket.socket, peer: Peer) -> bool:
         """Read what ``conn`` holds, up to READ_BOUND messages; True when the bound
         stopped it (more may wait)."""
+        taken = peer.taken
+        try:
+            return self._read_some(conn, peer)
+        finally:
+            if peer.taken != taken and conn.fileno() >= 0:
+                try:  # never waits: a hook that does not read its acks loses them
+                    conn.send(wire.ACK.pack(peer.taken), socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                except OSError:
+                    pass
+
+    def _read_some(self, conn: socket.socket, peer: Peer) -> bool:
         for _ in range(READ_BOUND):
             try:
                 data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
@@ -260,6 +272,7 @@ class Ingest:
                         self._log_internal(e)
                 return False
             peer.last = time.monotonic()
+            peer.taken += 1
             if flags & socket.MSG_TRUNC or len(data) > self.max_bytes:
                 self.stats.rejected["oversize"] += 1
                 continue
