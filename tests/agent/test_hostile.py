@@ -277,7 +277,9 @@ def test_a_connection_silent_past_the_idle_timeout_is_closed_and_counted(agent_f
         sent += 1
         time.sleep(0.3)
     quiet.settimeout(5)
-    assert quiet.recv(100) == b""  # closed by the agent
+    from stallscope.hook.wire import ACK
+    assert quiet.recv(100) == ACK.pack(1)  # its report was taken (hook/wire.py)
+    assert quiet.recv(100) == b""  # then closed by the agent
     assert samples(agent, "stallscope_agent_connections_closed_total", reason="idle") == [1]
     assert samples(agent, "stallscope_agent_connections") == [1]
     wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="busy") == [sent])
