@@ -15,6 +15,7 @@ import dataclasses
 
 from .. import vocabulary
 from ..correlate.waitbins import WaitBins
+from .held import MAX_HELD_BYTES
 
 BATCHES_PER_S = 20.0
 GPU_SAMPLES_PER_S = 10.0
@@ -25,6 +26,7 @@ SHARD_READS_PER_TIER = 4096   # the window for a tier's read-latency quantiles
 TIERS_PER_POD = 8
 GPU_RING = 4096           # a GPU's (t, period, ratio) samples kept for the timeline API
 GPU_SAMPLE_BYTES = 24     # (exporters/gpu/source.py: RING_SIZE, SAMPLE_BYTES)
+GPU_SCOPES = 64           # a node's GPUs (8) and MIG instances (7 each), and "node"
 # The correlator copies a window (up to the whole history) of the ranks it analyses at
 # once; the HTTP server and prometheus_client build /metrics per scrape.
 ANALYSIS_FACTOR = 1.5
@@ -47,6 +49,13 @@ class Budget:
     def signal_capacity(self, name: str) -> int:
         return self.capacity(vocabulary.signal(name).cadence)
 
+    @property
+    def max_scopes(self) -> int:
+        """Scopes the sample store keeps at most (samples.py): each rank's own and its
+        simulated GPU's (what rank_bytes counts), and the node's GPUs and MIG instances;
+        a new one past that evicts the stalest, a departed rank's."""
+        return 2 * self.max_ranks + GPU_SCOPES
+
     def rank_bytes(self) -> int:
         """History of one rank: its batch timeline and every rank-scoped signal, with the
         simulated GPU's scope when there is one, and its pod's shard-read windows."""
@@ -62,12 +71,20 @@ class Budget:
     def history_bytes(self) -> int:
         return int((self.max_ranks * self.rank_bytes() + self.node_bytes()) * ANALYSIS_FACTOR)
 
+    def held_bytes(self) -> int:
+        """What senders can make the agent keep besides ranks: workers' reports held for
+        a trainer that has not reported yet (held.py, bounded in total and per sender)."""
+        return MAX_HELD_BYTES
+
     def limit_mib(self) -> int:
-        """What a memory limit must allow: the history's ceiling plus the baseline."""
-        return int(self.history_bytes() / 2**20) + BASELINE_MIB
+        """What a memory limit must allow: the history's ceiling, the held reports and
+        the baseline."""
+        return int((self.history_bytes() + self.held_bytes()) / 2**20) + BASELINE_MIB
 
     def describe(self) -> str:
         return ("memory ceiling: %d MiB of history (%d ranks x %.0f KiB, %.0f s timelines, %d "
-                "batches each) plus ~%d MiB baseline: set the memory limit to at least %d MiB"
+                "batches each), %d MiB of held reports, plus ~%d MiB baseline: set the memory "
+                "limit to at least %d MiB"
                 % (self.history_bytes() / 2**20, self.max_ranks, self.rank_bytes() / 1024,
-                   self.timeline_seconds, self.events, BASELINE_MIB, self.limit_mib()))
+                   self.timeline_seconds, self.events, self.held_bytes() / 2**20, BASELINE_MIB,
+                   self.limit_mib()))

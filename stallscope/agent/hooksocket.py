@@ -1,5 +1,5 @@
 """The hook socket file: the agent's, in a directory only the agent can write, with the
-permissions the deployment sets, and watched.
+permissions the deployment sets (0660 and the trainers' group by default), and watched.
 
 Trainers find the agent by the socket's path. If the file could be removed or replaced
 by someone else, a process that binds the path first would receive every trainer's
@@ -25,7 +25,10 @@ class BindError(Exception):
 @dataclasses.dataclass(frozen=True)
 class SocketSpec:
     path: str
-    mode: int = 0o666            # who may connect; identity is checked per connection anyway
+    # Who may connect: the agent's user and the socket's group (the trainers'). With 0666
+    # any process that could reach the directory could connect and hold connections or
+    # claim names (issue 33); identity is checked per connection anyway.
+    mode: int = 0o660
     group: int | None = None  # chown the socket to this group (with mode 0660, say)
 
 

@@ -11,8 +11,10 @@ connection is closed after ``idle_timeout``, an answer must be taken within
 ``write_timeout``. Request limits and errors: httpwire.py.
 
 What to answer is the app's (http.py): ``dispatch(request, done)`` is called on the loop
-thread and must not block; it calls ``submit(job)`` to run work on a worker, and
-``done(response)`` from any thread. Nothing raises out of the loop.
+thread and must not block; it calls ``submit(job)`` to run work on a worker (or
+``submit_first(job)`` on the server's own worker, which nothing else queues on: what a
+scraper asks must not wait behind the JSON API, issue 33), and ``done(response)`` from
+any thread. Nothing raises out of the loop.
 """
 from __future__ import annotations
 
@@ -68,8 +70,11 @@ class Server:
         self.server_address = self.socket.getsockname()
         self._inbox = Inbox()
         self._pool = Workers(workers, "stallscope-http-worker")
-        # from any thread: run a job on a worker; run a function on the loop thread
+        self._first = Workers(1, "stallscope-http-first")
+        # from any thread: run a job on a worker, or on the worker only /metrics uses;
+        # run a function on the loop thread
         self.submit: Callable[[Callable[[], None]], None] = self._pool.submit
+        self.submit_first: Callable[[Callable[[], None]], None] = self._first.submit
         self.call_soon: Callable[[Callable[[], None]], None] = self._inbox.post
         self._conns: dict[int, Conn] = {}
         self._waiting: dict[int, Conn] = {}     # READ state, longest waiting first: who to evict
@@ -88,6 +93,7 @@ class Server:
             return
         self._serving = True
         self._pool.start()
+        self._first.start()
         try:
             self._sel.register(self.socket, selectors.EVENT_READ, None)
             self._sel.register(self._inbox, selectors.EVENT_READ, None)
@@ -106,6 +112,7 @@ class Server:
             for conn in list(self._conns.values()):
                 self._close(conn)
             self._pool.stop()
+            self._first.stop()
             self._done.set()
 
     def shutdown(self) -> None:

@@ -23,6 +23,10 @@ ALLOW = ", ".join(METHODS)
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _VERSION = re.compile(rb"HTTP/(\d)\.(\d)\Z")
 _TARGET = re.compile(rb"[\x21-\x7e]+\Z")  # visible ASCII: no spaces, no controls
+# RFC 9110 5.5: a field value is visible characters, spaces, tabs and obs-text; NUL, CR,
+# LF and the other controls must be rejected (a proxy that passes them on differs from
+# one that cuts the value there: request smuggling).
+_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*\Z")
 
 
 class HttpError(Exception):
@@ -52,6 +56,7 @@ class Response:
     body: bytes
     content_type: str = "application/json"
     allow: bool = False         # 405: say which methods are served
+    retry_after: int | None = None  # 429/503: seconds to wait before asking again
 
 
 def head_end(buf: bytes | bytearray) -> int:
@@ -96,6 +101,8 @@ def parse(head: bytes) -> Request:
         if not colon or not _TOKEN.match(name):  # also obsolete line folding (leading space)
             raise HttpError(400, "malformed header field")
         key = name.decode("ascii").lower()
+        if not _FIELD_VALUE.match(value):
+            raise HttpError(400, "control character in header field %s" % key)
         text = value.strip(b" \t").decode("latin-1")
         headers[key] = headers[key] + ", " + text if key in headers else text
     if method.decode() not in METHODS:
@@ -112,8 +119,9 @@ def parse(head: bytes) -> Request:
                    keep_alive=keep and not has_body, has_body=has_body)
 
 
-def error(status: int, reason: str, allow: bool = False) -> Response:
-    return Response(status, (json.dumps({"error": reason}) + "\n").encode(), allow=allow)
+def error(status: int, reason: str, allow: bool = False, retry_after: int | None = None) -> Response:
+    return Response(status, (json.dumps({"error": reason}) + "\n").encode(), allow=allow,
+                    retry_after=retry_after)
 
 
 _date: tuple[int, str] = (0, "")
@@ -136,6 +144,8 @@ def encode_head(r: Response, keep_alive: bool, keep_alive_asked: bool = False) -
              "Content-Type: " + r.content_type, "Content-Length: %d" % len(r.body)]
     if r.allow:
         lines.append("Allow: " + ALLOW)
+    if r.retry_after is not None:
+        lines.append("Retry-After: %d" % r.retry_after)
     if not keep_alive:
         lines.append("Connection: close")
     elif keep_alive_asked:  # an HTTP/1.0 client that asked for it is told it got it

@@ -18,6 +18,11 @@ once (the sender's identity is read from /proc then: a process that connects, re
 and exits within the tick would be gone), and one that closes is served as soon as it
 does (a dead worker must be read while it is still a zombie). A pass that hit the
 per-connection read bound goes round again at once (capacity).
+
+Connections are bounded three ways: MAX_CONNECTIONS in all, MAX_CONNECTIONS_PER_DOMAIN
+for one sender domain (so one process's idle connections cannot lock every trainer out,
+issue 33), and a connection silent for ``idle_s`` is closed (counted in
+``stallscope_agent_connections_closed_total``).
 """
 from __future__ import annotations
 
@@ -39,6 +44,16 @@ from .hooksocket import HookSocket
 from .rankstate import Mismatch
 
 MAX_CONNECTIONS = 4096
+# One sender domain (a pod; a cgroup and uid outside Kubernetes: identity.py) may hold at
+# most this many: one process's idle connections filled the global cap and locked every
+# trainer out (issue 33). A process holds one; 8 ranks of 16 workers in two loaders each
+# are 264.
+MAX_CONNECTIONS_PER_DOMAIN = 512
+# A connection that sends nothing for this long is closed: every hook stream reports at
+# least every 5 s (hook/channel.py HEARTBEAT_S), and the hook reconnects before its next
+# send when it finds its connection closed.
+IDLE_S = 60.0
+UNIDENTIFIED = ("unidentified",)  # the domain of peers the kernel could not name
 TICK_S = 0.25
 READ_BOUND = 64  # messages from one connection per pass, so one chatty peer cannot starve others
 _UCRED = struct.Struct("3i")
@@ -57,6 +72,21 @@ class IngestStats:
         self.rejected: collections.Counter[str] = collections.Counter()
         self.connections = 0
         self.socket_recreated = 0
+        self.closed: collections.Counter[str] = collections.Counter()  # by the agent, by reason
+        self.by_domain: collections.Counter[tuple[str, ...]] = collections.Counter()  # open
+
+
+class Peer:
+    """One hook connection: its sender (None: the kernel could not name it), the domain
+    its connections count against, and when it last sent."""
+
+    __slots__ = ("source", "domain", "last", "taken")
+
+    def __init__(self, source: identity.Source | None, now: float) -> None:
+        self.source = source
+        self.taken = 0  # messages read from it: acknowledged to the hook (wire.py ACK)
+        self.domain: tuple[str, ...] = source.domain if source is not None else UNIDENTIFIED
+        self.last = now
 
 
 class Ingest:
@@ -68,9 +98,12 @@ class Ingest:
                  max_bytes: int = wire.MAX_MESSAGE_BYTES, stats: IngestStats | None = None,
                  hook_socket: HookSocket | None = None,
                  on_close: Callable[[identity.Source], None] | None = None,
-                 tick_s: float = TICK_S) -> None:
+                 tick_s: float = TICK_S, idle_s: float = IDLE_S,
+                 max_per_domain: int = MAX_CONNECTIONS_PER_DOMAIN) -> None:
         self.sock = sock
         self.tick_s = tick_s
+        self.idle_s = idle_s
+        self.max_per_domain = max_per_domain
         # Told of each sender whose connection closed: a process that died leaves its
         # exit status readable (a zombie) until its parent reaps it, so this is the
         # moment to read why it died (the workers exporter's peer_gone).
@@ -102,7 +135,7 @@ class Ingest:
         os.write(self.wake_w, b"x")
         self.thread.join(timeout=5)
         for key in list(self.selector.get_map().values()):
-            if isinstance(key.data, tuple) and isinstance(key.fileobj, socket.socket):
+            if isinstance(key.data, Peer) and isinstance(key.fileobj, socket.socket):
                 key.fileobj.close()
         self.selector.close()
         self.hangups.close()
@@ -110,9 +143,11 @@ class Ingest:
     def _loop(self) -> None:
         next_check = time.monotonic() + 1.0
         while not self.stopping.is_set():
-            if self.hook_socket is not None and time.monotonic() >= next_check:
+            if time.monotonic() >= next_check:
                 next_check = time.monotonic() + 1.0
-                self._check_socket(self.hook_socket)
+                if self.hook_socket is not None:
+                    self._check_socket(self.hook_socket)
+                self._close_idle(time.monotonic())
             saturated = False
             for key, _ in self.selector.select(timeout=1.0):
                 saturated |= self._serve(key)
@@ -172,10 +207,34 @@ class Ingest:
                 source = self.source_of(pid, uid) if pid > 0 else None
             except OSError:
                 pass
+            peer = Peer(source, time.monotonic())
+            if self.stats.by_domain[peer.domain] >= self.max_per_domain:
+                self.stats.rejected["too_many_connections_per_sender"] += 1
+                conn.close()
+                continue
             conn.setblocking(False)
             self.stats.connections += 1
-            self.selector.register(conn, selectors.EVENT_READ, (source,))
+            self.stats.by_domain[peer.domain] += 1
+            self.selector.register(conn, selectors.EVENT_READ, peer)
             self.hangups.register(conn.fileno(), select.EPOLLRDHUP)
+
+    def _drop(self, conn: socket.socket, peer: Peer) -> None:
+        self.selector.unregister(conn)
+        self.hangups.unregister(conn.fileno())
+        conn.close()
+        self.stats.connections -= 1
+        self.stats.by_domain[peer.domain] -= 1
+        if self.stats.by_domain[peer.domain] <= 0:
+            del self.stats.by_domain[peer.domain]
+
+    def _close_idle(self, now: float) -> None:
+        """Close the connections silent for idle_s (their process is alive: no peer_gone)."""
+        for key in list(self.selector.get_map().values()):
+            peer = key.data
+            if isinstance(peer, Peer) and isinstance(key.fileobj, socket.socket) \
+                    and now - peer.last > self.idle_s:
+                self._drop(key.fileobj, peer)
+                self.stats.closed["idle"] += 1
 
     @staticmethod
     def _hung_up(conn: socket.socket) -> bool:
@@ -183,9 +242,20 @@ class Ingest:
         p.register(conn, select.POLLRDHUP | select.POLLHUP)
         return any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR) for _, ev in p.poll(0))
 
-    def _read(self, conn: socket.socket, peer: tuple[identity.Source | None]) -> bool:
+    def _read(self, conn: socket.socket, peer: Peer) -> bool:
         """Read what ``conn`` holds, up to READ_BOUND messages; True when the bound
         stopped it (more may wait)."""
+        taken = peer.taken
+        try:
+            return self._read_some(conn, peer)
+        finally:
+            if peer.taken != taken and conn.fileno() >= 0:
+                try:  # never waits: a hook that does not read its acks loses them
+                    conn.send(wire.ACK.pack(peer.taken), socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                except OSError:
+                    pass
+
+    def _read_some(self, conn: socket.socket, peer: Peer) -> bool:
         for _ in range(READ_BOUND):
             try:
                 data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
@@ -194,20 +264,19 @@ class Ingest:
             except OSError:
                 data, flags = None, 0
             if data is None or (not data and self._hung_up(conn)):  # peer closed
-                self.selector.unregister(conn)
-                self.hangups.unregister(conn.fileno())
-                conn.close()
-                self.stats.connections -= 1
-                if self.on_close is not None and peer[0] is not None:
+                self._drop(conn, peer)
+                if self.on_close is not None and peer.source is not None:
                     try:
-                        self.on_close(peer[0])
+                        self.on_close(peer.source)
                     except Exception as e:  # must not stop ingestion
                         self._log_internal(e)
                 return False
+            peer.last = time.monotonic()
+            peer.taken += 1
             if flags & socket.MSG_TRUNC or len(data) > self.max_bytes:
                 self.stats.rejected["oversize"] += 1
                 continue
-            self.handle(data, peer[0], checked=True)
+            self.handle(data, peer.source, checked=True)
         return True
 
     def _log_internal(self, e: Exception) -> None:

@@ -23,7 +23,7 @@ from .. import exporters
 from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
-from . import http, httppool, identity, ingest, malloc
+from . import http, httppool, identity, ingest, kubepods, malloc
 from .api import CoreRoutes
 from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
@@ -47,12 +47,26 @@ class AgentOptions:
                        "Unix socket the training processes report to (env STALLSCOPE_SOCKET). Its "
                        "directory must not be writable by other users.",
                        metavar="PATH", envvar="STALLSCOPE_SOCKET")
-    socket_mode: str = flag("0666", "--socket-mode",
-                            "Permissions of the socket file (octal): who may connect. Every "
-                            "connection is identified by the kernel either way.", metavar="MODE")
+    socket_mode: str = flag("0660", "--socket-mode",
+                            "Permissions of the socket file (octal): who may connect (the agent's "
+                            "user and --socket-group). Every connection is identified by the "
+                            "kernel either way.", metavar="MODE")
     socket_group: str = flag("", "--socket-group",
-                             "Group of the socket file (name or GID), e.g. one the trainer pods "
-                             "run with, together with --socket-mode 0660.", metavar="GROUP")
+                             "Group of the socket file (name or GID): the trainers' (their pods' "
+                             "supplementalGroups); empty: the agent's own group.", metavar="GROUP")
+    hook_idle_timeout: float = flag(60.0, "--hook-idle-timeout", "Close a hook connection that "
+                                    "sends nothing for this long (a hook reports at least every "
+                                    "5 s and reconnects).", lo=1, hi=86400, metavar="SECONDS")
+    kubernetes_api_server: str = flag("", "--kubernetes.api-server",
+                                      "Check the pod names reports claim against this node's pods "
+                                      "from the API server: in-cluster (KUBERNETES_SERVICE_HOST) or "
+                                      "https://HOST:PORT; empty: off (docs/deploy.md).", metavar="URL")
+    kubernetes_token_file: str = flag(kubepods.SERVICE_ACCOUNT + "/token", "--kubernetes.token-file",
+                                      "Bearer token for the API server (read on every request).",
+                                      metavar="PATH")
+    kubernetes_ca_file: str = flag(kubepods.SERVICE_ACCOUNT + "/ca.crt", "--kubernetes.ca-file",
+                                   "CA bundle the API server's certificate is verified against.",
+                                   metavar="PATH")
     node: str = flag("", "--node", "Node name for ranks that do not report one (env NODE_NAME; "
                      "default hostname).", envvar="NODE_NAME")
     max_ranks: int = flag(64, "--max-ranks", "Most ranks tracked at once; reports from more are "
@@ -103,6 +117,8 @@ class Agent:
                               cgroupfs=o.cgroupfs, rootfs=o.rootfs, stopping=self.stopping)
         self.stats = ingest.IngestStats()
         self.held = Held()
+        self.pods = kubepods.PodMap()
+        self.watcher: kubepods.Watcher | None = None
         self.node_exporters, self.runner = exporters.build(
             self.host, config.enabled, config.parts, config.exporters)
         by_name: dict[str, Any] = {e.name: e for e in self.node_exporters}
@@ -113,8 +129,8 @@ class Agent:
         self.loader = LoaderPart(self.host)
         self.hangs = HangsPart(self.host, config.hangs)
         self.correlator = CorrelatorPart(self.host, config.correlator, hang_of=self.hangs.latest)
-        part_list: list[Part] = [RanksPart(self.host, self.table, self.stats, self.held), self.loader,
-                                 ShardPart(self.host), *self.node_exporters, self.runner,
+        part_list: list[Part] = [RanksPart(self.host, self.table, self.stats, self.held, self.pods),
+                                 self.loader, ShardPart(self.host), *self.node_exporters, self.runner,
                                  self.correlator, self.hangs]
         self.parts = Parts(self.host, part_list)
         self.registry = CollectorRegistry(auto_describe=False)
@@ -136,11 +152,14 @@ class Agent:
         sender as the kernel names it (None: an in-process caller). A worker's report
         that comes before its trainer's first is held until it does (held.py)."""
         try:
+            if source is not None and self.watcher is not None:
+                self.pods.resolve(msg, source.pod_uid)  # the claimed pod is the sender's (kubepods.py)
             rank = self.table.apply(msg, source)
         except Mismatch as m:
-            if m.reason == "unknown_rank" and msg["role"] == "worker" and \
-                    self.held.hold(key_of(msg), msg, source):
-                return HELD
+            if m.reason == "unknown_rank" and msg["role"] == "worker":
+                if self.held.hold(key_of(msg), msg, source):
+                    return HELD
+                raise Mismatch("held_limit") from None  # its sender's share is full (held.py)
             raise
         self.parts.handle(msg, rank)
         if msg["role"] == "main" and len(self.held):
@@ -166,13 +185,22 @@ class Agent:
 
     def healthy(self) -> tuple[bool, str]:
         problem = self.hook_socket.problem if self.hook_socket is not None else None
-        return (False, problem) if problem else (True, "ok")
+        if problem:
+            return False, problem
+        if self.watcher is not None and not self.pods.current:  # degraded, not failing
+            return True, "ok (pod identity unavailable: %s; names are checked by sender domain only)" % (
+                self.pods.problem)
+        return True, "ok"
 
     def start(self) -> None:
         """Bind both sockets (raising BindError / ValueError with a clear message) and serve."""
         o = self.config.agent
         http.parse_listen(o.listen)  # a bad address fails before anything binds
         spec = SocketSpec(o.socket, parse_mode(o.socket_mode), parse_group(o.socket_group))
+        if o.kubernetes_api_server:
+            kube = kubepods.KubeConfig.of(o.kubernetes_api_server, o.kubernetes_token_file,
+                                          o.kubernetes_ca_file, self.table.node)
+            self.watcher = kubepods.Watcher(kube, self.pods, self.stopping)
         self.hook_socket = HookSocket(spec)
         sock = self.hook_socket.bind()
         try:
@@ -183,8 +211,11 @@ class Agent:
             self.hook_socket.remove()
             raise BindError("cannot listen on %s: %s" % (o.listen, e.strerror)) from None
         self.ingest = ingest.Ingest(sock, self.apply, self.source_of, stats=self.stats,
-                                    hook_socket=self.hook_socket, on_close=self.peer_gone)
+                                    hook_socket=self.hook_socket, on_close=self.peer_gone,
+                                    idle_s=o.hook_idle_timeout)
         self.ingest.start()
+        if self.watcher is not None:
+            self.watcher.start()
         self._serving = threading.Thread(target=self.server.serve_forever, name="stallscope-http",
                                          daemon=True)
         self._serving.start()
@@ -212,6 +243,8 @@ class Agent:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        if self.watcher is not None:
+            self.watcher.stop()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

@@ -28,8 +28,10 @@ def _str(v: Any) -> str:
 class RanksPart(Part):
     name = "ranks"
 
-    def __init__(self, host: Any, table: RankTable, stats: IngestStats, held: Any = ()) -> None:
+    def __init__(self, host: Any, table: RankTable, stats: IngestStats, held: Any = (),
+                 pods: Any = None) -> None:
         super().__init__(host)
+        self.pods = pods  # kubepods.PodMap: whether pod names are checked against the API
         self.table = table
         self.stats = stats
         self.held = held
@@ -64,6 +66,8 @@ class RanksPart(Part):
                             ("stallscope_agent_max_ranks", self.table.max_ranks),
                             ("stallscope_agent_connections", s.connections),
                             ("stallscope_agent_held_messages", len(self.held)),
+                            ("stallscope_agent_pod_identity_up",
+                             int(self.pods is not None and self.pods.current)),
                             ("stallscope_agent_socket_recreated_total", s.socket_recreated),
                             ("stallscope_agent_refused_worker_pids_total", self.table.refused_worker_pids)):
             f = family(name)
@@ -73,6 +77,10 @@ class RanksPart(Part):
         for reason, n in sorted(dict(s.rejected).items()):
             rej.add({}, n, reason=reason)
         yield rej.family
+        closed = family("stallscope_agent_connections_closed_total")
+        for reason in ("idle",):
+            closed.add({}, s.closed.get(reason, 0), reason=reason)
+        yield closed.family
         ev = family("stallscope_agent_rank_evictions_total")
         for reason in ("exited", "silent"):
             ev.add({}, evictions.get(reason, 0), reason=reason)

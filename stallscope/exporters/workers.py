@@ -46,6 +46,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 DEATHS_KEPT = 64        # recent deaths kept for the API and diagnose (all ranks)
 DEATH_KEEP_S = 900.0    # a pod's exit counters outlive its ranks this long, for the alert
+# ... and at most this many departed pods keep them (the most recently seen): 10,000
+# short-lived pods left ~47,000 series for 900 s, bounded by nothing (issue 33).
+DEPARTED_PODS_KEPT = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +120,10 @@ class WorkersExporter(base.Exporter):
                 for reason in worker_deaths.REASONS:  # every reason from 0: increase() sees the first
                     self.exits[self._pod(r) + (reason,)] += 0
             self.exits_seen = {k: t for k, t in self.exits_seen.items() if now - t < DEATH_KEEP_S}
+            live = {self._pod(r) for r in ranks}
+            departed = sorted((t, k) for k, t in self.exits_seen.items() if k not in live)
+            for _t, k in departed[:max(0, len(departed) - DEPARTED_PODS_KEPT)]:
+                del self.exits_seen[k]
             self.exits = collections.Counter({k: v for k, v in self.exits.items()
                                               if k[:-1] in self.exits_seen})
             exits = sorted(self.exits.items())

@@ -13,12 +13,15 @@ the sender's PID in its own PID namespace via SO_PEERCRED.
 
 When the agent is absent, killed or restarted, the send fails at once (ENOENT,
 ECONNREFUSED, EPIPE): the pending events are counted as dropped and the channel
-reconnects on a later flush. When the agent is merely slow (EAGAIN), events stay pending
-up to a bound. Nothing here can raise into, or block, the training loop.
+reconnects on a later flush. What was sent but never taken (it sat in the socket queue
+of an agent that was killed) is counted as dropped too: the agent acknowledges what it
+takes (wire.py ACK), read once a flush, never per batch. When the agent is merely slow
+(EAGAIN), events stay pending up to a bound. Nothing here can raise into, or block, the training loop.
 """
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import socket
 import threading
@@ -62,6 +65,11 @@ class Channel:
         self.sources: list[Callable[[], Iterable[Extra]]] = []
         self.dropped = 0
         self.sent_messages = 0
+        # On the current connection: messages sent, and (their number, events) of those
+        # with events the agent has not acknowledged yet; events acknowledged in all.
+        self.sent_seq = 0
+        self.unacked: collections.deque[tuple[int, int]] = collections.deque()
+        self.acked_events = 0
         self.lock = threading.Lock()
         self.flush_lock = threading.Lock()  # the thread and atexit may both flush
         self.wake = threading.Event()
@@ -130,6 +138,7 @@ class Channel:
             self._flush()
 
     def _flush(self) -> None:
+        self._read_acks()
         now = time.monotonic()
         with self.lock:
             streams = list(self.streams)
@@ -220,6 +229,9 @@ class Channel:
                 sock = self._connect()
             sock.send(data, socket.MSG_NOSIGNAL)
             self.sent_messages += 1
+            self.sent_seq += 1
+            if n_events:
+                self.unacked.append((self.sent_seq, n_events))
             return "sent"
         except BlockingIOError:
             return "busy"
@@ -229,6 +241,31 @@ class Channel:
             self._disconnect()
             self.dropped += n_events
             return "dropped"
+
+    def _read_acks(self) -> None:
+        """Take the agent's acknowledgements (wire.py ACK); an end of stream means the
+        agent closed the connection (it restarted, or found it idle): what it had not
+        taken is counted as dropped and the next send connects again at once."""
+        sock = self.sock
+        if sock is None:
+            return
+        taken = -1
+        try:
+            while True:
+                data = sock.recv(64, socket.MSG_DONTWAIT)  # never waits, whatever the socket
+                if not data:
+                    self._disconnect(retry_s=0.0)
+                    return
+                if len(data) == wire.ACK.size:
+                    taken = wire.ACK.unpack(data)[0]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._disconnect()
+            return
+        unacked = self.unacked
+        while unacked and unacked[0][0] <= taken:
+            self.acked_events += unacked.popleft()[1]
 
     def _connect(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
@@ -241,8 +278,12 @@ class Channel:
         self.sock = sock
         return sock
 
-    def _disconnect(self) -> None:
-        self.retry_at = time.monotonic() + RECONNECT_S
+    def _disconnect(self, retry_s: float = RECONNECT_S) -> None:
+        self.retry_at = time.monotonic() + retry_s
+        # Sent, never taken: lost with the connection (an agent killed with them queued).
+        self.dropped += sum(n for _seq, n in self.unacked)
+        self.unacked.clear()
+        self.sent_seq = 0
         if self.sock is not None:
             try:
                 self.sock.close()

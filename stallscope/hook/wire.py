@@ -33,6 +33,15 @@ JSON list in the header) is still accepted.
      "cuda": {"index": int, "uuid": "GPU-..."},  # optional: the loop's CUDA device
      ...}                         # further optional keys for other kinds of samples
 
+The agent answers on the same connection (issue 33): after each pass over what it read,
+one record of 8 bytes, ``ACK`` packed, the count of messages it has taken from this
+connection so far (accepted or refused: taken out of the socket queue either way). What
+the hook sent that no ack covers when the connection ends (the agent killed with
+messages in its queue, or restarted) the hook counts as dropped, so no event goes
+uncounted; a message taken in the instant before a kill, before its ack, is counted on
+both sides. Older hooks never read the acks: the agent's send then finds the buffer full
+and drops the ack, which is cumulative.
+
 Timestamps are CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns on Linux), the same
 clock for every process on the node, so the agent can line up hook events with its
 own samples.
@@ -40,6 +49,7 @@ own samples.
 from __future__ import annotations
 
 import json
+import struct
 from array import array
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
@@ -55,6 +65,7 @@ MAX_MESSAGE_BYTES = 65536
 MAX_EVENTS_PER_MESSAGE = 1000   # 32 KB of binary events at most, leaving room for the header
 DEFAULT_SOCKET = "/run/stallscope/hook.sock"
 SEPARATOR = b"\n"  # never in compact JSON (strings escape it)
+ACK = struct.Struct("=Q")  # the agent's acknowledgement: messages taken from this connection
 
 
 class Columns:

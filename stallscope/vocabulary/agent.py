@@ -13,9 +13,18 @@ METRICS = (
     Metric("stallscope_agent_ranks", "gauge", "Ranks tracked on this node.", (), "ranks"),
     Metric("stallscope_agent_max_ranks", "gauge", "Cap on tracked ranks.", (), "ranks"),
     Metric("stallscope_agent_connections", "gauge", "Open hook connections.", (), "ranks"),
+    Metric("stallscope_agent_connections_closed_total", "counter",
+           "Hook connections the agent closed, by reason: idle (nothing sent within "
+           "--hook-idle-timeout; a hook reports at least every 5 s and reconnects). Connections "
+           "refused at accept are counted as rejected messages (too_many_connections, "
+           "too_many_connections_per_sender).", ("reason",), "ranks"),
     Metric("stallscope_agent_held_messages", "gauge",
            "Loader workers' reports waiting for their trainer's first report (held up to 10 s).",
            (), "ranks"),
+    Metric("stallscope_agent_pod_identity_up", "gauge",
+           "1 while the pod names reports claim are checked against this node's pods from the "
+           "Kubernetes API server; 0 when that is off or unavailable (then names are checked by "
+           "sender domain only).", (), "ranks"),
     Metric("stallscope_agent_socket_recreated_total", "counter",
            "Times the hook socket file was found gone or replaced and bound again.", (), "ranks"),
     Metric("stallscope_agent_refused_worker_pids_total", "counter",

@@ -122,8 +122,9 @@ print("sent", flush=True)
 """
 
 
-def test_an_unprivileged_process_cannot_touch_another_pods_series(agent):
+def test_an_unprivileged_process_cannot_touch_another_pods_series(agent_factory):
     need_root()
+    agent = agent_factory("--socket-mode", "0666")  # it may connect: what can it do then?
     s = connect(agent.socket)  # the victim: root, in this test's cgroup
     s.send(report(events=[batch(0.002, 0.1)], loader={"num_workers": 0, "worker_pids": []}))
     wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="victim") == [1])
@@ -191,3 +192,126 @@ def test_a_socket_directory_others_may_write_is_refused(tmp_path):
     assert out.stderr.strip().endswith("writable by other users: anyone could replace the socket "
                                        "(chmod 755 it, or use a directory of the agent's own)")
     assert "Traceback" not in out.stderr
+
+
+def padded_worker_report(rank):
+    """A worker's report for a rank that never comes, padded to the message limit with
+    nested JSON (~1.4 MB of Python objects for 64 KiB on the wire: issue 33)."""
+    from stallscope.hook import wire
+
+    head = report(rank=rank, pod="ghost", role="worker", pad=[])
+    room = wire.MAX_MESSAGE_BYTES - len(head) - 16
+    return head.replace(b'"pad": []', b'"pad": [' + b",".join([b"{}"] * (room // 3)) + b"]")
+
+
+def test_a_flood_of_padded_held_reports_stays_under_the_daemonsets_limit(agent_factory):
+    from stallscope.agent.held import MAX_HELD_BYTES_PER_DOMAIN
+
+    agent = agent_factory("--max-ranks", "32")
+    s = connect(agent.socket)
+    s.setblocking(True)
+    s.send(report(pod="real", events=[batch(0.001, 0.01)]))
+    wait_until(lambda: samples(agent, "stallscope_agent_messages_total") == [1])
+    before = rss_kib(agent.proc.pid)
+    flood = [padded_worker_report(r) for r in range(1, 401)]
+    assert min(len(m) for m in flood) > 60000
+    for m in flood:
+        s.send(m)
+    # Held up to this sender's share, every other one refused and counted (was: all
+    # 400 held whole, RSS 59 -> 663-873 MB; the DaemonSet's limit is 256 MiB).
+    wait_until(lambda: samples(agent, "stallscope_agent_held_messages") and
+               samples(agent, "stallscope_agent_held_messages")[0] + rejected(agent, "held_limit") == 400,
+               timeout=60)
+    held = samples(agent, "stallscope_agent_held_messages")[0]
+    assert 0 < held < MAX_HELD_BYTES_PER_DOMAIN / 2048  # each costs at least ENTRY_BYTES
+    peak = rss_kib(agent.proc.pid)
+    assert peak < 256 * 1024, "RSS %d KiB" % peak
+    assert peak - before < 48 * 1024, "RSS grew %d KiB" % (peak - before)
+    s.close()
+
+
+HOARDER = r"""
+import resource, socket, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (5000, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+conns = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[1])
+    conns.append(s)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent_factory):
+    # Issue 33: 4,096 idle connections from one process filled the global cap; a real
+    # trainer's batches were then never seen. Now one sender domain holds at most 512.
+    from stallscope.agent.ingest import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_DOMAIN
+
+    need_root()
+    agent = agent_factory("--socket-mode", "0666")  # a sender that may connect at all
+    hoarder = subprocess.Popen(as_nobody([sys.executable, "-c", HOARDER, agent.socket,
+                                          str(MAX_CONNECTIONS)]),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+    try:
+        assert hoarder.stdout.readline().strip() == "holding"
+        refused = MAX_CONNECTIONS - MAX_CONNECTIONS_PER_DOMAIN
+        wait_until(lambda: rejected(agent, "too_many_connections_per_sender") == refused, timeout=30)
+        assert samples(agent, "stallscope_agent_connections") == [MAX_CONNECTIONS_PER_DOMAIN]
+        s = connect(agent.socket)  # the trainer: another domain (root, not uid 65534)
+        s.send(report(pod="trainer", events=[batch(0.002, 0.1)]))
+        wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="trainer") == [1])
+        assert rejected(agent, "too_many_connections") == 0
+        s.close()
+    finally:
+        hoarder.kill()
+        hoarder.wait()
+
+
+def test_a_connection_silent_past_the_idle_timeout_is_closed_and_counted(agent_factory):
+    agent = agent_factory("--hook-idle-timeout", "1")
+    quiet, busy = connect(agent.socket), connect(agent.socket)
+    quiet.send(report(pod="quiet", events=[batch(0.001, 0.01)]))
+    sent, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 3.5:  # the busy one reports every 0.3 s: kept
+        busy.send(report(pod="busy", events=[batch(0.001, 0.01)]))
+        sent += 1
+        time.sleep(0.3)
+    quiet.settimeout(5)
+    from stallscope.hook.wire import ACK
+    assert quiet.recv(100) == ACK.pack(1)  # its report was taken (hook/wire.py)
+    assert quiet.recv(100) == b""  # then closed by the agent
+    assert samples(agent, "stallscope_agent_connections_closed_total", reason="idle") == [1]
+    assert samples(agent, "stallscope_agent_connections") == [1]
+    wait_until(lambda: samples(agent, "stallscope_data_wait_seconds_count", pod="busy") == [sent])
+    assert samples(agent, "stallscope_data_wait_seconds_count", pod="quiet") == [1]  # its rank stays
+    quiet.close()
+    busy.close()
+
+
+CONNECT = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    s.connect(sys.argv[1])
+    print("connected")
+except PermissionError:
+    print("refused")
+"""
+
+
+def test_the_socket_admits_only_the_agents_user_and_group_by_default(agent_factory):
+    # Issue 33: mode 0666 let any process that could reach /run/stallscope connect.
+    need_root()
+    plain = agent_factory()
+    grouped = agent_factory("--socket-group", "65534")  # nobody's group: "the trainers'"
+    for agent, mode, gid, answer in ((plain, 0o660, 0, "refused"), (grouped, 0o660, 65534, "connected")):
+        st = os.stat(agent.socket)
+        assert (st.st_mode & 0o777, st.st_gid) == (mode, gid)
+        out = subprocess.run(as_nobody([sys.executable, "-c", CONNECT, agent.socket]),
+                             capture_output=True, text=True, timeout=60, env=child_env())
+        assert out.stdout.strip() == answer, out.stderr
+    s = connect(plain.socket)  # the agent's own user (root here) may
+    s.send(report(pod="root-trainer", events=[batch(0.001, 0.01)]))
+    wait_until(lambda: samples(plain, "stallscope_data_wait_seconds_count", pod="root-trainer") == [1])
+    s.close()

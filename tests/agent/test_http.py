@@ -210,6 +210,12 @@ def test_limits_and_malformed_requests_get_their_status(served):
         (b"GET /metrics HTTP/2.0\r\n\r\n", 505),
         (b"GET /metrics HTTP/1.2\r\n\r\n", 505),
         (b"GET /metrics HTTP/0.9\r\n\r\n", 505),
+        # RFC 9110 5.5: no NUL or other control bytes in a field value (issue 33)
+        (b"GET /metrics HTTP/1.1\r\nX-Nul: a\x00b\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-Ctl: a\x01b\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-Esc: \x1b[2J\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX-Del: a\x7fb\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nHost: a\rb\r\n\r\n", 400),
     ]
     for request, status in cases:
         answer, _ = raw(s.port, request)
@@ -332,3 +338,42 @@ def test_the_agent_serves_and_exports_its_server_counters(tmp_path):
     finally:
         agent.stop()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("stallscope-http")]
+
+
+def test_health_and_metrics_answer_while_the_api_holds_every_worker_and_more_get_429(served):
+    # Issue 33: /healthz and /metrics queued behind the JSON API on the same workers (p99
+    # 14.6 s under 50 API clients at 256 ranks): the liveness probe failed a healthy agent.
+    from stallscope.agent.http import MAX_API_IN_FLIGHT, RETRY_AFTER_S
+
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def slow(q):
+        entered.release()
+        release.wait(20)
+        return 200, {"slow": True}
+    s = served(routes={"/api/v1/slow": slow})
+    held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(MAX_API_IN_FLIGHT)]
+    for c in held:
+        c.sendall(b"GET /api/v1/slow HTTP/1.1\r\n\r\n")
+    for _ in range(4):  # every worker of the pool is inside the slow route
+        assert entered.acquire(timeout=5)
+    try:
+        deadline = time.monotonic() + 5
+        while s.server._waiting and time.monotonic() < deadline:
+            time.sleep(0.02)  # all of them read and dispatched (4 running, 4 queued)
+        answer, took = raw(s.port, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", timeout=3)
+        assert status_of(answer) == 200 and answer.endswith(b"\r\n\r\nok\n") and took < 2
+        answer, took = raw(s.port, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n", timeout=3)
+        assert status_of(answer) == 200 and answer.endswith(s.body) and took < 2
+        answer, _ = raw(s.port, b"GET /api/v1/slow HTTP/1.1\r\nConnection: close\r\n\r\n", timeout=3)
+        assert status_of(answer) == 429
+        assert head_fields(answer)["retry-after"] == str(RETRY_AFTER_S)
+        assert "retry" in json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    finally:
+        release.set()
+    for c in held:  # the held ones are answered, and the API serves again after them
+        c.settimeout(10)
+        assert status_of(c.recv(65536)) == 200
+        c.close()
+    r, body = s.get("/api/v1/slow")
+    assert r.status == 200 and json.loads(body) == {"slow": True}

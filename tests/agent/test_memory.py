@@ -4,6 +4,7 @@ agent holds for them stays at the figure it prints at start."""
 import time
 
 import numpy as np
+import pytest
 
 from stallscope.agent.budget import Budget
 from stallscope.agent.main import Agent, AgentOptions, Config
@@ -166,3 +167,62 @@ def test_notes_naming_pods_that_come_and_go_stay_bounded(tmp_path):
     host.note("shm", "no /dev/shm under --path.rootfs /x")
     host.note("shm", "no /dev/shm under --path.rootfs /x")  # said once
     assert host.notes["shm"] == ["no /dev/shm under --path.rootfs /x"]
+
+
+def test_held_reports_keep_only_what_is_applied_and_each_sender_has_its_share():
+    # Issue 33: held reports were kept whole (their parsed raw message too), unbounded in
+    # bytes, so one sender could fill the agent's memory and every other sender's room.
+    from types import SimpleNamespace
+
+    from stallscope.agent.held import ENTRY_BYTES, Held, Slim
+
+    worker = dict(report("h", 0, "p", []), role="worker", events=np.zeros((0, 3), np.int64))
+    padded = dict(worker, raw={"pad": [{}] * 20000, "io": {"reads": [[1, 2, 3, 0]]}})
+    cost = Slim(padded).nbytes
+    assert ENTRY_BYTES < cost < ENTRY_BYTES + 100  # the pad is not kept, the io is
+    held = Held(max_bytes=64 * ENTRY_BYTES, max_bytes_per_domain=8 * cost)
+    attacker, trainer = SimpleNamespace(domain=("pod", "a")), SimpleNamespace(domain=("pod", "t"))
+    taken = sum(held.hold(("ns", "p", "h", r), padded, attacker) for r in range(100))
+    assert taken == 8 and held.by_domain[attacker.domain] == 8 * cost  # its share, no more
+    assert held.hold(("ns", "q", "h", 0), worker, trainer)  # the trainer's worker still is
+    (msg, source), = held.take(("ns", "p", "h", 3))
+    assert source is attacker and msg["raw"] == {"io": {"reads": [[1, 2, 3, 0]]}}  # no pad
+    assert msg["id"] == worker["id"] and msg["role"] == "worker"
+    assert held.by_domain[attacker.domain] == 7 * cost
+    held.expire(lambda: None, now=time.monotonic() + 60)
+    assert held.nbytes == 0 and not held.by_domain and len(held) == 0
+    # bounded in total too: 8 senders' shares fill it, the ninth is refused
+    full = Held(max_bytes=64 * ENTRY_BYTES, max_bytes_per_domain=8 * ENTRY_BYTES)
+    for d in range(9):
+        src = SimpleNamespace(domain=("pod", str(d)))
+        assert sum(full.hold(("ns", "p", "h", r), worker, src) for r in range(8)) == (8 if d < 8 else 0)
+
+
+@pytest.mark.slow  # ~40 s: 10,000 pods, each applied, collected and expired
+def test_ten_thousand_churned_pods_leave_a_bounded_number_of_series_and_scopes(tmp_path):
+    # Issue 33: each departed pod kept its 5 worker-exit series for 900 s, not bounded by
+    # --max-ranks (10,000 short-lived pods: ~47,000 series), and each departed rank's
+    # scopes stayed in the sample store as long.
+    from stallscope.exporters.worker_deaths import REASONS
+    from stallscope.exporters.workers import DEPARTED_PODS_KEPT
+
+    only = {n: n == "workers" for n in ("cfs", "psi", "shm", "fuse", "workers", "disk", "sched", "gpu")}
+    agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock"), max_ranks=4,
+                                            timeline_seconds=60), enabled=only))
+    workers = next(e for e in agent.node_exporters if e.name == "workers")
+    pods = 10_000
+    for pod in range(pods):
+        now = time.monotonic_ns()
+        agent.apply(report("churn", 0, "p%d" % pod, [(now - 10**8, 10**6, 10**8)]))
+        agent.samples.record(("gpu", "sim-%d" % pod), "gpu_busy_ratio", 0.5)  # its GPU's scope
+        workers.collect()
+        later = time.monotonic() + 3600  # gone: found so, then past the grace
+        agent.parts.forget(agent.table.expire(now=later) + agent.table.expire(now=later + 3600))
+    series = [s for f in workers.collect() for s in f.samples
+              if s.name == "stallscope_loader_worker_exits_total"]
+    assert len(series) == DEPARTED_PODS_KEPT * len(REASONS)  # was pods x 5
+    kept = {s.labels["pod"] for s in series}
+    assert kept == {"p%d" % p for p in range(pods - DEPARTED_PODS_KEPT, pods)}  # the newest
+    assert len(agent.samples.scopes) <= agent.budget.max_scopes
+    assert ("gpu", "sim-%d" % (pods - 1)) in agent.samples.scopes  # the newest are kept
+    assert agent.samples.nbytes() <= agent.budget.history_bytes()

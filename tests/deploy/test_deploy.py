@@ -81,13 +81,26 @@ def test_daemonset_least_privilege(rendered):
     name, objects = rendered
     ds = _daemonset(objects)
     pod = ds["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False
     assert not pod.get("hostNetwork") and not pod.get("hostIPC")
     assert pod["hostPID"] is True
-    assert {o["kind"] for o in objects}.isdisjoint(
-        {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
+    # The token is the DaemonSet's alone (the account does not mount it elsewhere), and
+    # it reads this node's pods: list and watch on pods, one ClusterRole, nothing else.
     (sa,) = [o for o in objects if o["kind"] == "ServiceAccount"]
-    assert sa["automountServiceAccountToken"] is False and pod["serviceAccountName"] == sa["metadata"]["name"]
+    assert sa["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    assert {o["kind"] for o in objects}.isdisjoint({"Role", "RoleBinding"})
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
+    args = dict(a.split("=", 1) for a in pod["containers"][0]["args"] if "=" in a)
+    assert args["--kubernetes.api-server"] == "in-cluster"
+    # the hook socket: 0660, its group one the agent has (so it may chgrp without CAP_CHOWN)
+    assert args["--socket-mode"] == "0660"
+    assert int(args["--socket-group"]) in pod["securityContext"]["supplementalGroups"]
     (c,) = pod["containers"]
     sc = c["securityContext"]
     assert sc["privileged"] is False
@@ -137,6 +150,9 @@ def test_example_trainer_pod_shares_the_socket_and_identity():
     assert trainer_dirs == [agent_dir]
     env = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     assert {"POD_NAME", "POD_NAMESPACE", "NODE_NAME"} <= env
+    # the socket is 0660: the trainer runs with its group
+    group = [a.split("=", 1)[1] for a in agent["containers"][0]["args"] if a.startswith("--socket-group=")]
+    assert [int(g) for g in group] and int(group[0]) in pod["spec"]["securityContext"]["supplementalGroups"]
 
 
 @pytest.mark.skipif(not shutil.which("kubectl"), reason="needs kubectl to compare against")
@@ -171,6 +187,8 @@ def _agent_args_from_daemonset(tmp_path, port):
             a = "--socket=%s" % (tmp_path / "hook.sock")
         elif a.startswith("--listen="):
             a = "--listen=127.0.0.1:%d" % port
+        elif a.startswith("--kubernetes."):
+            continue  # no API server here (tests/agent/test_pod_identity.py has a fake one)
         out.append(a)
     return out
 

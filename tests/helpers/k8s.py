@@ -13,6 +13,8 @@ import subprocess
 
 import yaml
 
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")  # kustomize leaves them
+
 
 def render(path):
     if shutil.which("kubectl"):
@@ -49,7 +51,7 @@ def render_python(path):
                 for op in ops:
                     _json_patch(obj, op)
     for obj in objects:
-        if "namespace" in k and obj["kind"] != "Namespace":
+        if "namespace" in k and obj["kind"] not in CLUSTER_SCOPED:
             obj["metadata"]["namespace"] = k["namespace"]
         for entry in k.get("labels", []):
             obj["metadata"].setdefault("labels", {}).update(entry["pairs"])

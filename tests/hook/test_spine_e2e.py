@@ -183,3 +183,61 @@ def test_a_rank_hung_in_next_shows_as_waiting_before_its_batch_arrives(agent, ho
                                                      job="hung") == 20 else None)(agent.metrics()), 10)
     # settled: the sum is the real wait (4 s of it in one batch), not counted twice
     assert 4.0 <= metric(text, "stallscope_data_wait_seconds_sum", job="hung") < 4.5
+
+
+ACKED_TRAINER = r"""
+import json, time
+import stallscope
+from stallscope.hook import channel
+n = 0
+end = time.monotonic() + float(__import__("sys").argv[1])
+for _ in stallscope.watch(range(10**8)):
+    time.sleep(0.002)
+    n += 1
+    if time.monotonic() > end:
+        break
+ch = channel.get()
+for _ in range(3):  # deliver what is left, then read the agent's acknowledgements
+    ch.flush()
+    time.sleep(0.6)
+print(json.dumps({"batches": n, "acked": ch.acked_events, "dropped": ch.dropped,
+                  "unacked": sum(k for _, k in ch.unacked)}))
+"""
+
+
+def test_an_agent_killed_with_reports_in_its_queue_leaves_no_uncounted_event(agent_factory, hook_env):
+    # Issue 33: the reports sitting in a killed agent's socket queue were lost uncounted
+    # (50 events a rank in the kill/restart probe). Now the agent acknowledges what it
+    # takes, and the hook counts what no acknowledgement covered as dropped.
+    first = agent_factory()
+    env = hook_env(first, RANK=0, STALLSCOPE_JOB="ack")
+    p = subprocess.Popen([sys.executable, "-c", ACKED_TRAINER, "9"], env=env, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        wait_until(lambda: metric(first.metrics(), "stallscope_data_wait_seconds_count", job="ack"), 15)
+        first.proc.send_signal(signal.SIGSTOP)  # reports pile up in its queue, unread
+        time.sleep(2.5)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        from stallscope.processes.servers import AgentProcess
+        second = AgentProcess(workdir=first.dir)
+        second.socket = first.socket
+        second.start()
+        try:
+            out, _ = p.communicate(timeout=60)
+            assert p.returncode == 0
+            final = second.metrics()
+        finally:
+            second.stop()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    hook = json.loads(out)
+    # every batch the loop made was either taken by an agent (acknowledged) or counted
+    assert hook["unacked"] == 0
+    assert hook["acked"] + hook["dropped"] == hook["batches"], hook
+    # what sat in the killed agent's queue is among the dropped: at least 1 s of batches
+    # (the flush thread sends once a second, at most 500 batches a second here)
+    assert hook["dropped"] >= 100, hook
+    # and the second agent was told the hook's count of them
+    assert metric(final, "stallscope_hook_dropped_events_total", job="ack") == hook["dropped"]

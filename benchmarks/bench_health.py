@@ -1,0 +1,147 @@
+"""/healthz and /metrics while 50 closed-loop clients of the JSON API keep the agent busy,
+at 256 ranks (issue 33: before, /healthz p50 5.45 s and p99 14.6 s, /metrics p99 14.5 s,
+so the DaemonSet's liveness probe, 5 s timeout and 3 failures, would restart a healthy
+agent under API load).
+
+    .venv/bin/python benchmarks/bench_health.py [--seconds 20] [--ranks 256] [--api-clients 50]
+
+An in-process agent (the real parts, GPU off; bench_http.py's) holds 256 ranks fed with
+synthetic reports while its scheduler runs its periodic jobs. A child process (so that
+the clients' parsing does not take the agent's GIL) runs the API clients, each on its
+own keep-alive connection in a closed loop over /api/v1/ranks, /api/v1/timeline and
+/api/v1/diagnosis (a 429 is honoured: the client waits its Retry-After, as a well-behaved
+one does, then asks again), one prober asking /healthz every 0.1 s on a fresh connection
+(as the kubelet's probe does) and one scraper asking /metrics every second. Prints
+/healthz's and /metrics' p50, p99 and max against the 100 ms goal for /healthz, and what
+the API clients got (2xx, 429).
+"""
+import argparse
+import collections
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+GOAL_HEALTH_P99 = 0.100
+
+
+def clients(port, api_clients, seconds, ranks):
+    lat: dict = collections.defaultdict(list)
+    codes: collections.Counter = collections.Counter()
+    errors: list = []
+    end = time.monotonic() + seconds
+
+    def api(i):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        paths = ["/api/v1/ranks", "/api/v1/timeline?job=bench&rank=%d&seconds=60" % (i % ranks),
+                 "/api/v1/diagnosis?job=bench&rank=%d" % (i % ranks)]
+        k = 0
+        while time.monotonic() < end:
+            path = paths[k % len(paths)]
+            k += 1
+            try:
+                c.request("GET", path)
+                r = c.getresponse()
+                r.read()
+            except (OSError, http.client.HTTPException) as e:
+                errors.append(type(e).__name__)
+                c.close()
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                continue
+            codes[r.status] += 1
+            if r.status == 429:
+                time.sleep(float(r.getheader("Retry-After", "1")))
+        c.close()
+
+    def probe(path, every):
+        due = time.monotonic()
+        while time.monotonic() < end:
+            time.sleep(max(0.0, due - time.monotonic()))
+            due += every
+            t = time.perf_counter()
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                c.request("GET", path)
+                r = c.getresponse()
+                r.read()
+                c.close()
+            except (OSError, http.client.HTTPException) as e:
+                errors.append("%s %s" % (path, type(e).__name__))
+                continue
+            lat[path].append(time.perf_counter() - t)
+            if r.status != 200:
+                errors.append("%s status %d" % (path, r.status))
+    pool = [threading.Thread(target=api, args=(i,)) for i in range(api_clients)]
+    pool += [threading.Thread(target=probe, args=("/healthz", 0.1)),
+             threading.Thread(target=probe, args=("/metrics", 1.0))]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    print(json.dumps({"lat": lat, "codes": codes, "errors": errors[:20], "n_errors": len(errors)}))
+
+
+def summary(name, lat, goal=None):
+    lat = sorted(lat)
+    if not lat:
+        return "  %-9s nothing answered" % name
+    p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    line = "  %-9s %5d answers  p50 %7.1f ms  p99 %7.1f ms  max %7.1f ms" % (
+        name, len(lat), p50 * 1e3, p99 * 1e3, lat[-1] * 1e3)
+    if goal:
+        line += "  p99/goal %.2fx" % (p99 / goal)
+    return line
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--ranks", type=int, default=256)
+    ap.add_argument("--api-clients", type=int, default=50)
+    ap.add_argument("--client", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.client:
+        return clients(a.client, a.api_clients, a.seconds, a.ranks)
+    from bench_http import make_agent, report
+
+    from stallscope.agent import http as agent_http
+
+    agent = make_agent(a.ranks)
+    stop = threading.Event()
+
+    def feed():  # the ingest's work meanwhile: a rank's report every 10 ms
+        r = 0
+        while not stop.wait(0.01):
+            agent.apply(report(r % a.ranks, events=10))
+            r += 1
+    for target in (feed, agent._scheduler):
+        threading.Thread(target=target, daemon=True).start()
+    server = agent_http.make_server("127.0.0.1:0", agent.parts.render, agent.routes, agent.healthy,
+                                    stats=agent.http_stats)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print("%d ranks, %d closed-loop API clients for %gs; /healthz every 0.1 s, /metrics every 1 s"
+          % (a.ranks, a.api_clients, a.seconds), flush=True)
+    try:
+        cmd = [sys.executable, __file__, "--client", str(server.server_address[1]), "--seconds",
+               str(a.seconds), "--api-clients", str(a.api_clients), "--ranks", str(a.ranks)]
+        child = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 120)
+        out = json.loads(child.stdout)
+    finally:
+        stop.set()
+        agent.stopping.set()
+        server.shutdown()
+        server.server_close()
+    print(summary("/healthz", out["lat"].get("/healthz", []), GOAL_HEALTH_P99))
+    print(summary("/metrics", out["lat"].get("/metrics", [])))
+    print("  API answers by status: %s; errors %d %s" % (
+        dict(sorted(out["codes"].items())), out["n_errors"], out["errors"][:5]))
+
+
+if __name__ == "__main__":
+    main()
