@@ -27,6 +27,9 @@ def test_the_timeline_keeps_columns_and_serves_a_window_as_contiguous_columns():
     assert tl.newest() == (100, 100 % 7, 100 % 7 + 3)
     assert tl.rows()[:, 0].tolist() == list(range(30, 110, 10))
     assert BatchTimeline(4).newest() is None
+    small = BatchTimeline(4)
+    small.extend(columns(0, 10))  # more than it holds at once: the newest 4
+    assert small.since(0).t_end.tolist() == [60, 70, 80, 90] and small.since(75).t_end.tolist() == [80, 90]
 
 
 def test_a_trace_from_columns_equals_the_trace_from_rows():
