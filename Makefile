@@ -96,12 +96,15 @@ scale: setup system
 	$(PY) benchmarks/scale/rig.py --ranks 2048 8192
 
 # Dashboards, rules and the PrometheusRule come from stallscope/mixin, the metric/signal/
-# cause reference and the exporter table of the docs from stallscope/vocabulary; CI fails
-# when the checked-in files differ from what they generate.
+# cause reference and the exporter table of the docs from stallscope/vocabulary, the
+# golden /metrics from a real agent over the golden node (tests/golden/fixtures/node.py);
+# CI fails when the checked-in files differ from what they generate.
 generate: setup
 	$(VENV)/bin/stallscope alerts --out alerts --prometheusrule deploy/kubernetes/base/prometheusrule.yaml
 	$(VENV)/bin/stallscope dashboards --out dashboards
 	$(PY) -m stallscope.vocabulary.reference docs
+	# the golden exposition and signal table: the agent over the golden node's tree
+	$(PY) -m pytest -q -p no:cacheprovider tests/golden --update
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
