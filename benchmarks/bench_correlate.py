@@ -63,7 +63,7 @@ def main():
                                                  node_signals=node))
               for r, (ev, sig, node) in enumerate(data)]
     window = HOUR + 60  # the arguments the agent's correlator part passes
-    verdicts = [diagnosis.analyse(t, traces, node="bench", window_seconds=window)["verdict"]
+    verdicts = [diagnosis.analyse(t, traces, node="bench", window_seconds=window).verdict
                 for t in traces]
     pure = best_of(lambda: [diagnosis.analyse(t, traces, node="bench", window_seconds=window)
                             for t in traces])
@@ -95,7 +95,7 @@ def main():
     via_agent = best_of(lambda: corr.analyse(ranks, window))
     node = corr._scope("node", window)
     traces_t = best_of(lambda: [corr.trace(r, window, node) for r in ranks])
-    agent_verdicts = [d["verdict"] for d in corr.analyse(ranks, window).values()]
+    agent_verdicts = [d.verdict for d in corr.analyse(ranks, window).values()]
     print("correlator: %d ranks x 1 h at 10 Hz (%d batch events, %d GPU samples, %d signal samples)"
           % (RANKS, n_events, sum(len(s["gpu_busy_ratio"]) for _, s, _ in data),
              sum(len(p) for _, s, node in data for k, p in s.items() if k != "gpu_busy_ratio")
