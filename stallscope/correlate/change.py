@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE
-from .model import Prediction
+from .model import Change, Mark, Prediction, Stats
 from .overlap import iterator_starts
 from .trace import RankTrace
 
@@ -28,24 +28,21 @@ def settings_of(loader: Mapping[str, Any] | None, quota_cores: float | None) -> 
     return out
 
 
-def mark(old: dict[str, Any], new: dict[str, Any], at_ns: int,
-         prediction: Prediction | None) -> dict[str, Any]:
+def mark(old: dict[str, Any], new: dict[str, Any], at_ns: int, prediction: Prediction | None) -> Mark:
     what = ", ".join("%s %s -> %s" % (k, old.get(k), new.get(k)) for k in new if old.get(k) != new.get(k))
-    return {"at_ns": int(at_ns), "at_wall": time.strftime("%H:%M:%S"), "what": what,
-            "from": old, "to": new, "predicted": prediction}
+    return Mark(int(at_ns), time.strftime("%H:%M:%S"), what, old, new, prediction)
 
 
-def _stats(trace: RankTrace, keep: np.ndarray) -> dict[str, Any] | None:
+def _stats(trace: RankTrace, keep: np.ndarray) -> Stats | None:
     keep = keep & ~iterator_starts(trace)
     n = int(keep.sum())
     if n < MIN_AFTER:
         return None
     interval, wait = trace.interval[keep], trace.wait[keep]
-    return {"batches": n, "data_wait_ratio": round(float(wait.sum() / interval.sum()), 6),
-            "step_seconds": round(float(interval.mean()) / 1e9, 6)}
+    return Stats(n, round(float(wait.sum() / interval.sum()), 6), round(float(interval.mean()) / 1e9, 6))
 
 
-def _split(marked: dict[str, Any], trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+def _split(marked: Mark, trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
     """(before, after) masks. The mark's time is the agent's previous look, up to a
     second before the change: the batches between it and the new settings' first one
     are the old settings', so the split is at the first iterator start after the mark
@@ -54,22 +51,22 @@ def _split(marked: dict[str, Any], trace: RankTrace) -> tuple[np.ndarray, np.nda
     steady pace the prediction is about: on a loaded machine forking 8 workers took
     seconds, a fifth of a short "after"."""
     n = len(trace.t_end)
-    starts = np.flatnonzero(iterator_starts(trace) & (trace.t_end > marked["at_ns"]))
+    starts = np.flatnonzero(iterator_starts(trace) & (trace.t_end > marked.at_ns))
     if not len(starts):
-        after = trace.t_end > marked["at_ns"]
+        after = trace.t_end > marked.at_ns
         return ~after, after
     first = int(starts[0])
     idx = np.arange(n)
-    round_ = int((marked.get("to") or {}).get("num_workers") or 0)
+    round_ = int(marked.after_settings.get("num_workers") or 0)
     return idx < first, idx > first + round_ - 1 if round_ else idx >= first
 
 
-def view(marked: dict[str, Any], trace: RankTrace) -> dict[str, Any]:
+def view(marked: Mark, trace: RankTrace) -> Change:
     """The mark with before/after measured on ``trace``, and how the prediction did."""
     before_mask, after_mask = _split(marked, trace)
-    out = dict(marked, before=_stats(trace, before_mask), after=_stats(trace, after_mask))
-    a, p = out["after"], marked.get("predicted")
-    out["stall_gone"] = a is not None and a["data_wait_ratio"] < DATA_WAIT_LINE
-    if a is not None and p is not None and p.predicted_step_seconds:
-        out["step_error"] = round((p.predicted_step_seconds - a["step_seconds"]) / a["step_seconds"], 4)
-    return out
+    before, after = _stats(trace, before_mask), _stats(trace, after_mask)
+    p = marked.predicted
+    error = None
+    if after is not None and p is not None and p.predicted_step_seconds:
+        error = round((p.predicted_step_seconds - after.step_seconds) / after.step_seconds, 4)
+    return Change(marked, before, after, after is not None and after.data_wait_ratio < DATA_WAIT_LINE, error)

@@ -17,15 +17,18 @@ from typing import Any
 from .detect import Detection
 from .model import (
     Cause,
+    Change,
     Diagnosis,
     Evidence,
     GpuView,
     Headroom,
     Identity,
     Loop,
+    Mark,
     Matched,
     Prediction,
     RankRow,
+    Stats,
     Straggler,
     WorkerSpread,
 )
@@ -138,14 +141,37 @@ def encode(d: Diagnosis, now_ns: int | None = None) -> JSON:
     if d.hang is not None:
         out["hang"] = dict(d.hang)
     if d.change is not None:
-        out["change"] = dict(d.change)
-        if isinstance(d.change.get("predicted"), Prediction):
-            out["change"]["predicted"] = prediction(d.change["predicted"])
+        out["change"] = change(d.change)
     if d.matched_ranks:
         out["matched_ranks"] = [_fields(m) for m in d.matched_ranks]
     if d.note:
         out["note"] = d.note
     return out
+
+
+def change(c: Change) -> JSON:
+    """A marked change: the mark's fields, ``before``/``after`` and the prediction's error."""
+    m = c.mark
+    out: JSON = {"at_ns": m.at_ns, "at_wall": m.at_wall, "what": m.what, "from": dict(m.before_settings),
+                 "to": dict(m.after_settings),
+                 "predicted": prediction(m.predicted) if m.predicted is not None else None,
+                 "before": _fields(c.before) if c.before is not None else None,
+                 "after": _fields(c.after) if c.after is not None else None, "stall_gone": c.stall_gone}
+    if c.step_error is not None:
+        out["step_error"] = c.step_error
+    return out
+
+
+def decode_change(body: Any) -> Change:
+    b = _map(body, "change")
+
+    def stats(key: str) -> Stats | None:
+        v = b.get(key)
+        return None if v is None else _dataclass(Stats, v, key)
+    mark = Mark(_int(b, "at_ns") or 0, _str(b, "at_wall") or "?", _str(b, "what") or "",
+                dict(_map(b.get("from") or {}, "from")), dict(_map(b.get("to") or {}, "to")),
+                decode_prediction(b["predicted"]) if b.get("predicted") else None)
+    return Change(mark, stats("before"), stats("after"), bool(b.get("stall_gone")), _num(b, "step_error"))
 
 
 def _rank_row(r: RankRow) -> JSON:
@@ -278,14 +304,9 @@ def decode(body: Any) -> Diagnosis:
                               _num(dm, "excess_seconds") or 0.0, _num(dm, "z") or 0.0)
     headroom = _dataclass(Headroom, b["headroom"], "headroom") if b.get("headroom") else None
     matched = tuple(_dataclass(Matched, m, "a matched rank") for m in _list(b, "matched_ranks"))
-    for key in ("hang", "change"):
-        if b.get(key) is not None:
-            _map(b[key], key)
-    changed = None
-    if b.get("change") is not None:
-        changed = dict(b["change"])
-        if changed.get("predicted") is not None:
-            changed["predicted"] = decode_prediction(changed["predicted"])
+    if b.get("hang") is not None:
+        _map(b["hang"], "hang")
+    changed = decode_change(b["change"]) if b.get("change") is not None else None
     return Diagnosis(
         who=Identity(_str(b, "job"), b.get("rank"), _str(b, "pod"), _str(b, "namespace"), _str(b, "node")),
         window_seconds=_num(b, "window_seconds") or 0.0, batches=_int(b, "batches") or 0,

@@ -183,6 +183,36 @@ class Matched:
 
 
 @dataclasses.dataclass(frozen=True)
+class Mark:
+    """A change of a rank's loader settings (or the CPU quota over it) the agent saw
+    (correlate/change.py), with the prediction made before it."""
+    at_ns: int
+    at_wall: str
+    what: str
+    before_settings: Mapping[str, Any]
+    after_settings: Mapping[str, Any]
+    predicted: Prediction | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """The steady batches on one side of a change."""
+    batches: int
+    data_wait_ratio: float
+    step_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """A mark with before -> after measured, and how the prediction did."""
+    mark: Mark
+    before: Stats | None
+    after: Stats | None
+    stall_gone: bool
+    step_error: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Diagnosis:
     """The node-local diagnosis of one rank (diagnosis.analyse)."""
     who: Identity
@@ -208,7 +238,7 @@ class Diagnosis:
     detection: Detection | None = None
     detected_at_ns: int | None = None
     hang: Mapping[str, Any] | None = None     # hangs.py's triage document
-    change: Mapping[str, Any] | None = None   # change.view's document
+    change: Change | None = None             # a marked change, before -> after (change.py)
     matched_ranks: tuple[Matched, ...] = ()
     note: str = ""
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..correlate import codec
-from ..correlate.model import Cause, Diagnosis, GpuView, Prediction
+from ..correlate.model import Cause, Change, Diagnosis, GpuView, Prediction
 
 JSON = dict[str, Any]
 
@@ -280,7 +280,7 @@ class Report:
     rank_headroom: RankHeadroom | None = None
     job_headroom: JobHeadroom | None = None
     cost: Cost | None = None
-    change: Mapping[str, Any] | None = None
+    change: Change | None = None
     evidence: tuple[EvidenceRow, ...] = ()
     stacks: Mapping[str, Any] | None = None
     plot: str | None = None
@@ -319,11 +319,6 @@ def _source(s: Source) -> JSON:
 
 def encode(r: Report) -> JSON:
     """The ``diagnose --json`` document."""
-    change = None
-    if r.change is not None:
-        change = dict(r.change)
-        if isinstance(change.get("predicted"), Prediction):
-            change["predicted"] = codec.prediction(change["predicted"])
     out: JSON = {
         "api": codec.API, "verdict": r.verdict, "reason": r.reason,
         "causes": [codec.cause(c) for c in r.causes],
@@ -357,8 +352,8 @@ def encode(r: Report) -> JSON:
         "commands": list(r.commands), "sources": [_source(s) for s in r.sources],
         "warnings": list(r.warnings), "elapsed_seconds": r.elapsed_seconds,
     }
-    if change is not None:
-        out["change"] = change
+    if r.change is not None:
+        out["change"] = codec.change(r.change)
     if r.plot is not None:
         out["plot"] = r.plot
     return out

@@ -15,10 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from ..correlate.model import Cause, Diagnosis, Prediction
+from ..correlate.model import Cause, Change, Diagnosis, Prediction
 from .document import Cost, JobHeadroom, RankHeadroom, Report
 
 DAY_HOURS = 24.0
@@ -96,16 +93,17 @@ def lines(doc: Report) -> list[str]:
     return out
 
 
-def change_line(ch: Mapping[str, Any]) -> str:
-    """A marked change (correlate/change.py's document), before -> after."""
-    b, a = ch.get("before") or {}, ch.get("after") or {}
+def change_line(ch: Change) -> str:
+    """A marked change (correlate/change.py), before -> after."""
+    b, a = ch.before, ch.after
     text = "Change at %s: %s. Before -> after: data-wait %s -> %s, step %s -> %s" % (
-        ch.get("at_wall", "?"), ch.get("what"), _pc(b.get("data_wait_ratio")), _pc(a.get("data_wait_ratio")),
-        _s(b.get("step_seconds")), _s(a.get("step_seconds")))
-    p = ch.get("predicted")
-    if isinstance(p, Prediction):
+        ch.mark.at_wall, ch.mark.what, _pc(b.data_wait_ratio if b else None),
+        _pc(a.data_wait_ratio if a else None), _s(b.step_seconds if b else None),
+        _s(a.step_seconds if a else None))
+    p = ch.mark.predicted
+    if p is not None:
         text += " (predicted %s, step %s)" % (_pc(p.predicted_data_wait_ratio), _s(p.predicted_step_seconds))
-    text += "; the stall is %s." % ("gone" if ch.get("stall_gone") else "still there")
+    text += "; the stall is %s." % ("gone" if ch.stall_gone else "still there")
     return text
 
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from stallscope.correlate import change
+from stallscope.correlate.model import Stats
 
 
 class Trace:
@@ -23,9 +24,9 @@ def test_after_starts_past_the_new_workers_first_round_not_at_the_agents_last_lo
     # the agent looked last 5 batches before the change
     marked = change.mark({"num_workers": 2}, {"num_workers": 4}, int(t.t_end[14]), None)
     out = change.view(marked, t)
-    assert out["before"] == {"batches": 20, "data_wait_ratio": pytest.approx(0.5), "step_seconds": 0.08}
-    assert out["after"] == {"batches": 20, "data_wait_ratio": 0.0, "step_seconds": 0.04}
-    assert out["stall_gone"] is True
+    assert out.before == Stats(20, pytest.approx(0.5), 0.08)
+    assert out.after == Stats(20, 0.0, 0.04)
+    assert out.stall_gone is True
 
 
 def test_without_an_iterator_start_the_mark_divides():
@@ -33,4 +34,4 @@ def test_without_an_iterator_start_the_mark_divides():
     t = Trace([80] * 10 + [40] * 10, [40] * 10 + [0] * 10)
     marked = change.mark({"cpu_quota_cores": 0.4}, {"cpu_quota_cores": 1.0}, int(t.t_end[9]), None)
     out = change.view(marked, t)
-    assert out["before"]["batches"] == 10 and out["after"]["data_wait_ratio"] == 0.0
+    assert out.before.batches == 10 and out.after.data_wait_ratio == 0.0
