@@ -49,6 +49,8 @@ def test_both_paths_give_the_steady_wait_of_an_epoch_start_run(tmp_path):
     assert full_p > 0.1 and full_a > 0.1, (full_p, full_a)
     assert steady_p < 0.5 * full_p and steady_a < 0.5 * full_a, (steady_p, full_p, steady_a, full_a)
     # ... and the steady wait left is the same, within a point
+    print("epoch-start run: data-wait %.1f%% (prometheus) / %.1f%% (agent), steady %.2f%% / %.2f%%" % (
+        100 * full_p, 100 * full_a, 100 * steady_p, 100 * steady_a))
     assert abs(steady_p - steady_a) <= 0.01, (steady_p, steady_a)
     rows = {r["signal"]: r for r in via_prom["evidence"]}
     assert rows["steady_data_wait_ratio"]["source"] == "prometheus"

@@ -92,6 +92,8 @@ def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tm
     [row] = [e for e in top["evidence"] if e["signal"] == "numa_remote_cpu_ratio"]
     assert row["during_stalls"] >= 0.8 and row["judged_by"] == "standing"
     assert "pin the workers to the GPU's local CPUs" in top["summary"]
+    print("remote: share %.2f, numa_remote %.2f first; then %s" % (
+        remote_metric(metrics), top["score"], [(c["cause"], c["score"]) for c in d["causes"][1:3]]))
 
 
 @pytest.mark.slow
