@@ -51,8 +51,8 @@ class Context:
 
     @functools.cached_property
     def loop(self) -> InputBound:
-        return input_bound(self.trace, self.waits)
+        return input_bound(self.trace, self.waits, self.starts)
 
     @functools.cached_property
     def period(self) -> StallPeriod:
-        return stall_period(self.trace)
+        return stall_period(self.trace, steady=self.steady)

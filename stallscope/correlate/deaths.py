@@ -84,11 +84,13 @@ def score(trace: RankTrace) -> list[Cause]:
     return out
 
 
-def restarts(trace: RankTrace) -> np.ndarray:
-    """Mask of the iterator starts (``starts``: overlap.iterator_starts) that are the
-    loader's restart after a death: the first start after each sample window that counts
-    a kill began (one restart for the workers killed together)."""
-    starts = trace.interval == trace.wait
+def restarts(trace: RankTrace, starts: np.ndarray | None = None) -> np.ndarray:
+    """Mask of the iterator starts (``starts``: overlap.iterator_starts, given when the
+    caller has it) that are the loader's restart after a death: the first start after
+    each sample window that counts a kill began (one restart for the workers killed
+    together)."""
+    if starts is None:
+        starts = trace.interval == trace.wait
     out = np.zeros(trace.n, dtype=bool)
     span = trace.span()
     if span is None:

@@ -155,13 +155,13 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     scored += held
     missing += absent
     others = max((c.score for c in scored), default=0.0)
-    tfw = workers.score(trace, ctx.period, others, ctx.steady_waits)
+    tfw = workers.score(trace, ctx.period, others, ctx.steady_waits, ctx.steady)
     if tfw is None:
         missing.append("too_few_workers")
     else:
         scored.append(tfw)
     # the restarts after a worker's death are the death's, not epochs' (deaths.py)
-    started = epochs.score(ctx.loop, deaths.restarts(trace), trace)
+    started = epochs.score(ctx.loop, deaths.restarts(trace, ctx.starts), trace)
     if started is not None:
         scored = epochs.steady_part(scored, started)
         scored.append(started)

@@ -77,10 +77,13 @@ def steady_ratio(trace: RankTrace, starts: np.ndarray) -> float:
     return float(trace.wait[keep].sum()) / step if step > 0 else 0.0
 
 
-def input_bound(trace: RankTrace, wait_index: WaitIndex | None = None) -> InputBound:
+def input_bound(trace: RankTrace, wait_index: WaitIndex | None = None,
+                starts: np.ndarray | None = None) -> InputBound:
+    """``starts``: the iterator-start mask when the caller has it (correlate/context.py)."""
     wait_s = float(trace.wait.sum()) / 1e9
     step_s = float(trace.interval.sum()) / 1e9
-    starts = iterator_starts(trace)
+    if starts is None:
+        starts = iterator_starts(trace)
     start_wait = float(trace.wait[starts].sum()) / 1e9
     compute = np.maximum(trace.interval - trace.wait, 0)
     out = InputBound(batches=trace.n, data_wait_seconds=wait_s, step_seconds=step_s,

@@ -79,10 +79,12 @@ def period_of(indices: ArrayLike) -> tuple[int, float]:
     return int(round(float(np.median(gaps[one[best]])))), float(support[best])
 
 
-def stall_period(trace: RankTrace, mask: np.ndarray | None = None) -> StallPeriod:
+def stall_period(trace: RankTrace, mask: np.ndarray | None = None,
+                 steady: np.ndarray | None = None) -> StallPeriod:
+    """``steady``: the mask of batches that start no iterator, when the caller has it."""
     thr = stall_threshold_ns(trace)
     if mask is None:  # an iterator's first batch waits for worker startup: not a stall
-        mask = (trace.wait > thr) & (trace.interval != trace.wait)
+        mask = (trace.wait > thr) & (steady if steady is not None else trace.interval != trace.wait)
     n_stall = int(mask.sum())
     out = StallPeriod(stall_batches=n_stall, threshold_seconds=thr / 1e9)
     if trace.n < 2 * MIN_CLUSTERS or n_stall < MIN_CLUSTERS:

@@ -114,8 +114,9 @@ def contradict_cpu_shortage(cause: Cause, share: float | None) -> Cause:
 
 
 def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
-          wait_index: WaitIndex | None = None) -> Cause | None:
-    """The too_few_workers Cause, or None when nothing bears on it."""
+          wait_index: WaitIndex | None = None, steady: np.ndarray | None = None) -> Cause | None:
+    """The too_few_workers Cause, or None when nothing bears on it. ``steady``: the mask
+    of batches that start no iterator, when the caller has it (correlate/context.py)."""
     workers = (trace.loader or {}).get("num_workers")
     span = trace.span()
     if span is None or trace.n < 2:
@@ -124,7 +125,8 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
     compute = trace.compute_ns() / 1e9
     # the steady batches' mean wait: an iterator's first batch waits for its workers to
     # start (epoch_start's share), not for a loader too slow for the compute
-    steady = trace.interval != trace.wait
+    if steady is None:
+        steady = trace.interval != trace.wait
     mean_wait = float(trace.wait[steady].mean() if steady.any() else trace.wait.mean()) / 1e9
     evidence: list[Evidence] = []
     reasons: list[str] = []
