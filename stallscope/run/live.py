@@ -123,6 +123,7 @@ class View:
         self.tty = getattr(out, "isatty", lambda: False)()
         self.drawn = 0
         self.dirty = False
+        self.mid_line = False  # what else was written ended inside a line (a progress bar)
         self.lock = threading.Lock()
 
     def show(self, seconds, rows, rates):
@@ -132,9 +133,11 @@ class View:
         with self.lock:
             if self.tty:
                 up = "\x1b[%dF" % self.drawn if self.drawn and not self.dirty else ""
+                # below a line left open (tqdm's bar), not over it
+                up = "\n" if self.dirty and self.mid_line else up
                 self.out.write(up + "".join("\x1b[2K%s\n" % s for s in lines))
                 self.drawn = len(lines)
-                self.dirty = False
+                self.dirty = self.mid_line = False
             else:
                 self.out.write("".join("%s\n" % s for s in lines))
             self.out.flush()

@@ -57,6 +57,7 @@ class Relay:
                 self.view.out.write(text)
                 self.view.out.flush()
                 self.view.dirty = True
+                self.view.mid_line = not text.endswith("\n")
 
     def close(self):
         if self.slave is not None:

@@ -137,3 +137,40 @@ def test_the_plot_spreads_waits_over_bins_and_its_running_mean_trails_them():
     assert [round(v, 6) for v in share] == [1.0, 0.0, 0.5]
     mean = plot.running_mean(share, 0.5, mean_s=1.0)  # two bins
     assert [round(v, 6) for v in mean] == [1.0, 0.5, 0.25]
+
+
+class _Terminal:
+    """What the view writes, as a terminal would show it (isatty true)."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+
+def test_the_view_redraws_in_place_appends_after_other_output_and_keeps_an_open_line():
+    term = _Terminal()
+    view = live.View(term)
+    row = {"job": "j", "rank": 0, "batches": 5, "data_wait_ratio": 0.1, "verdict": None, "cause": None}
+    view.show(1.0, [row], {})
+    view.show(2.0, [dict(row, batches=9)], {})
+    assert [r for r in screen(term.text) if r] == [live.line(dict(row, batches=9), None, 2.0)]
+    with view.lock:  # as the relay does: a log line, then a progress bar with no newline
+        term.write("log: epoch 1\n")
+        view.dirty, view.mid_line = True, False
+    view.show(3.0, [dict(row, batches=12)], {})
+    with view.lock:
+        term.write("\r 40%|####      |")
+        view.dirty, view.mid_line = True, True
+    view.show(4.0, [dict(row, batches=15)], {})
+    shown = [r for r in screen(term.text) if r]
+    assert shown == [live.line(dict(row, batches=9), None, 2.0), "log: epoch 1",
+                     live.line(dict(row, batches=12), None, 3.0), " 40%|####      |",
+                     live.line(dict(row, batches=15), None, 4.0)], shown
