@@ -6,6 +6,11 @@ The agent runs as this user, without Prometheus. It reads the GPU through NVML w
 there is one; where there is none the report has no GPU signal and says so (a simulated
 GPU would follow a lab trainer's phases, which a user's script does not report).
 
+Every rank that reports to the agent is this run's and is followed, whatever its job
+name (a ``job=`` in the trainer overrides STALLSCOPE_JOB). The report's first line says
+when the training failed or was interrupted; a Ctrl-C, once the training has stopped,
+still writes the report of what was measured until then (issue 34).
+
 Ctrl-C (or SIGTERM): the training's process group gets SIGINT (torchrun passes it on to
 its ranks), is killed if it has not left within 20 s, the agent stops and the private
 directory goes: nothing is left behind.
