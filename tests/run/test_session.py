@@ -91,7 +91,9 @@ def test_a_finished_run_is_judged_on_what_it_measured(reports):
     that start"; finished, it never will: its other batches, under the line, decide."""
     with open(reports["fast"].json) as f:
         doc = json.load(f)
-    assert doc["verdict"] == "healthy", doc["reason"]
+    # healthy on an idle machine; on a loaded one its steady batches can wait over the
+    # line too (input_bound): judged either way, never left "starting"
+    assert doc["verdict"] in ("healthy", "input_bound"), doc["reason"]
     assert "judged once" not in doc["reason"] and not doc["too_short"]
     assert doc["run"]["outcome"] == "ok" and doc["run"]["ranks"][0]["batches"] == 45
 
