@@ -3,7 +3,7 @@ Not part of CI (downloads: PyPI's Linux wheels of torch are CUDA builds, ~3 GB a
 with their nvidia-* libraries, which run on the CPU).
 
 - For each torch release: a venv of its own (.compat/torch-X, Python 3.11), torch pinned
-  first, then this checkout with its test extra; the hook's tests (tests/hook) in it, and
+  first, then this checkout with its test and fuse extras; the hook's tests (tests/hook) in it, and
   scripts/compat_probe.py: which DataLoader introspections work (settings, worker PIDs,
   the ready/transfer split with pin_memory off and on).
 - For each Python (pyenv's 3.9 ... 3.13): the hook's standard-library path, with no
@@ -67,7 +67,7 @@ def torch_venv(version):
         shutil.rmtree(venv, ignore_errors=True)
         if sh([BASE_PYTHON, "-m", "venv", venv], log) or \
                 sh([py, "-m", "pip", "install", "-q", "torch==" + version], log) or \
-                sh([py, "-m", "pip", "install", "-q", "-e", ".[test]"], log):
+                sh([py, "-m", "pip", "install", "-q", "-e", ".[test,fuse]"], log):
             return None, log
         open(os.path.join(venv, ".installed"), "w").close()
     return py, log
