@@ -7,7 +7,9 @@ reached the agent. Prints one JSON line:
   pin_memory) in the agent's /api/v1/ranks entry, equal to the loader's;
 - worker_pids: the 2 workers' PIDs, equal to the PIDs the workers report themselves;
 - split: batches whose wait came split into ready-wait and transfer
-  (``_worker_result_queue._poll``), with pin_memory False and True;
+  (``_worker_result_queue._poll``), with pin_memory False and True (``pin_thread``:
+  whether torch ran its pin-memory thread; without an accelerator it does not, and the
+  pin_memory=True row is the plain path again: tests/hook/test_transfer.py fakes one);
 - errors: anything the hook raised into the loop (must be none), warnings it gave.
 
 Exit status 0 when the loop ran and every batch reached the agent, whatever degraded
@@ -42,16 +44,18 @@ def run(agent, pin_memory, job):
 
     loader = DataLoader(Samples(), batch_size=4, num_workers=2, prefetch_factor=3,
                         pin_memory=pin_memory)
-    pids, errors = set(), []
+    pids, errors, pin_thread = set(), [], None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            for _, pid in stallscope.watch(loader, job=job, rank=0):
+            it = iter(stallscope.watch(loader, job=job, rank=0))
+            pin_thread = getattr(it, "_pin_memory", None)  # torch pins only with an accelerator
+            for _, pid in it:
                 pids.update(int(p) for p in pid)
                 time.sleep(0.01)
         except Exception as e:  # the probe reports whatever the hook raised
             errors.append("%s: %s" % (type(e).__name__, e))
-    return pids, errors, [str(w.message) for w in caught]
+    return pids, errors, [str(w.message) for w in caught], pin_thread
 
 
 def entry(agent, job, timeout=20.0):
@@ -76,7 +80,7 @@ def main():
     try:
         for pin in (False, True):
             job = "compat-pin" if pin else "compat"
-            pids, errors, notes = run(agent, pin, job)
+            pids, errors, notes, pin_thread = run(agent, pin, job)
             r = entry(agent, job)
             key = "pin_memory" if pin else "plain"
             if r is None:
@@ -92,7 +96,7 @@ def main():
                 and loader.get("prefetch_factor") == 3 and loader.get("pin_memory") == pin,
                 "loader": loader,
                 "worker_pids": sorted(r.get("worker_pids") or []) == sorted(pids) and len(pids) == 2,
-                "split_batches": split, "split": split >= BATCHES - 1,
+                "split_batches": split, "split": split >= BATCHES - 1, "pin_thread": pin_thread,
                 "errors": errors, "warnings": notes}
             ok = ok and not errors
     finally:
