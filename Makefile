@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot,frameworks
 
-.PHONY: setup system demo test test-frameworks test-lab test-composer test-fast lint bench fuzz soak scale generate clean
+.PHONY: setup system demo test test-frameworks test-lab test-composer test-compat test-fast lint bench fuzz soak scale generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,17 @@ $(COMPOSER_VENV)/.installed: pyproject.toml
 
 test-composer: $(COMPOSER_VENV)/.installed
 	$(COMPOSER_PY) -m pytest -q -ra tests/integrations/test_composer.py tests/hook/test_shards.py -k 'composer or streaming'
+
+# Not in CI: the hook against the torch releases users run, one venv each under .compat/
+# (torch pinned first, then this checkout; PyPI's Linux wheels are CUDA builds, ~3 GB a
+# release, that run on the CPU; this machine's pip caps torch at 2.14.1), each running
+# tests/hook and scripts/compat_probe.py (settings, worker PIDs, the ready/transfer split),
+# and the hook's standard-library path under pyenv's Pythons 3.9-3.13 (`python -S`).
+# Prints a table; .compat/results.json. Fewer: `make test-compat TORCH_COMPAT="2.8.0"`;
+# COMPAT_CLEAN=1 removes the venvs afterwards.
+TORCH_COMPAT ?= 2.4.1 2.8.0 2.11.0 2.13.0 2.14.1
+test-compat: setup
+	$(PY) scripts/compat.py --torch $(TORCH_COMPAT) $(if $(COMPAT_CLEAN),--clean)
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m 'not slow'

@@ -31,18 +31,23 @@ def main():
     p.add_argument("--batches", type=int, default=80)
     p.add_argument("--exit-status", type=int, default=0, help="exit with this status at the end")
     p.add_argument("--tag", default="", help="ignored (lets a test find this process)")
+    p.add_argument("--job", default=None, help="name the job (stallscope.watch(loader, job=...))")
+    p.add_argument("--step-seconds", type=float, default=0.15, help="the rest of each step")
+    p.add_argument("--log-every", type=int, default=0, help="print a log line every N batches")
     args = p.parse_args()
     cost = 0.06 if args.slow else 0.002
     loader = DataLoader(Samples(args.batches * 8, cost), batch_size=8, num_workers=2)
-    loader = stallscope.watch(loader)
+    loader = stallscope.watch(loader, job=args.job) if args.job else stallscope.watch(loader)
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for x, y in loader:
+    for i, (x, y) in enumerate(loader):
+        if args.log_every and i % args.log_every == 0:
+            print("train: batch %d" % i, flush=True)
         loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        time.sleep(0.15)  # the rest of the step (on a GPU: the forward and backward)
+        time.sleep(args.step_seconds)  # the rest of the step (on a GPU: the forward and backward)
     raise SystemExit(args.exit_status)
 
 

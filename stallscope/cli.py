@@ -257,40 +257,77 @@ def demo(scenario, duration):
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--ranks", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Training processes; more than one runs the command under torchrun.")
+@click.option("--out", "out_dir", default=".", show_default=True, metavar="DIR",
+              type=click.Path(file_okay=False),
+              help="Directory for the report files (created if missing).")
 @click.option("--json", "json_out", default="stallscope-run.json", show_default=True, metavar="FILE",
-              help="Where to write the report as JSON (diagnose's document, plus the run's ranks).")
+              help="Where to write the report as JSON (diagnose's document, plus the run's ranks); "
+                   "a relative FILE is under --out.")
 @click.option("--html", "html_out", default="stallscope-run.html", show_default=True, metavar="FILE",
-              help="Where to write the report as one self-contained HTML page.")
+              help="Where to write the report as one self-contained HTML page; a relative FILE is "
+                   "under --out.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(0.2, 3600),
+              metavar="SECONDS", help="How often the live view updates.")
+@click.option("-q", "--quiet", is_flag=True, help="No live view: the training's output and the report only.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(ranks, json_out, html_out, command):
+def run(ranks, out_dir, json_out, html_out, interval, quiet, command):
     """Train on this machine with stallscope watching: stallscope run -- python train.py ...
 
     \b
     Starts an agent on a private socket (no root, no Prometheus), runs COMMAND (a bare
     `python` is the Python stallscope is installed in) with
     STALLSCOPE_SOCKET and STALLSCOPE_JOB set for its ranks (the trainer calls
-    stallscope.watch(loader) or uses an integration), prints one line per rank each
-    second (data-wait share, batches/s, verdict), and at the end the diagnose report of
-    the worst rank, written as JSON and as an HTML page (timeline plot, evidence table,
-    causes with their fixes). No GPU signal without NVML. Exit status: the training's.
-    Ctrl-C stops the training and leaves nothing behind.
+    stallscope.watch(loader) or uses an integration; a job named there is followed too),
+    prints one line per rank each --interval (elapsed time, data-wait share, batches/s,
+    batches, verdict; on a terminal redrawn in place unless the training printed since),
+    and at the end the diagnose report of the worst rank, written as JSON and as an HTML
+    page (timeline plot, evidence table, causes with their fixes). A failed or
+    interrupted training is the report's first line. No GPU signal without NVML.
+    Exit status: the training's. Ctrl-C stops the training, writes the report of what
+    was measured and leaves nothing else behind.
     """
     from .run.session import run as run_session
 
-    sys.exit(run_session(list(command), ranks=ranks, json_out=json_out, html_out=html_out))
+    sys.exit(run_session(list(command), ranks=ranks, json_out=json_out, html_out=html_out,
+                         interval=interval, quiet=quiet, out_dir=out_dir))
+
+
+class _Fraction(click.ParamType):
+    """A share as ``2%`` or ``0.02`` (issue 34: a bare fraction was read as points)."""
+    name = "FRACTION"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        from .run.compare import fraction
+
+        try:
+            return fraction(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 @main.command()
 @click.argument("a", type=click.Path(exists=True, dir_okay=False))
 @click.argument("b", type=click.Path(exists=True, dir_okay=False))
-@click.option("--threshold", default=0.02, show_default=True, type=click.FloatRange(0, 1),
-              help="B regressed when its data-wait share exceeds A's by more than this.")
-def compare(a, b, threshold):
-    """Two `stallscope run` reports side by side; exit 1 when B regressed past the
-    threshold, 2 when a file is not a report."""
+@click.option("--threshold", default="2%", show_default=True, type=_Fraction(),
+              help="B regressed when its data-wait share exceeds A's by more than this many points "
+                   "of step time (2% or 0.02).")
+@click.option("--step-threshold", default="5%", show_default=True, type=_Fraction(),
+              help="B regressed when its step time exceeds A's by more than this share of A's "
+                   "(5% or 0.05).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON document.")
+def compare(a, b, threshold, step_threshold, as_json):
+    """Two `stallscope run` reports side by side: data-wait and step time of the worst rank.
+
+    \b
+    Exit codes: 0 no regression; 1 B regressed past a threshold; 2 a file is not a
+    run report; 3 a run failed (non-zero exit, interrupted) or could not be judged
+    (verdict unknown: too short), so the comparison proves nothing.
+    """
     from .run.compare import main as run_compare
 
-    sys.exit(run_compare(a, b, threshold, sys.stdout, sys.stderr))
+    sys.exit(run_compare(a, b, threshold, step_threshold, as_json, sys.stdout, sys.stderr))
 
 
 # Last: every command must be registered before main() runs (`python -m stallscope.cli`

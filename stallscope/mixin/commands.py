@@ -33,6 +33,11 @@ def alerts(out, prometheusrule=None, config_path=None, check=False):
     cfg, err = _load("alerts", config_path)
     if err is not None:
         return err
+    warning = _config.placeholder_warning(cfg)
+    # a warning, not a failure (the files are right for the placeholder); not on --check,
+    # which compares the repository's own generated files, placeholder and all
+    if warning and not check:
+        print("stallscope alerts: warning: %s" % warning, file=sys.stderr)
     files = generate.alert_files(cfg)
     try:
         if check:

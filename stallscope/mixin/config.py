@@ -44,7 +44,9 @@ class MixinConfig:
     # recording rule gets a cost per day beside it, and the job dashboard shows it.
     gpu_hour_price: float = 0.0
 
-    # Where the alerts' runbook_url points: base + AlertName + ".md".
+    # Where the alerts' runbook_url points: base + AlertName + ".md". The default is a
+    # placeholder (PLACEHOLDER_RUNBOOK_BASE_URL): `stallscope alerts` warns while it is set
+    # (issue 34: every link 404ed and nothing said so).
     runbook_base_url: str = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
 
     # Dashboards.
@@ -71,6 +73,16 @@ class MixinConfig:
 
 
 DEFAULT = MixinConfig()
+PLACEHOLDER_RUNBOOK_BASE_URL = DEFAULT.runbook_base_url
+
+
+def placeholder_warning(cfg):
+    """One line when the alerts' runbook links point at the placeholder, else None."""
+    if cfg.runbook_base_url != PLACEHOLDER_RUNBOOK_BASE_URL:
+        return None
+    return ("runbook_base_url is the placeholder %s: the alerts' runbook_url links lead "
+            "nowhere until it points at your copy of runbooks/ (--config FILE with "
+            '{"runbook_base_url": "https://..."})' % PLACEHOLDER_RUNBOOK_BASE_URL)
 
 _DURATIONS = ("rate_window", "data_wait_for", "straggler_for", "cause_for", "health_for",
               "silent_lookback")

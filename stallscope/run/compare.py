@@ -1,8 +1,34 @@
 """``stallscope compare A.json B.json``: two ``stallscope run`` reports (diagnose's
-document of the worst rank plus the run's ranks) side by side. B regressed when its
-worst rank's data-wait share exceeds A's by more than ``threshold`` (a share of step
-time, like the alert line): the loop spends that much more of each step waiting."""
+document of the worst rank plus the run's ranks) side by side, as a gate for CI.
+
+- B regressed when its worst rank's data-wait share exceeds A's by more than
+  ``threshold`` (points of step time, like the alert line: the loop spends that much
+  more of each step waiting), or its step time exceeds A's by more than
+  ``step_threshold`` (a fraction of A's step: a slower step with no more waiting is a
+  regression the data-wait alone misses, issue 34).
+- A run that failed (non-zero exit, interrupted) or could not be judged (verdict
+  ``unknown``: too short, no batches in the window) proves nothing either way: the gate
+  fails with its own exit code instead of saying ``ok`` (issue 34: a crashed B passed).
+
+Exit codes: 0 no regression, 1 regressed, 2 a file is not a run report, 3 a run failed
+or could not be judged.
+"""
 import json
+
+OK, REGRESSED, BAD_INPUT, NOT_JUDGED = 0, 1, 2, 3
+
+
+def fraction(text):
+    """``2%`` or ``0.02`` -> 0.02; ValueError with the reason otherwise."""
+    s = str(text).strip()
+    try:
+        v = float(s[:-1]) / 100.0 if s.endswith("%") else float(s)
+    except ValueError:
+        raise ValueError("%r is not a fraction: write 2%% or 0.02" % text) from None
+    if not 0.0 <= v <= 1.0:
+        hint = "" if s.endswith("%") else " (for %s percent write %s%%)" % (s, s)
+        raise ValueError("%r is outside 0..1 (0%%..100%%)%s" % (text, hint))
+    return v
 
 
 def load(path):
@@ -12,7 +38,8 @@ def load(path):
     except ValueError as e:
         raise ValueError("%s is not JSON: %s" % (path, e)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("run"), dict) or \
-            not isinstance(doc.get("data_wait_ratio"), (int, float)):
+            not isinstance(doc.get("data_wait_ratio"), (int, float, type(None))) or \
+            "data_wait_ratio" not in doc:
         raise ValueError("%s is not a stallscope run report (no 'run' and 'data_wait_ratio')" % path)
     return doc
 
@@ -20,44 +47,97 @@ def load(path):
 def step_seconds(doc):
     """The worst rank's mean interval between batches: its step time."""
     for r in doc["run"].get("ranks") or []:
-        if r.get("rank") == doc.get("rank"):
+        if r.get("rank") == doc.get("rank") and r.get("job", doc.get("job")) == doc.get("job"):
             return r.get("step_seconds_mean")
     return None
 
 
-def _causes(doc):
-    named = [c["cause"] for c in doc.get("causes") or [] if c.get("score", 0) > 0]
-    return ", ".join(named[:3]) or "-"
+def why_not_judged(doc):
+    """Why the run proves nothing (it failed, or has no verdict), or None."""
+    run = doc["run"]
+    code = run.get("exit_status")
+    if run.get("outcome") == "interrupted":
+        return "was interrupted (exit status %s)" % code
+    if code not in (0, None):
+        return "failed (exit status %s)" % code
+    if doc.get("verdict") in (None, "unknown") or doc.get("data_wait_ratio") is None:
+        return "could not be judged: %s" % (doc.get("reason") or "verdict unknown")
+    return None
 
 
 def _s(v):
     return "%.3fs" % v if v is not None else "n/a"
 
 
-def compare(a_path, b_path, threshold, out):
-    """Returns 0 (no regression) or 1 (B regressed past the threshold)."""
+def _pct(v):
+    return "%.1f%%" % (100 * v) if v is not None else "n/a"
+
+
+def _side(path, d, not_judged):
+    return {"path": path, "verdict": d.get("verdict"), "reason": d.get("reason"),
+            "data_wait_ratio": d["data_wait_ratio"], "step_seconds": step_seconds(d),
+            "causes": [c["cause"] for c in d.get("causes") or [] if c.get("score", 0) > 0],
+            "exit_status": d["run"].get("exit_status"), "not_judged": not_judged}
+
+
+def result(a_path, b_path, threshold, step_threshold):
+    """The comparison as one document (what --json prints)."""
     a, b = load(a_path), load(b_path)
-    rows = [("data-wait", "%.1f%%" % (100 * a["data_wait_ratio"]), "%.1f%%" % (100 * b["data_wait_ratio"])),
-            ("step time", _s(step_seconds(a)), _s(step_seconds(b))),
-            ("verdict", a.get("verdict"), b.get("verdict")),
-            ("causes", _causes(a), _causes(b)),
-            ("exit status", a["run"].get("exit_status"), b["run"].get("exit_status"))]
+    wa, wb = a["data_wait_ratio"], b["data_wait_ratio"]
+    sa, sb = step_seconds(a), step_seconds(b)
+    wait_delta = wb - wa if wa is not None and wb is not None else None
+    step_change = (sb - sa) / sa if sa and sb is not None else None
+    unjudged = {k: why_not_judged(d) for k, d in (("a", a), ("b", b))}
+    wait_regressed = wait_delta is not None and wait_delta > threshold
+    step_regressed = step_change is not None and step_change > step_threshold
+    if unjudged["a"] or unjudged["b"]:
+        code = NOT_JUDGED
+    else:
+        code = REGRESSED if wait_regressed or step_regressed else OK
+    return {"a": _side(a_path, a, unjudged["a"]), "b": _side(b_path, b, unjudged["b"]),
+            "data_wait": {"delta_points": wait_delta, "threshold_points": threshold,
+                          "regressed": wait_regressed},
+            "step": {"change": step_change, "threshold": step_threshold, "regressed": step_regressed},
+            "result": {OK: "ok", REGRESSED: "regressed", NOT_JUDGED: "not_judged"}[code],
+            "exit_code": code}
+
+
+def text(r, a_doc_causes, b_doc_causes):
+    a, b = r["a"], r["b"]
+    rows = [("data-wait", _pct(a["data_wait_ratio"]), _pct(b["data_wait_ratio"])),
+            ("step time", _s(a["step_seconds"]), _s(b["step_seconds"])),
+            ("verdict", a["verdict"], b["verdict"]),
+            ("causes", a_doc_causes, b_doc_causes),
+            ("exit status", a["exit_status"], b["exit_status"])]
     width = max(24, max(len(str(x)) for _, x, _ in rows) + 2)
-    print("%-12s %-*s %s" % ("", width, "A " + a_path, "B " + b_path), file=out)
-    for name, x, y in rows:
-        print("%-12s %-*s %s" % (name, width, x, y), file=out)
-    delta = b["data_wait_ratio"] - a["data_wait_ratio"]
-    regressed = delta > threshold
-    print("%s: B's data-wait is %+.1f points against A's (threshold %.1f)" % (
-        "REGRESSED" if regressed else "ok", 100 * delta, 100 * threshold), file=out)
-    return 1 if regressed else 0
+    out = ["%-12s %-*s %s" % ("", width, "A " + a["path"], "B " + b["path"])]
+    out += ["%-12s %-*s %s" % (name, width, x, y) for name, x, y in rows]
+    for k, name in (("a", "A (the baseline)"), ("b", "B")):
+        if r[k]["not_judged"]:
+            out.append("NOT JUDGED: %s %s; the comparison proves nothing" % (name, r[k]["not_judged"]))
+    w, s = r["data_wait"], r["step"]
+    if w["delta_points"] is not None:
+        out.append("%s: B's data-wait is %+.1f points of step time against A's (threshold %.1f points)" % (
+            "REGRESSED" if w["regressed"] else "ok", 100 * w["delta_points"], 100 * w["threshold_points"]))
+    if s["change"] is not None:
+        out.append("%s: B's step time is %+.1f%% against A's (threshold %.1f%%)" % (
+            "REGRESSED" if s["regressed"] else "ok", 100 * s["change"], 100 * s["threshold"]))
+    else:
+        out.append("step time: not compared (a report has no step time for its worst rank)")
+    return "\n".join(out) + "\n"
 
 
-def main(a_path, b_path, threshold, out, err):
-    """The command's exit status: compare's, or 2 with one line on ``err`` when a file
-    is not a run report."""
+def main(a_path, b_path, threshold, step_threshold, as_json, out, err):
+    """The command's exit status (see the module docstring); one line on ``err`` when a
+    file is not a run report."""
     try:
-        return compare(a_path, b_path, threshold, out)
-    except (ValueError, KeyError) as e:
+        r = result(a_path, b_path, threshold, step_threshold)
+        causes = ", ".join(r["a"]["causes"][:3]) or "-", ", ".join(r["b"]["causes"][:3]) or "-"
+    except (ValueError, KeyError, TypeError) as e:
         print("stallscope compare: %s" % e, file=err)
-        return 2
+        return BAD_INPUT
+    if as_json:
+        out.write(json.dumps(r, indent=2, sort_keys=True) + "\n")
+    else:
+        out.write(text(r, *causes))
+    return r["exit_code"]

@@ -1,20 +1,25 @@
 """The HTML report of ``stallscope run``: one self-contained page (the timeline plot
-inlined as a PNG data URI, no script, no external file) with the verdict, the evidence
-table, the causes with their fixes (the vocabulary's advice and runbook), the per-rank
-summary and the next steps. The same document as the JSON report, for people."""
+inlined as a PNG data URI, no script, no external file) with the training's failure
+first when it failed, the verdict with the rank's data-wait, the evidence table, the
+causes with their fixes (the vocabulary's advice and runbook), the prediction, headroom
+and cost lines (the text report's own, diagnose/outlook.py), the per-rank summary and
+the next steps. The same document as the JSON report, for people: the Ranks table's
+figure for the reported rank is the headline's (issue 34: 37.5 % against 38.8 %)."""
 import base64
 import html
 
 from .. import vocabulary
-from ..diagnose import render
+from ..diagnose import outlook, render
 
 _STYLE = """
 body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px} h2{font-size:17px;margin-top:26px}
 .verdict{font-size:18px;font-weight:bold;padding:8px 12px;background:#f2f2f2;border-left:6px solid #888}
+.failed{font-size:17px;font-weight:bold;padding:8px 12px;background:#fde2e0;border-left:6px solid #c0392b}
 .input_bound{border-color:#c0392b} .healthy{border-color:#27ae60} .not_input_bound{border-color:#e67e22}
 table{border-collapse:collapse;margin-top:6px} th{background:#1f4e79;color:#fff;text-align:left}
 th,td{padding:5px 10px;border:1px solid #bbb;font-size:13px} tr.over td{background:#fde2e0}
+tr.reported td{font-weight:bold}
 img{max-width:100%;border:1px solid #ccc}
 """
 
@@ -54,16 +59,34 @@ def _causes(doc):
 
 
 def _ranks(doc):
-    rows = [(r["rank"], r["batches"], render.value("x_ratio", r["data_wait_ratio"]),
-             "%.2f" % r["batches_per_second"] if r.get("batches_per_second") else "n/a",
-             r.get("verdict") or "", r.get("cause") or "")
-            for r in (doc.get("run") or {}).get("ranks") or []]
-    return _table(("rank", "batches", "data-wait", "batches/s", "verdict", "top cause"), rows)
+    """The run's ranks; the reported one marked. Its data-wait is the report's own figure
+    (session.final_rows), shown with the headline's rounding."""
+    rows = (doc.get("run") or {}).get("ranks") or []
+    several = len({r.get("job") for r in rows}) > 1
+    out, classes = [], []
+    for r in rows:
+        reported = r["rank"] == doc.get("rank") and r.get("job", doc.get("job")) == doc.get("job")
+        out.append(((r.get("job"),) if several else ()) + (
+            r["rank"], r["batches"], render.value("x_ratio", r["data_wait_ratio"]),
+            "%.2f" % r["batches_per_second"] if r.get("batches_per_second") else "n/a",
+            r.get("verdict") or "", r.get("cause") or "", "<- reported" if reported else ""))
+        classes.append("reported" if reported else "")
+    headers = (("job",) if several else ()) + ("rank", "batches", "data-wait", "batches/s",
+                                               "verdict", "top cause", "")
+    return _table(headers, out, classes)
+
+
+def _outlook(doc):
+    told = outlook.lines(doc)
+    if not told:
+        return ""
+    return "<h2>Prediction, headroom and cost</h2><ul>%s</ul>" % "".join(
+        "<li>%s</li>" % _e(t.strip()) for t in told)
 
 
 def page(doc, png_path=None, report=None):
     """``doc``: the JSON report with its ``run`` entry; ``report``: the typed Report it
-    encodes (diagnose/document.py), for the headline and the evidence table."""
+    encodes (diagnose/document.py), for the headline, the evidence table and the outlook."""
     plot = "<p>No timeline plot (matplotlib missing or no batches in the window).</p>"
     if png_path:
         with open(png_path, "rb") as f:
@@ -77,11 +100,12 @@ def page(doc, png_path=None, report=None):
     return """<!doctype html><html><head><meta charset="utf-8"><title>stallscope run: %(title)s</title>
 <style>%(style)s</style></head><body>
 <h1>stallscope run: <code>%(cmd)s</code></h1>
-<p>exit status %(code)s after %(elapsed)ss; GPU signal: %(gpu)s</p>
-<div class="verdict %(verdict)s">%(headline)s</div><p>%(reason)s</p>
+%(failed)s<p>exit status %(code)s after %(elapsed)ss; GPU signal: %(gpu)s</p>
+<div class="verdict %(verdict)s">%(headline)s<br>data-wait %(share)s of the step time</div><p>%(reason)s</p>
 <h2>Timeline of the worst rank</h2>%(plot)s
 <h2>Evidence</h2>%(evidence)s
 <h2>Causes and fixes</h2>%(causes)s
+%(outlook)s
 <h2>Ranks</h2>%(ranks)s
 <h2>Next steps</h2><ul>%(steps)s</ul>%(notes)s
 </body></html>
@@ -90,4 +114,6 @@ def page(doc, png_path=None, report=None):
        "gpu": _e(gpu or "none (no NVML on this machine)"), "verdict": _e(doc.get("verdict")),
        "headline": _e(render.headline(report)), "reason": _e(doc.get("reason")), "plot": plot,
        "evidence": _evidence(report), "causes": _causes(doc), "ranks": _ranks(doc), "steps": steps,
-       "notes": "<h2>Notes</h2><ul>%s</ul>" % notes if notes else ""}
+       "notes": "<h2>Notes</h2><ul>%s</ul>" % notes if notes else "",
+       "failed": '<div class="failed">%s</div>' % _e(run["outcome_line"]) if run.get("outcome_line") else "",
+       "share": _e(render.value("x_ratio", doc.get("data_wait_ratio"))), "outlook": _outlook(report)}

@@ -146,11 +146,15 @@ def fake_pinning(monkeypatch):
             return type(data)(copy(d) for d in data)
         return data
 
-    acc = torch.accelerator
-    monkeypatch.setattr(acc, "is_available", lambda: True)
-    monkeypatch.setattr(acc, "current_accelerator", lambda: torch.device("cuda"))
-    monkeypatch.setattr(acc, "current_device_index", lambda: 0)
-    monkeypatch.setattr(acc, "set_device_index", lambda index: None)
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:
+        monkeypatch.setattr(acc, "is_available", lambda: True)
+        monkeypatch.setattr(acc, "current_accelerator", lambda: torch.device("cuda"))
+        monkeypatch.setattr(acc, "current_device_index", lambda: 0)
+        monkeypatch.setattr(acc, "set_device_index", lambda index: None)
+    else:  # torch < 2.6 (make test-compat): the DataLoader asks torch.cuda
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(pm, "pin_memory", copy)
 
 

@@ -1,6 +1,7 @@
 """The generated artifacts: committed copies match the generator (CI fails on drift),
 output is deterministic and banner-marked, the one config reaches every rule and panel,
 and the dashboards validate against grafana-foundation-sdk's models."""
+import dataclasses
 import json
 import os
 import re
@@ -73,6 +74,22 @@ def test_cli_writes_and_check_detects_drift(tmp_path):
     assert sorted(os.listdir(tmp_path / "d")) == ["stallscope-node.json", "stallscope-overview.json"]
     r = run(cli.main, ["dashboards", "--out", str(tmp_path / "d"), "--check"])
     assert r.exit_code == 0
+
+
+def test_alerts_warns_while_the_runbook_links_are_the_placeholder(tmp_path):
+    """issue 34: the default runbook_url pointed at a placeholder organisation and nothing
+    said so. One line on stderr, still exit 0 and the same files; none once it is set."""
+    r = runner().invoke(cli.main, ["alerts", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count("\n") == 1 and "warning: runbook_base_url is the placeholder" in r.stderr
+    assert config.PLACEHOLDER_RUNBOOK_BASE_URL in r.stderr
+    assert (tmp_path / "a" / "alerts.yaml").read_text() == committed()["alerts/alerts.yaml"]
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"runbook_base_url": "https://wiki.example/stallscope/"}))
+    r = runner().invoke(cli.main, ["alerts", "--out", str(tmp_path / "b"), "--config", str(cfg)])
+    assert r.exit_code == 0 and r.stderr == "", r.stderr
+    assert "https://wiki.example/stallscope/StallscopeDataWaitHigh.md" in (
+        tmp_path / "b" / "alerts.yaml").read_text()
 
 
 @pytest.mark.parametrize("content, message", [
@@ -193,3 +210,61 @@ def test_dashboards_and_alerts_share_the_sli_definition(boards):
         for r in g["rules"]:
             if r.get("alert", "").startswith("StallscopeDataWait"):
                 assert raw in r["expr"], r["expr"]
+
+
+def _links(board):
+    """(panel, the column the link is on, link) of every data link on a table column."""
+    for p in _panels(board):
+        for o in (p.get("fieldConfig") or {}).get("overrides") or []:
+            for prop in o["properties"]:
+                if prop["id"] == "links":
+                    for link in prop["value"]:
+                        yield p, o["matcher"]["options"], link
+
+
+def test_the_slowest_ranks_link_the_pod_drill_down_with_its_variables(boards):
+    """issue 34: the table had no way to the pod's drill-down."""
+    (link,) = [x for p, col, x in _links(boards["stallscope-overview.json"])
+               if p["title"] == "Slowest ranks" and col == "pod"]
+    url = link["url"]
+    path, query = url.split("?", 1)
+    assert path == "/d/" + boards["stallscope-node.json"]["uid"]
+    params = dict(part.split("=", 1) for part in query.split("&") if "=" in part)
+    node_vars = [v["name"] for v in boards["stallscope-node.json"]["templating"]["list"]
+                 if v["type"] == "query"]
+    assert {k[4:]: v for k, v in params.items()} == {v: "${__data.fields.%s}" % v for v in node_vars}
+    assert "${__url_time_range}" in query and "${datasource:queryparam}" in query
+    # the row's labels are the recorded ratio's: the fields exist in the table
+    n = promql.names(config.DEFAULT)
+    (record,) = [r for g in rules.recording_groups(config.DEFAULT) for r in g["rules"]
+                 if r["record"] == n["rank_ratio"]]
+    by = re.search(r"by \(([^)]*)\)", record["expr"]).group(1)
+    assert set(node_vars) <= {x.strip() for x in by.split(",")}, record["expr"]
+
+
+def test_firing_alerts_link_runbooks_from_the_config_not_from_annotations(boards):
+    (panel,) = [p for p in _panels(boards["stallscope-overview.json"])
+                if p["title"] == "Firing stallscope alerts"]
+    assert "through the runbook_url annotation" not in panel["description"]
+    assert "An alert's name links its runbook" in panel["description"]
+    (link,) = [x for p, col, x in _links(boards["stallscope-overview.json"])
+               if p is panel and col == "alertname"]
+    assert link["url"] == config.DEFAULT.runbook_base_url + "${__value.raw}.md"
+    other = dataclasses.replace(config.DEFAULT, runbook_base_url="https://wiki.example/rb/")
+    board = json.loads(generate.dashboard_files(other)["stallscope-overview.json"])
+    assert [x["url"] for p, col, x in _links(board) if col == "alertname"] == [
+        "https://wiki.example/rb/${__value.raw}.md"]
+
+
+def test_rates_and_latencies_have_their_units(boards):
+    units = {p["title"]: (p.get("fieldConfig") or {}).get("defaults", {}).get("unit")
+             for b in boards.values() for p in _panels(b)}
+    assert units["Slowest rank: batches/s"] == "suffix: batch/s"
+    assert units["Batches per second per rank"] == "suffix: batch/s"
+    assert units["Hook events dropped"] == "suffix: events/s"
+    assert units["Loader worker CPU against the quota"] == "suffix: cores"
+    (fuse,) = [p for p in _panels(boards["stallscope-node.json"]) if p["title"].startswith("FUSE mounts")]
+    (probe,) = [o for o in fuse["fieldConfig"]["overrides"]
+                if o["matcher"] == {"id": "byFrameRefID", "options": "B"}]
+    assert probe["properties"] == [{"id": "unit", "value": "s"}]
+    assert [t["refId"] for t in fuse["targets"] if "probe" in t["expr"]] == ["B"]

@@ -197,6 +197,32 @@ def test_query_returns_data(live, expr):
     assert result, expr
 
 
+def test_table_links_find_their_fields_in_the_tables_rows(live):
+    """A data link fills ${__data.fields.X} from the row's column X: each X must be a label
+    of what the table's query returns (issue 34: the Slowest ranks table links the pod's
+    drill-down with its variables; the firing alerts link their runbooks by name)."""
+    import re
+
+    _wait_alert(live.prometheus, "StallscopeDataWaitHigh", job="mixin-slow")
+    checked = 0
+    for _, text in sorted(generate.dashboard_files(CFG).items()):
+        for p in json.loads(text)["panels"]:
+            for o in (p.get("fieldConfig") or {}).get("overrides") or []:
+                links = [x for prop in o["properties"] if prop["id"] == "links" for x in prop["value"]]
+                if not links:
+                    continue
+                (t,) = p["targets"]
+                rows = live.prometheus.query(_grafana_to_promql(t["expr"]))
+                assert rows, (p["title"], t["expr"])
+                wanted = {o["matcher"]["options"]}
+                for link in links:
+                    wanted |= set(re.findall(r"\$\{__data\.fields\.(\w+)\}", link["url"]))
+                for r in rows:
+                    assert wanted <= set(r["metric"]), (p["title"], wanted, r["metric"])
+                checked += 1
+    assert checked == 2
+
+
 def test_headline_fires_for_the_slowed_job_and_never_for_the_healthy_one(live):
     prom = live.prometheus
     [alert] = _alerts(prom, "StallscopeDataWaitHigh", job="mixin-slow")

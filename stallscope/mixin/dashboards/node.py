@@ -3,9 +3,11 @@
 Pod-level series (cfs, psi, shm, fuse) carry job, pod, namespace and node but no rank;
 node-wide readings carry only node (pod="").
 """
+from grafana_foundation_sdk.models import dashboard as dm
+
 from ... import vocabulary
 from .. import promql
-from .panels import RATE, VARS_NODE, VARS_POD, VARS_RANK, Board, q, ts
+from .panels import BATCHES_PER_SECOND, CORES, RATE, VARS_NODE, VARS_POD, VARS_RANK, Board, q, ts
 
 UID = "node"
 # The kernel's default congestion_threshold, the correlator's line on the signal.
@@ -33,7 +35,7 @@ def build(cfg):
            warn=cfg.data_wait_warning, crit=cfg.data_wait_critical),
         ts("Batches per second per rank", "Pace of each rank's loop. A rank at 0 while it still "
            "reports is blocked in next(): a dead mount or a hung worker.",
-           [q(promql.sel(cfg, n["rank_steps"], *VARS_RANK), rank_legend)], "short", min_val=0),
+           [q(promql.sel(cfg, n["rank_steps"], *VARS_RANK), rank_legend)], BATCHES_PER_SECOND, min_val=0),
     )
 
     b.row("CPU quota (CFS)")
@@ -87,7 +89,7 @@ def build(cfg):
            [q("sum by (namespace, job, rank, pod) (%s)" % promql.rate(
                cfg, "stallscope_loader_workers_cpu_seconds_total", VARS_RANK, RATE), rank_legend),
             q("max by (namespace, pod) (%s)" % promql.sel(cfg, "stallscope_cpu_cfs_quota_cores", *VARS_POD),
-              "quota {{pod}}")], "short", min_val=0),
+              "quota {{pod}}")], CORES, min_val=0),
         ts("Largest loader worker's memory (RSS)", "Resident memory of each rank's largest "
            "loader worker. Steady growth is copy-on-access of Python objects in the dataset "
            "(refcounts touch forked pages: pytorch/pytorch#13246).",
@@ -138,11 +140,11 @@ def build(cfg):
            [q(promql.signal(cfg, "cache_miss_ratio", VARS_POD, RATE), "{{pod}} {{tier}}")],
            "percentunit", min_val=0, max_val=1, warn=cfg.line("StallscopeCacheHitRateLow")),
         ts("FUSE mounts: up and probe latency", "1 = the mount answers a stat; 0 = dead "
-           "(ENOTCONN) or stuck. Probe latency is how long the last stat took (a stuck one grows "
-           "until it returns).",
+           "(ENOTCONN) or stuck. Probe latency (in seconds) is how long the last stat took (a "
+           "stuck one grows until it returns).",
            [q(promql.signal(cfg, "fuse_up", VARS_POD), "up {{mountpoint}} ({{pod}})"),
             q(promql.signal(cfg, "fuse_probe_seconds", VARS_POD), "probe {{mountpoint}} ({{pod}})")],
-           "short", min_val=0),
+           "short", min_val=0).override_by_query("B", [dm.DynamicConfigValue(id_val="unit", value="s")]),
         ts("FUSE requests waiting", "Requests queued on the FUSE connection (fusectl 'waiting'). "
            "Above the congestion threshold (%s by default) the kernel throttles readers."
            % promql.num(FUSE_WAITING),

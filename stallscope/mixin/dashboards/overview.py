@@ -2,7 +2,25 @@
 and the correlator say about it."""
 from .. import promql
 from ..promql import pct
-from .panels import HEATMAP, RATE, TABLE, VARS_RANK, Board, bars, heat, history, q, single, tabular, ts
+from . import node
+from .panels import (
+    BATCHES_PER_SECOND,
+    EVENTS_PER_SECOND,
+    HEATMAP,
+    RATE,
+    TABLE,
+    VARS_RANK,
+    Board,
+    bars,
+    drill_down_url,
+    field_link,
+    heat,
+    history,
+    q,
+    single,
+    tabular,
+    ts,
+)
 
 UID = "overview"
 
@@ -35,7 +53,7 @@ def build(cfg):
                q("count(%s)" % ratio)),
         single("Slowest rank: batches/s", "Batches per second reaching the training loop of the "
                "slowest selected rank: the pace of the whole job.",
-               q("min(%s)" % _m(cfg, n["rank_steps"])), "short"),
+               q("min(%s)" % _m(cfg, n["rank_steps"])), BATCHES_PER_SECOND),
         ts("Data-wait: worst and median rank per job", "Share of step time blocked in next(loader), "
            "per job: the worst rank (solid) and the median rank. Dashed lines: the warning (%s) and "
            "critical (%s) levels of the alerts." % (pct(warn), pct(crit)),
@@ -53,14 +71,19 @@ def build(cfg):
            + ([q(promql.sel(cfg, n["job_idle_cost"], *job_sel), "{{namespace}}/{{job}} cost/day")]
               if cfg.gpu_hour_price else []),
            "short", w=24, min_val=0),
-        tabular("Slowest ranks", "The %d ranks with the largest data-wait share now, with their pod "
-                "and node: start `stallscope diagnose <pod> -n <namespace>` with the first row."
-                % cfg.topk,
-                [q("topk(%d, %s)" % (cfg.topk, ratio), instant=True, fmt=TABLE)], "percentunit"),
-        tabular("Firing stallscope alerts", "Stallscope alerts firing now for the selected namespaces; "
-                "each links its runbook through the runbook_url annotation.",
-                [q('ALERTS{alertname=~"Stallscope.*", alertstate="firing", namespace=~"$namespace"}',
-                   instant=True, fmt=TABLE)], hide=("Time", "Value", "__name__", "alertstate")),
+        field_link(tabular(
+            "Slowest ranks", "The %d ranks with the largest data-wait share now, with their pod "
+            "and node: a pod links the node and pod drill-down for its rank; start `stallscope "
+            "diagnose <pod> -n <namespace>` with the first row." % cfg.topk,
+            [q("topk(%d, %s)" % (cfg.topk, ratio), instant=True, fmt=TABLE)], "percentunit"),
+            "pod", "Node and pod drill-down for this rank", drill_down_url(cfg, node.UID)),
+        field_link(tabular(
+            "Firing stallscope alerts", "Stallscope alerts firing now for the selected namespaces. "
+            "An alert's name links its runbook (runbook_base_url + name + .md, from the mixin "
+            "config: an ALERTS series carries the alert's labels, not its runbook_url annotation).",
+            [q('ALERTS{alertname=~"Stallscope.*", alertstate="firing", namespace=~"$namespace"}',
+               instant=True, fmt=TABLE)], hide=("Time", "Value", "__name__", "alertstate")),
+            "alertname", "Runbook", cfg.runbook_url("${__value.raw}"), new_tab=True),
         history("Data-wait per rank", "One row per rank, one cell per interval, coloured by the "
                 "rank's data-wait share (the per-rank heatmap): a single hot row is a straggler, "
                 "a hot column a job-wide stall, stripes a periodic stall.",
@@ -127,7 +150,7 @@ def build(cfg):
            "second. Non-zero: the agent was down or slow, and data-wait figures undercount.",
            [q("sum by (%s) (%s)" % (
                by, promql.rate(cfg, "stallscope_hook_dropped_events_total", VARS_RANK, RATE)),
-              "{{job}} rank {{rank}}")], "short", min_val=0),
+              "{{job}} rank {{rank}}")], EVENTS_PER_SECOND, min_val=0),
     )
     return b.model()
 

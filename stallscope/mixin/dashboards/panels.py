@@ -114,6 +114,26 @@ def bars(title, description, targets, unit="percentunit", w=12, h=8, min_val=0, 
     return p.min(min_val).max(max_val).display_mode(cm.BarGaugeDisplayMode.GRADIENT)
 
 
+def field_link(panel, field, title, url, new_tab=False):
+    """A data link on one column of a table: each cell links ``url``, in which Grafana
+    fills ``${__data.fields.<name>}`` from the cell's row and ``${__value.raw}`` from the
+    cell itself."""
+    return panel.override_by_name(field, [dm.DynamicConfigValue(id_val="links", value=[
+        {"title": title, "url": url, "targetBlank": new_tab}])])
+
+
+def drill_down_url(cfg, uid, fields=VARIABLE_CHAIN):
+    """The URL of dashboard ``uid`` with its variables set from a table row's ``fields``
+    (the row's labels), the current time range and data source."""
+    return "/d/%s%s?%s&${__url_time_range}&${datasource:queryparam}" % (
+        cfg.dashboard_uid_prefix, uid, "&".join("var-%s=${__data.fields.%s}" % (f, f) for f in fields))
+
+
+# Grafana's custom-unit syntax: a number with this suffix (no built-in unit says batches)
+BATCHES_PER_SECOND = "suffix: batch/s"
+EVENTS_PER_SECOND = "suffix: events/s"
+CORES = "suffix: cores"
+
 HEATMAP = PromQueryFormat.HEATMAP
 TABLE = PromQueryFormat.TABLE
 
