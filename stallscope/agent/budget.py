@@ -16,7 +16,7 @@ import dataclasses
 from .. import vocabulary
 from ..correlate.waitbins import WaitBins
 from .held import MAX_HELD_BYTES
-from .names import BINDING_BYTES, MAX_BINDINGS
+from .names import MAX_BINDING_BYTES, MAX_BINDINGS
 
 BATCHES_PER_S = 20.0
 GPU_SAMPLES_PER_S = 10.0
@@ -79,8 +79,9 @@ class Budget:
 
     def bindings_bytes(self) -> int:
         """Pod names bound to their claimants beyond their ranks' lives (names.py: at
-        most MAX_BINDINGS, the oldest of the domain holding the most evicted past that)."""
-        return MAX_BINDINGS * BINDING_BYTES
+        most MAX_BINDINGS and MAX_BINDING_BYTES, the oldest of the domain holding the most
+        evicted past that)."""
+        return MAX_BINDING_BYTES
 
     def limit_mib(self) -> int:
         """What a memory limit must allow: the history's ceiling, the held reports and
@@ -89,7 +90,7 @@ class Budget:
 
     def describe(self) -> str:
         return ("memory ceiling: %d MiB of history (%d ranks x %.0f KiB, %.0f s timelines, %d "
-                "batches each), %d MiB of held reports, %d MiB of name bindings (%d names), "
+                "batches each), %d MiB of held reports, %d MiB of name bindings (%d names at most), "
                 "plus ~%d MiB baseline: set the memory limit to at least %d MiB"
                 % (self.history_bytes() / 2**20, self.max_ranks, self.rank_bytes() / 1024,
                    self.timeline_seconds, self.events, self.held_bytes() / 2**20,

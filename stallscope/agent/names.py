@@ -19,9 +19,10 @@ the hostname the hook reports by default for the next job on the node. A cgroup 
 there keeps the name bound, however long ago its trainer exited. An allow-list entry
 for the name and a restart of the agent release it too.
 
-Memory: at most ``MAX_BINDINGS`` bindings; past that the oldest binding of the domain
-holding the most is evicted (and counted), so one sender that claims name after name
-evicts its own bindings, not its neighbours'.
+Memory: at most ``MAX_BINDINGS`` bindings and ``MAX_BINDING_BYTES``; past that the
+oldest binding of the uid holding the most is evicted (and counted), so one user that
+claims name after name (from as many cgroups as it can make) evicts its own bindings,
+not its neighbours'.
 """
 from __future__ import annotations
 
@@ -37,10 +38,22 @@ from .allowlist import AllowList, Name
 from .rankstate import Mismatch
 
 MAX_BINDINGS = 4096
-# One binding, at its largest: two 128-character names (validate.py MAX_LABEL_LEN), its
-# domain and cgroup paths (a few hundred bytes each), the dict slots and the per-domain
-# count; measured in tests/agent/test_name_binding.py, rounded up.
-BINDING_BYTES = 4096
+# Their bytes are bounded too, as counted by ``cost`` (a sender may sit in a cgroup with a
+# long path: a user's delegated systemd subtree); measured against tracemalloc in
+# tests/agent/test_name_binding.py.
+MAX_BINDING_BYTES = 8 << 20
+BINDING_OVERHEAD = 700    # the key and domain tuples, the Binding, dict and count slots
+V1_ENTRY_OVERHEAD = 120   # a (controller, path) pair of a v1 hierarchy
+
+
+def cost(name: Name, source: identity.Source) -> int:
+    return (BINDING_OVERHEAD + len(name[0]) + len(name[1]) + 2 * len(source.cgroup)
+            + sum(V1_ENTRY_OVERHEAD + len(c) + len(p) for c, p in _own_v1(source)))
+
+
+def _own_v1(source: identity.Source) -> tuple[tuple[str, str], ...]:
+    """The v1 paths worth keeping: not the root (never removed)."""
+    return tuple((c, p) for c, p in source.v1 if p.strip("/"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +62,7 @@ class Binding:
     uid: int
     cgroup: str                          # the v2 path (else v1 cpu), as in the domain
     v1: tuple[tuple[str, str], ...]      # (controller, path) when it claimed the name
+    bytes: int                           # cost(): what it counts against MAX_BINDING_BYTES
 
 
 class Names:
@@ -62,7 +76,8 @@ class Names:
         self.allow = allow or AllowList()
         self.max_bindings = max_bindings
         self.bindings: collections.OrderedDict[Name, Binding] = collections.OrderedDict()
-        self.per_domain: collections.Counter[identity.Domain] = collections.Counter()
+        self.per_uid: collections.Counter[int] = collections.Counter()  # whose bindings they are
+        self.bytes = 0
         self.evicted = 0
         self.released = 0            # by a claimant's cgroup found gone
         self.lock = threading.Lock()
@@ -110,20 +125,25 @@ class Names:
                 return
             if bound is not None:
                 self._drop(name)
-            while len(self.bindings) >= self.max_bindings:
+            size = cost(name, source)
+            while self.bindings and (len(self.bindings) >= self.max_bindings or
+                                     self.bytes + size > MAX_BINDING_BYTES):
                 self._evict()
-            self.bindings[name] = Binding(source.domain, source.uid, source.cgroup, source.v1)
-            self.per_domain[source.domain] += 1
+            self.bindings[name] = Binding(source.domain, source.uid, source.cgroup,
+                                          _own_v1(source), size)
+            self.per_uid[source.uid] += 1
+            self.bytes += size
 
     def _drop(self, name: Name) -> None:
         b = self.bindings.pop(name)
-        self.per_domain[b.domain] -= 1
-        if self.per_domain[b.domain] <= 0:
-            del self.per_domain[b.domain]
+        self.bytes -= b.bytes
+        self.per_uid[b.uid] -= 1
+        if self.per_uid[b.uid] <= 0:
+            del self.per_uid[b.uid]
 
     def _evict(self) -> None:
-        heavy = max(self.per_domain.items(), key=lambda kv: kv[1])[0]
-        oldest = next(n for n, b in self.bindings.items() if b.domain == heavy)
+        heavy = max(self.per_uid.items(), key=lambda kv: kv[1])[0]
+        oldest = next(n for n, b in self.bindings.items() if b.uid == heavy)
         self._drop(oldest)
         self.evicted += 1
 

@@ -34,8 +34,8 @@ METRICS = (
            "Pod names bound to their first claimant's domain (uid and cgroup, or pod) beyond their "
            "ranks' lives: no other domain may report as them (names.py).", (), "ranks"),
     Metric("stallscope_agent_name_bindings_evicted_total", "counter",
-           "Name bindings evicted to stay within their cap (the oldest of the domain holding the "
-           "most).", (), "ranks"),
+           "Name bindings evicted to stay within their caps (4,096 names, 8 MiB): the oldest of "
+           "the uid holding the most.", (), "ranks"),
     Metric("stallscope_agent_name_bindings_released_total", "counter",
            "Name bindings released because a cgroup of their claimant no longer exists (a "
            "finished job), so another domain could claim the name.", (), "ranks"),

@@ -232,36 +232,47 @@ def test_a_bad_allow_list_exits_2_with_one_line_and_binds_nothing(tmp_path, text
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
 
 
-def source(uid, cgroup, pid=1000):
-    return identity.Source(pid, uid, 1, None, None, cgroup)
+def source(uid, cgroup, pid=1000, v1=()):
+    return identity.Source(pid, uid, 1, None, None, cgroup, (), v1)
 
 
-def test_bindings_are_bounded_and_a_flooder_evicts_its_own(tmp_path):
-    """At most MAX_BINDINGS names; past that the oldest of the domain holding the most
-    goes, so names claimed by one sender in a loop evict its own bindings, never a
-    neighbour's; every eviction is counted; the bytes per binding are within what the
-    memory ceiling counts (budget.py)."""
+def v1_of(path):
+    """A hybrid host's v1 paths, fresh strings each time (as each connection reads them)."""
+    return tuple((c, "".join(p)) for c, p in (("cpu", "/"), ("memory", path), ("name=systemd", path),
+                                              ("pids", "/"), ("blkio", "/")))
+
+
+@pytest.mark.parametrize("path_len", [60, 3000])
+def test_bindings_are_bounded_and_a_flooder_evicts_its_own(tmp_path, path_len):
+    """At most MAX_BINDINGS names and MAX_BINDING_BYTES (a long cgroup path costs more);
+    past that the oldest of the uid holding the most goes, so names claimed by one
+    user in a loop, each from a cgroup of its own, evict its own bindings, never a
+    neighbour's; every eviction is counted; what they hold is within what the memory
+    ceiling counts (budget.py)."""
     n = names.Names(str(tmp_path))          # no hierarchy there: no cgroup is ever gone
     victim = source(1000, "/user.slice/user-1000.slice/session-3.scope")
     n.bind(("", "node01"), victim, "binding")
-    flooder = source(65534, "/user.slice/user-65534.slice/" + "x" * 200)
     long = "n" * 128
+    claims = names.MAX_BINDINGS + 1000
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    for i in range(names.MAX_BINDINGS + 1000):
-        n.bind(("ns" + long[:126], "%06d" % i + long[:122]), flooder, "binding")
+    for i in range(claims):   # a new connection each: its own strings from /proc
+        path = "/user.slice/user-65534.slice/" + ("%06d" % i).ljust(path_len, "x")
+        n.bind(("ns" + long[:126], "%06d" % i + long[:122]),
+               source(65534, path[:-1] + path[-1], pid=2000 + i, v1=v1_of(path)), "binding")
     used = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
     tracemalloc.stop()
-    assert len(n) == names.MAX_BINDINGS
-    assert n.evicted == 1001                     # 1 + 4096 + 999 claims into 4096 places
-    n.check(("", "node01"), victim)              # still the victim's
+    assert 0 < used <= n.bytes <= names.MAX_BINDING_BYTES, (used, n.bytes)
+    assert len(n) <= names.MAX_BINDINGS
+    assert n.evicted == claims + 1 - len(n) and n.evicted >= 1000
+    if path_len > 1000:
+        assert len(n) < names.MAX_BINDINGS / 2   # the byte cap bit first
+    assert n.bindings[("", "node01")].domain == victim.domain   # still the victim's
     with pytest.raises(Mismatch):
-        n.check(("", "node01"), flooder)
-    per_binding = used / names.MAX_BINDINGS
-    assert 0 < per_binding <= names.BINDING_BYTES, per_binding
+        n.check(("", "node01"), source(65534, "/user.slice/user-65534.slice/000000"))
     b = Budget(64, 900)
-    assert b.bindings_bytes() == names.MAX_BINDINGS * names.BINDING_BYTES
-    assert "%d names" % names.MAX_BINDINGS in b.describe()
+    assert b.bindings_bytes() == names.MAX_BINDING_BYTES
+    assert "%d names at most" % names.MAX_BINDINGS in b.describe()
 
 
 def test_the_allow_list_format():
