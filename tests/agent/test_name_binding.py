@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import tracemalloc
 
 import pytest
@@ -172,10 +173,14 @@ def test_a_finished_jobs_name_binding_is_released_after_its_ranks_went(agent_fac
 
 
 def write(path, text, mtime_ns=None):
-    with open(path, "w") as f:
+    """Replace the file at once (rename), with ``mtime_ns`` already set when given: the
+    agent never sees another mtime, so only SIGHUP makes it read the new text."""
+    tmp = path + ".new"
+    with open(tmp, "w") as f:
         f.write(text)
     if mtime_ns is not None:
-        os.utime(path, ns=(mtime_ns, mtime_ns))
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    os.replace(tmp, path)
 
 
 def test_the_allow_list_pins_a_name_and_is_reloaded(agent_factory, cgroups, senders, tmp_path):
@@ -195,6 +200,9 @@ def test_the_allow_list_pins_a_name_and_is_reloaded(agent_factory, cgroups, send
     # SIGHUP reloads (the mtime kept as it was: the signal alone): now root in a, by a glob.
     mtime = os.stat(allow).st_mtime_ns
     write(allow, "ns/pinned uid=0 cgroup=/stallscope-test-*-alice\n", mtime_ns=mtime)
+    time.sleep(1.5)  # polled at least once: the same mtime, not read again
+    senders(agent, a, claim("pinned", rank=5))
+    wait_until(lambda: rejected(agent, "not_allowed") == 3)
     agent.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: any("1 names" in x for x in open(agent.log)))
     senders(agent, a, claim("pinned", rank=3))
@@ -205,7 +213,7 @@ def test_the_allow_list_pins_a_name_and_is_reloaded(agent_factory, cgroups, send
     lines = [x for x in open(agent.log) if "--identity.allow" in x and ":2:" in x]
     assert len(lines) == 1 and "uid=root" in lines[0], lines
     senders(agent, b, claim("pinned", rank=4), nobody=True)
-    wait_until(lambda: rejected(agent, "not_allowed") == 3)
+    wait_until(lambda: rejected(agent, "not_allowed") == 4)
     assert counts(agent, pod="pinned", rank="4") == []
 
 
