@@ -33,7 +33,7 @@ import threading
 from typing import Any
 
 from ..system import cgroups
-from . import identity
+from . import identity, kubepods
 from .allowlist import AllowList, Name
 from .rankstate import Mismatch
 
@@ -69,10 +69,10 @@ class Names:
     """The bindings and the rule above; thread-safe (the ingest applies, the scheduler
     reloads the allow-list)."""
 
-    def __init__(self, cgroupfs: str = "/sys/fs/cgroup", pods: object = None,
+    def __init__(self, cgroupfs: str = "/sys/fs/cgroup", pods: kubepods.PodMap | None = None,
                  allow: AllowList | None = None, max_bindings: int = MAX_BINDINGS) -> None:
         self.layout: Any = cgroups.Layout(cgroupfs)  # type: ignore[no-untyped-call]
-        self.pods = pods              # kubepods.PodMap, or None
+        self.pods = pods              # the API server's word, where there is one
         self.allow = allow or AllowList()
         self.max_bindings = max_bindings
         self.bindings: collections.OrderedDict[Name, Binding] = collections.OrderedDict()
@@ -97,10 +97,10 @@ class Names:
 
     def _vouched(self, name: Name, source: identity.Source) -> bool:
         pods = self.pods
-        if pods is None or source.pod_uid is None or not getattr(pods, "current", False):
+        if pods is None or source.pod_uid is None or not pods.current:
             return False
-        with pods.lock:  # type: ignore[attr-defined]
-            return bool(pods.names.get(name) == source.pod_uid)  # type: ignore[attr-defined]
+        with pods.lock:
+            return pods.names.get(name) == source.pod_uid
 
     def check(self, name: Name, source: identity.Source) -> None:
         """Raise Mismatch when ``name`` is bound to another domain whose claimant is not

@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from stallscope.agent import identity, names
+from stallscope.agent import identity, kubepods, names
 from stallscope.agent.allowlist import AllowList, parse
 from stallscope.agent.budget import Budget
 from stallscope.agent.rankstate import Mismatch
@@ -291,3 +291,24 @@ def test_the_allow_list_format():
     assert e1.admits(source(7, "/slurm/job_12/step_0")) and not e1.admits(source(7, "/other"))
     assert not e1.admits(source(8, "/slurm/job_12")) and e2.admits(source(8, "/anything"))
     assert AllowList().get(("team", "p1")) is None
+
+
+def test_the_pod_maps_word_wins_over_a_binding(tmp_path):
+    """While the API server is down a recreated pod (a StatefulSet's trainer-0, a new
+    UID) is refused its old name; once the map is current and places it under that name,
+    the name is bound to it and the old pod is refused."""
+    pods = kubepods.PodMap()
+    n = names.Names(str(tmp_path), pods)
+    old = identity.Source(10, 0, 1, "uid-old", "c1", "/../kubepods/podold/c1")
+    new = identity.Source(11, 0, 1, "uid-new", "c2", "/../kubepods/podnew/c2")
+    name = ("team", "trainer-0")
+    assert n.rule(name, old) == "binding"
+    n.bind(name, old, "binding")
+    with pytest.raises(Mismatch):
+        n.check(name, new)           # the map is down: the binding holds
+    pods.replace({"uid-new": kubepods.PodName("team", "trainer-0")})
+    assert n.rule(name, new) == "pod_map" and n.rule(name, old) == "binding"
+    n.bind(name, new, "pod_map")
+    n.check(name, new)
+    with pytest.raises(Mismatch):
+        n.check(name, old)
