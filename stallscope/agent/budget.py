@@ -16,6 +16,7 @@ import dataclasses
 from .. import vocabulary
 from ..correlate.waitbins import WaitBins
 from .held import MAX_HELD_BYTES
+from .names import MAX_BINDING_BYTES, MAX_BINDINGS
 
 BATCHES_PER_S = 20.0
 GPU_SAMPLES_PER_S = 10.0
@@ -76,15 +77,21 @@ class Budget:
         a trainer that has not reported yet (held.py, bounded in total and per sender)."""
         return MAX_HELD_BYTES
 
+    def bindings_bytes(self) -> int:
+        """Pod names bound to their claimants beyond their ranks' lives (names.py: at
+        most MAX_BINDINGS and MAX_BINDING_BYTES, the oldest of the domain holding the most
+        evicted past that)."""
+        return MAX_BINDING_BYTES
+
     def limit_mib(self) -> int:
         """What a memory limit must allow: the history's ceiling, the held reports and
         the baseline."""
-        return int((self.history_bytes() + self.held_bytes()) / 2**20) + BASELINE_MIB
+        return int((self.history_bytes() + self.held_bytes() + self.bindings_bytes()) / 2**20) + BASELINE_MIB
 
     def describe(self) -> str:
         return ("memory ceiling: %d MiB of history (%d ranks x %.0f KiB, %.0f s timelines, %d "
-                "batches each), %d MiB of held reports, plus ~%d MiB baseline: set the memory "
-                "limit to at least %d MiB"
+                "batches each), %d MiB of held reports, %d MiB of name bindings (%d names at most), "
+                "plus ~%d MiB baseline: set the memory limit to at least %d MiB"
                 % (self.history_bytes() / 2**20, self.max_ranks, self.rank_bytes() / 1024,
-                   self.timeline_seconds, self.events, self.held_bytes() / 2**20, BASELINE_MIB,
-                   self.limit_mib()))
+                   self.timeline_seconds, self.events, self.held_bytes() / 2**20,
+                   self.bindings_bytes() / 2**20, MAX_BINDINGS, BASELINE_MIB, self.limit_mib()))

@@ -27,6 +27,9 @@ class Source:
     # (pid, starttime) of its parent, grandparent ... when it connected: a worker that
     # reports at exit is judged by the ancestry it had while alive.
     ancestors: tuple[tuple[int, int | None], ...] = ()
+    # (controller, path) of each v1 hierarchy: a name's binding is released when one of
+    # its claimant's cgroups is gone (names.py), and the allow-list matches these too
+    v1: tuple[tuple[str, str], ...] = ()
 
     @property
     def domain(self) -> Domain:
@@ -45,7 +48,8 @@ def of_peer(root: str, pid: int, uid: int) -> Source | None:
     if start is None or cg is None:
         return None
     path = cg.v2 if cg.v2 is not None else (cg.v1.get("cpu") or next(iter(sorted(cg.v1.values())), "/"))
-    return Source(pid, uid, start, cg.pod_uid, cg.container_id, path or "/", ancestry(root, pid))
+    return Source(pid, uid, start, cg.pod_uid, cg.container_id, path or "/", ancestry(root, pid),
+                  tuple(sorted(cg.v1.items())))
 
 
 def ancestry(root: str, pid: int, max_depth: int = 64) -> tuple[tuple[int, int | None], ...]:

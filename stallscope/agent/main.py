@@ -23,7 +23,7 @@ from .. import exporters
 from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
-from . import http, httppool, identity, ingest, kubepods, malloc
+from . import allowlist, http, httppool, identity, ingest, kubepods, malloc, names
 from .api import CoreRoutes
 from .budget import Budget
 from .correlator import CorrelatorOptions, CorrelatorPart
@@ -67,6 +67,13 @@ class AgentOptions:
     kubernetes_ca_file: str = flag(kubepods.SERVICE_ACCOUNT + "/ca.crt", "--kubernetes.ca-file",
                                    "CA bundle the API server's certificate is verified against.",
                                    metavar="PATH")
+    identity_allow: str = flag("", "--identity.allow",
+                               "File pinning pod names to the uids and cgroups that may report as "
+                               "them (NAMESPACE/POD uid=N cgroup=PATH-or-glob, one a line; "
+                               "docs/deploy.md). Read at start (a bad file: exit 2) and on SIGHUP "
+                               "or when it changes (a bad one is counted, the old one kept). "
+                               "Without it, a name no pod map vouches for stays bound to its first "
+                               "claimant's uid and cgroup until that cgroup is gone.", metavar="FILE")
     node: str = flag("", "--node", "Node name for ranks that do not report one (env NODE_NAME; "
                      "default hostname).", envvar="NODE_NAME")
     max_ranks: int = flag(64, "--max-ranks", "Most ranks tracked at once; reports from more are "
@@ -118,6 +125,8 @@ class Agent:
         self.stats = ingest.IngestStats()
         self.held = Held()
         self.pods = kubepods.PodMap()
+        self.allow = allowlist.AllowList(o.identity_allow)
+        self.table.names = names.Names(o.cgroupfs, self.pods, self.allow)
         self.watcher: kubepods.Watcher | None = None
         self.node_exporters, self.runner = exporters.build(
             self.host, config.enabled, config.parts, config.exporters)
@@ -139,7 +148,8 @@ class Agent:
         self.registry.register(self.parts)
         self.routes = CoreRoutes(self.host, self.parts, self.budget).routes()
         self.routes.update(self.parts.routes())
-        self.jobs = [(2.0, self._expire), (malloc.TRIM_S, malloc.trim)] + self.parts.jobs()
+        self.jobs = [(2.0, self._expire), (malloc.TRIM_S, malloc.trim),
+                     (1.0, self.table.names.poll)] + self.parts.jobs()
         self.ingest: ingest.Ingest | None = None
         self.hook_socket: HookSocket | None = None
         self.server: Any = None
@@ -196,6 +206,7 @@ class Agent:
         """Bind both sockets (raising BindError / ValueError with a clear message) and serve."""
         o = self.config.agent
         http.parse_listen(o.listen)  # a bad address fails before anything binds
+        self.allow.load()             # so does a bad allow-list (allowlist.py)
         spec = SocketSpec(o.socket, parse_mode(o.socket_mode), parse_group(o.socket_group))
         if o.kubernetes_api_server:
             kube = kubepods.KubeConfig.of(o.kubernetes_api_server, o.kubernetes_token_file,
@@ -266,6 +277,7 @@ def run(config: Config) -> int:
     # the agent cleanly, not kill it.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    signal.signal(signal.SIGHUP, lambda *_: agent.allow.request())  # reload --identity.allow
     try:
         agent.start()
     except BindError as e:

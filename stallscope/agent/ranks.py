@@ -69,7 +69,12 @@ class RanksPart(Part):
                             ("stallscope_agent_pod_identity_up",
                              int(self.pods is not None and self.pods.current)),
                             ("stallscope_agent_socket_recreated_total", s.socket_recreated),
-                            ("stallscope_agent_refused_worker_pids_total", self.table.refused_worker_pids)):
+                            ("stallscope_agent_refused_worker_pids_total", self.table.refused_worker_pids),
+                            ("stallscope_agent_name_bindings", len(self.table.names)),
+                            ("stallscope_agent_name_bindings_evicted_total", self.table.names.evicted),
+                            ("stallscope_agent_name_bindings_released_total", self.table.names.released),
+                            ("stallscope_agent_allowlist_reload_failures_total",
+                             self.table.names.allow.reload_failures)):
             f = family(name)
             f.add({}, value)
             yield f.family

@@ -7,7 +7,9 @@ A rank is keyed by (namespace, pod, job, rank); it goes when its main process ha
 
 Identity (identity.py): a rank, and the pod name it claims, belong to the domain (pod,
 or cgroup and uid) of the process that first reported them, while any of the pod's
-ranks lives. Only that domain may report for them; a live rank's reports come from its
+ranks lives, and the name beyond that for the agent's life unless the pod map vouches
+for another claimant, the allow-list pins it, or its claimant's cgroup is gone
+(names.py). Only that domain may report for them; a live rank's reports come from its
 own main process (or a restart of it in the same domain) and its loader workers, which
 must descend from it. Anything else is an ``identity_mismatch``.
 """
@@ -23,7 +25,7 @@ import numpy as np
 
 from ..correlate.waitbins import Window
 from ..system import cgroups, procfs
-from . import identity, pids, rankworkers
+from . import identity, names, pids, rankworkers
 from .batches import BatchColumns
 from .budget import Budget
 from .rankstate import Event, Mismatch, RankKey, RankState, key_of
@@ -49,6 +51,7 @@ class RankTable:
         self.ranks: dict[RankKey, RankState] = {}
         self.pods: dict[tuple[str, str], tuple[identity.Domain, int]] = {}  # -> (domain, ranks)
         self.evictions: collections.Counter[str] = collections.Counter()
+        self.names = names.Names()  # who holds a name beyond its ranks' lives (names.py)
         self.refused_worker_pids = 0
 
     def apply(self, msg: Mapping[str, Any], source: identity.Source | None = None,
@@ -65,8 +68,7 @@ class RankTable:
         main = msg["role"] == "main"
         with self.lock:
             rank = self.ranks.get(key)
-            if source is not None:
-                self._check(rank, key, source, main)
+            rule = self._check(rank, key, source, main) if source is not None else ""
             if rank is None:
                 if not main:
                     raise Mismatch("unknown_rank")  # a worker speaks only for a rank its trainer made
@@ -75,6 +77,8 @@ class RankTable:
                 domain = source.domain if source is not None else None
                 rank = self.ranks[key] = RankState(key, ident, now, self.timeline_max, domain)
                 self._bind_pod(key, domain)
+                if source is not None:
+                    self.names.bind((key[0], key[1]), source, rule)
             elif ident != rank.ident:
                 rank.set_ident(ident)
             rank.last_seen = now
@@ -99,11 +103,35 @@ class RankTable:
         else:
             self.pods[pod] = (bound, n - 1)  # type: ignore[assignment]
 
-    def _check(self, rank: RankState | None, key: RankKey, source: identity.Source, main: bool) -> None:
-        """Raise Mismatch unless ``source`` may report for ``key`` (docs/deploy.md)."""
-        bound = self.pods.get((key[0], key[1]))
-        if bound is not None and bound[0] is not None and bound[0] != source.domain:
-            raise Mismatch()  # the pod name is another domain's while its ranks live
+    def _check(self, rank: RankState | None, key: RankKey, source: identity.Source, main: bool) -> str:
+        """Raise Mismatch unless ``source`` may report for ``key`` (docs/deploy.md);
+        returns the rule that judged the pod name (names.py)."""
+        name = (key[0], key[1])
+        rule = self.names.rule(name, source)  # raises not_allowed
+        if rule == "binding":
+            bound = self.pods.get(name)
+            if bound is not None and bound[0] is not None and bound[0] != source.domain:
+                if not self._departed(name, bound[0]):
+                    raise Mismatch()  # the pod name is another domain's while its ranks live
+                self.pods[name] = (source.domain, bound[1])
+            self.names.check(name, source)
+        self._check_rank(rank, source, main)
+        return rule
+
+    def _departed(self, name: tuple[str, str], domain: identity.Domain) -> bool:
+        """Whether the domain holding ``name`` is gone by the kernel's record: every rank
+        of the name has exited and the cgroup the domain is is gone (a successive job on
+        the node takes the hostname at once, not after the exit grace)."""
+        if domain[0] != "cgroup":
+            return False
+        ranks = [r for k, r in self.ranks.items() if k[:2] == name]
+        v1 = next((tuple(sorted(r.cgroup.v1.items())) for r in ranks if r.cgroup is not None), ())
+        if not self.names.gone(domain[1], v1):
+            return False
+        # A cgroup with a process in it cannot be removed; one moved out still counts.
+        return not any(r.pid and procfs.alive(self.procfs, r.pid, r.pid_start) for r in ranks)
+
+    def _check_rank(self, rank: RankState | None, source: identity.Source, main: bool) -> None:
         if rank is None:
             return
         if rank.domain is not None and rank.domain != source.domain:

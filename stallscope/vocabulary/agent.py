@@ -30,6 +30,18 @@ METRICS = (
     Metric("stallscope_agent_refused_worker_pids_total", "counter",
            "Loader worker PIDs a trainer reported that do not descend from it (never read).",
            (), "ranks"),
+    Metric("stallscope_agent_name_bindings", "gauge",
+           "Pod names bound to their first claimant's domain (uid and cgroup, or pod) beyond their "
+           "ranks' lives: no other domain may report as them (names.py).", (), "ranks"),
+    Metric("stallscope_agent_name_bindings_evicted_total", "counter",
+           "Name bindings evicted to stay within their caps (4,096 names, 8 MiB): the oldest of "
+           "the uid holding the most.", (), "ranks"),
+    Metric("stallscope_agent_name_bindings_released_total", "counter",
+           "Name bindings released because a cgroup of their claimant no longer exists (a "
+           "finished job), so another domain could claim the name.", (), "ranks"),
+    Metric("stallscope_agent_allowlist_reload_failures_total", "counter",
+           "Reloads of --identity.allow refused (the file unreadable or a bad line: the names "
+           "loaded before stay in force).", (), "ranks"),
     Metric("stallscope_agent_build_info", "gauge", "Agent version (value 1).", ("version", "node"),
            "ranks"),
     Metric("stallscope_agent_part_errors_total", "counter",
