@@ -123,7 +123,7 @@ def python_row(version):
 
 
 def table(rows, pys):
-    lines = ["%-8s %-8s %-10s %-8s %-11s %-13s %-13s %s" % (
+    lines = ["%-8s %-8s %-10s %-8s %-11s %-13s %-28s %s" % (
         "torch", "python", "hook tests", "settings", "worker PIDs", "split", "split (pin)", "hook raised")]
     for r in rows:
         p = r.get("probe") or {}
@@ -131,11 +131,12 @@ def table(rows, pys):
         if not r["installed"]:
             lines.append("%-8s not installed: %s" % (r["torch"], r["log"]))
             continue
-        lines.append("%-8s %-8s %-10s %-8s %-11s %-13s %-13s %s" % (
+        lines.append("%-8s %-8s %-10s %-8s %-11s %-13s %-28s %s" % (
             r["torch"], p.get("python", "?"), r.get("hook_tests", "-"),
             "yes" if a.get("settings") else "NO", "yes" if a.get("worker_pids") else "NO",
             "%s (%s/%s)" % ("yes" if a.get("split") else "NO", a.get("split_batches"), a.get("batches")),
-            "%s (%s/%s)" % ("yes" if b.get("split") else "NO", b.get("split_batches"), b.get("batches")),
+            "%s (%s/%s)%s" % ("yes" if b.get("split") else "NO", b.get("split_batches"), b.get("batches"),
+                              "" if b.get("pin_thread") else " no pin thread"),
             "; ".join(a.get("errors", []) + b.get("errors", [])) or "no"))
     lines.append("")
     lines.append("%-8s %-12s %s" % ("python", "stdlib hook", "batches at the agent"))
