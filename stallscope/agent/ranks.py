@@ -42,7 +42,6 @@ class RanksPart(Part):
         info = family("stallscope_loader_info")
         dropped = family("stallscope_hook_dropped_events_total")
         steady_wait = family("stallscope_steady_data_wait_seconds_total")
-        steady_step = family("stallscope_steady_step_seconds_total")
         with self.table.lock:
             ranks = list(self.table.ranks.values())
             for r in ranks:
@@ -52,9 +51,8 @@ class RanksPart(Part):
                     info.add(r.labels, 1, **{k: _str(r.loader.get(k)) for k in LOADER_CONFIG})
                 dropped.add(r.labels, r.dropped_total)
                 steady_wait.add(r.labels, r.steady_wait_ns / 1e9)
-                steady_step.add(r.labels, r.steady_step_ns / 1e9)
             evictions = dict(self.table.evictions)
-        for f in (wait, step, info, dropped, steady_wait, steady_step):
+        for f in (wait, step, info, dropped, steady_wait):
             yield f.family
         yield from self._self_health(len(ranks), evictions)
 

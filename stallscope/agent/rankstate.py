@@ -81,7 +81,6 @@ class RankState:
         # does not judge a loader by (correlate/rules.py: starting). Reset with the PID.
         self.first_batch_ns: int | None = None
         self.steady_wait_ns = 0  # issue 29: the steady data-wait share on both diagnose paths
-        self.steady_step_ns = 0
         self.bins = WaitBins()  # the detector's per-second sums, kept as batches come
         self.dropped_by_pid: dict[int, int] = {}
         self.dropped_base = 0
@@ -138,7 +137,6 @@ class RankState:
         # arrive, wait and step together, so their ratio over any window is the steady one
         steady = wait != interval
         self.steady_wait_ns += int(wait[steady].sum())
-        self.steady_step_ns += int(interval[steady].sum())
         if self.provisional_ns:
             # The batch that ends the wait already counted in the sums adds only the rest.
             # It is that batch when it started when the blocked call did; otherwise that

@@ -18,7 +18,8 @@ batch. Per rank, each collection:
   however idle it is.
 
 ``numa_remote_cpu_ratio`` (the share on CPUs outside the GPU's node) is recorded and
-exported per rank; the correlator's standing cause ``numa_remote`` reads it
+exported per pod (its most remote rank: off the per-rank series budget); the
+correlator's standing cause ``numa_remote`` reads it
 (correlate/standing_causes.py). Without a GPU fact, a bus id or NUMA information (a
 single-node machine: one node directory, or numa_node -1), nothing is recorded: the
 placement is not measured. Only the rank's own accepted PIDs are read.
@@ -163,6 +164,7 @@ class NumaExporter(base.Exporter):
     def collect(self) -> Any:
         fam = family("stallscope_loader_numa_remote_cpu_ratio")
         nodes = self.nodes()
+        by_pod: dict[Any, tuple[float, Any]] = {}  # the pod's most remote rank: one series a pod
         for rank in self.host.ranks():
             gpu = self.host.facts.value(RankGpu, rank.key)
             bus = self.bus_id(gpu.uuid) if gpu is not None else None
@@ -173,6 +175,10 @@ class NumaExporter(base.Exporter):
             if share is None:
                 continue
             self.record(rank.key, REMOTE, share)
-            fam.add(rank.labels, share)
+            pod = (rank.ident.get("namespace"), rank.ident.get("pod"))
+            if pod not in by_pod or share > by_pod[pod][0]:
+                by_pod[pod] = (share, rank.labels)
+        for share, labels in by_pod.values():
+            fam.add(labels, share)
         self.rates.prune()
         return [fam.family]

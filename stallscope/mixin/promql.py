@@ -84,14 +84,19 @@ def data_wait_ratio(cfg: Any, matchers: Sequence[str] = (), window: str | None =
 def steady_data_wait_ratio(cfg: Any, matchers: Sequence[str] = (), window: str | None = None) -> str:
     """Per rank: the data-wait share without the batches that started an iterator (each
     epoch's first batch, its workers' start-up): the agent's steady_data_wait_ratio, from
-    the counters (issue 29: both diagnose paths give the same steady wait). Both counters
-    move together when a batch arrives: their ratio over a window is exact, where the
-    whole wait's sum less a start counter is not (the sum grows while next() blocks, the
-    start counter when the batch comes: a short window's rates of the two disagreed by a
-    whole epoch start)."""
-    return ("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
-        BY_RANK, rate(cfg, "stallscope_steady_data_wait_seconds_total", matchers, window),
-        BY_RANK, rate(cfg, "stallscope_steady_step_seconds_total", matchers, window)))
+    the counters (issue 29: both diagnose paths give the same steady wait). Numerator and
+    denominator move together when a batch arrives, so their ratio over a window is exact,
+    where the whole wait's sum less a counter of iterator starts is not (the sum grows
+    while next() blocks, such a counter when the batch comes: a 30 s window's rates of the
+    two disagreed by a whole epoch start)."""
+    # the steady batches' step time: the loop's compute (step sum less wait sum: both grow
+    # alike while next() blocks, and an iterator's first batch, all wait, adds none) plus
+    # their wait, all of it moving when a batch arrives
+    steady = "sum by (%s) (%s)" % (BY_RANK, rate(cfg, "stallscope_steady_data_wait_seconds_total",
+                                                 matchers, window))
+    return ("%s\n/\n(sum by (%s) (%s) - sum by (%s) (%s) + %s)" % (
+        steady, BY_RANK, rate(cfg, "stallscope_step_seconds_sum", matchers, window),
+        BY_RANK, rate(cfg, "stallscope_data_wait_seconds_sum", matchers, window), steady))
 
 
 def steps_rate(cfg, matchers=(), window=None):

@@ -90,10 +90,10 @@ METRICS = (
            "GPU_UTIL/100).", GPU + ("field",) + RANK, "gpu"),
     Metric("stallscope_gpu_read_errors_total", "counter", "Failed GPU reads, by source and reason.",
            ("source", "reason"), "gpu"),
-    Metric("stallscope_loader_numa_remote_cpu_ratio", "gauge", "Share of the CPU time of the rank's "
-           "loader (workers and main process) spent on CPUs outside its GPU's NUMA node "
-           "(/proc/<pid>/stat processor, sysfs node cpulists and the GPU's numa_node).", RANK,
-           "numa"),
+    Metric("stallscope_loader_numa_remote_cpu_ratio", "gauge", "Share of the CPU time of the "
+           "loader (workers and main process) spent on CPUs outside its GPU's NUMA node, the "
+           "pod's most remote rank's (/proc/<pid>/stat processor, sysfs node cpulists and the "
+           "GPU's numa_node; per pod, off the per-rank series budget).", POD, "numa"),
 )
 
 

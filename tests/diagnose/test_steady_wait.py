@@ -17,7 +17,7 @@ from tests.helpers.lab import lab_session
 from tests.helpers.needs import need_prometheus
 
 pytestmark = pytest.mark.slow
-WINDOW = "30s"
+WINDOW = "20s"
 
 
 def diagnose(*args):
@@ -35,7 +35,7 @@ def test_both_paths_give_the_steady_wait_of_an_epoch_start_run(tmp_path):
         prom = session.start_prometheus(rule_files=[])
         job = session.start_job(scenarios.get("epoch-start"), ranks=1, name="epochs")
         job.wait_ready()
-        time.sleep(35)  # a full window: ~7 epochs of ~4.5 s
+        time.sleep(24)  # a full window: ~4 epochs of ~4.5 s
         session.check_alive()
         pod = job.pod(0)
         via_prom = diagnose(pod, "-n", NAMESPACE, "--prometheus", prom.url, "--agent", "http://127.0.0.1:9")
