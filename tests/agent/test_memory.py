@@ -1,6 +1,7 @@
 """Memory with a ceiling (issue 14): every per-rank history is a fixed-capacity ring sized
 from --max-ranks and --timeline-seconds, so however long or fast ranks report, what the
 agent holds for them stays at the figure it prints at start."""
+import os
 import time
 
 import numpy as np
@@ -198,7 +199,7 @@ def test_held_reports_keep_only_what_is_applied_and_each_sender_has_its_share():
         assert sum(full.hold(("ns", "p", "h", r), worker, src) for r in range(8)) == (8 if d < 8 else 0)
 
 
-@pytest.mark.slow  # ~40 s: 10,000 pods, each applied, collected and expired
+@pytest.mark.slow  # ~10 s for CI's 2,000 pods; STALLSCOPE_CHURN_PODS=10000 for the issue's figure
 def test_ten_thousand_churned_pods_leave_a_bounded_number_of_series_and_scopes(tmp_path):
     # Issue 33: each departed pod kept its 5 worker-exit series for 900 s, not bounded by
     # --max-ranks (10,000 short-lived pods: ~47,000 series), and each departed rank's
@@ -210,7 +211,9 @@ def test_ten_thousand_churned_pods_leave_a_bounded_number_of_series_and_scopes(t
     agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock"), max_ranks=4,
                                             timeline_seconds=60), enabled=only))
     workers = next(e for e in agent.node_exporters if e.name == "workers")
-    pods = 10_000
+    # the bound does not depend on the count once it is well past it (256 departed pods,
+    # 2 x max-ranks + 64 scopes): CI runs 2,000 (~10 s), the issue's 10,000 take ~45 s
+    pods = int(os.environ.get("STALLSCOPE_CHURN_PODS", "2000"))
     for pod in range(pods):
         now = time.monotonic_ns()
         agent.apply(report("churn", 0, "p%d" % pod, [(now - 10**8, 10**6, 10**8)]))

@@ -46,7 +46,7 @@ def fixture(tmp_path):
     return sys_root, gpus
 
 
-def run(tmp_path, cpu, seconds=15):
+def run(tmp_path, cpu, seconds=11):
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs 2 CPUs to pin the workers on either fixture node")
     sys_root, gpus = fixture(tmp_path)

@@ -53,6 +53,10 @@ VARIANTS = {
     "victims": "victims-over-line",          # the victims under the line instead of over it
     "quota-capped": "cpu-throttle",          # a larger CFS quota, still too small
     "cpu-crowded-quota": "cpu-crowded",      # a quota that never binds beside the hogs
+    "margin": "too-few-workers",             # per-sample work that puts the wait just at the line
+    "brownout-busy-node": "slow-storage",    # FUSE latency that browns out, on a busy node
+    "dead-fuse": "hang",                     # the FUSE daemon killed (ENOTCONN) instead of stopped
+    "compute-bound": "healthy",              # no fault, a slower step: nothing to name either
 }
 
 
