@@ -23,6 +23,7 @@ like the driver as documented in nvml.h and as observed in the field:
 import collections
 import ctypes
 import time
+import types
 
 import pynvml as _real
 
@@ -48,8 +49,12 @@ def square(period_s, duty, phase_s=0.0):
 class FakeGpu:
     def __init__(self, index, uuid=None, name="NVIDIA H100 80GB HBM3", busy=None,
                  period_s=1 / 6, processes=None, mig=False, samples_supported=True,
-                 idle_stops_sampling=True, history_s=2.0):
+                 idle_stops_sampling=True, history_s=2.0, bus_id=None, numa_node=-1, cpus=()):
         self.index = index
+        # placement as NVML spells it: an 8-digit PCI domain, the NUMA node, the CPU affinity
+        self.bus_id = bus_id or "00000000:%02X:00.0" % (0xA0 + index)
+        self.numa_node = numa_node
+        self.cpus = tuple(cpus)
         self.uuid = uuid or "GPU-%08x-1c2d-4e5f-8a9b-%012x" % (0x3ee8a7b0 + index, 0xc0ffee + index)
         self.name = name
         self.busy = busy or constant(0.0)
@@ -159,6 +164,24 @@ class FakeNvml:
 
     def nvmlDeviceGetIndex(self, handle):
         return self._enter("nvmlDeviceGetIndex", handle).index
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        g = self._enter("nvmlDeviceGetPciInfo", handle)
+        return types.SimpleNamespace(busId=g.bus_id.encode())  # the binding's c_char array reads as bytes
+
+    def nvmlDeviceGetNumaNodeId(self, handle):
+        g = self._enter("nvmlDeviceGetNumaNodeId", handle)
+        if g.numa_node < 0:
+            raise _real.NVMLError(_real.NVML_ERROR_NOT_SUPPORTED)
+        return g.numa_node
+
+    def nvmlDeviceGetCpuAffinity(self, handle, words):
+        g = self._enter("nvmlDeviceGetCpuAffinity", handle)
+        out = [0] * words
+        for c in g.cpus:
+            if c // 64 < words:
+                out[c // 64] |= 1 << (c % 64)
+        return out
 
     def nvmlDeviceGetSamples(self, handle, sampling_type, last_ts):
         g = self._enter("nvmlDeviceGetSamples", handle)
