@@ -28,6 +28,8 @@ from .queue import replay
 REMOTE_SLOWDOWN = 0.3
 NUMA = "numa_remote"
 REMOTE_SHARE = vocabulary.signal("numa_remote_cpu_ratio").name
+EXCLUSIVE = vocabulary.signal("cpuset_exclusive").name
+FUSE_DAEMON_CPUS = vocabulary.signal("cpuset_fuse_daemon_cpus").name
 BATCH_LOAD = vocabulary.signal("batch_load_seconds").name
 STANDING = tuple(c for c in vocabulary.CAUSES if c.kind == "standing")
 
@@ -85,9 +87,29 @@ def numa_remote(ctx: Context) -> Cause | None:
             "times %.0f%% shorter on that share (the modelled remote cost), the queue loses "
             "%.0f%% of its wait; pin the workers to the GPU's local CPUs." % (
                 100 * share, 100 * REMOTE_SLOWDOWN, 100 * explained))
-    return make(NUMA, explained, text, [Evidence(
-        REMOTE_SHARE, round(share, 4), line.threshold, "above", None, "rank",
-        round(explained, 4), judged_by="standing")])
+    rows = [Evidence(REMOTE_SHARE, round(share, 4), line.threshold, "above", None, "rank",
+                     round(explained, 4), judged_by="standing")]
+    text += _pinning(ctx, rows)
+    return make(NUMA, explained, text, rows)
+
+
+def _pinning(ctx: Context, rows: list[Evidence]) -> str:
+    """What the pod's cpuset says about pinning (exporters/cpuset.py), as evidence rows
+    and a sentence: on the shared pool the kubelet cannot align the loader with the GPU."""
+    exclusive, daemons = _level(ctx, EXCLUSIVE), _level(ctx, FUSE_DAEMON_CPUS)
+    out = ""
+    if exclusive is not None:
+        rows.append(Evidence(EXCLUSIVE, round(exclusive, 4), scope="pod", judged_by="level"))
+        if exclusive < 0.5:
+            out += (" The pod's CPUs are the node's shared pool: the static CPU manager gives "
+                    "exclusive CPUs only to a Guaranteed pod with integer CPU requests, which the "
+                    "topology manager (single-numa-node) then aligns with the GPU.")
+    if daemons is not None:
+        rows.append(Evidence(FUSE_DAEMON_CPUS, round(daemons), scope="pod", judged_by="level"))
+        if daemons >= 1:
+            out += (" The node's FUSE daemons may run on %d of its CPUs: reserve theirs "
+                    "(reservedSystemCPUs) so they do not take decode time." % round(daemons))
+    return out
 
 
 MODELS = {NUMA: numa_remote}

@@ -41,6 +41,18 @@ class RankQuota:
 
 
 @dataclasses.dataclass(frozen=True)
+class RankCpuset:
+    """Whether a rank's pod has CPUs of its own (cpuset exporter): its QoS class from the
+    cgroup path (None off Kubernetes), the CPUs its container's cpuset allows, whether no
+    other container shares them (and they are fewer than the node's), and how many of
+    them the node's FUSE daemons may also run on."""
+    qos: str | None
+    cpus: int
+    exclusive: bool
+    fuse_daemon_cpus: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Fact(Generic[T]):
     value: T
     at: float           # monotonic seconds when it was published

@@ -25,6 +25,9 @@ EXPORTERS = (
              "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
     Exporter("numa", "numa:NumaExporter", True,
              "NUMA placement: the share of each rank's loader CPU time off its GPU's NUMA node."),
+    Exporter("cpuset", "cpuset:CpusetExporter", True,
+             "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
+             "containers or the node's FUSE daemons."),
 )
 
 _PSI = tuple(
@@ -94,6 +97,14 @@ METRICS = (
            "loader (workers and main process) spent on CPUs outside its GPU's NUMA node, the "
            "pod's most remote rank's (/proc/<pid>/stat processor, sysfs node cpulists and the "
            "GPU's numa_node; per pod, off the per-rank series budget).", POD, "numa"),
+    Metric("stallscope_pod_cpuset_cpus", "gauge", "CPUs the cpuset of the pod's container allows "
+           "(cpuset.cpus.effective), with the pod's QoS class from its cgroup path (empty off "
+           "Kubernetes).", POD + ("qos_class",), "cpuset"),
+    Metric("stallscope_pod_cpuset_exclusive", "gauge", "1 when the pod's cpuset is its own: fewer "
+           "CPUs than the node's and none shared with another container cgroup (the static CPU "
+           "manager's exclusive CPUs); 0 on the shared pool.", POD, "cpuset"),
+    Metric("stallscope_pod_cpuset_fuse_daemon_cpus", "gauge", "CPUs of the pod's cpuset that the "
+           "node's FUSE daemons (processes holding /dev/fuse open) may also run on.", POD, "cpuset"),
 )
 
 
@@ -156,6 +167,14 @@ SIGNALS = (
     Signal("numa_remote_cpu_ratio", "ratio", ("rank",), "numa",
            "Share of the rank's loader CPU time on CPUs outside its GPU's NUMA node.",
            "max by (namespace, pod) (stallscope_loader_numa_remote_cpu_ratio{$sel})",
+           ("namespace", "pod"), condition=True),
+    Signal("cpuset_exclusive", "flag", ("rank",), "cpuset",
+           "1 when the rank's pod has CPUs of its own (an exclusive cpuset), 0 on the shared pool.",
+           "max by (namespace, pod) (stallscope_pod_cpuset_exclusive{$sel})",
+           ("namespace", "pod"), condition=True),
+    Signal("cpuset_fuse_daemon_cpus", "count", ("rank",), "cpuset",
+           "CPUs of the rank's pod that the node's FUSE daemons may also run on.",
+           "max by (namespace, pod) (stallscope_pod_cpuset_fuse_daemon_cpus{$sel})",
            ("namespace", "pod"), condition=True),
     Signal("gpu_sm_active_ratio", "ratio", ("rank", "gpu"), "gpu",
            "SM activity from dcgm-exporter.", "stallscope_gpu_sm_active_ratio{$sel}",

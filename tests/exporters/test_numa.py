@@ -66,6 +66,8 @@ def run(tmp_path, cpu, seconds=11):
         for pid in rank["worker_pids"]:  # the kernel's own record of the placement
             with open("/proc/%d/status" % pid) as f:
                 allowed += [line.split()[1] for line in f if line.startswith("Cpus_allowed_list")]
+        with open("/proc/%d/cpuset" % rank["pid"]) as f:  # the main process's cpuset cgroup
+            allowed.append(f.read().strip())
         return agent.api("/api/v1/diagnosis?pod=%s&seconds=15" % KEY[1]), agent.metrics(), allowed
     finally:
         trainer.stdin.close()
@@ -83,7 +85,7 @@ def remote_metric(metrics):
 def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tmp_path):
     pytest.importorskip("torch")
     d, metrics, allowed = run(tmp_path, cpu=0)
-    assert allowed == ["0"]
+    assert allowed == ["0", "/"]
     # the worker holds most of the loader's CPU time, all of it on CPU 0 (node 0)
     assert remote_metric(metrics) >= 0.8, metrics
     assert d["verdict"] == "input_bound", json.dumps(d)[:2000]
@@ -93,6 +95,10 @@ def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tm
     [row] = [e for e in placed["evidence"] if e["signal"] == "numa_remote_cpu_ratio"]
     assert row["during_stalls"] >= 0.8 and row["judged_by"] == "standing"
     assert "pin the workers to the GPU's local CPUs" in placed["summary"]
+    # the trainer lives in the root cpuset cgroup ("/" above): the node's shared pool, which
+    # the advice names as what keeps the kubelet from aligning the CPUs with the GPU
+    [pool] = [e for e in placed["evidence"] if e["signal"] == "cpuset_exclusive"]
+    assert pool["during_stalls"] == 0 and "shared pool" in placed["summary"], placed
     top = d["causes"][0]
     if top["cause"] != "numa_remote":
         # a machine busy enough to keep the pinned worker from its core: the run queue says
@@ -109,7 +115,7 @@ def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tm
 def test_workers_on_their_gpus_node_are_not_named(tmp_path):
     pytest.importorskip("torch")
     d, metrics, allowed = run(tmp_path, cpu=GPU_NODE_CPU)
-    assert allowed == ["1"]
+    assert allowed == ["1", "/"]
     assert remote_metric(metrics) <= 0.2, metrics
     assert d["verdict"] == "input_bound"
     scores = {c["cause"]: c["score"] for c in d["causes"]}

@@ -60,6 +60,7 @@ class Cgroup:
     cpu_max: tuple[int, int] | None = None     # (quota_us, period_us); None: no file
     cpu_stat: CpuStat | None = None
     pressure: Mapping[str, Pressure] = dataclasses.field(default_factory=dict)  # cpu|io|memory
+    cpuset: str | None = None                  # cpuset.cpus.effective (a cpulist); None: no file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +138,7 @@ class Process:
     uid: int = 1000
     mnt_ns: MountNamespace | None = None   # writes ns/mnt and mountinfo
     root: bool = False                        # a root link to the node's pod root (../../root)
+    fds: Mapping[int, str] = dataclasses.field(default_factory=dict)  # fd/<n> -> link target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +182,7 @@ class Node:
     btime: int = 1700000000                   # /proc/stat
     root_files: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the pod root
     self_pid: int | None = None            # /proc/self
+    cpuset: str | None = None                 # the root cgroup's cpuset.cpus.effective
 
 
 # -- cpulists ----------------------------------------------------------------------------
@@ -318,6 +321,8 @@ def files(node: Node) -> tuple[dict[str, str], dict[str, str], list[str]]:
             out[d + "mountinfo"] = mountinfo_text(p.mnt_ns)
         if p.root:
             links[d + "root"] = "../../root"
+        for fd, target in p.fds.items():
+            links[d + "fd/%d" % fd] = target
     if node.self_pid is not None:
         links["proc/self"] = str(node.self_pid)
     out["proc/stat"] = PROC_STAT % node.btime
@@ -359,6 +364,8 @@ def files(node: Node) -> tuple[dict[str, str], dict[str, str], list[str]]:
 
     # the cgroup v2 tree
     out["cgroup/cgroup.controllers"] = node.controllers + "\n"
+    if node.cpuset is not None:
+        out["cgroup/cpuset.cpus.effective"] = node.cpuset + "\n"
     for c in node.cgroups:
         d = "cgroup" + c.path + "/"
         if c.cpu_max is not None:
@@ -367,6 +374,8 @@ def files(node: Node) -> tuple[dict[str, str], dict[str, str], list[str]]:
             out[d + "cpu.stat"] = cpu_stat_text(c.cpu_stat)
         for kind, p in c.pressure.items():
             out[d + kind + ".pressure"] = pressure_text(p)
+        if c.cpuset is not None:
+            out[d + "cpuset.cpus.effective"] = c.cpuset + "\n"
 
     # the pod's root filesystem
     for path, text in node.root_files.items():
