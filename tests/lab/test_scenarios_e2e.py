@@ -4,13 +4,16 @@ evaluating the generated rules (short windows). The expected alerts fire (none f
 healthy and compute-bound), the diagnosis names the injected cause first and the right
 rank, the headline alert and the verdicts agree, the recorded trace is diagnosed
 offline as labelled, and nothing the run created is left behind. Scenarios run in sequence,
-20 s each; the variants (VARIANTS) only in `make test-lab`."""
+20 s each; the variants (VARIANTS) and those another CI test runs live (LIVE_ELSEWHERE)
+only in `make test-lab`."""
 import json
+import os
 
 import pytest
 
 from stallscope import vocabulary
 from stallscope.lab import evaluate, faults, scenarios, traces
+from tests.helpers import ROOT
 from tests.helpers.lab import leftovers, run_lab
 from tests.helpers.needs import need_prometheus
 
@@ -57,16 +60,41 @@ VARIANTS = {
     "brownout-busy-node": "slow-storage",    # FUSE latency that browns out, on a busy node
     "dead-fuse": "hang",                     # the FUSE daemon killed (ENOTCONN) instead of stopped
     "compute-bound": "healthy",              # no fault, a slower step: nothing to name either
+    "shm-bus-error": "shm-exhaustion",       # /dev/shm too small again; the worker dies of SIGBUS
 }
+
+# Scenarios whose fault and cause CI drives live in a test of its own, against a real agent
+# (the test named): their lab runs (the alerts through Prometheus) are `make test-lab`'s too.
+# Their causes' alerts are still promtool-tested at the line and the `for:` boundary.
+LIVE_ELSEWHERE = {
+    "transfer-cost": "tests/correlate/test_e2e.py::test_a_wait_that_is_transfer_is_named_transfer_cost"
+                     "_and_slow_workers_stay_too_few",
+    "slow-worker": "tests/correlate/test_slow_worker.py::test_one_slow_worker_among_four_is_named"
+                   "_with_its_pid",
+}
+
+# The peer's window is short where the target hangs a third into the run: the peer blocks
+# in the collective after ~6 s of steps, over which the transfer floor of a loaded 2-core
+# machine may reach the line (2.2 % seen in CI). There the peer must only be far under the
+# target (the straggler rule's factor); the diagnosis checks below still name the target.
+SHORT_PEER_WINDOW = ("hang",)
 
 
 def _param(name):
-    return pytest.param(name, marks=pytest.mark.lab_variant) if name in VARIANTS else name
+    if name in VARIANTS or name in LIVE_ELSEWHERE:
+        return pytest.param(name, marks=pytest.mark.lab_variant)
+    return name
 
 
 def test_variants_name_scenarios_that_run_in_ci():
     live = {s.name for s in scenarios.REAL}
-    assert set(VARIANTS) <= live and set(VARIANTS.values()) <= live - set(VARIANTS)
+    assert set(VARIANTS) <= live and set(VARIANTS.values()) <= live - set(VARIANTS) - set(LIVE_ELSEWHERE)
+    assert set(LIVE_ELSEWHERE) <= live - set(VARIANTS)
+    for test in LIVE_ELSEWHERE.values():  # the test named exists and is not itself kept out of CI
+        path, name = test.split("::")
+        with open(os.path.join(ROOT, path)) as f:
+            text = f.read()
+        assert "def %s(" % name in text, test
 
 
 @pytest.mark.parametrize("name", [_param(s.name) for s in scenarios.REAL])
@@ -99,6 +127,8 @@ def test_scenario_is_caught_and_named(name, tmp_path):
             assert max(others) < ratios[target] / vocabulary.STRAGGLER_FACTOR, ratios
         if name in VICTIMS_OVER_LINE:
             assert min(others) >= vocabulary.DATA_WAIT_LINE, ratios
+        elif name in SHORT_PEER_WINDOW:
+            assert max(others) < ratios[target] / vocabulary.STRAGGLER_FACTOR, ratios
         else:
             assert max(others) < vocabulary.DATA_WAIT_LINE, ratios
     else:
