@@ -19,17 +19,30 @@ from typing import TypeVar
 
 from . import agent, causes, hook, labels, node
 from .causes import ATTRIBUTE, DATA_WAIT_CRITICAL, DATA_WAIT_LINE, MIN_BATCHES, STRAGGLER_FACTOR, VERDICTS
-from .entries import CADENCES, KINDS, SCOPES, UNITS, Cause, CauseAlert, Exporter, Line, Metric, Signal
+from .entries import (
+    CADENCES,
+    KINDS,
+    SCOPES,
+    UNITS,
+    Cause,
+    CauseAlert,
+    Exporter,
+    Line,
+    LoaderState,
+    Metric,
+    Signal,
+)
 
 __all__ = ["ATTRIBUTE", "CAUSES", "DATA_WAIT_CRITICAL", "DATA_WAIT_LINE", "EXPORTERS",
-           "MIN_BATCHES", "METRICS", "SIGNALS", "STRAGGLER_FACTOR", "VERDICTS", "Cause",
-           "CauseAlert", "Exporter", "Line", "Metric", "Signal", "cause", "labels", "metric",
+           "LOADER_STATES", "MIN_BATCHES", "METRICS", "SIGNALS", "STRAGGLER_FACTOR", "VERDICTS", "Cause",
+           "CauseAlert", "Exporter", "Line", "LoaderState", "Metric", "Signal", "cause", "labels", "metric",
            "signal"]
 
 METRICS: tuple[Metric, ...] = hook.METRICS + node.METRICS + agent.METRICS
 SIGNALS: tuple[Signal, ...] = hook.SIGNALS + node.SIGNALS
 EXPORTERS: tuple[Exporter, ...] = node.EXPORTERS
 CAUSES: tuple[Cause, ...] = causes.CAUSES
+LOADER_STATES: tuple[LoaderState, ...] = node.LOADER_STATES
 
 _E = TypeVar("_E", Metric, Signal, Exporter, Cause)
 

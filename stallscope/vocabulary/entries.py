@@ -51,6 +51,13 @@ class Signal:
 
 
 @dataclasses.dataclass(frozen=True)
+class LoaderState:
+    """A state a loader task's time is split into (exporters/loaderstate.py, issue 30)."""
+    name: str
+    help: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Exporter:
     """One node exporter: ``--exporter.NAME``, its class in ``stallscope.exporters``."""
     name: str

@@ -5,7 +5,7 @@ Adding a node signal: ``stallscope/exporters/<name>.py`` with an ``Exporter`` su
 and here its registry line, its metrics and its signals. The ``--exporter.<name>``
 flags, scheduling, deadline and self-health metrics come with the registry line.
 """
-from .entries import Exporter, Metric, Signal
+from .entries import Exporter, LoaderState, Metric, Signal
 from .labels import CONTAINER, GPU, MOUNT, POD, RANK
 
 EXPORTERS = (
@@ -25,6 +25,11 @@ EXPORTERS = (
              "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
     Exporter("numa", "numa:NumaExporter", True,
              "NUMA placement: the share of each rank's loader CPU time off its GPU's NUMA node."),
+    Exporter("loaderstate", "loaderstate:LoaderStateExporter", False,
+             "Loader time split: each worker's and the training process's state, sampled "
+             "from procfs (on CPU, waiting for CPU, blocked reading storage by mount, network, "
+             "idle, handing over). Off by default until its cost meets issue 30's 0.5 % of a "
+             "core at 64 workers (0.6-0.7 % now: benchmarks/bench_loaderstate.py)."),
     Exporter("cpuset", "cpuset:CpusetExporter", True,
              "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
              "containers or the node's FUSE daemons."),
@@ -97,6 +102,14 @@ METRICS = (
            "loader (workers and main process) spent on CPUs outside its GPU's NUMA node, the "
            "pod's most remote rank's (/proc/<pid>/stat processor, sysfs node cpulists and the "
            "GPU's numa_node; per pod, off the per-rank series budget).", POD, "numa"),
+    Metric("stallscope_loader_worker_time_ratio", "gauge", "Share of the pod's loader-worker "
+           "time in each state over the sampling window (procfs: schedstat, syscall, the fd "
+           "it reads; states on_cpu, cpu_wait, storage, network, idle; the rest is handoff, "
+           "sleeping and other). Per pod, off the per-rank series budget.", POD + ("state",),
+           "loaderstate"),
+    Metric("stallscope_loader_main_cpu_wait_ratio", "gauge", "Share of the training "
+           "process's main-thread time runnable but waiting for a CPU (a starved or throttled "
+           "consumer), over the sampling window; per pod.", POD, "loaderstate"),
     Metric("stallscope_pod_cpuset_cpus", "gauge", "CPUs the cpuset of the pod's container allows "
            "(cpuset.cpus.effective), with the pod's QoS class from its cgroup path (empty off "
            "Kubernetes).", POD + ("qos_class",), "cpuset"),
@@ -168,6 +181,16 @@ SIGNALS = (
            "Share of the rank's loader CPU time on CPUs outside its GPU's NUMA node.",
            "max by (namespace, pod) (stallscope_loader_numa_remote_cpu_ratio{$sel})",
            ("namespace", "pod"), condition=True),
+    *(Signal("loader_workers_%s_ratio" % state, "ratio", ("rank",), "loaderstate",
+             "Share of the rank's loader-worker time %s (sampled from procfs)." % text,
+             'max by (namespace, pod) (stallscope_loader_worker_time_ratio{$sel, state="%s"})' % state,
+             ("namespace", "pod"))
+      for state, text in (("on_cpu", "on a CPU"), ("cpu_wait", "runnable, waiting for a CPU"),
+                          ("storage", "blocked reading storage"), ("network", "blocked on the network"),
+                          ("idle", "idle, waiting for work on the index queue"))),
+    Signal("loader_main_cpu_wait_ratio", "ratio", ("rank",), "loaderstate",
+           "Share of the training process's main-thread time runnable, waiting for a CPU.",
+           "max by (namespace, pod) (stallscope_loader_main_cpu_wait_ratio{$sel})", ("namespace", "pod")),
     Signal("cpuset_exclusive", "flag", ("rank",), "cpuset",
            "1 when the rank's pod has CPUs of its own (an exclusive cpuset), 0 on the shared pool.",
            "max by (namespace, pod) (stallscope_pod_cpuset_exclusive{$sel})",
@@ -179,4 +202,18 @@ SIGNALS = (
     Signal("gpu_sm_active_ratio", "ratio", ("rank", "gpu"), "gpu",
            "SM activity from dcgm-exporter.", "stallscope_gpu_sm_active_ratio{$sel}",
            ("namespace", "job", "rank", "pod", "node", "gpu", "uuid"), cadence="gpu"),
+)
+
+
+# The states a loader task's time is split into (exporters/loaderstate.py; issue 30).
+LOADER_STATES = (
+    LoaderState("on_cpu", "running on a CPU (schedstat)"),
+    LoaderState("cpu_wait", "runnable, waiting for a CPU: a busy node or a CFS-throttled cgroup (schedstat)"),
+    LoaderState("storage", "blocked reading or opening a file, or faulting a mapped one in "
+                "(syscall, D state)"),
+    LoaderState("network", "blocked on a network socket (a remote fetch)"),
+    LoaderState("idle", "waiting for work: a worker on its index queue, the training process for a batch"),
+    LoaderState("handoff", "handing a batch over: writing to the result queue, passing descriptors"),
+    LoaderState("sleeping", "in a sleep call"),
+    LoaderState("other", "off the CPU in anything else (a lock, a call not classified)"),
 )

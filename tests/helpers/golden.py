@@ -261,6 +261,8 @@ def drive(agent: Agent) -> None:
     for s in gpu.samplers:  # polled here, not in threads of their own
         s.ensure_running = lambda stopping: None
     gpu.dcgm.ensure_running = lambda stopping: None
+    states = _part(agent, "loaderstate")
+    states.start = lambda: None  # its sampler thread: driven here, a round at each step
     now = [1000.0]
     agent.host.clock = lambda: now[0]  # exporters' rates over exactly 2 s
 
@@ -282,7 +284,9 @@ def drive(agent: Agent) -> None:
         _send(handler, bad[:2])     # accepted; their io and cuda parts are not
         _send(handler, bad[2:], accepted=False)
         poll_gpu()                  # the second half, recorded for the rank too
+        states.sample_once()        # the loader tasks' first reading ...
         now[0] += 2.0
+        states.sample_once()        # ... and 2 s of their states (the tree's schedstat stands still)
         agent.runner.collect_now()
     finally:
         handler.selector.close()

@@ -1,0 +1,63 @@
+"""The loader-state sampler's cost (issue 30): one rank with W worker processes (real,
+blocked in a pipe read like idle DataLoader workers) sampled at the default 10 Hz by the
+sampler thread, for a few seconds; the CPU time of that thread (its own
+/proc/self/task/<tid>/schedstat), as a share of one core, and per sampled task.
+
+    .venv/bin/python benchmarks/bench_loaderstate.py [--workers 64] [--seconds 10]
+
+Target (issue 30): <= 0.5 % of one core for 64 workers at 10 Hz.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from stallscope.exporters import loaderstate
+from tests.helpers.exporters import context, table_with
+
+
+def thread_cpu(tid):
+    """The thread's CPU seconds, in ns from schedstat (stat's ticks are 10 ms coarse)."""
+    with open("/proc/self/task/%d/schedstat" % tid) as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    r, w = os.pipe()
+    procs = [subprocess.Popen([sys.executable, "-c", "import os,sys; os.read(%d, 1)" % r], pass_fds=(r,))
+             for _ in range(args.workers)]
+    main_proc = subprocess.Popen(["sleep", "600"])
+    try:
+        time.sleep(1.0)
+        table = table_with(dict(pid=main_proc.pid, worker_pids=[p.pid for p in procs]))
+        exp = loaderstate.LoaderStateExporter(context(table))
+        exp.start()
+        time.sleep(1.0)
+        tid = exp.thread.native_id
+        c0, s0, t0 = thread_cpu(tid), exp.sampled, time.monotonic()
+        time.sleep(args.seconds)
+        c1, s1, t1 = thread_cpu(tid), exp.sampled, time.monotonic()
+        exp.stop.set()
+        share = (c1 - c0) / (t1 - t0)
+        rounds = s1 - s0
+        tasks = args.workers + 1
+        split = exp.split(table.snapshot()[0].key)["worker"].shares()
+        print("loaderstate: %d workers + main at %.1f Hz (%d rounds in %.1f s): %.2f %% of one core "
+              "(target <= 0.5 %%), %.1f us a task-sample; workers idle %.0f %%" % (
+                  args.workers, rounds / (t1 - t0), rounds, t1 - t0, 100 * share,
+                  1e6 * (c1 - c0) / max(1, rounds * tasks), 100 * split["idle"]))
+    finally:
+        for p in procs + [main_proc]:
+            p.kill()
+            p.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,371 @@
+"""loaderstate: what every loader worker and the training process are doing, sampled from
+procfs at a fixed rate, with no line of instrumentation (issue 30, items 1 and 2).
+
+A sampler thread of its own reads, every ``1/--exporter.loaderstate.rate`` seconds, each
+accepted rank's tasks: its main thread, its pin-memory thread (torch names it
+``pt_data_pin``) and every accepted worker's main thread (system/taskstate.py says what
+is read and how it is classified). Each interval of each task is split into the declared
+states (vocabulary LOADER_STATES): on CPU and waiting for CPU by its ``schedstat``
+deltas, the rest by the call it is blocked in. A blocked storage read is kept with the
+kind of its mount and the rank's own mount point; an open or stat (its path is only in the
+task's memory, never read) or a fault on a mapped file is storage on an unattributed mount.
+
+Per rank over ``--exporter.loaderstate.window`` seconds: the share of worker-time in each
+state (and per mount), and the training process's split. ``/api/v1/ranks`` carries the
+split (``loader_state``); per pod, five worker-state shares and the main process's
+CPU-wait share are exported (off the per-rank series budget), and recorded as the
+correlator's signals. Without the right to read ``syscall`` (ptrace-read over the task)
+the off-CPU time is ``other`` and this is said once.
+
+Cost (benchmarks/bench_loaderstate.py, this 2-core machine): 64 idle workers and a main
+thread at 10 Hz take 0.6-0.7 % of one core, ~10 us a task-sample (3 us in a hot loop: a
+round every 100 ms finds the caches cold); a blocked task that has not run since the
+previous sample is not read again beyond its schedstat. Off by default until that meets
+the issue's 0.5 %.
+
+Only the rank's accepted PIDs are read; no path of another pod is ever looked at, and
+no path at all is exported (the mount's kind only; the mount point in the rank's API).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import threading
+import time
+from typing import Any
+
+from ..host.families import family
+from ..host.options import flag
+from ..system import taskstate
+from ..system.procfs import mountinfo, pid_path, read_text
+from ..vocabulary import LOADER_STATES, signal
+from . import base
+
+STATES = tuple(s.name for s in LOADER_STATES)
+EXPORTED = ("on_cpu", "cpu_wait", "storage", "network", "idle")   # the per-pod worker shares
+WORKER_SIGNALS = {s: signal("loader_workers_%s_ratio" % s).name for s in EXPORTED}
+MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
+MAX_WORKERS = 128            # worker tasks of one rank sampled, at most
+FD_CACHE_S = 5.0             # what a descriptor is open on (and a pin thread), re-read after this long
+UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: no descriptor
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderStateOptions:
+    rate: float = flag(10.0, "--exporter.loaderstate.rate",
+                       "Samples a second of each loader task's state.", metavar="HZ")
+    window: float = flag(10.0, "--exporter.loaderstate.window",
+                         "Seconds of samples the exported shares cover.", metavar="SECONDS")
+
+
+class Split:
+    """Seconds of task-time per state (and per mount for storage) over a window."""
+
+    def __init__(self) -> None:
+        self.by_state: collections.Counter[str] = collections.Counter()
+        self.by_mount: collections.Counter[str] = collections.Counter()
+
+    def add(self, state: str, seconds: float, mount: str | None = None) -> None:
+        self.by_state[state] += seconds
+        if mount is not None:
+            self.by_mount[mount] += seconds
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.by_state.values())
+        return {s: (self.by_state[s] / total if total else 0.0) for s in STATES}
+
+    def as_json(self) -> dict[str, Any]:
+        total = sum(self.by_state.values())
+        mounts = {m: round(v / total, 4) for m, v in self.by_mount.items()} if total else {}
+        return {"task_seconds": round(total, 3), "storage_by_mount": mounts,
+                "shares": {s: round(v, 4) for s, v in self.shares().items() if v}}
+
+
+class LoaderStateExporter(base.Exporter):
+    name = "loaderstate"
+    Options = LoaderStateOptions
+
+    def __init__(self, host: Any, options: Any = None) -> None:
+        super().__init__(host, options)
+        # (pid, tid) -> (t, on-CPU ns, run-queue ns, timeslices) at the previous sample
+        self.prev: dict[tuple[int, int], tuple[float, int, int, int]] = {}
+        self.last: dict[tuple[int, int], tuple[str, str | None]] = {}   # (pid, tid) -> its off-CPU state
+        self.open: dict[tuple[int, int], int] = {}                      # (pid, tid) -> schedstat fd
+        self.pins: dict[int, tuple[float, list[int]]] = {}              # pid -> (looked at, pin tids)
+        self.fds: dict[tuple[int, int], tuple[float, str | None]] = {}  # (pid, fd) -> (read at, target)
+        self.mounts: dict[str, list[tuple[str, str]]] = {}              # mount ns -> [(mountpoint, kind)]
+        self.unix: dict[int, tuple[float, frozenset[int]]] = {}         # pid -> (read at, unix inodes)
+        # rank key -> deque of (round time, {(role, state, mount): task-seconds})
+        Round = dict[tuple[str, str, "str | None"], float]
+        self.samples: dict[Any, collections.deque[tuple[float, Round]]] = {}
+        self.ranks_at, self.ranks = -1.0, []  # the rank table, re-read once a second
+        self.tasks_of: dict[Any, list[tuple[str, int, int]]] = {}
+        self.no_syscall = False
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+        self.sampled = 0
+
+    # -- the sampler thread ------------------------------------------------------------
+    def start(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, daemon=True, name="stallscope-loaderstate")
+            self.thread.start()
+
+    def _run(self) -> None:
+        period = 1.0 / max(0.1, self.options.rate)
+        next_at = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                self.sample_once()
+            except Exception as e:  # never take the agent down; say it once
+                self.note("loader state sampling failed: %s" % e)
+            next_at += period
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (a loaded node): skip, do not burst
+                next_at, delay = time.monotonic(), 0.0
+            self.stop.wait(delay)
+
+    def tasks(self, rank: Any) -> list[tuple[str, int, int]]:
+        """(role, pid, tid) of the rank's sampled tasks."""
+        out: list[tuple[str, int, int]] = []
+        if rank.pid:
+            out.append(("main", rank.pid, rank.pid))
+            out += [("pin", rank.pid, tid) for tid in self._pin_threads(rank.pid)]
+        out += [("worker", w, w) for w in list(rank.worker_pids)[:MAX_WORKERS] if w]
+        return out
+
+    def _pin_threads(self, pid: int) -> list[int]:
+        """The pin-memory thread(s) of ``pid``, looked for once every FD_CACHE_S."""
+        now = time.monotonic()
+        hit = self.pins.get(pid)
+        if hit and now - hit[0] < FD_CACHE_S:
+            return hit[1]
+        try:
+            tids = os.listdir(pid_path(self.host.procfs, pid, "task"))
+        except OSError:
+            tids = []
+        pins = [int(t) for t in tids if t != str(pid) and (
+            read_text(pid_path(self.host.procfs, pid, "task", t, "comm")) or "").strip() == "pt_data_pin"]
+        if len(self.pins) > 4096:
+            self.pins.clear()
+        self.pins[pid] = (now, pins)
+        return pins
+
+    def _task(self, pid: int, tid: int, name: str) -> str:
+        """A task's file: a process's main thread through ``/proc/<pid>/`` (its schedstat,
+        state and syscall are the leader's: proc(5)), another thread's under ``task/``."""
+        if pid == tid:
+            return pid_path(self.host.procfs, pid, name)
+        return pid_path(self.host.procfs, pid, "task", str(tid), name)
+
+    def _open(self, key: tuple[int, int]) -> int | None:
+        """A descriptor kept open on the task's schedstat: a re-read at offset 0 gives the
+        current values (procfs seq files), so a sample costs one pread."""
+        try:
+            fd = os.open(self._task(key[0], key[1], "schedstat"), os.O_RDONLY)
+        except OSError:
+            return None
+        self.open[key] = fd
+        return fd
+
+    def _close(self, key: tuple[int, int]) -> None:
+        fd = self.open.pop(key, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.prev.pop(key, None)
+        self.last.pop(key, None)
+
+    def sample_once(self) -> None:
+        """One round over every rank's tasks; each rank's round is one ring entry of
+        {(role, state, mount): task-seconds}, however many workers it has. The loop is
+        written flat: at 64 workers and 10 Hz each task-sample's few microseconds are the
+        part's cost (benchmarks/bench_loaderstate.py)."""
+        now = self.host.clock()
+        keep_from = now - self.options.window
+        if now - self.ranks_at >= 1.0:  # a copy of the table each round would cost more than the round
+            self.ranks_at, self.ranks = now, list(self.host.ranks())
+            self.tasks_of = {r.key: self.tasks(r) for r in self.ranks}
+            current = {(pid, tid) for tasks in self.tasks_of.values() for _, pid, tid in tasks}
+            for key in [k for k in set(self.prev) | set(self.open) if k not in current]:
+                self._close(key)
+            with self.lock:
+                for key in [k for k in self.samples if k not in self.tasks_of]:
+                    del self.samples[key]
+        prev, opened, last = self.prev, self.open, self.last
+        for rank in self.ranks:
+            acc: dict[tuple[str, str, str | None], float] = {}
+            for role, pid, tid in self.tasks_of.get(rank.key, ()):
+                key = (pid, tid)
+                fd = opened.get(key)
+                if fd is None:
+                    fd = self._open(key)
+                    if fd is None:
+                        continue
+                try:
+                    fields = os.pread(fd, 128, 0).split()
+                    on, wait, runs = int(fields[0]), int(fields[1]), int(fields[2])
+                except (OSError, ValueError, IndexError):  # the task is gone (ESRCH)
+                    self._close(key)
+                    continue
+                old = prev.get(key)
+                prev[key] = (now, on, wait, runs)
+                if old is None or now <= old[0]:
+                    continue
+                dt = now - old[0]
+                d_on = (on - old[1]) / 1e9 if on > old[1] else 0.0
+                d_wait = (wait - old[2]) / 1e9 if wait > old[2] else 0.0
+                if d_on > dt:
+                    d_on = dt
+                if d_on + d_wait > dt:
+                    d_wait = dt - d_on
+                if d_on:
+                    k = (role, "on_cpu", None)
+                    acc[k] = acc.get(k, 0.0) + d_on
+                if d_wait:
+                    k = (role, "cpu_wait", None)
+                    acc[k] = acc.get(k, 0.0) + d_wait
+                rest = dt - d_on - d_wait
+                if rest > 0.001:
+                    # a task that has not run since the last sample (schedstat's timeslice
+                    # count unchanged) is still blocked where it was: not read again
+                    state = last.get(key) if runs == old[3] else None
+                    if state is None:
+                        state = last[key] = self._off_cpu(role, pid, tid)
+                    k = (role, state[0], state[1])
+                    acc[k] = acc.get(k, 0.0) + rest
+            with self.lock:
+                ring = self.samples.setdefault(rank.key, collections.deque())
+                if acc:
+                    ring.append((now, acc))
+                while ring and ring[0][0] < keep_from:
+                    ring.popleft()
+        self.sampled += 1
+
+    def _off_cpu(self, role: str, pid: int, tid: int) -> tuple[str, str | None]:
+        stat = read_text(self._task(pid, tid, "stat")) or ""
+        state = stat.rpartition(")")[2].split()[:1]
+        st = state[0] if state else None
+        call = None
+        if not self.no_syscall:
+            path = self._task(pid, tid, "syscall")
+            try:
+                with open(path) as f:
+                    call = taskstate.parse_syscall(f.read())
+            except PermissionError:
+                self.no_syscall = True
+                self.note("no right to read /proc/<pid>/task/<tid>/syscall (ptrace-read): loader "
+                          "tasks off the CPU are 'other' (only stat and schedstat are read)")
+            except OSError:
+                call = None
+        target = None
+        if call is not None and call.first_arg is not None and call.kind in (
+                "read", "write", "recv", "send"):
+            target = self._fd(pid, call.first_arg)
+        elif call is not None and call.kind == "poll":
+            target = None
+        unix = False
+        inode = taskstate.socket_inode(target)
+        if inode is not None:
+            unix = inode in self._unix(pid)
+        s = taskstate.classify(role, st, call, target, unix)
+        mount = None
+        if s == "storage":
+            # an open/stat names its path only in the task's memory (never read): its time
+            # is storage on a mount not known, as is a fault on a mapped file
+            mount = self._mount_of(pid, target) if target and target.startswith("/") else UNATTRIBUTED
+        return s, mount
+
+    def _fd(self, pid: int, fd: int) -> str | None:
+        now = time.monotonic()
+        hit = self.fds.get((pid, fd))
+        if hit and now - hit[0] < FD_CACHE_S:
+            return hit[1]
+        try:
+            target: str | None = os.readlink(pid_path(self.host.procfs, pid, "fd", str(fd)))
+        except OSError:
+            target = None
+        if len(self.fds) > 65536:
+            self.fds.clear()
+        self.fds[(pid, fd)] = (now, target)
+        return target
+
+    def _unix(self, pid: int) -> frozenset[int]:
+        now = time.monotonic()
+        hit = self.unix.get(pid)
+        if hit and now - hit[0] < FD_CACHE_S:
+            return hit[1]
+        inodes = taskstate.unix_inodes(self.host.procfs, pid)
+        if len(self.unix) > 4096:
+            self.unix.clear()
+        self.unix[pid] = (now, inodes)
+        return inodes
+
+    def _mount_of(self, pid: int, path: str) -> str:
+        """"<kind>:<mount point>" of the mount ``path`` is on, as ``pid`` sees it."""
+        try:
+            ns = os.readlink(pid_path(self.host.procfs, pid, "ns", "mnt"))
+        except OSError:
+            ns = "pid:%d" % pid
+        if ns not in self.mounts:
+            ms = mountinfo(self.host.procfs, pid) or []
+            self.mounts[ns] = sorted(((m.mountpoint, taskstate.mount_kind(m.fstype)) for m in ms),
+                                     key=lambda m: -len(m[0]))
+            if len(self.mounts) > 1024:
+                self.mounts = {ns: self.mounts[ns]}
+        for point, kind in self.mounts[ns]:
+            if path == point or path.startswith(point.rstrip("/") + "/"):
+                return "%s:%s" % (kind, point)
+        return "local:/"
+
+    # -- reading it ---------------------------------------------------------------------
+    def split(self, key: Any, seconds: float | None = None) -> dict[str, Split]:
+        """{role: Split} of the rank over the last ``seconds`` (default: the window)."""
+        since = self.host.clock() - (seconds if seconds is not None else self.options.window)
+        out: dict[str, Split] = {}
+        with self.lock:
+            rounds = [acc for t, acc in self.samples.get(key, ()) if t >= since]
+        for acc in rounds:
+            for (role, state, mount), secs in acc.items():
+                out.setdefault(role, Split()).add(state, secs, mount)
+        return out
+
+    def rank_fields(self, rank: Any) -> dict[str, Any]:
+        parts = self.split(rank.key)
+        if not parts:
+            return {}
+        return {"loader_state": {role: s.as_json() for role, s in sorted(parts.items())}}
+
+    def timeline_fields(self, rank: Any, seconds: float) -> dict[str, Any]:
+        return self.rank_fields(rank)
+
+    def collect(self) -> Any:
+        self.start()
+        workers = family("stallscope_loader_worker_time_ratio")
+        main = family("stallscope_loader_main_cpu_wait_ratio")
+        by_pod: dict[Any, tuple[dict[str, Split], Any]] = {}
+        for rank in self.host.ranks():
+            parts = self.split(rank.key)
+            w, m = parts.get("worker"), parts.get("main")
+            if w is not None:
+                shares = w.shares()
+                for s in EXPORTED:
+                    self.record(rank.key, WORKER_SIGNALS[s], shares[s])
+            if m is not None:
+                self.record(rank.key, MAIN_CPU_WAIT, m.shares()["cpu_wait"])
+            pod = (rank.ident.get("namespace"), rank.ident.get("pod"))
+            merged, _ = by_pod.setdefault(pod, ({}, rank.labels))
+            for role, sp in parts.items():
+                into = merged.setdefault(role, Split())
+                into.by_state.update(sp.by_state)
+        for merged, labels in by_pod.values():
+            if "worker" in merged:
+                shares = merged["worker"].shares()
+                for s in EXPORTED:
+                    workers.add(dict(labels, state=s), shares[s])
+            if "main" in merged:
+                main.add(labels, merged["main"].shares()["cpu_wait"])
+        return [workers.family, main.family]

@@ -1,0 +1,105 @@
+"""loaderstate (exporters/loaderstate.py, system/taskstate.py): what the loader workers
+are doing, sampled from procfs with only the two public lines in the trainer (issue 30).
+Three real DataLoaders at once under one real agent: workers reading with plain
+open()/read() from a slow FUSE mount (stallscope.lab.slowfs), workers burning CPU, and
+workers with nothing to do; each split is checked against what was injected, and the
+CPU share against the kernel's own record of the workers' CPU time."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stallscope.lab import slowfs
+from stallscope.processes.servers import AgentProcess, child_env
+from stallscope.system import taskstate
+from tests.helpers import ROOT
+from tests.helpers.needs import need_fuse
+
+TRAINER = os.path.join(ROOT, "tests", "helpers", "trainers", "state_trainer.py")
+READ_LATENCY = 0.05   # seconds a FUSE read takes: ~all of a reading worker's time
+
+
+def test_syscall_lines_parse_as_the_kernel_writes_them():
+    read = taskstate.parse_syscall("0 0x5 0x7f12 0x10000 0x0 0x0 0x0 0x7ffd 0x7f00\n")
+    assert read.kind == "read" and read.first_arg == 5 and not read.running
+    assert taskstate.parse_syscall("running\n").running
+    assert taskstate.parse_syscall("-1 0x7ffd 0x7f00\n").blocked_outside
+    for junk in ("", "x y", None):
+        assert taskstate.parse_syscall(junk) is None
+
+
+def test_states_follow_the_call_and_its_descriptor():
+    call = taskstate.Syscall
+    assert taskstate.classify("worker", "S", call("read", 5, False, False), "/data/x", False) == "storage"
+    assert taskstate.classify("worker", "S", call("read", 5, False, False), "pipe:[12]", False) == "idle"
+    assert taskstate.classify("worker", "S", call("poll", 5, False, False), None, False) == "idle"
+    assert taskstate.classify("worker", "S", call("recv", 5, False, False), "socket:[9]", False) == "network"
+    assert taskstate.classify("main", "S", call("recv", 5, False, False), "socket:[9]", True) == "handoff"
+    assert taskstate.classify("worker", "S", call("sleep", 0, False, False), None, False) == "sleeping"
+    assert taskstate.classify("worker", "D", call(None, None, True, False), None, False) == "storage"
+    assert taskstate.classify("worker", "S", call("futex", 0, False, False), None, False) == "other"
+    assert [taskstate.mount_kind(t) for t in ("fuse.s3fs", "nfs4", "tmpfs", "overlay", "xfs")] == [
+        "fuse", "network_fs", "tmpfs", "overlay", "local"]
+
+
+def cpu_seconds(pids):
+    total = 0.0
+    for pid in pids:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@pytest.mark.slow
+def test_reading_busy_and_idle_workers_are_told_apart(tmp_path):
+    pytest.importorskip("torch")
+    need_fuse()
+    slowfs.ensure_fusectl()
+    fs = slowfs.SlowFS(str(tmp_path / "mnt"), latency=READ_LATENCY, private=True).start()
+    agent = AgentProcess(["--exporter.loaderstate", "--exporter.loaderstate.window", "6"],
+                         workdir=str(tmp_path)).start()
+    trainers = []
+    try:
+        env = child_env({"STALLSCOPE_SOCKET": agent.socket})
+        for mode in ("read", "busy", "idle"):
+            cmd = [sys.executable, TRAINER, mode] + ([fs.mountpoint] if mode == "read" else []) + ["11"]
+            e = dict(env, POD_NAME="state-%s" % mode, POD_NAMESPACE="ml")
+            trainers.append(fs.popen(cmd, env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        time.sleep(4)  # the workers started and at work
+        ranks = {r["job"]: r for r in agent.api("/api/v1/ranks")["ranks"]}
+        busy_pids = ranks["state-busy"]["worker_pids"]
+        before, t0 = cpu_seconds(busy_pids), time.monotonic()
+        time.sleep(6)  # one window of samples (--exporter.loaderstate.window), all before the loops end
+        ranks = {r["job"]: r for r in agent.api("/api/v1/ranks")["ranks"]}
+        kernel_cpu = (cpu_seconds(busy_pids) - before) / (time.monotonic() - t0) / len(busy_pids)
+        metrics = agent.metrics()
+        for t in trainers:
+            assert t.stdout.readline().strip() == "done"
+    finally:
+        for t in trainers:
+            if t.stdin:
+                t.stdin.close()
+            t.wait(timeout=30)
+        agent.stop()
+        fs.stop()
+    split = {job: r["loader_state"]["worker"] for job, r in ranks.items()}
+    print(json.dumps(split, indent=1))
+    reading, busy, idle = split["state-read"], split["state-busy"], split["state-idle"]
+    # blocked in read() on the FUSE mount for nearly all of each sample's READ_LATENCY
+    assert reading["shares"].get("storage", 0) > 0.6, reading
+    # slowfs answers every operation after READ_LATENCY: the reads are on the mount, the
+    # opens and stats (whose path the sampler never reads) unattributed, nothing elsewhere
+    mounts = reading["storage_by_mount"]
+    assert set(mounts) <= {"fuse:" + fs.mountpoint, "unattributed"}, reading
+    assert mounts["fuse:" + fs.mountpoint] > 0.2, reading
+    # on the CPU or waiting for it (2 cores, 6 workers): as much as the kernel counted
+    cpu = busy["shares"].get("on_cpu", 0)
+    assert cpu + busy["shares"].get("cpu_wait", 0) > 0.7, busy
+    assert abs(cpu - kernel_cpu) < 0.15, (cpu, kernel_cpu)
+    # nothing to do: waiting on the index queue
+    assert idle["shares"].get("idle", 0) > 0.7, idle
+    assert 'stallscope_loader_worker_time_ratio{' in metrics and 'state="storage"' in metrics
