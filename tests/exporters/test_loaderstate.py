@@ -103,3 +103,62 @@ def test_reading_busy_and_idle_workers_are_told_apart(tmp_path):
     # nothing to do: waiting on the index queue
     assert idle["shares"].get("idle", 0) > 0.7, idle
     assert 'stallscope_loader_worker_time_ratio{' in metrics and 'state="storage"' in metrics
+
+
+def switches(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return {k: int(v) for k, v in (line.split(":") for line in f) if k.endswith("ctxt_switches")}
+
+
+def test_sampling_never_wakes_or_stops_what_it_samples():
+    """Two processes blocked in read() on a pipe, one sampled at 10 Hz for 2 s: neither
+    is woken (no context switch, voluntary or not) and neither is stopped; the kernel's
+    own counters in status say so."""
+    from stallscope.exporters.loaderstate import LoaderStateExporter
+    from tests.helpers.exporters import context, table_with
+
+    r, w = os.pipe()
+    code = "import os; os.read(%d, 1)" % r
+    sampled, alone = (subprocess.Popen([sys.executable, "-c", code], pass_fds=(r,)) for _ in range(2))
+    try:
+        time.sleep(0.5)  # both blocked in the read
+        before = {p.pid: switches(p.pid) for p in (sampled, alone)}
+        exp = LoaderStateExporter(context(table_with(dict(pid=sampled.pid))))
+        for _ in range(20):
+            exp.sample_once()
+            time.sleep(0.1)
+        after = {p.pid: switches(p.pid) for p in (sampled, alone)}
+        assert after == before, (before, after)
+        with open("/proc/%d/stat" % sampled.pid) as f:
+            assert f.read().rpartition(")")[2].split()[0] == "S"  # asleep, not stopped (T/t)
+        assert exp.split(exp.ranks[0].key)["main"].shares()["idle"] > 0.9
+    finally:
+        for p in (sampled, alone):
+            p.kill()
+            p.wait()
+        os.close(r)
+        os.close(w)
+
+
+def test_a_worker_pid_the_agent_did_not_accept_is_never_sampled():
+    """A report from a rank's main process (the kernel names the sender) naming a worker
+    that does not descend from it (another pod's process): the table refuses it, and the
+    sampler reads only what the table accepted."""
+    from stallscope.agent import identity, state
+    from stallscope.exporters.loaderstate import LoaderStateExporter
+    from tests.helpers.exporters import context, rank_message
+
+    main, stranger = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
+    try:
+        table = state.RankTable(node="n1")
+        source = identity.of_peer("/proc", main.pid, os.getuid())
+        table.apply(rank_message(main.pid, worker_pids=[stranger.pid]), source)
+        assert table.snapshot()[0].worker_pids == [] and table.refused_worker_pids == 1
+        exp = LoaderStateExporter(context(table))
+        exp.sample_once()
+        sampled = {pid for pid, _ in exp.prev}
+        assert sampled == {main.pid}, sampled
+    finally:
+        for p in (main, stranger):
+            p.kill()
+            p.wait()
