@@ -98,3 +98,34 @@ def test_torchdata_nodes_settings_and_a_bare_data_wait(agent_factory, tmp_path):
         run.stop()
     log = open(run.log.name).read()
     assert log.count("is not a torch DataLoader") == 1, log[-2000:]
+
+
+# Ray Data's rows of 30 ms through one map task, 8 a batch, for two training workers:
+# ~480 ms of loading a batch pair against 50 ms of compute each
+RAY = dict(workers=2, batch=8, sample_s=0.03, compute_s=0.05, batches=60)
+
+
+@pytest.mark.slow
+@pytest.mark.frameworks
+def test_ray_train_ranks_from_its_context_and_a_bare_data_wait(agent_factory, tmp_path):
+    pytest.importorskip("ray.train")
+    agent = agent_factory(*AGENT_ARGS)
+    run = Run("ray_trainer.py", RAY, agent, "ld-ray", tmp_path)
+    try:
+        got = settled_diagnoses(agent, [run], [("ld-ray", 0), ("ld-ray", 1)], timeout=300)
+        assert set(got) == {("ld-ray", 0), ("ld-ray", 1)}, sorted(got)
+        ranks = [r for r in agent.api("/api/v1/ranks")["ranks"] if r["job"] == "ld-ray"]
+    finally:
+        run.stop()
+    # the rank and world size from ray.train.get_context(), one process each
+    assert sorted((r["rank"], r["world_size"]) for r in ranks) == [(0, 2), (1, 2)], ranks
+    assert len({r["pid"] for r in ranks}) == 2, ranks
+    # no collective in this loop: each rank waits on its own shard; a batch pair takes
+    # 16 x 30 ms in the one map task against 50 ms of compute, so ~90 % of a step waits
+    # (less what Ray's prefetch overlaps; a loaded machine only slows the map)
+    for body in got.values():
+        print("ray rank %d: %s, data-wait %.1f%%" % (body["rank"], body["verdict"],
+                                                    100 * body["data_wait_ratio"]))
+        assert body["verdict"] == "input_bound", json.dumps(body)
+        assert body["data_wait_ratio"] > 0.5, body["data_wait_ratio"]
+        assert body["loader"] is None, body["loader"]  # nothing introspected beyond the wait
