@@ -31,7 +31,15 @@ demo: setup system
 test: setup system lint
 	$(PY) -m pytest -q -ra -m 'not frameworks and not lab_variant' --durations=15
 
-test-frameworks: setup system
+# the loaders' extra (pyproject.toml) only here: CI would pay its install time. litdata
+# pulls torchvision, and with it a CUDA torch: torch 2.13.0 goes back, torchvision goes.
+$(VENV)/.loaders: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[loaders]'
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip uninstall -q -y torchvision
+	touch $@
+
+test-frameworks: setup system $(VENV)/.loaders
 	$(PY) -m pytest -q -ra -m frameworks
 
 test-lab: setup system

@@ -57,6 +57,9 @@ class RankState:
         self.verified: dict[int, int] = {}  # worker PID -> starttime, seen to descend
         self.cgroup: cgroups.Cgroup | None = None  # of the main process
         self.loader: dict[str, Any] | None = None
+        # forward/backward/optimizer ns and steps since the trainer started, from a
+        # framework's hooks (hook/phases.py); None where no integration timed them
+        self.phases: dict[str, int] | None = None
         self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
         self.translated_workers: list[int] = []  # the same, mapped through its children
         self.workers_checked = float("-inf")     # when they were last checked in /proc
@@ -115,6 +118,7 @@ class RankState:
             "world_size": i["world_size"], "pod": i["pod"], "namespace": i["namespace"],
             "node": i["node"], "pid": self.pid, "ns_pid": self.ns_pid, "uid": self.uid,
             "worker_pids": list(self.worker_pids), "loader": self.loader,
+            "phases": phases_json(self.phases),
             "cgroup": self.cgroup.as_json() if self.cgroup is not None else None,
             "last_seen_seconds_ago": round(now - self.last_seen, 3),
             "batches": self.wait.count,
@@ -167,3 +171,13 @@ class RankState:
             self.wait.sum_ns += extra
             self.step.sum_ns += extra
             self.provisional_ns = blocked_ns
+
+
+def phases_json(phases: dict[str, int] | None) -> dict[str, Any] | None:
+    """The step phases at the API edge: seconds in each since the trainer started, and
+    the steps they cover (their mean a step is the report's, run/ and diagnose/)."""
+    if not phases:
+        return None
+    out: dict[str, Any] = {k[:-3] + "_seconds": v / 1e9 for k, v in phases.items() if k.endswith("_ns")}
+    out["steps"] = phases["steps"]
+    return out

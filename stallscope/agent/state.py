@@ -169,6 +169,8 @@ class RankTable:
                 self.refused_worker_pids += rankworkers.map_workers(self.procfs, rank)
                 rank.workers_checked = now
             rankworkers.note_exits(rank, msg["loader"].get("worker_exits") or ())
+        if msg.get("phases") is not None:
+            rank.phases = msg["phases"]  # cumulative: the latest report is the whole
         if msg["mono_ns"] and msg["wall_ns"]:
             rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
         # BatchColumns.of: a message built in code (tests, benchmarks) may carry rows

@@ -176,6 +176,20 @@ def _loader(raw: Any) -> dict[str, Any] | None:
     return out
 
 
+PHASE_FIELDS = ("forward_ns", "backward_ns", "optimizer_ns")
+
+
+def _phases(raw: Any, role: str) -> dict[str, int] | None:
+    """Step phases since the trainer started (hook/phases.py): cumulative ns and steps."""
+    if raw is None:
+        return None
+    if role != "main" or not isinstance(raw, dict):
+        raise Reject("bad_schema", "phases must be an object, a trainer's only")
+    out = {field: _int(raw.get(field, 0), 0, MAX_COUNT, "phases." + field) for field in PHASE_FIELDS}
+    out["steps"] = _int(raw.get("steps", 0), 0, MAX_COUNT, "phases.steps")
+    return out
+
+
 def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
           now_ns: int | None = None) -> dict[str, Any]:
     """Bytes of one message -> normalised message dict, or Reject. ``now_ns``: the
@@ -218,6 +232,7 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
         "events": None,
         "loader": _loader(raw.get("loader")),
         "blocked_since_ns": None,
+        "phases": _phases(raw.get("phases"), role),
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
     }
     cols = _check_events(events, now_ns)

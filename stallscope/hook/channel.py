@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 
-from . import wire
+from . import phases, wire
 from .stream import Stream, moved
 
 __all__ = ["Channel", "Stream", "get"]
@@ -179,6 +179,10 @@ class Channel:
                 msg["loader"] = stream.loader
             if stream.cuda is not None:
                 msg["cuda"] = stream.cuda
+            if stream.role == "main":
+                steps = phases.get().snapshot()  # forward/backward/optimizer (phases.py)
+                if steps is not None:
+                    msg["phases"] = steps
             # Said only once the call has lasted BLOCKED_REPORT_S: the agent counts it
             # before the batch comes (a hang must show), and a short next() that ends in
             # StopIteration (the last one of an epoch joins the workers) is none of its

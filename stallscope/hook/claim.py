@@ -75,10 +75,33 @@ def disarm(claim: Claim) -> None:
 
 
 def _patch() -> None:
+    """Patch ``_get_iterator`` on DataLoader and on every subclass that defines its own:
+    torchdata's ``StatefulDataLoader`` and litdata's ``StreamingDataLoader`` build their
+    own iterator classes there without calling DataLoader's (issue 34). Subclasses are
+    walked on each arm (once an epoch: a few classes), so one imported after the first
+    epoch is patched too."""
     dataloader = sys.modules.get("torch.utils.data.dataloader")
     cls = getattr(dataloader, "DataLoader", None)
     if cls is None:
         return
+    todo: list[Any] = [cls]
+    seen: set[Any] = set()
+    while todo and len(seen) < _MAX_CLASSES:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        _patch_class(c)
+        try:
+            todo.extend(c.__subclasses__())
+        except Exception:
+            pass
+
+
+_MAX_CLASSES = 256  # DataLoader subclasses walked; a program defining more is not one we know
+
+
+def _patch_class(cls: Any) -> None:
     original = cls.__dict__.get("_get_iterator")
     if original is None or getattr(original, "_stallscope", False):
         return

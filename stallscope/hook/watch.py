@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from . import batches, channel, claim, device, identity, passthrough
+from . import batches, channel, claim, device, identity, loaders, passthrough
 from .loop import Loop, WatchedIterator, watched_iterator
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
@@ -101,6 +101,8 @@ def _settle(proxy: _Watched, loop: Loop, armed: claim.Claim | None, it: Any) -> 
         stream.loader = loader_info(loader, inner)
         if polls is not None:
             stream.split(*polls)
+        if not _is_dataloader(loader):
+            loaders.say_bare(loader, stream.loader)  # once per loader type (loaders.py)
     except Exception:
         stream.loader = None
 
@@ -174,9 +176,10 @@ def _is_dataloader(obj: object) -> bool:
 
 
 def loader_info(loader: object, it: object = None) -> dict[str, object] | None:
-    """DataLoader settings and this epoch's worker PIDs; None for other iterables."""
+    """DataLoader settings and this epoch's worker PIDs; a ``torchdata.nodes`` graph's
+    settings (loaders.py); None for other iterables."""
     if not _is_dataloader(loader):
-        return None
+        return loaders.nodes_info(loader)
     info: dict[str, object] = {}
     for field in _LOADER_FIELDS:
         value = getattr(loader, field, None)

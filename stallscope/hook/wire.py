@@ -31,6 +31,9 @@ JSON list in the header) is still accepted.
      "io": {...},                 # optional: shard reads, cache lookups (hook/shards.py)
      "loader": {...},             # optional: DataLoader config + worker PIDs
      "cuda": {"index": int, "uuid": "GPU-..."},  # optional: the loop's CUDA device
+     "phases": {"forward_ns": int, "backward_ns": int, "optimizer_ns": int, "steps": int},
+                                  # optional, role=main: step phases since the process
+                                  #   started, from a framework's hooks (hook/phases.py)
      ...}                         # further optional keys for other kinds of samples
 
 The agent answers on the same connection (issue 33): after each pass over what it read,

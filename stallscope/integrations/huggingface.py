@@ -8,6 +8,14 @@ accelerate's ``prepare`` returns a ``DataLoaderShard`` around a DataLoader it bu
 DataLoader's own iterator behind the generator (hook/claim.py). The Trainer keeps its
 loader in a local variable, so its callback cannot hand back a wrapper: it watches the
 shard's ``base_dataloader`` in place instead (the shard iterates it once an epoch).
+
+Step phases (hook/phases.py) from the Trainer's own events and the model's forward: the
+forward from ``on_step_begin`` (the batch is fetched) to the end of the model's forward
+(a forward hook the callback registers on the model at ``on_train_begin``), backward from
+there to ``on_pre_optimizer_step`` (gradient clipping included), the optimizer from there
+to ``on_step_end`` (the scheduler and ``zero_grad`` included). With gradient accumulation
+a step's micro-batches' forwards after the first count as backward; its phases are timed
+per optimizer step.
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 import stallscope
+from stallscope.hook import phases
 
 
 def identity() -> dict[str, int]:
@@ -41,6 +50,9 @@ class StallscopeCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
                        **kwargs: Any) -> None:
+        model = kwargs.get("model")
+        if model is not None and getattr(self, "_forward_hook", None) is None:
+            self._forward_hook = model.register_forward_hook(_forward_done)
         if train_dataloader is None:
             return
         base = getattr(train_dataloader, "base_dataloader", None)
@@ -52,3 +64,22 @@ class StallscopeCallback(TrainerCallback):
         kw = dict(rank=args.process_index, local_rank=args.local_process_index,
                   world_size=args.world_size, **self.watch_kwargs)
         train_dataloader.base_dataloader = stallscope.watch(base, **kw)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        phases.get().begin("forward")
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        phases.get().begin("optimizer", after="backward")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        phases.get().end_step()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        hook = getattr(self, "_forward_hook", None)
+        if hook is not None:
+            hook.remove()
+            self._forward_hook = None
+
+
+def _forward_done(module: Any, inputs: Any, output: Any) -> None:
+    phases.get().begin("backward", after="forward")  # evaluation's forwards change nothing

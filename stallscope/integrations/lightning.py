@@ -8,12 +8,19 @@ loop's ``setup_data``, before any callback hook runs (fit_loop.py). So at
 non-persistent workers starts them once more, before the first batch. Loaders rebuilt
 later (``reload_dataloaders_every_n_epochs``) are watched at that epoch's start the
 same way. Every other epoch Lightning's own ``iter()`` goes through the watched loaders.
+
+Step phases (hook/phases.py) from Lightning's own hooks, in the order automatic
+optimization calls them (the closure runs inside ``optimizer.step``): forward from
+``on_train_batch_start`` (the batch is fetched) to ``on_before_backward``, backward from
+there to ``on_before_optimizer_step`` (after the closure: gradient clipping included),
+the optimizer from there to ``on_train_batch_end``.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import stallscope
+from stallscope.hook import phases
 
 try:  # the `lightning` package ships the same Trainer as lightning.pytorch
     from pytorch_lightning import Callback
@@ -56,3 +63,16 @@ class StallscopeCallback(Callback):
         # epoch loop calls iter() on the fetcher itself (training_epoch_loop.on_run_start).
         if trainer.current_epoch > 0:
             self._watch_train_loaders(trainer, restart=False)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        phases.get().begin("forward")
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        phases.get().begin("backward", after="forward")
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        phases.get().begin("optimizer", after="backward")
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        phases.get().end_step()

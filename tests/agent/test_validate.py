@@ -115,6 +115,18 @@ def test_good_message_parses():
     assert msg["loader"]["worker_pids"] == [11, 12]
 
 
+def test_step_phases_parse_and_reach_the_ranks_api():
+    phases = {"forward_ns": 5 * 10**8, "backward_ns": 14 * 10**8, "optimizer_ns": 10**8, "steps": 10}
+    msg = validate.parse(good(phases=dict(phases, extra=1)))  # unknown keys are dropped
+    assert msg["phases"] == phases
+    assert validate.parse(good())["phases"] is None
+    table = state.RankTable()
+    assert ingest_of(table).handle(v2(2, phases=phases))
+    rank = table.snapshot()[0]
+    assert rank.as_json(time.monotonic())["phases"] == {
+        "forward_seconds": 0.5, "backward_seconds": 1.4, "optimizer_seconds": 0.1, "steps": 10}
+
+
 def _ident(**over):
     ident = {"job": "j", "rank": 0, "pod": "p", "namespace": "", "node": ""}
     ident.update(over)
@@ -158,6 +170,10 @@ def _ident(**over):
     (good(loader={"pin_memory": 1}), "bad_schema"),
     (good(loader={"worker_pids": list(range(1, 1000))}), "bad_schema"),
     (good(dropped_total=-5), "bad_schema"),
+    (good(phases=[1]), "bad_schema"),
+    (good(phases={"backward_ns": -1, "steps": 1}), "bad_schema"),
+    (good(phases={"forward_ns": 1.5, "steps": 1}), "bad_schema"),
+    (good(role="worker", phases={"steps": 1}), "bad_schema"),  # a trainer's only
     (b"", "empty"),
     # a lone surrogate, as a JSON escape and as the raw (invalid UTF-8) bytes ED A0 80:
     # accepted, it would make every later scrape fail to encode

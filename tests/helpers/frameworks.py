@@ -65,15 +65,15 @@ def diagnosis(agent, job, rank=0):
         return None
 
 
-def settled_diagnoses(agent, runs, wanted, timeout=240):
-    """{(job, rank): diagnosis} once each wanted rank has >= 30 batches and a verdict."""
+def settled_diagnoses(agent, runs, wanted, timeout=240, min_batches=30):
+    """{(job, rank): diagnosis} once each wanted rank has >= min_batches and a verdict."""
     got, deadline = {}, time.monotonic() + timeout
     while time.monotonic() < deadline and len(got) < len(wanted):
         for run in runs:
             run.check_alive()
         for job, rank in wanted:
             body = diagnosis(agent, job, rank)
-            if body and body.get("batches", 0) >= 30 and body.get("verdict") != "unknown":
+            if body and body.get("batches", 0) >= min_batches and body.get("verdict") != "unknown":
                 got[(job, rank)] = body
         time.sleep(1)
     return got

@@ -337,3 +337,21 @@ def test_a_worker_reports_every_worker_flush_unless_its_load_time_moves(tmp_path
         srv.close()
         for c in conn:
             c.close()
+
+
+class _OwnLoader:
+    """A loader of its own kind (not a DataLoader): what the hook cannot look into."""
+
+    def __iter__(self):
+        return iter([1, 2])
+
+
+def test_a_loader_that_is_not_a_dataloader_says_once_what_is_not_introspected():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert list(stallscope.watch(_OwnLoader())) == [1, 2]
+        assert list(stallscope.watch(_OwnLoader())) == [1, 2]  # the same type: said already
+        assert list(stallscope.watch([3])) == [3]              # a plain list: nothing to say
+    said = [str(c.message) for c in caught if "is not a torch DataLoader" in str(c.message)]
+    assert len(said) == 1, said
+    assert "_OwnLoader" in said[0] and "per-batch data-wait" in said[0], said

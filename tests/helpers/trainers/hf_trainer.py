@@ -14,18 +14,18 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from slow_data import SlowSamples, compute, linger
+from slow_data import SlowSamples, compute, linger, slow_backward
 
 
 class Tiny(torch.nn.Module):
-    def __init__(self, compute_s):
+    def __init__(self, compute_s, backward_s=0):
         super().__init__()
         self.net = torch.nn.Linear(4, 1)
-        self.compute_s = compute_s
+        self.compute_s, self.backward_s = compute_s, backward_s
 
     def forward(self, x, labels=None):
         compute(self.compute_s)
-        out = self.net(x)
+        out = slow_backward(self.net(x), self.backward_s)
         return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
 
 
@@ -39,7 +39,7 @@ def with_trainer(cfg):
                              dataloader_num_workers=cfg["workers"], max_steps=cfg["batches"],
                              use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
                              disable_tqdm=True, remove_unused_columns=False)
-    Trainer(model=Tiny(cfg["compute_s"]), args=args, train_dataset=data,
+    Trainer(model=Tiny(cfg["compute_s"], cfg.get("backward_s", 0)), args=args, train_dataset=data,
             callbacks=[StallscopeCallback()]).train()
 
 

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from slow_data import SlowSamples, compute, linger
+from slow_data import SlowSamples, compute, linger, slow_backward
 
 from stallscope.integrations.lightning import StallscopeCallback
 
@@ -28,7 +28,8 @@ class Tiny(pl.LightningModule):
     def training_step(self, batch, _i):
         x, y = batch
         compute(self.cfg["compute_s"])
-        return torch.nn.functional.mse_loss(self.net(x), y)
+        out = slow_backward(self.net(x), self.cfg.get("backward_s", 0))
+        return torch.nn.functional.mse_loss(out, y)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)

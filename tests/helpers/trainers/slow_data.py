@@ -26,6 +26,24 @@ def compute(seconds):
     time.sleep(seconds)  # the step's "GPU" time
 
 
+class SlowBackward(torch.autograd.Function):
+    """The identity forward; its backward takes ``seconds`` (the step's backward "GPU" time)."""
+
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+def slow_backward(x, seconds):
+    return SlowBackward.apply(x, seconds) if seconds else x
+
+
 def linger(cfg):
     from stallscope.hook import channel
 
