@@ -57,6 +57,7 @@ class RankState:
         self.verified: dict[int, int] = {}  # worker PID -> starttime, seen to descend
         self.cgroup: cgroups.Cgroup | None = None  # of the main process
         self.loader: dict[str, Any] | None = None
+        self.loader_error: dict[str, Any] | None = None  # the loader's own error (issue 32)
         self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
         self.translated_workers: list[int] = []  # the same, mapped through its children
         self.workers_checked = float("-inf")     # when they were last checked in /proc
