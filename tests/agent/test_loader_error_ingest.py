@@ -61,3 +61,29 @@ def test_the_error_stays_with_the_process_and_the_batch_size_with_the_rank():
     assert ing.handle(good(pid=4321, loader=dict(LOADER)))  # a new process: its own slate
     assert rank.loader_error is None
     json.dumps(rank.as_json(0.0))
+
+
+def _errors(part):
+    out = {}
+    for f in part.collect():
+        if f.name == "stallscope_loader_errors":
+            for s in f.samples:
+                out[(s.labels["pod"], s.labels["cause"])] = s.value
+    return out
+
+
+def test_the_pod_counts_each_process_once_by_the_cause_its_error_names():
+    from stallscope.agent.ranks import RanksPart
+
+    table = state.RankTable()
+    ing = ingest_of(table)
+    part = RanksPart(None, table, ing.stats)
+    assert ing.handle(good(loader=dict(LOADER)))
+    assert _errors(part) == {("p", "shm_exhaustion"): 0, ("p", "other"): 0}  # each from 0
+    assert ing.handle(good(loader=dict(LOADER, error=ERROR)))
+    assert _errors(part) == {("p", "shm_exhaustion"): 1, ("p", "other"): 0}
+    assert ing.handle(good(loader=dict(LOADER)))
+    assert _errors(part)[("p", "shm_exhaustion")] == 1  # the same process: counted once
+    timeout = {"type": "RuntimeError", "message": "DataLoader timed out after 5 seconds", "at_ns": 9}
+    assert ing.handle(good(pid=4321, loader=dict(LOADER, error=timeout)))  # the rank restarted
+    assert _errors(part) == {("p", "shm_exhaustion"): 1, ("p", "other"): 1}
