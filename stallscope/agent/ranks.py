@@ -11,13 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import __version__
-from ..host import Part
 from ..correlate import loader_errors
+from ..host import Part
 from ..host.families import family
 from ..vocabulary.labels import LOADER_CONFIG
 from .ingest import IngestStats
 from .state import RankTable
-
 
 ERROR_POD = ("job", "pod", "namespace", "node")
 ERROR_CAUSES = (loader_errors.SHM, "other")
