@@ -23,12 +23,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
-from ..correlate import change, codec, detect, diagnosis, standing
+from ..correlate import change, checks, codec, detect, diagnosis, standing
 from ..correlate.model import Diagnosis
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
-from ..host.facts import RankGpu, RankQuota
+from ..host.facts import RankCpuset, RankGpu, RankQuota, RankShm
 from ..host.families import family
 from ..host.options import flag
 from .scrapefirst import SCRAPES
@@ -130,9 +130,26 @@ class CorrelatorPart(Part):
             SCRAPES.pause()
             found[r.key] = diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
                                              window_seconds=seconds, since_ns=since_of.get(r.key),
-                                             quota=self.quota(r.key))
+                                             quota=self.quota(r.key), setup=self.setup(r),
+                                             loader_error=getattr(r, "loader_error", None))
             self.analyses += 1
         return found
+
+    def setup(self, rank: Any) -> checks.SetUp:
+        """What the rank's set-up checks are judged on (correlate/checks.py, issue 32): the
+        host's facts about it; absent facts are "not known", never "fine"."""
+        facts, key = self.host.facts, rank.key
+        gpu = facts.value(RankGpu, key)
+        quota = facts.value(RankQuota, key)
+        shm = facts.value(RankShm, key)
+        cpuset = facts.value(RankCpuset, key)
+        wants_pinned = True if gpu is not None else (
+            cpuset.qos == "guaranteed" if cpuset is not None and cpuset.qos else None)
+        return checks.SetUp(None, gpu=True if gpu is not None else None,
+                            cpu_limit_cores=quota.cores if quota is not None else None,
+                            quota_measured=quota is not None,
+                            shm_size_bytes=shm.size_bytes if shm is not None else None,
+                            wants_pinned=wants_pinned)
 
     def quota(self, key: Any) -> dict[str, Any]:
         """The cfs exporter's RankQuota fact; not measured while there is none (it is off,

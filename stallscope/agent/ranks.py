@@ -6,15 +6,21 @@ custom-collector pattern), so an expired rank's series simply stop being exporte
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from .. import __version__
+from ..correlate import loader_errors
 from ..host import Part
 from ..host.families import family
 from ..vocabulary.labels import LOADER_CONFIG
 from .ingest import IngestStats
 from .state import RankTable
+
+ERROR_POD = ("job", "pod", "namespace", "node")
+ERROR_CAUSES = (loader_errors.SHM, "other")
+ERRORS_KEPT_S = 900.0  # as the worker exits are (exporters/worker_deaths.py)
 
 
 def _str(v: Any) -> str:
@@ -35,6 +41,27 @@ class RanksPart(Part):
         self.table = table
         self.stats = stats
         self.held = held
+        # the loader errors counted, per pod: (namespace, pod, job, node) -> ({cause: n},
+        # last seen), and the processes already counted (rank key, PID)
+        self.errors: dict[tuple[str, ...], tuple[dict[str, int], float]] = {}
+        self.counted: set[tuple[Any, int | None]] = set()
+
+    def _count_errors(self, ranks: list[Any], now: float) -> None:
+        """Each process's loader error once, by the cause its message names (issue 32)."""
+        live = set()
+        for r in ranks:
+            pod = tuple(r.labels[k] for k in ERROR_POD)
+            counts = self.errors.get(pod, ({c: 0 for c in ERROR_CAUSES}, now))[0]
+            self.errors[pod] = (counts, now)
+            key = (r.key, r.pid)
+            live.add(key)
+            if r.loader_error is not None and key not in self.counted:
+                cause = loader_errors.judge(r.loader_error, r.loader).cause
+                counts[cause if cause in ERROR_CAUSES else "other"] += 1
+                self.counted.add(key)
+        self.counted &= live
+        for pod in [p for p, (_, seen) in self.errors.items() if now - seen > ERRORS_KEPT_S]:
+            del self.errors[pod]
 
     def collect(self) -> Iterator[Any]:
         wait = family("stallscope_data_wait_seconds")
@@ -42,8 +69,10 @@ class RanksPart(Part):
         info = family("stallscope_loader_info")
         dropped = family("stallscope_hook_dropped_events_total")
         steady_wait = family("stallscope_steady_data_wait_seconds_total")
+        errors = family("stallscope_loader_errors_total")
         with self.table.lock:
             ranks = list(self.table.ranks.values())
+            self._count_errors(ranks, time.monotonic())
             for r in ranks:
                 wait.add_histogram(r.labels, r.wait.cumulative(), r.wait.sum_ns / 1e9)
                 step.add_histogram(r.labels, r.step.cumulative(), r.step.sum_ns / 1e9)
@@ -52,7 +81,10 @@ class RanksPart(Part):
                 dropped.add(r.labels, r.dropped_total)
                 steady_wait.add(r.labels, r.steady_wait_ns / 1e9)
             evictions = dict(self.table.evictions)
-        for f in (wait, step, info, dropped, steady_wait):
+        for pod, (counts, _) in sorted(self.errors.items()):
+            for cause, n in counts.items():
+                errors.add(dict(zip(ERROR_POD, pod)), n, cause=cause)
+        for f in (wait, step, info, dropped, steady_wait, errors):
             yield f.family
         yield from self._self_health(len(ranks), evictions)
 

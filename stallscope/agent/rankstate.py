@@ -60,6 +60,7 @@ class RankState:
         # forward/backward/optimizer ns and steps since the trainer started, from a
         # framework's hooks (hook/phases.py); None where no integration timed them
         self.phases: dict[str, int] | None = None
+        self.loader_error: dict[str, Any] | None = None  # the loader's own error (issue 32)
         self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
         self.translated_workers: list[int] = []  # the same, mapped through its children
         self.workers_checked = float("-inf")     # when they were last checked in /proc

@@ -157,8 +157,19 @@ class RankTable:
             rank.uid = uid
             rank.verified.clear()
             rank.first_batch_ns = None  # a new process starts its workers again
+            rank.loader_error = None
         if msg["loader"] is not None:
-            rank.loader = {k: v for k, v in msg["loader"].items() if k not in ("worker_pids", "worker_exits")}
+            before = rank.loader or {}
+            rank.loader = {k: v for k, v in msg["loader"].items()
+                           if k not in ("worker_pids", "worker_exits", "error")}
+            # A new iterator reports its settings before its first batch is measured
+            # (hook/errors.py): the last measured size stands until then (issue 32).
+            if "batch_bytes" not in rank.loader and before.get("batch_bytes"):
+                rank.loader["batch_bytes"] = before["batch_bytes"]
+            # The loader's own error, kept for the process: the next iterator's reports
+            # no longer carry it, and it is why the rank stopped.
+            if msg["loader"].get("error") is not None and rank.loader_error is None:
+                rank.loader_error = dict(msg["loader"]["error"])
             reported = list(msg["loader"]["worker_pids"])
             # The same workers as last time are checked again only every WORKERS_RECHECK_S
             # (for exits and PID reuse): reading /proc for each worker of every report

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..hook import wire
+from ..hook import errors, wire
 from .batches import BatchColumns
 
 MAX_LABEL_LEN = 128
@@ -40,6 +40,7 @@ MAX_COUNT = 1 << 53
 ROLES = ("main", "worker")
 LOADER_INT_FIELDS = ("num_workers", "prefetch_factor", "batch_size")
 LOADER_BOOL_FIELDS = ("pin_memory", "persistent_workers")
+MAX_BATCH_BYTES = 1 << 44  # 16 TiB: no batch a worker could hold in /dev/shm is larger
 
 
 class Reject(Exception):
@@ -173,6 +174,28 @@ def _loader(raw: Any) -> dict[str, Any] | None:
     if exits:
         out["worker_exits"] = [[_int(p, 1, 1 << 31, "loader.worker_exits[][0]"),
                                 _int(c, -128, 255, "loader.worker_exits[][1]")] for p, c in exits]
+    if raw.get("batch_bytes") is not None:
+        out["batch_bytes"] = _int(raw["batch_bytes"], 1, MAX_BATCH_BYTES, "loader.batch_bytes")
+    if raw.get("error") is not None:
+        out["error"] = _loader_error(raw["error"])
+    return out
+
+
+def _loader_error(raw: Any) -> dict[str, Any]:
+    """The loader's own error (hook/errors.py): its type and message are the pod's text,
+    shown in the diagnosis and never a label; refused past the hook's own bounds or with
+    characters the hook strips (a real hook cannot send them)."""
+    if not isinstance(raw, dict):
+        raise Reject("bad_schema", "loader.error must be an object")
+    out: dict[str, Any] = {}
+    for field, limit in (("type", errors.MAX_TYPE_CHARS), ("message", errors.MAX_MESSAGE_CHARS)):
+        v = raw.get(field)
+        if not isinstance(v, str):
+            raise Reject("bad_schema", "loader.error.%s must be a string" % field)
+        if len(v) > limit or not printable(v):
+            raise Reject("bad_loader_error", "loader.error.%s is too long or not printable" % field)
+        out[field] = v
+    out["at_ns"] = _int(raw.get("at_ns"), 0, MAX_NS, "loader.error.at_ns")
     return out
 
 

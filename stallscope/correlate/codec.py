@@ -23,11 +23,13 @@ from .model import (
     GpuView,
     Headroom,
     Identity,
+    LoaderError,
     Loop,
     Mark,
     Matched,
     Prediction,
     RankRow,
+    SetupWarning,
     Stats,
     Straggler,
     WorkerSpread,
@@ -146,6 +148,11 @@ def encode(d: Diagnosis, now_ns: int | None = None) -> JSON:
         out["matched_ranks"] = [_fields(m) for m in d.matched_ranks]
     if d.note:
         out["note"] = d.note
+    # set-up checks (issue 32): always present, [] when every judged check passed
+    out["warnings"] = [_fields(w) for w in d.warnings]
+    out["checks_unknown"] = list(d.checks_unknown)
+    if d.loader_error is not None:
+        out["loader_error"] = _fields(d.loader_error)
     return out
 
 
@@ -319,4 +326,8 @@ def decode(body: Any) -> Diagnosis:
         stall=_dataclass(StallPeriod, b["stall"], "stall") if b.get("stall") else None,
         sawtooth=_dataclass(Sawtooth, b["sawtooth"], "sawtooth") if b.get("sawtooth") else None,
         since_ns=_int(b, "since_ns"), headroom=headroom, detection=detection,
-        hang=b.get("hang"), change=changed, matched_ranks=matched, note=_str(b, "note") or "")
+        hang=b.get("hang"), change=changed, matched_ranks=matched, note=_str(b, "note") or "",
+        warnings=tuple(_dataclass(SetupWarning, w, "a warning") for w in _list(b, "warnings")),
+        checks_unknown=tuple(str(x) for x in _list(b, "checks_unknown")),
+        loader_error=(_dataclass(LoaderError, b["loader_error"], "loader_error")
+                      if b.get("loader_error") is not None else None))

@@ -24,7 +24,19 @@ from typing import Any
 
 from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
-from . import deaths, epochs, measured, predict, rules, slow_worker, standing_causes, transfer, workers
+from . import (
+    checks,
+    deaths,
+    epochs,
+    loader_errors,
+    measured,
+    predict,
+    rules,
+    slow_worker,
+    standing_causes,
+    transfer,
+    workers,
+)
 from .context import Context
 from .model import Cause, Diagnosis, GpuView, Identity, Loop, Matched, RankRow, Straggler
 from .overlap import InputBound, after_start, data_wait_ratio
@@ -78,7 +90,9 @@ def _row(p: rules.RankWait) -> RankRow:
 def analyse(trace: RankTrace, peers: Iterable[RankTrace] = (), node: str = "",
             window_seconds: float | None = None, since_ns: int | None = None,
             quota: Mapping[str, Any] | None = None,
-            facts: standing_causes.Facts | None = None) -> Diagnosis:
+            facts: standing_causes.Facts | None = None,
+            setup: checks.SetUp | None = None,
+            loader_error: Mapping[str, Any] | None = None) -> Diagnosis:
     """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job).
 
     ``since_ns``: a stall began then (detect.py). The verdict, the loader's numbers and
@@ -86,7 +100,30 @@ def analyse(trace: RankTrace, peers: Iterable[RankTrace] = (), node: str = "",
     with the waits on the whole trace, whose earlier part gives the quiet time to compare
     against. ``quota``: the rank's CFS quota, {"measured", "cores"} (causes.separate_cpu).
     ``facts``: what the host knows of the rank's set-up and placement, for the standing
-    causes (standing_causes.py)."""
+    causes (standing_causes.py). ``setup``: what the set-up checks are judged on
+    (checks.py; from the first batch, whatever the verdict); ``loader_error``: the
+    loader's own error as the hook reported it (loader_errors.py)."""
+    return _with_error(_analyse(trace, peers, node, window_seconds, since_ns, quota, facts, setup),
+                       loader_error, setup)
+
+
+def _with_error(d: Diagnosis, error: Mapping[str, Any] | None, setup: checks.SetUp | None) -> Diagnosis:
+    """The loader's own error on the diagnosis; a cause it names leads: the loader stopped."""
+    if error is None:
+        return d
+    judged = loader_errors.judge(error, d.loader, setup.shm_size_bytes if setup is not None else None)
+    out = dataclasses.replace(d, loader_error=judged)
+    if judged.cause is None:
+        return out
+    named = causes_mod.make(judged.cause, 1.0, judged.text)
+    rest = tuple(c for c in d.causes if c.cause != judged.cause)
+    return dataclasses.replace(out, causes=(named,) + rest)
+
+
+def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_seconds: float | None,
+             since_ns: int | None, quota: Mapping[str, Any] | None,
+             facts: standing_causes.Facts | None, setup: checks.SetUp | None) -> Diagnosis:
+    whole = trace
     ctx = Context(trace.since(since_ns) if since_ns is not None else trace, trace)
     trace = ctx.trace
     ident = trace.ident or {}
@@ -101,6 +138,14 @@ def analyse(trace: RankTrace, peers: Iterable[RankTrace] = (), node: str = "",
                      verdict="unknown", reason="",
                      job_ranks_on_node=tuple(sorted((_row(p) for p in waits), key=lambda r: r.rank)),
                      since_ns=int(since_ns) if since_ns is not None else None)
+    if setup is not None:
+        # judged on the whole trace: the epochs before a stall are the set-up's too
+        epoch_s, startup_s = checks.epochs(whole)
+        warned, unknown = checks.evaluate(dataclasses.replace(
+            setup, loader=trace.loader if setup.loader is None else setup.loader,
+            epoch_seconds=setup.epoch_seconds if setup.epoch_seconds is not None else epoch_s,
+            startup_seconds=setup.startup_seconds if setup.startup_seconds is not None else startup_s))
+        base = dataclasses.replace(base, warnings=warned, checks_unknown=unknown)
     if trace.n < MIN_BATCHES:
         return dataclasses.replace(base, reason="Only %d batches in the window (need %d)." % (
             trace.n, MIN_BATCHES))

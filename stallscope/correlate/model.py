@@ -213,6 +213,34 @@ class Change:
 
 
 @dataclasses.dataclass(frozen=True)
+class SetupWarning:
+    """A set-up check that failed (correlate/checks.py, issue 32): the vocabulary's check,
+    the number that makes it wrong (``value`` of ``measure``) against ``line``, the
+    sentence and the fix. Not a verdict: it is shown beside one and never pages."""
+    check: str
+    measure: str
+    value: Any
+    line: Any
+    text: str
+    fix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderError:
+    """The loader's own error, as the hook reported it (hook/errors.py, issue 32): the
+    exception's type and its bounded, sanitised message, when the agent took it, and the
+    cause it names (``shm_exhaustion`` for a failed shared-memory allocation) with the
+    /dev/shm size that would have been enough, where it could be computed."""
+    type: str
+    message: str
+    at_ns: int | None = None
+    cause: str | None = None
+    needed_bytes: int | None = None
+    shm_size_bytes: int | None = None
+    text: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Diagnosis:
     """The node-local diagnosis of one rank (diagnosis.analyse)."""
     who: Identity
@@ -241,6 +269,10 @@ class Diagnosis:
     change: Change | None = None             # a marked change, before -> after (change.py)
     matched_ranks: tuple[Matched, ...] = ()
     note: str = ""
+    # set-up checks (checks.py): judged at the first batch, whatever the verdict
+    warnings: tuple[SetupWarning, ...] = ()
+    checks_unknown: tuple[str, ...] = ()
+    loader_error: LoaderError | None = None
 
     @property
     def prediction(self) -> Prediction | None:

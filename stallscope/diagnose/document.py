@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..correlate import codec
-from ..correlate.model import Cause, Change, Diagnosis, GpuView, Prediction
+from ..correlate.model import Cause, Change, Diagnosis, GpuView, LoaderError, Prediction, SetupWarning
 
 JSON = dict[str, Any]
 
@@ -289,6 +289,12 @@ class Report:
     sources: tuple[Source, ...] = ()
     warnings: tuple[str, ...] = ()
     elapsed_seconds: float = 0.0
+    # set-up checks (issue 32): the agent's warnings, which checks it could not judge,
+    # and, where no agent answered, why they are not known
+    setup_warnings: tuple[SetupWarning, ...] = ()
+    checks_unknown: tuple[str, ...] = ()
+    checks_note: str = ""
+    loader_error: LoaderError | None = None
 
 
 def _fields(obj: Any) -> JSON | None:
@@ -351,7 +357,12 @@ def encode(r: Report) -> JSON:
         "next_steps": [{"step": s.step, "runbook": s.runbook} for s in r.next_steps],
         "commands": list(r.commands), "sources": [_source(s) for s in r.sources],
         "warnings": list(r.warnings), "elapsed_seconds": r.elapsed_seconds,
+        "setup_warnings": [_fields(w) for w in r.setup_warnings],
+        "checks_unknown": list(r.checks_unknown),
+        "loader_error": _fields(r.loader_error),
     }
+    if r.checks_note:
+        out["checks_note"] = r.checks_note
     if r.change is not None:
         out["change"] = codec.change(r.change)
     if r.plot is not None:

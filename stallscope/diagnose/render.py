@@ -81,6 +81,15 @@ def render_text(doc: Report) -> str:
             _clock(since.since), window.human(since.for_seconds or 0.0)))
     for w in doc.warnings:
         out.append("note: %s" % w)
+    err = doc.loader_error
+    if err is not None:
+        out += ["", "Loader error: %s" % err.text]
+    if doc.setup_warnings:
+        out += ["", "Set-up warnings (at the first batch; not a verdict)"]
+        for sw in doc.setup_warnings:
+            out.append("  ! %s: %s Fix: %s" % (sw.check, sw.text, sw.fix))
+    elif doc.checks_note:
+        out += ["", doc.checks_note]
 
     out += ["", "Evidence (window %s)" % window.human(doc.window_seconds)]
     rows = []

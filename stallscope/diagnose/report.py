@@ -233,11 +233,31 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
         change=diag.change if diag is not None else None,
         evidence=tuple(verdict.evidence(me, cl, diag, info, causes)), stacks=stack_doc,
         sources=tuple(sources), warnings=tuple(warnings))
+    doc = _with_setup(doc, diag)
     if plot:
         doc = _with(doc, plot=_plot(plot, doc, nd, warnings), warnings=tuple(warnings))
     doc = _with(doc, next_steps=tuple(nextsteps.steps(doc)),
                 commands=tuple(nextsteps.commands(doc, doc.prometheus_url, doc.agent_url)))
     return _with(doc, elapsed_seconds=round(time.monotonic() - t0, 3))
+
+
+CHECKS_UNKNOWN = ("set-up checks not known: only the node's agent judges them (from the loader's "
+                  "settings, the pod's CPU quota, /dev/shm and GPU); give --agent URL")
+
+
+def _with_setup(doc: Report, diag: Diagnosis | None) -> Report:
+    """The agent's set-up warnings and the loader's own error (issue 32). A cause the
+    error names leads whatever the verdict: the loader stopped on it."""
+    if diag is None:
+        return _with(doc, checks_note=CHECKS_UNKNOWN)
+    doc = _with(doc, setup_warnings=diag.warnings, checks_unknown=diag.checks_unknown,
+                loader_error=diag.loader_error)
+    err = diag.loader_error
+    if err is not None and err.cause is not None:
+        named = diag.cause(err.cause)
+        if named is not None and (not doc.causes or doc.causes[0].cause != err.cause):
+            doc = _with(doc, causes=(named,) + tuple(c for c in doc.causes if c.cause != err.cause))
+    return doc
 
 
 def _steady(cl: ClusterView | None, diag: Diagnosis | None) -> float | None:

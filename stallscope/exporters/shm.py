@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..host.facts import RankShm
 from ..host.families import family
 from ..vocabulary import signal
 from . import base
@@ -58,6 +59,7 @@ class ShmExporter(base.Exporter):
             if isinstance(u, OSError):
                 continue  # gone, or a namespace without /dev/shm
             self._record(rank.key, u)
+            self.host.facts.publish(self.name, rank.key, RankShm(u[0]))
             pod = (rank.labels["namespace"], rank.labels["pod"], rank.labels["job"])
             if pod in seen:
                 continue  # ranks of one pod share its /dev/shm

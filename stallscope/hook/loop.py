@@ -11,7 +11,7 @@ import itertools
 import weakref
 from time import perf_counter_ns
 
-from . import channel, exits
+from . import channel, errors, exits
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class Loop:
     """What the timing generators of one watched iterator share (not the iterator itself,
     so that the stream's owner, the iterator, is freed by refcount and not by a cycle)."""
 
-    __slots__ = ("next", "inner", "stream", "first", "ended")
+    __slots__ = ("next", "inner", "stream", "first", "ended", "unsized")
 
     def __init__(self, it: Any) -> None:
         self.next: Callable[[], Any] = it.__next__  # looked up once, not per batch
@@ -33,6 +33,7 @@ class Loop:
         self.stream: channel.Stream | None = None
         self.first = False  # the next generator times one call only (claim.py settles then)
         self.ended = False  # the loader raised StopIteration
+        self.unsized = True  # the first batch's bytes not measured yet (errors.py)
 
 
 def timed(loop: Loop, once: bool, _now: Callable[[], int] = perf_counter_ns) -> Iterator[Any]:
@@ -57,21 +58,31 @@ def timed(loop: Loop, once: bool, _now: Callable[[], int] = perf_counter_ns) -> 
             buf.pop()  # keep (start, end) pairs aligned; the flush never takes an odd
             loop.ended = True  # trailing start, so it is still there
             return
-        except BaseException:  # the loader's own error, passed through; the chain then
-            buf.pop()          # starts a new generator: the iterator stays usable
+        except BaseException as e:  # the loader's own error, passed through; the chain
+            buf.pop()               # then starts a new generator: the iterator stays usable
             exits.note(loop.inner, stream)
+            errors.note_error(e, stream, _now())
             raise
         append(_now())
         yield item
-        if once:
+        if once:  # measured when the loop asks for the next batch: in its step, not its wait
+            _measure(loop, item)
             return
+
+
+def _measure(loop: Loop, item: Any) -> None:
+    """The first batch's bytes, once per iterator, off the per-batch path (errors.py)."""
+    if loop.unsized:
+        loop.unsized = False
+        errors.note_batch_bytes(item, loop.stream)
 
 
 def runs(loop: Loop) -> Iterator[Iterator[Any]]:
     """A fresh timing generator after each one that ended without the loader ending (its
-    error propagated, or the first call was timed alone)."""
+    error propagated, or the first call was timed alone). The first batch is always timed
+    alone, so that its bytes are measured (errors.py) and no later batch pays a test."""
     while not loop.ended:
-        once = loop.first
+        once = loop.first or loop.unsized
         loop.first = False
         yield timed(loop, once)
 

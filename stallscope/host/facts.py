@@ -53,6 +53,13 @@ class RankCpuset:
 
 
 @dataclasses.dataclass(frozen=True)
+class RankShm:
+    """The /dev/shm a rank's loader workers pass batches through (shm exporter): its
+    size in the rank's mount namespace (issue 32: the shm_too_small check)."""
+    size_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Fact(Generic[T]):
     value: T
     at: float           # monotonic seconds when it was published

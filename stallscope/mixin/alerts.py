@@ -141,6 +141,22 @@ def _worker_killed(cfg):
         ("stallscope_loader_worker_exits_total",))
 
 
+def _loader_error(cfg):
+    # An event, not a level, as a worker's death is: the pod's counter rose. The cause is
+    # the one the error's own message names (correlate/loader_errors.py, issue 32): on
+    # torch 2.13 a full /dev/shm kills no worker, so StallscopeLoaderWorkerKilled is silent.
+    errors = promql.sel(cfg, "stallscope_loader_errors_total", 'cause!="other"')
+    expr = "increase(%s[%s]) > 0" % (errors, cfg.rate_window)
+    return Alert(
+        "StallscopeLoaderError", "stallscope.causes", "warning", "0m", expr, errors,
+        "The DataLoader of pod {{ $labels.namespace }}/{{ $labels.pod }} raised ({{ $labels.cause }}).",
+        "A trainer of %s stopped within the last %s on its DataLoader's own error, which names "
+        "{{ $labels.cause }} (shm_exhaustion: a worker could not allocate a batch in /dev/shm). "
+        "`stallscope diagnose {{ $labels.pod }} -n {{ $labels.namespace }}` shows the error and "
+        "the /dev/shm size that would have been enough." % (_pod_where(cfg), cfg.rate_window),
+        ("stallscope_loader_errors_total",))
+
+
 def _line_text(signal, value):
     unit = vocabulary.signal(signal).unit
     return pct(value) if unit == "ratio" else num(value) + ("s" if unit == "seconds" else "")
@@ -207,4 +223,4 @@ def all_alerts(cfg):
     return ([_headline(cfg, "StallscopeDataWaitHigh", "warning", cfg.data_wait_warning),
              _headline(cfg, "StallscopeDataWaitCritical", "critical", cfg.data_wait_critical),
              _straggler(cfg), _no_progress(cfg)]
-            + _causes(cfg) + [_worker_killed(cfg)] + _health(cfg))
+            + _causes(cfg) + [_worker_killed(cfg), _loader_error(cfg)] + _health(cfg))

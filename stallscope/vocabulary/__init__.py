@@ -14,10 +14,11 @@ lacks an alert, a runbook or advice.
 - node.py     the node exporters (the registry) with their metrics and signals
 - agent.py    the agent's self-health and the correlator's outputs
 - causes.py   verdicts, the verdict lines, every cause with its lines, alerts and advice
+- checks.py   set-up checks: loader set-ups wrong on their face at the first batch
 """
 from typing import TypeVar
 
-from . import agent, causes, hook, labels, node
+from . import agent, causes, checks, hook, labels, node
 from .causes import ATTRIBUTE, DATA_WAIT_CRITICAL, DATA_WAIT_LINE, MIN_BATCHES, STRAGGLER_FACTOR, VERDICTS
 from .entries import (
     CADENCES,
@@ -26,6 +27,7 @@ from .entries import (
     UNITS,
     Cause,
     CauseAlert,
+    Check,
     Exporter,
     Line,
     LoaderState,
@@ -33,7 +35,7 @@ from .entries import (
     Signal,
 )
 
-__all__ = ["ATTRIBUTE", "CAUSES", "DATA_WAIT_CRITICAL", "DATA_WAIT_LINE", "EXPORTERS",
+__all__ = ["ATTRIBUTE", "CAUSES", "CHECKS", "Check", "DATA_WAIT_CRITICAL", "DATA_WAIT_LINE", "EXPORTERS",
            "LOADER_STATES", "MIN_BATCHES", "METRICS", "SIGNALS", "STRAGGLER_FACTOR", "VERDICTS", "Cause",
            "CauseAlert", "Exporter", "Line", "LoaderState", "Metric", "Signal", "cause", "labels", "metric",
            "signal"]
@@ -43,8 +45,9 @@ SIGNALS: tuple[Signal, ...] = hook.SIGNALS + node.SIGNALS
 EXPORTERS: tuple[Exporter, ...] = node.EXPORTERS
 CAUSES: tuple[Cause, ...] = causes.CAUSES
 LOADER_STATES: tuple[LoaderState, ...] = node.LOADER_STATES
+CHECKS: tuple[Check, ...] = checks.CHECKS
 
-_E = TypeVar("_E", Metric, Signal, Exporter, Cause)
+_E = TypeVar("_E", Metric, Signal, Exporter, Cause, Check)
 
 
 def _index(entries: tuple[_E, ...], what: str) -> dict[str, _E]:
@@ -60,6 +63,7 @@ METRIC = _index(METRICS, "metric")
 SIGNAL = _index(SIGNALS, "signal")
 CAUSE = _index(CAUSES, "cause")
 EXPORTER = _index(EXPORTERS, "exporter")
+CHECK = _index(CHECKS, "check")
 CAUSE_NAMES: tuple[str, ...] = tuple(c.name for c in CAUSES)
 
 
@@ -73,6 +77,10 @@ def signal(name: str) -> Signal:
 
 def cause(name: str) -> Cause:
     return CAUSE[name]
+
+
+def check_of(name: str) -> Check:
+    return CHECK[name]
 
 
 def line_of(cause_name: str, signal_name: str) -> Line:
@@ -118,6 +126,9 @@ def check() -> None:
                 raise ValueError("cause %s: alert %s compares with %r" % (c.name, a.name, a.op))
         if not c.advice or not c.runbook_alert:
             raise ValueError("cause %s: needs advice and a runbook" % c.name)
+    for k in CHECKS:
+        if k.unit not in UNITS + ("cores",) or not k.fix or "<value>" not in k.text:
+            raise ValueError("check %s: needs a known unit, a fix and <value> in its text" % k.name)
 
 
 check()

@@ -139,3 +139,20 @@ class Cause:
     @property
     def runbook(self) -> str:
         return "runbooks/%s.md" % self.runbook_alert
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A set-up check (issue 32, item 3): a DataLoader set-up that is wrong on its face
+    at the first batch, judged from the loader's settings and what the agent knows of
+    the pod, before any stall. A check that fails is a warning with ``measure`` (its
+    unit ``unit``) against ``line`` (wrong when above it, or below it with
+    ``above=False``): never a verdict, never a page (no alert is generated for it).
+    ``text`` may use <value> and <line> (formatted in ``unit``)."""
+    name: str
+    what: str
+    measure: str
+    unit: str
+    line: str          # how the line is drawn, in words (it depends on the rank's set-up)
+    text: str
+    fix: str

@@ -2,7 +2,7 @@
 loader's batch production and sizing (part ``loader``), shard reads and cache lookups
 per pod and tier (part ``shards``)."""
 from .entries import Metric, Signal
-from .labels import LOADER_CONFIG, RANK, TIER
+from .labels import LOADER_CONFIG, POD, RANK, TIER
 
 # Data-wait spans 100 µs (a prefetched batch) to tens of seconds (a dead mount): ten
 # buckets keep a rank's histogram at 12 series within the per-rank budget.
@@ -26,6 +26,12 @@ METRICS = (
            "data-wait sum, includes a wait still in progress).", RANK, "ranks", STEP_BUCKETS),
     Metric("stallscope_loader_info", "gauge", "DataLoader configuration of the rank (value 1).",
            RANK + LOADER_CONFIG, "ranks"),
+    # Pod-wide, not per rank (the per-rank budget): a rank whose loader raised stops.
+    Metric("stallscope_loader_errors_total", "counter",
+           "Trainer processes of the pod whose DataLoader raised out of next(), by the cause "
+           "the error's message names (each from 0): shm_exhaustion (a failed /dev/shm "
+           "allocation, or a worker's Bus error), other. Kept 15 minutes after the pod's ranks "
+           "are gone.", POD + ("cause",), "ranks"),
     Metric("stallscope_hook_dropped_events_total", "counter",
            "Events the rank's hook could not deliver to the agent.", RANK, "ranks"),
     Metric("stallscope_steady_data_wait_seconds_total", "counter",

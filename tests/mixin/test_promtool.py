@@ -117,6 +117,20 @@ CASES = {
           "memory_limit (shm_exhaustion: /dev/shm was full; memory_limit: the OOM killer of the pod's "
           "memory cgroup; native_crash: a crash in native code; killed: another SIGKILL). `stallscope "
           "diagnose train-0 -n ml` names the worker, its last RSS and the limit." % WHERE0)]),
+    # The loader's own error (issue 32): train-0's counter rises at minute 10; "other"
+    # (train-0) and a count that stands still (train-1) do not page.
+    "StallscopeLoaderError": (
+        [(sel("stallscope_loader_errors_total", **pod_labels("train-0", cause="shm_exhaustion")),
+          "0x9 1+0x30"),
+         (sel("stallscope_loader_errors_total", **pod_labels("train-0", cause="other")), "0+1x40"),
+         (sel("stallscope_loader_errors_total", **pod_labels("train-1", cause="shm_exhaustion")),
+          "1+0x40")], 10,
+        [(pod_labels("train-0", cause="shm_exhaustion"),
+          "The DataLoader of pod ml/train-0 raised (shm_exhaustion).",
+          "A trainer of %s stopped within the last 5m on its DataLoader's own error, which names "
+          "shm_exhaustion (shm_exhaustion: a worker could not allocate a batch in /dev/shm). "
+          "`stallscope diagnose train-0 -n ml` shows the error and the /dev/shm size that would "
+          "have been enough." % WHERE0)]),
     "StallscopeExporterFailing": (
         [(sel("stallscope_exporter_success", exporter="fuse", **AGENT), "0+0x40"),
          (sel("stallscope_exporter_success", exporter="psi", **AGENT), "1+0x40")], 0,
