@@ -86,10 +86,10 @@ def per_sample_for(share, plan):
 
 @pytest.mark.slow
 def test_a_stall_starting_mid_run_is_named_within_seconds(tmp_path):
-    """10 % and 50 % stalls (the smallest the detector is held to, and a large one), each
-    after a healthy stretch: found within seconds by the change-point test, with the loader
-    named (its batch load time rose with the stall), and cleared when it ends. The
-    benchmark (bench_agent.py) gives the figures, 20 % too."""
+    """A 10 % stall (the smallest the detector is held to) after a healthy stretch: found
+    within seconds by the change-point test, with the loader named (its batch load time
+    rose with the stall), and cleared when it ends. The benchmark (bench_agent.py) gives
+    the figures for 10 %, 20 % and 50 %."""
     pytest.importorskip("torch")
     from stallscope.lab.job import BASE
 
@@ -100,7 +100,7 @@ def test_a_stall_starting_mid_run_is_named_within_seconds(tmp_path):
         job = session.start_job(_stepped(control), ranks=1, name="stepped")
         job.wait_ready()
         time.sleep(20)  # a healthy stretch
-        for share in (0.1, 0.5):
+        for share in (0.1,):
             assert get(agent, "/api/v1/diagnosis?rank=0&job=stepped")[1]["detection"]["stalled"] is False
             control.write_text(str(per_sample_for(share, BASE)))
             changed = time.monotonic()
