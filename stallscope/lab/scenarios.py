@@ -121,7 +121,8 @@ SCENARIOS = (
              "the others while this rank loads the machine). More workers would not help.",
              _cause("transfer_cost"),
              real=RealRun(everyone={"compute_s": 0.3},
-                          target={"tensors_per_sample": 256, "sample_sleep_s": 0.0}, alerts=WAIT),
+                          target={"tensors_per_sample": 256, "sample_sleep_s": 0.0,
+                                  "sharing_strategy": "file_descriptor"}, alerts=WAIT),
              synthetic=synthetic.transfer_cost),
     Scenario("straggler-peer", "One rank's loader is too slow (60 ms a sample, 2 workers); the "
              "trace is its peer's, whose loader keeps up and whose step waits in the all_reduce "

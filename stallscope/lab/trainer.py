@@ -15,6 +15,8 @@ The plan (JSON):
 - ``rank``, ``world_size``, ``master`` (host:port of the gloo rendezvous; a world of
   one rank trains alone, without a process group), ``max_s``
 - loader: ``workers``, ``batch_size``, ``prefetch_factor``, ``in_order``, ``pin_memory``,
+  ``sharing_strategy`` (torch.multiprocessing's: ``file_descriptor``, torch's default on
+  Linux, or ``file_system``),
   ``persistent_workers`` (default true); with ``epoch_batches`` N an epoch is N batches
   and the loop starts a new iterator after each (without persistent workers, each epoch
   forks its workers again); ``worker_start_s``: what each worker spends getting ready
@@ -132,6 +134,8 @@ def main(argv):
 
     torch.set_num_threads(1)  # ranks share a few cores with their workers
     torch.manual_seed(0)
+    if plan.get("sharing_strategy"):
+        torch.multiprocessing.set_sharing_strategy(plan["sharing_strategy"])
     rank, world = plan["rank"], plan["world_size"]
     if world > 1:
         dist.init_process_group("gloo", init_method="tcp://%s" % plan["master"], rank=rank,

@@ -17,7 +17,8 @@ class TinyShm(Fault):
         # its slot only on a retry (0.5 s backoff). Out-of-order delivery (in_order=False)
         # keeps a later batch that took the last slot from deadlocking the pipeline.
         plan = run.plans[run.target]
-        plan.update(sample_bytes=self.sample_kib * 1024, shm_retry_s=0.5, in_order=False)
+        plan.update(sample_bytes=self.sample_kib * 1024, shm_retry_s=0.5, in_order=False,
+                    sharing_strategy="file_descriptor")  # torch's default, whose error users meet
 
     def setup_lines(self):
         # In the target's own mount namespace: the host's /dev/shm is not touched.
@@ -42,7 +43,8 @@ class ShmBusError(Fault):
 
     def prepare(self, run):
         run.plans[run.target].update(worker_shm_cache_bytes=self.cache_kib << 10,
-                                     restart_on_worker_death=True)
+                                     restart_on_worker_death=True,
+                                     sharing_strategy="file_descriptor")  # torch's default
 
     def setup_lines(self):
         return TinyShm(self.size_mib, self.leftover_mib).setup_lines()
