@@ -153,6 +153,11 @@ def live(tmp_path_factory):
         ok.wait_ready()
         live = Live(session, slow, missing, time.time())
         _wait_alert(prom, "StallscopeDataWaitHigh", timeout=120, job="mixin-slow")
+        # The headline alert reads the hook's counters; the cause scores come later, once
+        # the correlator judges the slowed rank (not while its first batch decides the
+        # share: correlate/rules.py, starting), and the by-cause record one scrape and one
+        # evaluation after that. Wait for the record rather than race it.
+        prom.wait_for('%s{job="mixin-slow"}' % promql.names(CFG)["job_idle_cause"], timeout=90)
         yield live
 
 
