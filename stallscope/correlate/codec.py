@@ -124,6 +124,8 @@ def encode(d: Diagnosis, now_ns: int | None = None) -> JSON:
                    compute_seconds_per_batch=d.loop.compute_seconds_per_batch)
         if d.loop.data_wait_ratio_after_start is not None:
             out["data_wait_ratio_after_start"] = d.loop.data_wait_ratio_after_start
+        if d.loop.handoff_ratio is not None:
+            out["handoff_ratio"] = d.loop.handoff_ratio
     if d.gpu is not None:
         out["gpu"] = _fields(d.gpu)
     if d.stall is not None:
@@ -287,7 +289,8 @@ def decode(body: Any) -> Diagnosis:
     if b.get("data_wait_seconds") is not None:
         loop = Loop(_num(b, "data_wait_seconds") or 0.0, _num(b, "steady_data_wait_ratio") or 0.0,
                     _num(b, "iterator_start_wait_seconds") or 0.0, _num(b, "step_seconds") or 0.0,
-                    _num(b, "compute_seconds_per_batch") or 0.0, _num(b, "data_wait_ratio_after_start"))
+                    _num(b, "compute_seconds_per_batch") or 0.0, _num(b, "data_wait_ratio_after_start"),
+                    _num(b, "handoff_ratio"))
     gpu = None
     if b.get("gpu") is not None:
         g = _map(b["gpu"], "gpu")

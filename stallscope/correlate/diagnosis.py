@@ -26,6 +26,7 @@ from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the cont
 from . import causes as causes_mod
 from . import (
     checks,
+    consumer,
     deaths,
     epochs,
     loader_errors,
@@ -47,17 +48,19 @@ PREDICTED_CAUSES = 2  # the named cause and its runner-up
 
 
 def _wait(ident: Mapping[str, Any], ratio: float | None, node: str = "",
-          after: float | None = None) -> rules.RankWait:
-    return rules.RankWait(ident.get("rank"), ident.get("pod"), ident.get("node") or node, ratio, after)
+          after: float | None = None, handoff: float | None = None) -> rules.RankWait:
+    return rules.RankWait(ident.get("rank"), ident.get("pod"), ident.get("node") or node, ratio,
+                          after, handoff)
 
 
 def decide(ib: InputBound, peers: Iterable[rules.RankWait], ident: Mapping[str, Any] | None = None,
-           node: str = "", after: float | None = None) -> rules.Judgement:
+           node: str = "", after: float | None = None, handoff: float | None = None) -> rules.Judgement:
     """The Judgement by the one rule set (rules.py) from the node's numbers: this rank's
     data-wait share (every wait, the first batches' included, as the alert counts it;
-    ``after``: the same without the run's first batch, rules.RankWait.after_start), its
-    job's ranks on this node (RankWait), and the GPU when it is measured."""
-    me = _wait(ident or {}, ib.data_wait_ratio, node, after)
+    ``after``: the same without the run's first batch, rules.RankWait.after_start;
+    ``handoff``: the share of the step spent taking batches over, rules.RankWait.handoff),
+    its job's ranks on this node (RankWait), and the GPU when it is measured."""
+    me = _wait(ident or {}, ib.data_wait_ratio, node, after, handoff)
     gpu = None
     if ib.gpu_idle_ratio is not None:
         gpu = rules.Gpu(ib.gpu_idle_ratio, ib.gpu_idle_without_wait_ratio, ib.gpu_idle_overlap_ratio)
@@ -154,13 +157,15 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
     saw = sawtooth(trace, per.period_seconds, ctx.waits, per.stall_batches)
     # a detected stall is judged on its own segment, whatever start it holds
     after = ib.data_wait_ratio_after_start if since_ns is None else None
-    j = decide(ib, waits, ident, node, after)
+    handoff = transfer.handoff_ratio(trace)
+    j = decide(ib, waits, ident, node, after, handoff)
     out = dataclasses.replace(
         base, verdict=j.verdict, reason=j.reason, rule=j.rule,
         data_wait_ratio=round(ib.data_wait_ratio, 6),
         loop=Loop(round(ib.data_wait_seconds, 6), round(ib.steady_data_wait_ratio, 6),
                   round(ib.iterator_start_wait_seconds, 6), round(ib.step_seconds, 6),
-                  round(ib.compute_seconds, 6), round(after, 6) if after is not None else None),
+                  round(ib.compute_seconds, 6), round(after, 6) if after is not None else None,
+                  round(handoff, 6) if handoff is not None else None),
         gpu=GpuView(ib.gpu_signal, trace.gpu_source if ib.gpu_signal else None, ib.gpu_samples,
                     ib.gpu_idle_ratio, ib.gpu_idle_without_wait_ratio),
         gpu_idle_overlap_ratio=ib.gpu_idle_overlap_ratio, stall=per, sawtooth=saw,
@@ -170,6 +175,9 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
     scored, missing = rank_causes(ctx, quota or {}, facts)
     m = measured.measure(ctx, quota)
     ranked = causes_mod.rank_causes(scored)
+    split = transfer.split(trace, ctx.steady)
+    ready = split[2] / split[4] if split is not None and split[4] > 0 else None
+    ranked = consumer.attribute(ranked, trace, ready, handoff)
     if m is not None:
         ranked = [dataclasses.replace(c, prediction=predict.for_cause(c.cause, m)) if i < PREDICTED_CAUSES
                   else c for i, c in enumerate(ranked)]

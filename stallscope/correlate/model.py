@@ -137,6 +137,7 @@ class Loop:
     step_seconds: float
     compute_seconds_per_batch: float
     data_wait_ratio_after_start: float | None = None
+    handoff_ratio: float | None = None   # transfer.handoff_ratio: the step's share taking batches over
 
 
 @dataclasses.dataclass(frozen=True)

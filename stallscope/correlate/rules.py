@@ -54,6 +54,16 @@ class RankWait:
     # The same share with the run's first batch left out, when the window holds that
     # batch and the source can tell (the agent's timelines; overlap.after_start), else None.
     after_start: float | None = None
+    # The share of the step time spent handing batches over (the waits' part that was not
+    # waiting for a worker's batch to be ready: hook/transfer.py), where the hook split the
+    # waits, else None.
+    handoff: float | None = None
+
+    @property
+    def keeps_up(self) -> bool:
+        """Over the line, yet the loader had the batches ready: the handoff puts it there."""
+        return over(self.ratio) and self.handoff is not None and self.ratio is not None \
+            and not over(self.ratio - self.handoff)
 
     @property
     def starting(self) -> bool:
@@ -134,6 +144,16 @@ def judge(me: RankWait, job: list[RankWait], gpu: Gpu | None = None,
             "%s. Judged once its steps outweigh that start, or at once when a stall is "
             "detected." % (me.rank, pct(me.ratio), pct(DATA_WAIT_LINE), pct(me.after_start))),
             "starting", worst)
+    if over(me.ratio) and me.keeps_up and me.ratio is not None and me.handoff is not None:
+        # The SLI stays what it is (every second in next()), but the loader is not what is
+        # slow: its batches were ready, and taking each one over is the cost (issue 30).
+        return Judgement("input_bound", (
+            "The loader keeps up; the per-batch handoff costs %s of the step. Rank %s waits in "
+            "next() for %s of its step time (line: %s), yet only %s waiting for a worker's "
+            "batch to be ready: the rest is receiving, unpickling and taking over each batch "
+            "from the workers, which more workers or faster storage do not remove." % (
+                pct(me.handoff), me.rank, pct(me.ratio), pct(DATA_WAIT_LINE),
+                pct(max(0.0, me.ratio - me.handoff)))), "handoff", worst)
     if over(me.ratio):
         text = "Rank %s waits on its own loader for %s of its step time (line: %s)" % (
             me.rank, pct(me.ratio), pct(DATA_WAIT_LINE))

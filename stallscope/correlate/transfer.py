@@ -45,6 +45,19 @@ def split(trace: RankTrace, steady: np.ndarray) -> tuple[int, float, float, floa
             float((wait - ready).sum()), float(trace.interval[known].sum()))
 
 
+def handoff_ratio(trace: RankTrace) -> float | None:
+    """The share of the step time the loop spent handing batches over (each split wait
+    less its ready wait), over every batch as the data-wait share counts them and as
+    Prometheus has it (rate of stallscope_data_transfer_seconds_total over the step's);
+    None when the hook split no wait."""
+    known = trace.ready >= 0
+    step = float(trace.interval.sum())
+    if not known.any() or step <= 0:
+        return None
+    wait = trace.wait[known]
+    return float((wait - np.minimum(trace.ready[known], wait)).sum()) / step
+
+
 def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0) -> Cause | None:
     """The transfer_cost Cause, or None when the hook did not split the waits
     (a single-process loader, another iterable, an older hook). ``starved``: the

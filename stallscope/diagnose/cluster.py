@@ -255,6 +255,8 @@ def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
         died = pool.submit(exits_mod.of, prom, me, window_s)
         steady = pool.submit(prom.scalar, promql.steady_data_wait_ratio(CFG, matchers(
             job=me.job, namespace=namespace, pod=pod, rank=str(me.rank)), w).replace("\n", " "))
+        handoff = pool.submit(prom.scalar, promql.handoff_ratio(CFG, matchers(
+            job=me.job, namespace=namespace, pod=pod, rank=str(me.rank)), w).replace("\n", " "))
         exits, deaths = died.result()
         return ClusterView(
             job=me.job or "", rank=me.rank, pod=pod, namespace=namespace or "", node=me.node or "",
@@ -274,4 +276,4 @@ def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
             sizing=sizing.result(),
             # the pod's loader workers that died, by reason, and the causes they score
             worker_exits=tuple(exits), death_causes=tuple(deaths), sli_expr=exprs[me.job],
-            steady_data_wait_ratio=steady.result())
+            steady_data_wait_ratio=steady.result(), handoff_ratio=handoff.result())

@@ -146,6 +146,7 @@ class ClusterView:
     death_causes: tuple[Cause, ...]
     sli_expr: str
     steady_data_wait_ratio: float | None = None   # without iterator starts (promql.py)
+    handoff_ratio: float | None = None            # the step's share taking batches over (promql.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +277,7 @@ class Report:
     agent_url: str | None
     prometheus_url: str | None
     steady_data_wait_ratio: float | None = None   # without iterator starts, either path
+    handoff_ratio: float | None = None            # the step's share taking batches over, either path
     prediction: Prediction | None = None
     rank_headroom: RankHeadroom | None = None
     job_headroom: JobHeadroom | None = None

@@ -7,7 +7,7 @@ import datetime
 import json
 from typing import Any
 
-from . import document, outlook, window
+from . import document, outlook, verdict, window
 from .document import EvidenceRow, Report
 
 VERDICT_LINE = {
@@ -67,7 +67,11 @@ def _status(row: EvidenceRow) -> str:
 def headline(doc: Report) -> str:
     who = "pod %s (ns %s): job %s, rank %s, node %s" % (
         doc.pod, doc.namespace or "?", doc.job or "?", doc.rank, doc.node or "?")
-    return "%s — %s" % (VERDICT_LINE.get(doc.verdict, doc.verdict), who)
+    line = VERDICT_LINE.get(doc.verdict, doc.verdict)
+    if verdict.keeps_up(doc) and doc.handoff_ratio is not None:
+        line += " (the loader keeps up; the per-batch handoff costs %.1f%% of the step)" % (
+            100 * doc.handoff_ratio)
+    return "%s — %s" % (line, who)
 
 
 def render_text(doc: Report) -> str:

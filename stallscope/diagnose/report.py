@@ -227,7 +227,7 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
         sli_expr=cl.sli_expr if cl is not None else None,
         agent_url=(nd.url if nd is not None else None) or (fetch.base_url(url) if url else None),
         prometheus_url=fetch.base_url(prometheus_url) if prometheus_url else None,
-        steady_data_wait_ratio=_steady(cl, diag),
+        steady_data_wait_ratio=_steady(cl, diag), handoff_ratio=verdict.handoff(cl, diag),
         prediction=outlook.prediction(v, diag), rank_headroom=rank_h, job_headroom=job_h,
         cost=outlook.cost(v, causes, me.data_wait_ratio, me.job_max, me.job_ranks, me.job_scope),
         change=diag.change if diag is not None else None,

@@ -19,6 +19,7 @@ value is its score.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..correlate import deaths, rules
 from ..correlate.model import Cause, Diagnosis, Evidence
 from ..mixin.config import DEFAULT as CFG
 from .cluster import THRESHOLD
-from .document import ClusterView, EvidenceRow, JobRank, RankInfo, Sizing, Subject
+from .document import ClusterView, EvidenceRow, JobRank, RankInfo, Report, Sizing, Subject
 from .window import human
 
 LEVEL_ONLY_SCORE = 0.5  # a signal over its line, timing unknown: a candidate, not a finding
@@ -113,9 +114,24 @@ def decide(me: Subject, cluster: ClusterView | None, diag: Diagnosis | None,
                            "collective, the step), or no longer reporting; --stacks on node %s "
                            "shows where." % (text, me.node))
     whole = cluster is not None or me.job_scope == "agents"
-    j = rules.judge(_rank_wait(me.rank, me.pod, me.node, me.data_wait_ratio, me.data_wait_ratio_after_start),
-                    _job(me, cluster, diag), _gpu(diag), scope="job" if whole else "node")
+    mine = dataclasses.replace(_rank_wait(me.rank, me.pod, me.node, me.data_wait_ratio,
+                                          me.data_wait_ratio_after_start), handoff=handoff(cluster, diag))
+    j = rules.judge(mine, _job(me, cluster, diag), _gpu(diag), scope="job" if whole else "node")
     return j.verdict, j.reason
+
+
+def handoff(cluster: ClusterView | None, diag: Diagnosis | None) -> float | None:
+    """The rank's share of the step spent taking batches over: Prometheus's when it answered
+    (beside its data-wait share, from the same counters), else the agent's."""
+    if cluster is not None:
+        return cluster.handoff_ratio
+    return diag.loop.handoff_ratio if diag is not None and diag.loop is not None else None
+
+
+def keeps_up(doc: Report) -> bool:
+    """The report's rank is input-bound only by the per-batch handoff (rules.RankWait)."""
+    return doc.verdict == "input_bound" and rules.RankWait(
+        doc.rank, doc.pod, doc.node, doc.data_wait_ratio, None, doc.handoff_ratio).keeps_up
 
 
 def starting(row: JobRank) -> bool:

@@ -99,6 +99,15 @@ def steady_data_wait_ratio(cfg: Any, matchers: Sequence[str] = (), window: str |
         BY_RANK, rate(cfg, "stallscope_data_wait_seconds_sum", matchers, window), steady))
 
 
+def handoff_ratio(cfg: Any, matchers: Sequence[str] = (), window: str | None = None) -> str:
+    """Per rank: the share of the step time spent handing batches over (the waits less
+    their ready wait: hook/transfer.py), the agent's transfer.handoff_ratio from the
+    counters; with the data-wait share it says whether the loader keeps up (rules.py)."""
+    return "sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
+        BY_RANK, rate(cfg, "stallscope_data_transfer_seconds_total", matchers, window),
+        BY_RANK, rate(cfg, "stallscope_step_seconds_sum", matchers, window))
+
+
 def steps_rate(cfg, matchers=(), window=None):
     """Per rank: batches reaching the training loop per second."""
     return "sum by (%s) (%s)" % (BY_RANK, rate(cfg, "stallscope_step_seconds_count", matchers, window))

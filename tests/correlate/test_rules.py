@@ -48,6 +48,27 @@ def test_a_rank_just_over_the_line_is_input_bound(ratio):
     assert j.verdict == "input_bound" and j.rule == "over_line"
 
 
+def test_a_rank_over_the_line_by_its_handoff_alone_says_the_loader_keeps_up():
+    """Issue 30, item 5: a fast step's per-batch handoff (3.4-3.6 % of a ~30 ms step with
+    the loader's batches ready) stays input_bound, as the SLI counts it, but the reason
+    says first that the loader keeps up and what the handoff costs."""
+    me = rules.RankWait(0, "p0", "n", 0.035, None, handoff=0.034)
+    j = rules.judge(me, [me])
+    assert (j.verdict, j.rule) == ("input_bound", "handoff")
+    assert j.reason.startswith("The loader keeps up; the per-batch handoff costs 3.4% of the step."), j.reason
+    assert "only 0.1% waiting for a worker's batch" in j.reason
+    # the ready-wait over the line on its own: the loader does not keep up, whatever the handoff
+    for ready in (DATA_WAIT_LINE, 0.05):
+        me = rules.RankWait(0, "p0", "n", ready + 0.034, None, handoff=0.034)
+        assert rules.judge(me, [me]).rule == "over_line"
+    # not split (no multi-process DataLoader): the rule that always held
+    me = rules.RankWait(0, "p0", "n", 0.035)
+    assert rules.judge(me, [me]).rule == "over_line"
+    # a victim stays a victim: the straggler's fix buys the time
+    job = [rules.RankWait(0, "p0", "n", 0.025, None, 0.024), rules.RankWait(1, "p1", "n", 0.3)]
+    assert rules.judge(job[0], job).rule == "victim"
+
+
 def test_victims_over_the_line_are_not_input_bound_and_name_the_straggler():
     # issue 16's run: three ranks at the transfer floor (2.2-2.5 %), one slow rank at 20 %
     job = job_of([0.022, 0.025, 0.023, 0.20])

@@ -40,6 +40,11 @@ def test_a_wait_that_is_mostly_transfer_is_named_transfer_cost():
     assert ev["transfer_seconds_per_batch"]["during_stalls"] == pytest.approx(0.02, rel=0.1)
     assert causes(d)["unexplained"]["score"] < 0.05
     assert "transfer_cost" not in d["not_evaluated"]
+    # the loader keeps up: the verdict's reason says so first, with the handoff's share
+    # of the step, which the diagnosis carries for both diagnose paths (issue 30, item 5)
+    assert d["rule"] == "handoff" and d["reason"].startswith("The loader keeps up"), d["reason"]
+    assert d["handoff_ratio"] == pytest.approx(0.02 / 0.17, rel=0.1)
+    assert "%.1f%% of the step" % (100 * d["handoff_ratio"]) in d["reason"]
 
 
 def test_slow_workers_stay_too_few_workers_with_a_small_transfer():
@@ -50,6 +55,7 @@ def test_slow_workers_stay_too_few_workers_with_a_small_transfer():
     assert d["causes"][0]["cause"] == "too_few_workers", d["causes"]
     moved = causes(d)["transfer_cost"]
     assert moved["score"] == pytest.approx(0.002 / 0.092, abs=0.02)
+    assert d["rule"] == "over_line" and d["handoff_ratio"] < 0.02  # the workers are what is slow
 
 
 def test_workers_short_of_cpu_stretch_the_transfer_and_cpu_throttle_wins():
@@ -100,3 +106,41 @@ def test_the_split_survives_the_timeline_json_and_a_stall_segment():
     arr = np.array(events, np.int64)
     assert RankTrace.from_events({}, None, arr).ready.tolist() == [4 * 10**6] * 50
     assert RankTrace.from_events({}, None, arr[:, :3]).ready.tolist() == [-1] * 50
+
+
+def test_the_report_says_first_that_the_loader_keeps_up():
+    """The report's first line (diagnose, either path: the handoff share comes from the
+    agent's diagnosis or Prometheus's counters) says it when the handoff alone puts the
+    rank over the line, and not when the ready-wait does."""
+    from stallscope.diagnose import render
+    from tests.helpers.diagnose import report
+
+    first = render.render_text(report(data_wait_ratio=0.035, handoff_ratio=0.034)).splitlines()[0]
+    assert first.startswith("INPUT-BOUND (the loader keeps up; the per-batch handoff costs 3.4% "
+                            "of the step)"), first
+    for doc in (report(data_wait_ratio=0.12, handoff_ratio=0.034), report(data_wait_ratio=0.035),
+                report(verdict="healthy", data_wait_ratio=0.015, handoff_ratio=0.014)):
+        assert "keeps up" not in render.render_text(doc).splitlines()[0]
+
+
+def test_a_throttled_consumer_is_told_from_a_throttled_loader():
+    """Issue 30: the training process in a CFS quota, its workers idle with batches ready:
+    the throttling is named as before, and its sentence says the consumer was held back
+    and the loader has headroom, from what the sampler measured (the main thread waiting
+    for a CPU, the workers not). Throttled workers stretch the handoff the same way, so
+    the split alone says nothing (the test above)."""
+    tr = run(workers=4, load=0.02, compute=0.15, transfer=0.1)
+    span = (int(tr.t_end[0] - tr.interval[0]), int(tr.t_end[-1]))
+    for name, v in (("cfs_throttled_ratio", 0.9), ("loader_main_cpu_wait_ratio", 0.45),
+                    ("loader_workers_cpu_wait_ratio", 0.01), ("loader_workers_idle_ratio", 0.97)):
+        tr.signals[name] = Series.from_points(synth.sampled(lambda t, v=v: v, *span))
+    d = wire(diagnosis.analyse(tr))
+    top = d["causes"][0]
+    assert top["cause"] == "cpu_throttle", d["causes"]
+    assert "the training process, the consumer" in top["summary"], top["summary"]
+    assert "workers were idle 97%" in top["summary"] and "main thread waited for a CPU 45%" in top["summary"]
+    assert "Raise the trainer container's CPU limit" in top["summary"]
+    # the workers waited for a CPU as much: the loader is held back too, nothing is placed
+    tr.signals["loader_workers_cpu_wait_ratio"] = Series.from_points(synth.sampled(lambda t: 0.4, *span))
+    top = wire(diagnosis.analyse(tr))["causes"][0]
+    assert top["cause"] == "cpu_throttle" and "consumer" not in top["summary"], top

@@ -1,0 +1,83 @@
+"""Who was short of CPU: the loader, or the training process that consumes its batches
+(issue 30: "a throttled training process with idle workers").
+
+A CFS quota, or crowded CPUs, can hold back either side of the handoff. The CPU causes'
+signals say that the rank's cgroups were throttled or its tasks queued, not which task
+the loop waited on. Two measurements together say it:
+- the hook's split of each wait (hook/transfer.py): the batches were ready (the
+  ready-wait under the data-wait line), so the waits are the handoff. That alone does
+  not place the shortage: throttled workers answer the handoff late too (the lab's
+  cpu-throttle run measured 91 % of its wait as transfer, transfer.py);
+- the loader-state sampler (exporters/loaderstate.py): the training process's main
+  thread runnable with no CPU for a share of its time (MAIN_CPU_WAIT_LINE) that its
+  workers are not.
+Then the process held back is the consumer: the fix is the trainer container's CPU limit
+(or fewer processes competing with it), and more workers, which compete with it for the
+same CPUs, make it worse. Without the sampler's numbers nothing is said.
+
+The cause keeps its name and score (the CPU is what is short, and its alert pages on the
+same throttling); its sentence and evidence say which process it held back.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..vocabulary import DATA_WAIT_LINE, signal
+from .model import Cause, Evidence
+from .trace import RankTrace
+
+CPU_CAUSES = ("cpu_throttle", "cpu_contention")
+WORKERS_IDLE = signal("loader_workers_idle_ratio").name
+WORKERS_CPU_WAIT = signal("loader_workers_cpu_wait_ratio").name
+MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
+# The main thread runnable with no CPU for a tenth of its time: a quota or a crowd holds
+# the consumer back (a loop that blocks in next() or sleeps on the GPU is not runnable),
+# when its workers wait for a CPU less than half as much.
+MAIN_CPU_WAIT_LINE = 0.1
+
+
+def _mean(trace: RankTrace, name: str) -> float | None:
+    _, series = trace.signal(name, ("rank",))
+    span = trace.span()
+    if series is None or span is None:
+        return None
+    s = series.clip(*span)
+    return float(s.v.mean()) if len(s) else None
+
+
+def attribute(ranked: Sequence[Cause], trace: RankTrace, ready_ratio: float | None,
+              handoff_ratio: float | None) -> list[Cause]:
+    """The ranked causes, a CPU cause's sentence saying that the consumer was held back
+    when the loader kept up (``ready_ratio``: the share of the step spent waiting for a
+    ready batch; ``handoff_ratio``: the share spent taking batches over; both measured
+    by the hook, transfer.py)."""
+    out = list(ranked)
+    if ready_ratio is None or handoff_ratio is None or ready_ratio >= DATA_WAIT_LINE:
+        return out
+    main_wait, workers_wait = _mean(trace, MAIN_CPU_WAIT), _mean(trace, WORKERS_CPU_WAIT)
+    if main_wait is None or main_wait < MAIN_CPU_WAIT_LINE or (
+            workers_wait is not None and workers_wait >= 0.5 * main_wait):
+        return out
+    idle = _mean(trace, WORKERS_IDLE)
+    for i, c in enumerate(out):
+        if c.cause not in CPU_CAUSES:
+            continue
+        held = "throttled" if c.cause == "cpu_throttle" else "kept off the CPU"
+        text = (" The loader kept up: the loop waited %.1f%% of its step for a ready batch and "
+                "%.1f%% taking batches over, so the process %s was the training process, the "
+                "consumer" % (100 * ready_ratio, 100 * handoff_ratio, held))
+        evidence = [Evidence("ready_wait_ratio", round(ready_ratio, 6), DATA_WAIT_LINE, "below",
+                             None, "rank", judged_by="measured")]
+        if idle is not None:
+            text += "; its loader workers were idle %.0f%% of their time" % (100 * idle)
+            evidence.append(Evidence(WORKERS_IDLE, round(idle, 4), None, "above", None, "rank"))
+        text += "; the main thread waited for a CPU %.0f%% of its time" % (100 * main_wait)
+        evidence.append(Evidence(MAIN_CPU_WAIT, round(main_wait, 4), MAIN_CPU_WAIT_LINE, "above",
+                                 None, "rank"))
+        if workers_wait is not None:
+            text += ", its workers %.0f%%" % (100 * workers_wait)
+        text += (". Raise the trainer container's CPU limit (or run fewer processes beside it); "
+                 "the loader has headroom, and more workers would compete with the consumer for "
+                 "the same CPUs.")
+        out[i] = c.with_score(c.score, text, *evidence)
+    return out
