@@ -127,7 +127,14 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
              since_ns: int | None, quota: Mapping[str, Any] | None,
              facts: standing_causes.Facts | None, setup: checks.SetUp | None) -> Diagnosis:
     whole = trace
-    ctx = Context(trace.since(since_ns) if since_ns is not None else trace, trace)
+    segment = trace.since(since_ns) if since_ns is not None else trace
+    if since_ns is not None and segment.n < MIN_BATCHES:
+        # A hang: the stall's own segment holds little more than the call still blocked in
+        # next(), too few batches for a verdict, while the detector says stalled (issue 30:
+        # a rank hung on a frozen mount read "unknown, only 1 batch" for the whole hang).
+        # Judged on the window that ends in it: the open wait counts there too.
+        segment = trace
+    ctx = Context(segment, trace)
     trace = ctx.trace
     ident = trace.ident or {}
     span = trace.span()

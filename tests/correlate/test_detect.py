@@ -110,3 +110,27 @@ def test_a_call_blocked_for_seconds_is_a_stall_since_it_began():
         assert d.stalled is stalled, (blocked_s, d)
         if stalled:
             assert d.since_ns == began and d.share > 0.9
+
+
+def test_a_hung_rank_is_judged_on_the_window_its_hang_ends():
+    """Issue 30: a rank hung on a frozen mount, polled on /api/v1/diagnosis, read
+    ``unknown``, "Only 1 batches in the window", for the whole hang: the stall's segment
+    holds only the call still blocked in next(). Judged on the window that ends in it,
+    it is input_bound over that window's share, the open wait included."""
+    from stallscope.correlate import diagnosis
+
+    ev = np.array(synth.simulate(300, 2, lambda k, t: 0.05, lambda k, t: 0.1, t0=10 * SEC)[0], np.int64)
+    last = int(ev[-1, 0])
+    began = last + int(0.1 * SEC)
+    end = began + 30 * SEC
+    body = synth.body([tuple(e) for e in ev], workers=2)
+    body["open_wait"] = {"t_end_ns": end, "wait_ns": end - began, "interval_ns": end - last}
+    tr = RankTrace.from_timeline(body)
+    d = detect(tr, end)
+    assert d.stalled and d.since_ns == began
+    out = diagnosis.analyse(tr, since_ns=d.since_ns)
+    assert out.verdict == "input_bound", out.reason
+    assert out.batches == tr.n and out.since_ns == began
+    step = (int(tr.t_end[-1]) - int(tr.t_end[0] - tr.interval[0])) / SEC
+    assert out.data_wait_ratio == pytest.approx(float(tr.wait.sum()) / float(tr.interval.sum()), rel=1e-3)
+    assert out.data_wait_ratio > 30 / step * 0.95  # the hang's 30 s dominate the window
