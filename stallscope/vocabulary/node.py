@@ -25,11 +25,10 @@ EXPORTERS = (
              "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
     Exporter("numa", "numa:NumaExporter", True,
              "NUMA placement: the share of each rank's loader CPU time off its GPU's NUMA node."),
-    Exporter("loaderstate", "loaderstate:LoaderStateExporter", False,
+    Exporter("loaderstate", "loaderstate:LoaderStateExporter", True,
              "Loader time split: each worker's and the training process's state, sampled "
-             "from procfs (on CPU, waiting for CPU, blocked reading storage by mount, network, "
-             "idle, handing over). Off by default until its cost meets issue 30's 0.5 % of a "
-             "core at 64 workers (0.6-0.7 % now: benchmarks/bench_loaderstate.py)."),
+             "from procfs at 10 Hz (on CPU, waiting for CPU, blocked reading storage by mount, "
+             "network, idle, handing over); benchmarks/bench_loaderstate.py measures its cost."),
     Exporter("cpuset", "cpuset:CpusetExporter", True,
              "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
              "containers or the node's FUSE daemons."),
