@@ -250,6 +250,15 @@ SCENARIOS = (
              "fails with ENOTCONN; the loader retries, then skips the sample.", _cause("fuse_unhealthy"),
              real=RealRun(fault=faults.DeadFuse, alerts=WAIT + _alerts("StallscopeFuseMountDown")),
              synthetic=synthetic.fuse_down),
+    # issue 30: the same slow mount read with plain open()/read(), no adapter: no read
+    # latency is reported, so only what the workers are measured to be doing (blocked in
+    # the mount's reads: the loader-state sampler) can name the storage.
+    Scenario("slow-storage-plain", "One rank reads its shards through a FUSE mount that adds 20 ms "
+             "to every operation, with plain open()/read() (only the two public lines in the "
+             "trainer): each worker needs ~0.5 s a batch against 150 ms of compute, blocked in the "
+             "mount's reads.", _cause("storage_latency"),
+             real=RealRun(fault=lambda: faults.SlowFuse(latency=0.02, tail_every=0, timed=False),
+                          alerts=WAIT, may_fire=_alerts("StallscopeIOPressure"))),
     Scenario("hang", "The FUSE daemon under one rank's shards stops answering (SIGSTOP) a third "
              "into the run: a worker's read waits in D state for good and the rank hangs in "
              "next(); the agent triages the hang (who is stuck where) and the stuck mount is the "

@@ -10,7 +10,9 @@
 
 Reads are reported with ``stallscope.shard_read`` (its tier named, or following the
 path's mount: local, fuse ...) and lookups with ``stallscope.cache_lookup``; both are
-standard-library only, so this module is safe in loader workers.
+standard-library only, so this module is safe in loader workers. A ``FileSource`` with
+``timed`` false reads with plain ``open()``/``pread()`` and reports nothing: a trainer
+with only the two public lines (issue 30), whose reads the agent sees only from outside.
 """
 import mmap
 import os
@@ -24,6 +26,17 @@ SHARD_PATTERN = "shard-%04d.bin"
 
 def _timed(shard, tier=None):
     return stallscope.shard_read(shard, tier=tier)
+
+
+class _Untimed:
+    """What ``_timed`` gives a read nobody reports: the same ``with`` and ``.bytes``."""
+    bytes = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _cache_lookup(tier, hit):
@@ -51,7 +64,7 @@ def make_shards(directory, count, size):
 
 class FileSource:
     def __init__(self, directory, shards, read_bytes, shard_bytes, direct=False,
-                 retries=2, retry_s=0.1, pattern=SHARD_PATTERN):
+                 retries=2, retry_s=0.1, pattern=SHARD_PATTERN, timed=True):
         self.directory = directory
         self.shards = shards
         self.read_bytes = read_bytes
@@ -60,6 +73,7 @@ class FileSource:
         self.retries = retries
         self.retry_s = retry_s
         self.pattern = pattern
+        self.timed = timed
         self.errors = 0
         self._buf = None
 
@@ -84,7 +98,7 @@ class FileSource:
         return b""
 
     def _read(self, path, offset):
-        with _timed(path) as r:
+        with _timed(path) if self.timed else _Untimed() as r:
             if self.direct:
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
                 if self._buf is None:  # O_DIRECT needs an aligned buffer: mmap's is
@@ -170,7 +184,8 @@ def from_plan(plan):
         return None
     if src["kind"] == "files":
         return FileSource(src["dir"], src["shards"], src["read_bytes"], src["shard_bytes"],
-                          direct=src.get("direct", False), pattern=src.get("pattern", SHARD_PATTERN))
+                          direct=src.get("direct", False), pattern=src.get("pattern", SHARD_PATTERN),
+                          timed=src.get("timed", True))
     if src["kind"] == "cached":
         return CachedSource(src.get("cache_dir"), src.get("remote_url"), src["shards"], src["read_bytes"],
                             fill=src.get("fill", False), run=src.get("run", 1),

@@ -84,7 +84,12 @@ CAUSES = (
           "worker); keep prefetch_factor >= 2.", computed=True),
     Cause("storage_latency", "Shard reads were slow", (
         Line("shard_read_seconds", 0.05, scopes=("rank",)),
-        Line("workers_dstate", 0.5, scopes=("rank",))),
+        Line("workers_dstate", 0.5, scopes=("rank",)),
+        # What the workers are measured doing (the loader-state sampler, issue 30): blocked
+        # in a read, open or page fault on a file for most of their time. It names slow
+        # storage that no adapter reports (plain open()/read()), which a shard-read
+        # latency cannot, and a D-state count misses when the reads wait interruptibly.
+        Line("loader_workers_storage_ratio", 0.5, scopes=("rank",))),
         (CauseAlert(
             "StallscopeShardReadSlow", "shard_read_seconds", ">", 0.5,
             "Shard reads of a waiting rank are slow.",

@@ -14,8 +14,11 @@ from .base import Fault
 class SlowFuse(Fault):
     needs = ("root", "fuse")
 
-    def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0, brownouts=None):
+    def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0, brownouts=None, timed=True):
         self.latency, self.tail_every, self.tail_latency = latency, tail_every, tail_latency
+        # timed False: the rank reads with plain open()/read() and reports no read (no
+        # adapter), as a trainer with only the two public lines does (issue 30)
+        self.timed = timed
         self.brownouts = brownouts  # (every, for, latency) seconds: see slowfs.py
         self.fs = None
         self.summary = "the target rank reads its shards through a FUSE mount that adds %.3g ms per " \
@@ -26,6 +29,8 @@ class SlowFuse(Fault):
         if brownouts:
             self.summary += ", and %.0f ms during %gs brownouts every %gs" % (
                 brownouts[2] * 1000, brownouts[1], brownouts[0])
+        if not timed:
+            self.summary += ", read with plain open()/read(): no read is reported"
 
     def prepare(self, run):
         from ..slowfs import SlowFS, ensure_fusectl
@@ -44,7 +49,7 @@ class SlowFuse(Fault):
         run.created("mount", mnt)
         self.fs.start()
         run.created("pgid", self.fs.proc.pid)
-        src.update(dir=mnt, pattern="file%03d", direct=False)
+        src.update(dir=mnt, pattern="file%03d", direct=False, timed=self.timed)
 
     def enter(self):
         return self.fs.enter([])
