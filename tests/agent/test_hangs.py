@@ -125,6 +125,10 @@ def test_a_worker_stuck_on_a_frozen_fuse_read_is_named_and_each_process_dumped_o
         # The agent's diagnosis carries the same triage.
         diag = agent.api("/api/v1/diagnosis?pod=p3")
         assert diag["hang"]["summary"] == s
+        # ... and judges the hung rank on the window its hang ends, with the stuck mount
+        # first on the agent's path alone (issue 30: it read "unknown, only 1 batches")
+        assert diag["verdict"] == "input_bound", diag["reason"]
+        assert diag["causes"][0]["cause"] == "fuse_unhealthy", diag["causes"]
         # ... and diagnose shows it.
         out = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", "p3", "--agent", agent.url],
                              capture_output=True, text=True, timeout=60, env=hook_env(agent)).stdout
