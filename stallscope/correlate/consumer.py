@@ -76,8 +76,12 @@ def attribute(ranked: Sequence[Cause], trace: RankTrace, ready_ratio: float | No
                                  None, "rank"))
         if workers_wait is not None:
             text += ", its workers %.0f%%" % (100 * workers_wait)
-        text += (". Raise the trainer container's CPU limit (or run fewer processes beside it); "
-                 "the loader has headroom, and more workers would compete with the consumer for "
-                 "the same CPUs.")
+        if c.cause == "cpu_throttle":
+            text += (". Raise the trainer container's CPU limit; the loader has headroom, and more "
+                     "workers would compete with the consumer for the same quota.")
+        else:  # no quota held it: the node's CPUs were busy, with its own workers among them
+            text += (". Run fewer processes beside it (fewer loader workers, cheaper work in them, "
+                     "other pods off its CPUs) or give it CPUs of its own; the loader has headroom, "
+                     "and more workers would take more of the CPUs the consumer needs.")
         out[i] = c.with_score(c.score, text, *evidence)
     return out

@@ -140,6 +140,7 @@ def test_a_throttled_consumer_is_told_from_a_throttled_loader():
     assert "the training process, the consumer" in top["summary"], top["summary"]
     assert "workers were idle 97%" in top["summary"] and "main thread waited for a CPU 45%" in top["summary"]
     assert "Raise the trainer container's CPU limit" in top["summary"]
+    assert "the loader has headroom" in top["summary"]
     # the workers waited for a CPU as much: the loader is held back too, nothing is placed
     tr.signals["loader_workers_cpu_wait_ratio"] = Series.from_points(synth.sampled(lambda t: 0.4, *span))
     top = wire(diagnosis.analyse(tr))["causes"][0]
