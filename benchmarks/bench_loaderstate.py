@@ -4,7 +4,11 @@ sampler thread, for a few seconds, with the part's collect() at one scrape a sec
 CPU time of that thread (its own /proc/self/task/<tid>/schedstat) plus collect()'s, as a
 share of one core, and per sampled task.
 
-    .venv/bin/python benchmarks/bench_loaderstate.py [--workers 64] [--seconds 10]
+    .venv/bin/python benchmarks/bench_loaderstate.py [--workers 64] [--seconds 10] [--busy]
+
+--busy: each worker runs a little every few ms and blocks in between (a 3 ms sleep, then
+~0.5 ms of work: a busy loader's rhythm), so every sample finds it has run since the last
+and reads what it is blocked in: the sampler's expensive path.
 
 Target (issue 30): <= 0.5 % of one core for 64 workers at 10 Hz.
 """
@@ -30,10 +34,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--busy", action="store_true")
     args = ap.parse_args()
     r, w = os.pipe()
-    procs = [subprocess.Popen([sys.executable, "-c", "import os,sys; os.read(%d, 1)" % r], pass_fds=(r,))
-             for _ in range(args.workers)]
+    code = ("import time\nwhile True:\n    time.sleep(0.003)\n    sum(range(500))" if args.busy
+            else "import os,sys; os.read(%d, 1)" % r)
+    procs = [subprocess.Popen([sys.executable, "-c", code], pass_fds=(r,)) for _ in range(args.workers)]
     main_proc = subprocess.Popen(["sleep", "600"])
     try:
         time.sleep(1.0)
@@ -59,10 +65,10 @@ def main():
         split = exp.split(table.snapshot()[0].key)["worker"].shares()
         print("loaderstate: %d workers + main at %.1f Hz (%d rounds in %.1f s): %.2f %% of one core "
               "all-in (target <= 0.5 %%; the sampler thread %.2f %%, collect() at 1 scrape/s %.3f %%), "
-              "%.1f us a task-sample; workers idle %.0f %%" % (
+              "%.1f us a task-sample; workers idle %.0f %%, sleeping %.0f %%" % (
                   args.workers, rounds / (t1 - t0), rounds, t1 - t0, 100 * share,
                   100 * (c1 - c0) / (t1 - t0), 100 * scrape / (t1 - t0),
-                  1e6 * (c1 - c0) / max(1, rounds * tasks), 100 * split["idle"]))
+                  1e6 * (c1 - c0) / max(1, rounds * tasks), 100 * split["idle"], 100 * split["sleeping"]))
     finally:
         for p in procs + [main_proc]:
             p.kill()

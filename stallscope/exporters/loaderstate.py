@@ -92,6 +92,7 @@ class LoaderStateExporter(base.Exporter):
         self.prev: dict[tuple[int, int], tuple[float, int, int, int]] = {}
         self.last: dict[tuple[int, int], tuple[str, str | None]] = {}   # (pid, tid) -> its off-CPU state
         self.open: dict[tuple[int, int], int] = {}                      # (pid, tid) -> schedstat fd
+        self.sysfd: dict[tuple[int, int], int] = {}                     # (pid, tid) -> syscall fd
         self.pins: dict[int, tuple[float, list[int]]] = {}              # pid -> (looked at, pin tids)
         self.fds: dict[tuple[int, int], tuple[float, str | None]] = {}  # (pid, fd) -> (read at, target)
         self.mounts: dict[str, list[tuple[str, str]]] = {}              # mount ns -> [(mountpoint, kind)]
@@ -170,12 +171,13 @@ class LoaderStateExporter(base.Exporter):
         return fd
 
     def _close(self, key: tuple[int, int]) -> None:
-        fd = self.open.pop(key, None)
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        for fds in (self.open, self.sysfd):
+            fd = fds.pop(key, None)
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         self.prev.pop(key, None)
         self.last.pop(key, None)
 
@@ -245,33 +247,44 @@ class LoaderStateExporter(base.Exporter):
                     ring.popleft()
         self.sampled += 1
 
+    def _syscall(self, pid: int, tid: int) -> taskstate.Syscall | None:
+        """The call the task is blocked in, from a descriptor kept open on its ``syscall``
+        (one pread, as for schedstat: an open and a Python file object per sample were
+        most of a busy loader's cost). Access is checked at each read (proc(5): ptrace
+        rights over the task); without it, said once, and never asked again."""
+        if self.no_syscall:
+            return None
+        key = (pid, tid)
+        try:
+            fd = self.sysfd.get(key)
+            if fd is None:
+                fd = self.sysfd[key] = os.open(self._task(pid, tid, "syscall"), os.O_RDONLY)
+            return taskstate.parse_syscall(os.pread(fd, 256, 0).decode("ascii", "replace"))
+        except PermissionError:
+            self.no_syscall = True
+            self.note("no right to read /proc/<pid>/task/<tid>/syscall (ptrace-read): loader "
+                      "tasks off the CPU are 'other' (only stat and schedstat are read)")
+        except OSError:
+            pass
+        return None
+
     def _off_cpu(self, role: str, pid: int, tid: int) -> tuple[str, str | None]:
-        stat = read_text(self._task(pid, tid, "stat")) or ""
-        state = stat.rpartition(")")[2].split()[:1]
-        st = state[0] if state else None
-        call = None
-        if not self.no_syscall:
-            path = self._task(pid, tid, "syscall")
-            try:
-                with open(path) as f:
-                    call = taskstate.parse_syscall(f.read())
-            except PermissionError:
-                self.no_syscall = True
-                self.note("no right to read /proc/<pid>/task/<tid>/syscall (ptrace-read): loader "
-                          "tasks off the CPU are 'other' (only stat and schedstat are read)")
-            except OSError:
-                call = None
+        call = self._syscall(pid, tid)
         target = None
         if call is not None and call.first_arg is not None and call.kind in (
                 "read", "write", "recv", "send"):
             target = self._fd(pid, call.first_arg)
-        elif call is not None and call.kind == "poll":
-            target = None
         unix = False
         inode = taskstate.socket_inode(target)
         if inode is not None:
             unix = inode in self._unix(pid)
-        s = taskstate.classify(role, st, call, target, unix)
+        s = taskstate.classify(role, None, call, target, unix)
+        if s == "other":
+            # the state decides only here (D: blocked in the kernel on storage), so stat is
+            # read only for a task the call alone does not place
+            stat = read_text(self._task(pid, tid, "stat")) or ""
+            state = stat.rpartition(")")[2].split()[:1]
+            s = taskstate.classify(role, state[0] if state else None, call, target, unix)
         mount = None
         if s == "storage":
             # an open/stat names its path only in the task's memory (never read): its time
