@@ -7,8 +7,10 @@ share of one core, and per sampled task.
     .venv/bin/python benchmarks/bench_loaderstate.py [--workers 64] [--seconds 10] [--busy]
 
 --busy: each worker runs a little every few ms and blocks in between (a 3 ms sleep, then
-~0.5 ms of work: a busy loader's rhythm), so every sample finds it has run since the last
-and reads what it is blocked in: the sampler's expensive path.
+some work: a busy loader's rhythm), so every sample finds it has run since the last and
+reads what it is blocked in: the sampler's expensive path. The rank's loop steps 10 times a
+second; with --waiting it waits on its loader for half of each step (the workers' blocked
+calls read every round), else 1 ms of it (read every 10th round: DETAIL_EVERY).
 
 Target (issue 30): <= 0.5 % of one core for 64 workers at 10 Hz.
 """
@@ -35,6 +37,7 @@ def main():
     ap.add_argument("--workers", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--busy", action="store_true")
+    ap.add_argument("--waiting", action="store_true")
     args = ap.parse_args()
     r, w = os.pipe()
     code = ("import time\nwhile True:\n    time.sleep(0.003)\n    sum(range(500))" if args.busy
@@ -52,8 +55,13 @@ def main():
         # all-in: the sampler thread, and the part's collect() at a scrape a second (here,
         # on this thread: its CPU time measured around each call)
         scrape = 0.0
+        [rank] = table.snapshot()
+        wait_ns = 50_000_000 if args.waiting else 1_000_000
         while time.monotonic() - t0 < args.seconds:
-            time.sleep(1.0)
+            for _ in range(10):  # the loop's steps, as the hook's reports add them
+                time.sleep(0.1)
+                rank.wait.observe_ns(wait_ns)
+                rank.step.observe_ns(100_000_000)
             a = time.thread_time()
             exp.collect()
             scrape += time.thread_time() - a
@@ -63,9 +71,10 @@ def main():
         rounds = s1 - s0
         tasks = args.workers + 1
         split = exp.split(table.snapshot()[0].key)["worker"].shares()
-        print("loaderstate: %d workers + main at %.1f Hz (%d rounds in %.1f s): %.2f %% of one core "
+        print("loaderstate (%s workers, the loop %s): %d workers + main at %.1f Hz (%d rounds in %.1f s): %.2f %% of one core "
               "all-in (target <= 0.5 %%; the sampler thread %.2f %%, collect() at 1 scrape/s %.3f %%), "
               "%.1f us a task-sample; workers idle %.0f %%, sleeping %.0f %%" % (
+                  "busy" if args.busy else "idle", "waiting" if args.waiting else "not waiting",
                   args.workers, rounds / (t1 - t0), rounds, t1 - t0, 100 * share,
                   100 * (c1 - c0) / (t1 - t0), 100 * scrape / (t1 - t0),
                   1e6 * (c1 - c0) / max(1, rounds * tasks), 100 * split["idle"], 100 * split["sleeping"]))

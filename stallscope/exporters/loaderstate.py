@@ -39,7 +39,7 @@ from ..host.families import family
 from ..host.options import flag
 from ..system import taskstate
 from ..system.procfs import mountinfo, pid_path, read_text
-from ..vocabulary import LOADER_STATES, signal
+from ..vocabulary import DATA_WAIT_LINE, LOADER_STATES, signal
 from . import base
 
 STATES = tuple(s.name for s in LOADER_STATES)
@@ -48,6 +48,11 @@ WORKER_SIGNALS = {s: signal("loader_workers_%s_ratio" % s).name for s in EXPORTE
 MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
 MAX_WORKERS = 128            # worker tasks of one rank sampled, at most
 FD_CACHE_S = 5.0             # what a descriptor is open on (and a pin thread), re-read after this long
+# While a rank's loop is not waiting on its loader, its workers' blocked calls are read
+# every DETAIL_EVERY-th round (1 Hz at 10 Hz) and their last state carried in between:
+# their on-CPU and CPU-wait time stay exact (schedstat deltas every round), and what they
+# wait on matters to a diagnosis only while the loop waits, when every round reads it.
+DETAIL_EVERY = 10
 UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: no descriptor
 
 
@@ -100,6 +105,9 @@ class LoaderStateExporter(base.Exporter):
         # rank key -> deque of (round time, {(role, state, mount): task-seconds})
         Round = dict[tuple[str, str, "str | None"], float]
         self.samples: dict[Any, collections.deque[tuple[float, Round]]] = {}
+        self.totals: dict[Any, Round] = {}   # rank key -> the sum of its ring's rounds
+        self.sums: dict[Any, tuple[int, int]] = {}  # rank key -> (wait ns, step ns) at the last refresh
+        self.waiting: dict[Any, bool] = {}   # rank key -> its loop waited on data since then
         self.ranks_at, self.ranks = -1.0, []  # the rank table, re-read once a second
         self.tasks_of: dict[Any, list[tuple[str, int, int]]] = {}
         self.no_syscall = False
@@ -191,15 +199,20 @@ class LoaderStateExporter(base.Exporter):
         if now - self.ranks_at >= 1.0:  # a copy of the table each round would cost more than the round
             self.ranks_at, self.ranks = now, list(self.host.ranks())
             self.tasks_of = {r.key: self.tasks(r) for r in self.ranks}
+            self.waiting = {r.key: self._waited(r) for r in self.ranks}
             current = {(pid, tid) for tasks in self.tasks_of.values() for _, pid, tid in tasks}
             for key in [k for k in set(self.prev) | set(self.open) if k not in current]:
                 self._close(key)
             with self.lock:
                 for key in [k for k in self.samples if k not in self.tasks_of]:
                     del self.samples[key]
+                    self.totals.pop(key, None)
+                    self.sums.pop(key, None)
         prev, opened, last = self.prev, self.open, self.last
+        detail_round = self.sampled % DETAIL_EVERY == 0
         for rank in self.ranks:
             acc: dict[tuple[str, str, str | None], float] = {}
+            detail = detail_round or self.waiting.get(rank.key, True)
             for role, pid, tid in self.tasks_of.get(rank.key, ()):
                 key = (pid, tid)
                 fd = opened.get(key)
@@ -234,18 +247,40 @@ class LoaderStateExporter(base.Exporter):
                 if rest > 0.001:
                     # a task that has not run since the last sample (schedstat's timeslice
                     # count unchanged) is still blocked where it was: not read again
-                    state = last.get(key) if runs == old[3] else None
+                    state = last.get(key) if runs == old[3] or (role == "worker" and not detail) else None
                     if state is None:
                         state = last[key] = self._off_cpu(role, pid, tid)
                     k = (role, state[0], state[1])
                     acc[k] = acc.get(k, 0.0) + rest
             with self.lock:
                 ring = self.samples.setdefault(rank.key, collections.deque())
+                total = self.totals.setdefault(rank.key, {})
                 if acc:
                     ring.append((now, acc))
+                    for k, v in acc.items():
+                        total[k] = total.get(k, 0.0) + v
                 while ring and ring[0][0] < keep_from:
-                    ring.popleft()
+                    for k, v in ring.popleft()[1].items():
+                        left = total.get(k, 0.0) - v
+                        if left > 1e-9:
+                            total[k] = left
+                        else:
+                            total.pop(k, None)
         self.sampled += 1
+
+    def _waited(self, rank: Any) -> bool:
+        """Whether the rank's loop waited on its loader over the line since the last look,
+        or is blocked in next() now: from its histogram sums (the hook's own numbers)."""
+        try:
+            wait, step, blocked = int(rank.wait.sum_ns), int(rank.step.sum_ns), int(rank.provisional_ns)
+        except (AttributeError, TypeError, ValueError):
+            return True  # not known: read every round
+        before = self.sums.get(rank.key)
+        self.sums[rank.key] = (wait, step)
+        if blocked > 0 or before is None:
+            return True
+        d_wait, d_step = wait - before[0], step - before[1]
+        return d_step <= 0 or d_wait >= DATA_WAIT_LINE * d_step
 
     def _syscall(self, pid: int, tid: int) -> taskstate.Syscall | None:
         """The call the task is blocked in, from a descriptor kept open on its ``syscall``
@@ -336,11 +371,15 @@ class LoaderStateExporter(base.Exporter):
 
     # -- reading it ---------------------------------------------------------------------
     def split(self, key: Any, seconds: float | None = None) -> dict[str, Split]:
-        """{role: Split} of the rank over the last ``seconds`` (default: the window)."""
-        since = self.host.clock() - (seconds if seconds is not None else self.options.window)
+        """{role: Split} of the rank over the last ``seconds`` (default: the window, from
+        the running totals: a scrape adds no walk over the rounds)."""
         out: dict[str, Split] = {}
         with self.lock:
-            rounds = [acc for t, acc in self.samples.get(key, ()) if t >= since]
+            if seconds is None or seconds >= self.options.window:
+                rounds = [dict(self.totals.get(key, {}))]
+            else:
+                since = self.host.clock() - seconds
+                rounds = [acc for t, acc in self.samples.get(key, ()) if t >= since]
         for acc in rounds:
             for (role, state, mount), secs in acc.items():
                 out.setdefault(role, Split()).add(state, secs, mount)
