@@ -261,6 +261,13 @@ class Ingest:
                 data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
             except (BlockingIOError, InterruptedError):
                 return False
+            except ConnectionResetError:
+                # The peer closed with acks of ours unread: the kernel sets ECONNRESET on
+                # this end (net/unix/af_unix.c, unix_release_sock) and reports it once,
+                # before the messages still queued here (sock_error() is checked ahead of
+                # the queue). Those were sent and are read: dropping the connection now
+                # lost the last ~12 messages of every sender that closed.
+                continue
             except OSError:
                 data, flags = None, 0
             if data is None or (not data and self._hung_up(conn)):  # peer closed
