@@ -33,6 +33,9 @@ from .trace import RankTrace, Series, WaitIndex
 
 WORKERS_CPU = signal("workers_cpu_ratio").name
 BATCH_LOAD = signal("batch_load_seconds").name
+# What the loader-state sampler measured the workers doing (exporters/loaderstate.py)
+OFF_CPU_STATES = (("storage", "blocked reading storage"), ("network", "blocked on the network"),
+                  ("idle", "idle, waiting for work"))
 
 BUSY_LOW, BUSY_HIGH = 0.3, 0.7   # workers' CPU share: idle-ish .. clearly busy
 FED_LOW, FED_HIGH = 0.5, 0.8     # workers' CPU share that starts/ends contradicting a shortage
@@ -113,6 +116,22 @@ def contradict_cpu_shortage(cause: Cause, share: float | None) -> Cause:
         Evidence("workers_cpu_ratio / num_workers", round(share, 4), FED_LOW, "below"))
 
 
+def _off_cpu_split(trace: RankTrace, span: tuple[int, int], wait_index: WaitIndex) -> str:
+    """What the workers were measured doing during the stalls, in words: each off-CPU
+    state's share of their time ("" when the sampler did not run)."""
+    shares = []
+    for state, words in OFF_CPU_STATES:
+        _, series = trace.signal(signal("loader_workers_%s_ratio" % state).name, ("rank",))
+        value = _mean(series, span, wait_index) if series is not None else None
+        if value is not None:
+            shares.append((value, words))
+    if not shares:
+        return ""
+    told = ", ".join("%s %.0f%%" % (w, 100 * v) for v, w in sorted(shares, reverse=True) if v >= 0.05)
+    return "%s of their time during the stalls (the rest in sleeps, handing batches over or other " \
+        "calls)" % (told or "in none of storage, network or idle for 5%")
+
+
 def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
           wait_index: WaitIndex | None = None, steady: np.ndarray | None = None) -> Cause | None:
     """The too_few_workers Cause, or None when nothing bears on it. ``steady``: the mask
@@ -180,8 +199,13 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
             reasons.append("the workers are busy on the CPU (%.0f%%): slow per-sample work"
                            % (100 * busy_mean))
         elif base:
-            reasons.append("the workers are mostly off the CPU (%.0f%%): they wait on "
-                           "something no signal shows (a sleep, a network fetch)" % (100 * busy_mean))
+            found = _off_cpu_split(trace, span, wi)
+            if found:
+                reasons.append("the workers are mostly off the CPU (%.0f%%); the loader-state "
+                               "sampler found them %s" % (100 * busy_mean, found))
+            else:
+                reasons.append("the workers are mostly off the CPU (%.0f%%): they wait on "
+                               "something no signal shows (a sleep, a network fetch)" % (100 * busy_mean))
     value = base * factor * min(1.0, lasting / 0.7) * (1.0 - 0.5 * others_best)
     if reasons:
         text = "The loader is too slow for the compute: %s." % "; ".join(reasons)

@@ -128,6 +128,25 @@ def test_too_few_workers_from_load_time_and_busy_workers():
     assert load["during_stalls"] == 0.15 and abs(load["threshold"] - 0.1) < 0.01
 
 
+def test_workers_off_the_cpu_say_what_the_sampler_found_them_doing():
+    """Issue 30: "they wait on something no signal shows" was said even where the
+    loader-state sampler measured it; with its shares the summary names the state."""
+    ev, _ = simulated(6, 3, load=0.45, compute=0.1)
+    s, e = synth.span_of(ev)
+    signals = {"batch_load_seconds": synth.sampled(lambda t: 0.45, s, e),
+               "workers_cpu_ratio": synth.sampled(lambda t: 0.3, s, e)}  # 10% of a core each
+    blind = wire(workers.score(trace_of(ev, workers=3, signals=signals), stall_period(trace_of(ev, workers=3))))
+    assert "something no signal shows" in blind["summary"]
+    signals.update({"loader_workers_network_ratio": synth.sampled(lambda t: 0.82, s, e),
+                    "loader_workers_idle_ratio": synth.sampled(lambda t: 0.03, s, e),
+                    "loader_workers_storage_ratio": synth.sampled(lambda t: 0.0, s, e)})
+    tr = trace_of(ev, workers=3, signals=signals)
+    got = wire(workers.score(tr, stall_period(tr)))
+    assert "the loader-state sampler found them blocked on the network 82% of their time" in got["summary"]
+    assert "idle" not in got["summary"] and "no signal shows" not in got["summary"]
+    assert got["score"] == blind["score"]  # what they wait on is said; more workers still overlap it
+
+
 def test_too_few_workers_is_not_claimed_for_episodic_stalls():
     ev, _ = episodic_run(seed=7)
     tr = trace_of(ev, workers=4)
