@@ -71,8 +71,9 @@ def main():
         rounds = s1 - s0
         tasks = args.workers + 1
         split = exp.split(table.snapshot()[0].key)["worker"].shares()
-        print("loaderstate (%s workers, the loop %s): %d workers + main at %.1f Hz (%d rounds in %.1f s): %.2f %% of one core "
-              "all-in (target <= 0.5 %%; the sampler thread %.2f %%, collect() at 1 scrape/s %.3f %%), "
+        print("loaderstate (%s workers, the loop %s): %d workers + main at %.1f Hz (%d rounds in "
+              "%.1f s): %.2f %% of one core all-in (target <= 0.5 %%; the sampler thread %.2f %%, "
+              "collect() at 1 scrape/s %.3f %%), "
               "%.1f us a task-sample; workers idle %.0f %%, sleeping %.0f %%" % (
                   "busy" if args.busy else "idle", "waiting" if args.waiting else "not waiting",
                   args.workers, rounds / (t1 - t0), rounds, t1 - t0, 100 * share,

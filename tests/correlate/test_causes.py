@@ -135,7 +135,8 @@ def test_workers_off_the_cpu_say_what_the_sampler_found_them_doing():
     s, e = synth.span_of(ev)
     signals = {"batch_load_seconds": synth.sampled(lambda t: 0.45, s, e),
                "workers_cpu_ratio": synth.sampled(lambda t: 0.3, s, e)}  # 10% of a core each
-    blind = wire(workers.score(trace_of(ev, workers=3, signals=signals), stall_period(trace_of(ev, workers=3))))
+    tr = trace_of(ev, workers=3, signals=signals)
+    blind = wire(workers.score(tr, stall_period(tr)))
     assert "something no signal shows" in blind["summary"]
     signals.update({"loader_workers_network_ratio": synth.sampled(lambda t: 0.82, s, e),
                     "loader_workers_idle_ratio": synth.sampled(lambda t: 0.03, s, e),
