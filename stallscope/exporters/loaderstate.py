@@ -18,10 +18,11 @@ correlator's signals. Without the right to read ``syscall`` (ptrace-read over th
 the off-CPU time is ``other`` and this is said once.
 
 Cost (benchmarks/bench_loaderstate.py, this 2-core machine): 64 idle workers and a main
-thread at 10 Hz take 0.34-0.40 % of one core all-in (the thread, and collect() at a scrape
-a second), ~5 us a task-sample: a round every 100 ms finds the caches cold. A blocked
-task that has not run since the previous sample is not read again beyond its schedstat.
-On by default (issue 30's line: 0.5 %).
+thread at 10 Hz take 0.34-0.46 % of one core all-in (the thread, and collect() at a scrape
+a second), ~5 us a task-sample: a round every 100 ms finds the caches cold; 64 busy
+workers 0.48-0.60 % while their rank's loop keeps up (their blocked calls read every 10th
+round), 0.94-1.14 % while it waits (read every round). A blocked task that has not run
+since the previous sample is not read again beyond its schedstat. On by default.
 
 Only the rank's accepted PIDs are read; no path of another pod is ever looked at, and
 no path at all is exported (the mount's kind only; the mount point in the rank's API).
