@@ -2,7 +2,9 @@
 a real DataLoader worker pinned with os.sched_setaffinity to the CPU that a NUMA fixture
 places on the other node than the rank's GPU, then to the GPU's own; the agent reads the
 real /proc of the workers and the fixture's sysfs and NVIDIA driver files (this machine
-has one NUMA node), written from a node description (tests/helpers/nodetree.py)."""
+has one NUMA node), written from a node description (tests/helpers/nodetree.py). The
+remote case is diagnosed on both paths: by `stallscope diagnose` with the node's agent,
+and, the agent gone, from what a real Prometheus scraped of it (issue 32)."""
 import json
 import os
 import subprocess
@@ -12,8 +14,9 @@ import pytest
 
 from stallscope.exporters import numa
 from stallscope.exporters.gpu.sim import sim_uuid
-from stallscope.processes.servers import AgentProcess, child_env
+from stallscope.processes.servers import AgentProcess, PrometheusProcess, child_env
 from tests.helpers import ROOT
+from tests.helpers.needs import need_prometheus
 from tests.helpers.nodetree import NvidiaGpu, information_text
 
 TRAINER = os.path.join(ROOT, "tests", "helpers", "trainers", "numa_trainer.py")
@@ -46,14 +49,31 @@ def fixture(tmp_path):
     return sys_root, gpus
 
 
-def run(tmp_path, cpu, seconds=11):
+def diagnose(prom):
+    """``stallscope diagnose`` of the rank's pod as on-call runs it, from Prometheus (and
+    the node's agent, while Prometheus's build-info series names one that answers)."""
+    p = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", KEY[1], "-n", KEY[0],
+                        "--prometheus", prom.url, "--window", "30s", "--json"],
+                       env=child_env(), capture_output=True, text=True, timeout=90)
+    assert "Traceback" not in p.stderr, p.stderr
+    return json.loads(p.stdout)
+
+
+def run(tmp_path, cpu, seconds=11, prometheus=False):
+    """(the agent's diagnosis, its /metrics, the placement the kernel records, and with
+    ``prometheus`` diagnose's report with the agent then without it)."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs 2 CPUs to pin the workers on either fixture node")
+    if prometheus:
+        need_prometheus()
     sys_root, gpus = fixture(tmp_path)
     (tmp_path / ("agent-%d" % cpu)).mkdir()
     agent = AgentProcess(["--path.sysfs", str(sys_root), "--exporter.numa.nvidia-gpus", str(gpus),
-                          "--gpu.simulated", "--correlate.interval", "2", "--correlate.window", "20"],
+                          "--gpu.simulated", "--correlate.interval", "2", "--correlate.window", "20",
+                          "--exporter.interval", "1"],
                          workdir=str(tmp_path / ("agent-%d" % cpu))).start()
+    prom = PrometheusProcess([agent.url], workdir=str(tmp_path / ("agent-%d" % cpu))).start() \
+        if prometheus else None
     env = child_env({"STALLSCOPE_SOCKET": agent.socket, "POD_NAME": KEY[1], "POD_NAMESPACE": KEY[0],
                      "PIN_CPUS": str(cpu)})
     trainer = subprocess.Popen([sys.executable, TRAINER, str(seconds)], env=env, stdin=subprocess.PIPE,
@@ -68,10 +88,20 @@ def run(tmp_path, cpu, seconds=11):
                 allowed += [line.split()[1] for line in f if line.startswith("Cpus_allowed_list")]
         with open("/proc/%d/cpuset" % rank["pid"]) as f:  # the main process's cpuset cgroup
             allowed.append(f.read().strip())
-        return agent.api("/api/v1/diagnosis?pod=%s&seconds=15" % KEY[1]), agent.metrics(), allowed
+        d, metrics = agent.api("/api/v1/diagnosis?pod=%s&seconds=15" % KEY[1]), agent.metrics()
+        reports = None
+        if prom is not None:
+            # the cause scores the correlator publishes, scraped at least once
+            prom.wait_for('stallscope_stall_cause_score{pod="%s",cause="numa_remote"}' % KEY[1])
+            with_agent = diagnose(prom)
+            agent.stop()  # the node's agent gone: Prometheus alone
+            reports = (with_agent, diagnose(prom))
+        return d, metrics, allowed, reports
     finally:
         trainer.stdin.close()
         trainer.wait(timeout=30)
+        if prom is not None:
+            prom.stop()
         agent.stop()
 
 
@@ -84,7 +114,7 @@ def remote_metric(metrics):
 @pytest.mark.slow
 def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tmp_path):
     pytest.importorskip("torch")
-    d, metrics, allowed = run(tmp_path, cpu=0)
+    d, metrics, allowed, (with_agent, alone) = run(tmp_path, cpu=0, prometheus=True)
     assert allowed == ["0", "/"]
     # the worker holds most of the loader's CPU time, all of it on CPU 0 (node 0)
     assert remote_metric(metrics) >= 0.8, metrics
@@ -109,12 +139,23 @@ def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tm
         assert d["causes"][1]["cause"] == "numa_remote", json.dumps(d["causes"])[:2000]
     print("remote: share %.2f, numa_remote %.2f first; then %s" % (
         remote_metric(metrics), top["score"], [(c["cause"], c["score"]) for c in d["causes"][1:3]]))
+    # one rule set: diagnose names the same cause first with the agent and from Prometheus
+    # alone (the correlator's published score, the remote share as its evidence)
+    assert [s["ok"] for s in with_agent["sources"] if s["name"] == "agent"] == [True]
+    assert [s["ok"] for s in alone["sources"] if s["name"] == "agent"] in ([], [False])
+    for report in (with_agent, alone):
+        assert report["verdict"] == "input_bound", report["reason"]
+        assert report["causes"][0]["cause"] == top["cause"], json.dumps(report["causes"])[:2000]
+    [placed_prom] = [c for c in alone["causes"] if c["cause"] == "numa_remote"]
+    assert abs(placed_prom["score"] - placed["score"]) < 0.15, (placed_prom, placed)
+    [share] = [e for e in placed_prom["evidence"] if e["signal"] == "numa_remote_cpu_ratio"]
+    assert share["during_stalls"] >= 0.8, placed_prom
 
 
 @pytest.mark.slow
 def test_workers_on_their_gpus_node_are_not_named(tmp_path):
     pytest.importorskip("torch")
-    d, metrics, allowed = run(tmp_path, cpu=GPU_NODE_CPU)
+    d, metrics, allowed, _ = run(tmp_path, cpu=GPU_NODE_CPU)
     assert allowed == ["1", "/"]
     assert remote_metric(metrics) <= 0.2, metrics
     assert d["verdict"] == "input_bound"
