@@ -45,7 +45,9 @@ def fixed(scenario, settings):
                 scenario, "a /dev/shm size")
         else:
             raise Unavailable("%s: the lab cannot apply %s=%r" % (scenario.name, key, value))
-    return dataclasses.replace(scenario, real=dataclasses.replace(real, target=target, fault=fault))
+    # the fix changes the set-up: its checks are not the scenario's (None: not judged)
+    return dataclasses.replace(scenario, real=dataclasses.replace(real, target=target, fault=fault,
+                                                                  warns=None))
 
 
 def _replaced(make_fault, kind, new, scenario, what):

@@ -10,6 +10,7 @@ and a silent one means ``healthy``, or a verdict with a reason the alert does no
 """
 import dataclasses
 import shutil
+import time
 import urllib.error
 import urllib.parse
 
@@ -153,6 +154,57 @@ def diagnose(lab, rows):
             "source": "agent /api/v1/diagnosis"}, per_rank, judged
 
 
+# -- set-up checks (issue 32) -----------------------------------------------------------
+# The exporters (every second) have placed every rank within a few seconds of its first
+# batch; a check the agent still cannot judge by then is left unjudged.
+FIRST_BATCH_S = 6.0
+# Judged from two iterator starts, so never at the first batch: at the end only.
+LATER = ("workers_restart_each_epoch",)
+
+
+def setup_warnings(lab):
+    """{"rank": {"warned": [check names], "unknown": [checks not judged]}} from the agent's
+    diagnosis of each rank now (keyed as JSON keeps them)."""
+    out = {}
+    for rank, d in agent_diagnoses(lab).items():
+        out[str(rank)] = {"warned": sorted(w.get("check", "?") for w in d.get("warnings") or ()),
+                     "unknown": sorted(d.get("checks_unknown") or ())}
+    return out
+
+
+def first_batch_warnings(lab):
+    """The set-up warnings at the first batch: polled from when every rank has had it until
+    every check but the LATER ones is judged on every rank (or FIRST_BATCH_S), with the
+    seconds that took."""
+    t0 = time.monotonic()
+    while True:
+        found = setup_warnings(lab)
+        settled = all(set(w["unknown"]) <= set(LATER) for w in found.values())
+        if settled or time.monotonic() - t0 >= FIRST_BATCH_S:
+            return {"after_s": round(time.monotonic() - t0, 2), "ranks": found}
+        time.sleep(0.5)
+
+
+def judge_setup(lab, first, end):
+    """The target fails exactly its scenario's checks (those judged at the first batch by
+    then, the LATER ones by the end), every other rank none; nothing judged at the first
+    batch is taken back at the end."""
+    expected = set(lab.scenario.real.warns)
+    problems = []
+    for rank in range(lab.world):
+        want = expected if rank == lab.target else set()
+        at_first = set((first["ranks"].get(str(rank)) or {}).get("warned", ()))
+        at_end = set((end.get(str(rank)) or {}).get("warned", ()))
+        if at_first != want - set(LATER):
+            problems.append("rank %d at the first batch: %s, expected %s" % (
+                rank, sorted(at_first) or "none", sorted(want - set(LATER)) or "none"))
+        if at_end != want:
+            problems.append("rank %d at the end: %s, expected %s" % (
+                rank, sorted(at_end) or "none", sorted(want) or "none"))
+    return {"expected": sorted(expected), "target": lab.target, "first_batch": first,
+            "end": end, "problems": problems, "matched": not problems}
+
+
 # -- alerts ------------------------------------------------------------------------------
 def firing(prom):
     """Names of the alerts firing now (pending ones are not yet alerts)."""
@@ -191,8 +243,11 @@ def sli_alert(history, rate_window=None, for_s=None, line=DATA_WAIT_LINE):
     return sli_alert_over(history, w, need, line)
 
 
-def collect(lab, base, now, fired=None, history=None):
+def collect(lab, base, now, fired=None, history=None, first_warnings=None):
     rows = rank_rows(lab, base, now)
+    setup = None
+    if first_warnings is not None and lab.scenario.real.warns is not None:
+        setup = judge_setup(lab, first_warnings, setup_warnings(lab))
     found, details, judged = diagnose(lab, rows)
     s = lab.scenario
     expected = {"cause": s.cause, "verdict": s.verdict, "rank": lab.target if s.stalls else None,
@@ -215,7 +270,10 @@ def collect(lab, base, now, fired=None, history=None):
         ok = False
     if agree["state"] == "disagree":
         ok = False
+    if setup is not None and not setup["matched"]:
+        ok = False
     return {"scenario": s.name, "title": s.title, "duration_s": lab.duration, "world_size": lab.world,
             "job": lab.job, "target_rank": lab.target, "simulated_gpu": True,
             "ranks": rows, "expected": expected, "found": found, "diagnosis": details,
-            "report": (details or {}).get("text"), "alerts": alerts, "agreement": agree, "ok": ok}
+            "report": (details or {}).get("text"), "alerts": alerts, "agreement": agree, "setup": setup,
+            "ok": ok}

@@ -31,6 +31,9 @@ BASE = {
     "workers": 2, "batch_size": 8, "prefetch_factor": 2, "compute_s": 0.15,
     "sample_sleep_s": 0.002, "sample_cpu_s": 0.0, "sample_bytes": 4096,
     "sharing_strategy": "file_system",  # see above: a handoff floor that ignores the machine's load
+    # the ranks drive a (simulated) GPU: a healthy set-up pins (issue 32's set-up checks);
+    # without an accelerator torch warns once and does not pin, so nothing else changes
+    "pin_memory": True,
 }
 SHARDS = {"kind": "files", "shards": 8, "read_bytes": 65536, "shard_bytes": 4 << 20}
 READY_TIMEOUT_S = 120.0  # torch import + gloo rendezvous on a loaded 2-core machine

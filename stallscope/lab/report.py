@@ -96,6 +96,16 @@ def render(result):
             agree["state"].upper() if agree["state"] == "disagree" else agree["state"]))
         if agree["state"] != "agree":
             lines += textwrap.wrap(agree["why"], 88, initial_indent="    ", subsequent_indent="    ")
+    setup = result.get("setup")
+    if setup:
+        warned = (setup["end"].get(str(setup["target"])) or {}).get("warned") or []
+        lines.append("  set-up:   rank %s warned %s at the first batch (%.1fs after it) and by the end; "
+                     "expected %s -> %s" % (
+                         setup["target"], ", ".join(warned) or "nothing", setup["first_batch"]["after_s"],
+                         ", ".join(setup["expected"]) or "nothing",
+                         "match" if setup["matched"] else "MISMATCH"))
+        for p in setup["problems"]:
+            lines.append("    " + p)
     lines.append("  result:   %s" % ("OK" if result["ok"] else "NOT OK"))
     for h in (alerts or {}).get("headline") or []:
         since = (h.get("active_at") or "")[11:19]

@@ -49,8 +49,10 @@ def run(scenario, opts):
             session.start_prometheus()
         job = session.start_job(scenario, ranks=ranks, duration=duration)
         base = job.wait_ready(opts.warmup_batches)
+        first = findings.first_batch_warnings(job)
+        base = job.wait_ready(opts.warmup_batches)  # the window starts after that look
         now, fired, history = _window(job, base, opts.live)
-        result = findings.collect(job, base, now, fired, history)
+        result = findings.collect(job, base, now, fired, history, first_warnings=first)
         if opts.record:
             result["recorded"] = traces.record(job, result, opts.record)
         if opts.keep:

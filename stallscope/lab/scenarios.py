@@ -37,20 +37,32 @@ def _alerts(*names):
     return names
 
 
+def _checks(*names):
+    unknown = set(names) - {c.name for c in vocabulary.CHECKS}
+    if unknown:
+        raise ValueError("set-up checks not declared in the vocabulary: %s" % sorted(unknown))
+    return names
+
+
 WAIT = _alerts("StallscopeDataWaitHigh")
+# A quota under one core on a GPU rank with 2 workers: wrong on its face at the first batch.
+QUOTA_WARNS = _checks("workers_over_quota", "fractional_cpu_limit")
 
 
 @dataclasses.dataclass(frozen=True)
 class RealRun:
     """How ``stallscope lab run`` produces a scenario: the fault on the last rank, plan
     changes for every rank and for the target (lab/trainer.py's plan keys), the alerts
-    that must fire and those that may (as true consequences of the fault), the number of
-    ranks (``--ranks`` overrides it) and the measured window (``--duration``)."""
+    that must fire and those that may (as true consequences of the fault), the set-up
+    checks the target's set-up fails (``warns``: vocabulary/checks.py; every other rank's
+    must pass them all; None: not judged, as after a fix), the number of ranks
+    (``--ranks`` overrides it) and the measured window (``--duration``)."""
     fault: Callable[[], faults.Fault] = faults.NoFault
     everyone: dict = dataclasses.field(default_factory=dict)
     target: dict = dataclasses.field(default_factory=dict)
     alerts: tuple = ()
     may_fire: tuple = ()
+    warns: tuple = ()
     duration: float = 25.0
     ranks: int = 2
 
@@ -162,7 +174,7 @@ SCENARIOS = (
              "at the job's pace) but run in a cgroup with a 0.2-CPU CFS quota.", _cause("cpu_throttle"),
              real=RealRun(fault=lambda: faults.CpuQuota(0.2),
                           target={"sample_cpu_s": 0.006, "sample_sleep_s": 0.0},
-                          alerts=WAIT + _alerts("StallscopeCPUThrottled")),
+                          alerts=WAIT + _alerts("StallscopeCPUThrottled"), warns=QUOTA_WARNS),
              synthetic=synthetic.cpu_throttle),
     # issue 17: scenarios where the obvious fix is wrong or capped
     Scenario("quota-capped", "One rank's 2 loader workers need 10 ms of CPU per sample (80 ms a "
@@ -171,7 +183,7 @@ SCENARIOS = (
              "share the same throttled CPU; the fix is the CPU limit.", _cause("cpu_throttle"),
              real=RealRun(fault=lambda: faults.CpuQuota(0.4),
                           target={"sample_cpu_s": 0.01, "sample_sleep_s": 0.0},
-                          alerts=WAIT, may_fire=_alerts("StallscopeCPUThrottled"))),
+                          alerts=WAIT, may_fire=_alerts("StallscopeCPUThrottled"), warns=QUOTA_WARNS)),
     Scenario("variable-cost", "One rank's per-sample cost varies widely: one batch in 4, at "
              "random, takes 120 ms a sample (960 ms), the others 15 ms (120 ms); its 2 workers "
              "deliver one batch per 165 ms on the mean, against 150 ms of compute plus the step's "
@@ -193,6 +205,21 @@ SCENARIOS = (
              "of every ~4.5 s epoch waits at its start.", _cause("epoch_start"),
              real=RealRun(target={"epoch_batches": 20, "persistent_workers": False,
                                   "worker_start_s": 1.5}, alerts=WAIT)),
+    # issue 32: set-ups wrong on their face, warned at the first batch (or, for epochs, the
+    # second iterator start) before any stall is judged
+    Scenario("default-loader", "One rank builds its DataLoader with torch's defaults "
+             "(num_workers=0, pin_memory=False) on a GPU: the training process reads and decodes "
+             "every sample itself (8 x 20 ms a batch) while the GPU idles, ~160 ms a batch against "
+             "150 ms of compute.", _cause("too_few_workers"),
+             real=RealRun(target={"workers": 0, "pin_memory": False, "sample_sleep_s": 0.02},
+                          alerts=WAIT, warns=_checks("no_workers_with_gpu", "pin_memory_off_with_gpu"))),
+    Scenario("epoch-restart", "One rank's epochs are 4 batches (a small dataset, a validation "
+             "loop) and its 2 loader workers are not persistent: each epoch forks them again, and "
+             "each spends 1 s starting up before its first batch, longer than the ~0.6 s the epoch "
+             "then runs.", _cause("epoch_start"),
+             real=RealRun(target={"epoch_batches": 4, "persistent_workers": False,
+                                  "worker_start_s": 1.0},
+                          alerts=WAIT, warns=_checks("workers_restart_each_epoch"))),
     # issue 18: loader workers killed by the kernel; the rank restarts its loader and goes on
     Scenario("shm-bus-error", "One rank's /dev/shm (its own mount namespace) is 128 MiB, 112 MiB of "
              "it held by a crashed run's leftovers, and its 2 loader workers keep every sample (64 "

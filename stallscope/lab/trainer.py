@@ -157,8 +157,8 @@ def main(argv):
             kw["collate_fn"] = with_cost(kw.get("collate_fn", default_collate), plan["batch_unpickle_s"])
         if plan.get("in_order") is False:
             kw["in_order"] = False  # torch >= 2.6
-        if plan.get("pin_memory"):
-            kw["pin_memory"] = True  # without an accelerator torch warns and does not pin
+    if plan.get("pin_memory"):
+        kw["pin_memory"] = True  # without an accelerator torch warns and does not pin
     dl = DataLoader(lab_dataset(plan), batch_size=plan.get("batch_size", 8), num_workers=workers, **kw)
     loader = stallscope.watch(dl)
     # The same model on every rank whatever its sample size: the all_reduce needs it.

@@ -140,3 +140,43 @@ def test_the_slowed_worker_is_expected_by_its_pid_and_shown_named_against_it():
     r["found"] = dict(r["found"], cause="slow_worker", worker_pid=21)
     out = scoreboard.render([scoreboard.row("slow-worker", r)])
     assert "worker named/slowed: pid 21/22" in out
+
+
+def _setup_lab(warns):
+    from types import SimpleNamespace
+
+    from stallscope.lab import scenarios
+    real = scenarios.RealRun(warns=warns)
+    return SimpleNamespace(world=2, target=1, scenario=SimpleNamespace(real=real))
+
+
+def _warned(**ranks):
+    return {str(r[1:]): {"warned": sorted(names), "unknown": []} for r, names in ranks.items()}
+
+
+def test_the_set_up_checks_must_fail_on_the_target_alone_and_at_the_first_batch():
+    lab = _setup_lab(("no_workers_with_gpu", "workers_restart_each_epoch"))
+    first = {"after_s": 0.5, "ranks": _warned(r0=[], r1=["no_workers_with_gpu"])}
+    end = _warned(r0=[], r1=["no_workers_with_gpu", "workers_restart_each_epoch"])
+    assert findings.judge_setup(lab, first, end)["matched"]
+    # the epoch check is judged at the end only; every other one already at the first batch
+    late = {"after_s": 6.0, "ranks": _warned(r0=[], r1=[])}
+    assert findings.judge_setup(lab, late, end)["problems"] == [
+        "rank 1 at the first batch: none, expected ['no_workers_with_gpu']"]
+    # a peer's warning is a failed check too (a healthy set-up warns of nothing)
+    noisy = _warned(r0=["pin_memory_off_with_gpu"], r1=["no_workers_with_gpu", "workers_restart_each_epoch"])
+    assert findings.judge_setup(lab, first, noisy)["problems"] == [
+        "rank 0 at the end: ['pin_memory_off_with_gpu'], expected none"]
+
+
+def test_a_scenario_names_only_declared_checks_and_every_check_has_a_real_case():
+    import pytest
+
+    from stallscope import vocabulary
+    from stallscope.lab import scenarios
+    with pytest.raises(ValueError, match="not declared"):
+        scenarios._checks("no_such_check")
+    cased = {name for s in scenarios.REAL for name in s.real.warns}
+    # /dev/shm too small for the batches: a real run of its own (tests/agent/test_small_shm.py),
+    # the warning at the first batch, then torch's allocation error named shm_exhaustion
+    assert cased | {"shm_too_small"} == {c.name for c in vocabulary.CHECKS}

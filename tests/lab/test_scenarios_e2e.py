@@ -147,6 +147,10 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     alerts = result["alerts"]
     assert alerts["matched"] is True, alerts
     assert set(s.real.alerts) <= set(alerts["fired"])
+    # the set-up checks (issue 32): the target fails exactly the scenario's (none on a healthy
+    # set-up), at its first batch (epochs: by the end), and no other rank fails any
+    setup = result["setup"]
+    assert setup["matched"], setup["problems"]
     # the headline alert and diagnose's verdicts agree (a stall: it fired, no judged rank healthy)
     agree = result["agreement"]
     assert agree["state"] in (("agree",) if s.stalls else ("agree", "explained")), agree
