@@ -69,7 +69,7 @@ test-composer: $(COMPOSER_VENV)/.installed
 # and the hook's standard-library path under pyenv's Pythons 3.9-3.13 (`python -S`).
 # Prints a table; .compat/results.json. Fewer: `make test-compat TORCH_COMPAT="2.8.0"`;
 # COMPAT_CLEAN=1 removes the venvs afterwards.
-TORCH_COMPAT ?= 2.4.1 2.8.0 2.11.0 2.13.0 2.14.1
+TORCH_COMPAT ?= 2.4.1 2.8.0 2.11.0 2.13.0 2.15.0
 test-compat: setup
 	$(PY) scripts/compat.py --torch $(TORCH_COMPAT) $(if $(COMPAT_CLEAN),--clean)
 

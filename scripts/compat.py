@@ -24,9 +24,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIR = os.path.join(ROOT, ".compat")
-# the issue asks for 2.4, 2.8, 2.11, 2.13 and 2.15; 2.15 is over this machine's pip cap
-# (/etc/xdg/pip: torch<=2.14.1), so the newest here is 2.14.1
-TORCH = ("2.4.1", "2.8.0", "2.11.0", "2.13.0", "2.14.1")
+# the releases issue 34 names; the newest, 2.15.0, is over the cap a machine-wide pip
+# constraint file may set (this one's, /etc/xdg/pip: torch<=2.14.1, the releases it keeps on
+# disk): each venv pins its own torch, so the matrix installs with no constraint file
+TORCH = ("2.4.1", "2.8.0", "2.11.0", "2.13.0", "2.15.0")
+NO_CONSTRAINT = dict(os.environ, PIP_CONSTRAINT=os.devnull)
 PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
 PYENV = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
 
@@ -66,8 +68,8 @@ def torch_venv(version):
     if not os.path.exists(os.path.join(venv, ".installed")):
         shutil.rmtree(venv, ignore_errors=True)
         if sh([BASE_PYTHON, "-m", "venv", venv], log) or \
-                sh([py, "-m", "pip", "install", "-q", "torch==" + version], log) or \
-                sh([py, "-m", "pip", "install", "-q", "-e", ".[test,fuse]"], log):
+                sh([py, "-m", "pip", "install", "-q", "torch==" + version], log, env=NO_CONSTRAINT) or \
+                sh([py, "-m", "pip", "install", "-q", "-e", ".[test,fuse]"], log, env=NO_CONSTRAINT):
             return None, log
         open(os.path.join(venv, ".installed"), "w").close()
     return py, log
@@ -98,7 +100,7 @@ def torch_row(version, hook_tests):
 
 def python_row(version):
     """The hook's stdlib path under pyenv's ``version``, against a real agent."""
-    from stallscope.lab.procs import AgentProcess
+    from stallscope.processes.servers import AgentProcess
 
     exe = find_python(version)
     if not exe:

@@ -71,7 +71,7 @@ def entry(agent, job, timeout=20.0):
 def main():
     import torch
 
-    from stallscope.lab.procs import AgentProcess
+    from stallscope.processes.servers import AgentProcess
 
     agent = AgentProcess().start()
     os.environ["STALLSCOPE_SOCKET"] = agent.socket  # before the hook's first look

@@ -25,10 +25,11 @@ from typing import Any, Callable
 
 from ..correlate import change, checks, codec, detect, diagnosis, standing
 from ..correlate.model import Diagnosis
+from ..correlate.queue import Memory
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
-from ..host.facts import RankCpuset, RankGpu, RankQuota, RankShm
+from ..host.facts import RankCpuset, RankGpu, RankMemory, RankQuota, RankShm
 from ..host.families import family
 from ..host.options import flag
 from .scrapefirst import SCRAPES
@@ -131,7 +132,8 @@ class CorrelatorPart(Part):
             found[r.key] = diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
                                              window_seconds=seconds, since_ns=since_of.get(r.key),
                                              quota=self.quota(r.key), setup=self.setup(r),
-                                             loader_error=getattr(r, "loader_error", None))
+                                             loader_error=getattr(r, "loader_error", None),
+                                             memory=self.memory(r.key))
             self.analyses += 1
         return found
 
@@ -158,6 +160,11 @@ class CorrelatorPart(Part):
         if q is None:
             return {"measured": False, "cores": None, "ranks": None}
         return {"measured": True, "cores": q.cores, "ranks": q.ranks}
+
+    def memory(self, key: Any) -> Memory | None:
+        """The workers exporter's RankMemory fact as the correlator's model takes it."""
+        m = self.host.facts.value(RankMemory, key)
+        return None if m is None else Memory(m.limit_bytes, m.used_bytes, m.worker_rss_bytes)
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:

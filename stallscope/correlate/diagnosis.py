@@ -41,6 +41,7 @@ from . import (
 from .context import Context
 from .model import Cause, Diagnosis, GpuView, Identity, Loop, Matched, RankRow, Straggler
 from .overlap import InputBound, after_start, data_wait_ratio
+from .queue import Memory
 from .sawtooth import sawtooth
 from .trace import RankTrace
 
@@ -95,7 +96,8 @@ def analyse(trace: RankTrace, peers: Iterable[RankTrace] = (), node: str = "",
             quota: Mapping[str, Any] | None = None,
             facts: standing_causes.Facts | None = None,
             setup: checks.SetUp | None = None,
-            loader_error: Mapping[str, Any] | None = None) -> Diagnosis:
+            loader_error: Mapping[str, Any] | None = None,
+            memory: Memory | None = None) -> Diagnosis:
     """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job).
 
     ``since_ns``: a stall began then (detect.py). The verdict, the loader's numbers and
@@ -105,8 +107,9 @@ def analyse(trace: RankTrace, peers: Iterable[RankTrace] = (), node: str = "",
     ``facts``: what the host knows of the rank's set-up and placement, for the standing
     causes (standing_causes.py). ``setup``: what the set-up checks are judged on
     (checks.py; from the first batch, whatever the verdict); ``loader_error``: the
-    loader's own error as the hook reported it (loader_errors.py)."""
-    return _with_error(_analyse(trace, peers, node, window_seconds, since_ns, quota, facts, setup),
+    loader's own error as the hook reported it (loader_errors.py); ``memory``: the rank's
+    memory limit and its workers' size, which caps the worker counts predicted (queue.py)."""
+    return _with_error(_analyse(trace, peers, node, window_seconds, since_ns, quota, facts, setup, memory),
                        loader_error, setup)
 
 
@@ -125,7 +128,8 @@ def _with_error(d: Diagnosis, error: Mapping[str, Any] | None, setup: checks.Set
 
 def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_seconds: float | None,
              since_ns: int | None, quota: Mapping[str, Any] | None,
-             facts: standing_causes.Facts | None, setup: checks.SetUp | None) -> Diagnosis:
+             facts: standing_causes.Facts | None, setup: checks.SetUp | None,
+             memory: Memory | None = None) -> Diagnosis:
     whole = trace
     segment = trace.since(since_ns) if since_ns is not None else trace
     if since_ns is not None and segment.n < MIN_BATCHES:
@@ -180,7 +184,7 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
     if j.verdict != "input_bound":
         return out
     scored, missing = rank_causes(ctx, quota or {}, facts)
-    m = measured.measure(ctx, quota)
+    m = measured.measure(ctx, quota, memory)
     ranked = causes_mod.rank_causes(scored)
     split = transfer.split(trace, ctx.steady)
     ready = split[2] / split[4] if split is not None and split[4] > 0 else None

@@ -13,6 +13,7 @@ from ..vocabulary import signal
 from . import slow_worker
 from .context import Context
 from .predict import Measured
+from .queue import Memory
 
 BATCH_LOAD = signal("batch_load_seconds").name
 WORKERS_CPU = signal("workers_cpu_ratio").name
@@ -44,8 +45,11 @@ def _times(trace: Any, name: str) -> np.ndarray | None:
     return None if s is None else s.t / 1e9
 
 
-def measure(ctx: Context, quota: Mapping[str, Any] | None = None) -> Measured | None:
-    """predict.Measured for the context's trace, or None with too few steady batches."""
+def measure(ctx: Context, quota: Mapping[str, Any] | None = None,
+            memory: Memory | None = None) -> Measured | None:
+    """predict.Measured for the context's trace, or None with too few steady batches.
+    ``memory``: the rank's memory limit and its workers' size (the agent's), which caps
+    the worker counts."""
     trace, ib, steady = ctx.trace, ctx.loop, ctx.steady
     if steady.sum() < 5:
         return None
@@ -78,4 +82,4 @@ def measure(ctx: Context, quota: Mapping[str, Any] | None = None) -> Measured | 
         shard_reads_per_second=(len(reads) / seconds) if reads is not None and seconds > 0 else None,
         shm_size_bytes=shm_size, shm_used_bytes=shm_used,
         throttled_seconds_rate=float(throttled.mean()) if throttled is not None else None,
-        runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None)
+        runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=memory)

@@ -29,9 +29,9 @@ import numpy as np
 from . import slow_worker
 from .cpulimit import cpu_limit
 from .model import Headroom, Prediction
-from .queue import MAIN_CORE, MAX_WORKERS, REPLAY_BATCHES, TARGET, Measured, prediction, replay
+from .queue import MAIN_CORE, MAX_WORKERS, REPLAY_BATCHES, TARGET, Measured, Memory, prediction, replay
 
-__all__ = ["MAIN_CORE", "REPLAY_BATCHES", "TARGET", "Measured", "for_cause", "headroom", "replay"]
+__all__ = ["MAIN_CORE", "REPLAY_BATCHES", "TARGET", "Measured", "Memory", "for_cause", "headroom", "replay"]
 
 
 def headroom(m: Measured) -> Headroom:
@@ -96,6 +96,20 @@ def fewest_workers(m: Measured, prefetch: int, floor: float) -> tuple[int, float
     return (lo,) + (found.get(lo) or at(lo))
 
 
+def mib(n: float) -> str:
+    return "%.0f MiB" % (n / (1 << 20))
+
+
+def memory_note(m: Measured, needed: int, fit: int) -> str:
+    """Why the worker count stops at ``fit``: the memory limit, with its numbers."""
+    mem = m.memory
+    assert mem is not None and mem.limit_bytes and mem.worker_rss_bytes and mem.used_bytes is not None
+    return ("%d workers would keep up, but the pod's memory limit (%s, %s in use) holds %d at ~%s RSS "
+            "a worker; an off-CPU wait (a fetch, a sleep) is also hidden by threads or async I/O inside "
+            "each worker, or a larger prefetch_factor, at no worker's memory" % (
+                needed, mib(mem.limit_bytes), mib(mem.used_bytes), fit, mib(mem.worker_rss_bytes)))
+
+
 def why_not_more_workers(m: Measured) -> str | None:
     """Why workers() modelled no change, when it measured that more workers will not
     help (None: it could not model them, e.g. no per-batch load times)."""
@@ -103,6 +117,9 @@ def why_not_more_workers(m: Measured) -> str | None:
     if load is None or not len(load) or not len(m.compute) or m.workers is None:
         return None
     w, wait, _ = fewest_workers(m, m.prefetch or 2, cpu_floor(m, m.loader_cores))
+    fit = m.memory_workers
+    if fit is not None and w > m.workers >= fit:
+        return memory_note(m, w, fit)
     if wait > TARGET and w >= MAX_WORKERS:
         return "even %d workers are replayed to wait %.1f%%" % (w, 100 * wait)
     if w == m.workers:
@@ -113,7 +130,7 @@ def why_not_more_workers(m: Measured) -> str | None:
 def workers(m: Measured, basis: str = "") -> Prediction | None:
     """The worker count that keeps up (replayed with the measured spread), capped by
     the CPU quota; when the cap binds, the CPU limit that would be needed."""
-    load, _ = service_times(m)
+    load, times = service_times(m)
     if load is None or not len(load) or not len(m.compute) or m.workers is None:
         return None
     prefetch = m.prefetch or 2
@@ -136,14 +153,27 @@ def workers(m: Measured, basis: str = "") -> Prediction | None:
                  "%.3gs at most (%.3g CPU-s a batch): more workers share the same CPU" % (
                      cap or 0.0, floor, m.cpu_per_batch or 0.0))
         return cpu_limit(m, basis=text, capped_workers=w)
-    if wait > TARGET and w >= MAX_WORKERS:
+    more: dict[str, Any] = {}
+    fit = m.memory_workers
+    if fit is not None and w > fit:
+        # issue 30: a count the pod cannot hold is no fix (a newcomer's script was told "1 to
+        # 41 workers" on a 2-core machine); the most that fit, and what else hides the wait
+        more["memory_note"] = memory_note(m, w, fit)
+        if fit <= m.workers:
+            return None  # why_not_more_workers says so
+        w = fit
+        wait, step = replay(load, m.compute, w, prefetch, floor, times=times)
+        text += "; " + more["memory_note"]
+    elif wait > TARGET and w >= MAX_WORKERS:
         return None
     if w == m.workers:
         return None  # the queue keeps up with these workers: not a worker problem
-    more: dict[str, Any] = {}
     if per_worker and cap and w * per_worker > cap:
         more["cpu_note"] = "%d workers use ~%.2g cores, over the quota's %.2g" % (w, w * per_worker, cap)
-    return prediction("raise num_workers from %d to %d" % (m.workers, w), {"num_workers": w},
+    change = "raise num_workers from %d to %d" % (m.workers, w)
+    if "memory_note" in more:
+        change += " (the most the pod's memory limit holds)"
+    return prediction(change, {"num_workers": w},
                       wait, step, m, basis + text, "high" if len(load) >= 50 else "medium", **more)
 
 
@@ -247,8 +277,11 @@ def for_cause(cause: str, m: Measured) -> Prediction:
     rules_out: tuple[str, ...] = ("num_workers",) if cause in NOT_WORKERS else ()
     if cause in ("too_few_workers", "storage_latency"):
         why = why_not_more_workers(m)
-        if why is not None:  # measured: more workers will not keep up
-            change += ": on the CPU the workers get, more of them are not predicted to keep up"
+        if why is not None:  # measured: more workers will not keep up, or do not fit
+            fit = m.memory_workers
+            change += (": the pod's memory limit holds no more workers" if fit is not None and
+                       m.workers is not None and m.workers >= fit else
+                       ": on the CPU the workers get, more of them are not predicted to keep up")
             basis = why + "; " + basis
             rules_out = ("num_workers",)
     return Prediction(cause, change, {}, 0.0, h.step_seconds_without_wait, h.speedup, basis,

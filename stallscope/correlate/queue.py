@@ -39,6 +39,24 @@ MAX_WORKERS = 64                 # no model proposes more
 
 
 @dataclasses.dataclass(frozen=True)
+class Memory:
+    """What more loader workers would cost in memory (the agent's workers exporter): the
+    limit of the rank's memory cgroup (None: none), what the cgroup charges now, and the
+    largest live worker's RSS, what one more worker is taken to need (an upper bound: RSS
+    counts the pages a forked worker still shares with the training process)."""
+    limit_bytes: int | None
+    used_bytes: int | None
+    worker_rss_bytes: int | None
+
+    @property
+    def more_workers(self) -> int | None:
+        """How many more workers the limit holds (None: no limit, or not measured)."""
+        if not self.limit_bytes or self.used_bytes is None or not self.worker_rss_bytes:
+            return None
+        return max(0, (self.limit_bytes - self.used_bytes) // self.worker_rss_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
 class Measured:
     """One rank's numbers over the window (seconds; None: not measured)."""
     step_seconds: float                    # mean interval between batches (steady)
@@ -65,6 +83,7 @@ class Measured:
     throttled_seconds_rate: float | None = None  # threads held back by the quota, per second
     runqueue_ratio: float | None = None     # run-queue wait per second, per worker
     waits: np.ndarray | None = None         # per-batch steady waits (the load itself without workers)
+    memory: Memory | None = None            # the memory limit more workers must fit in
 
     @property
     def compute_mean(self) -> float:
@@ -107,6 +126,12 @@ class Measured:
         per = self.workers_cpu_cores / self.workers
         rate = per / (per + self.crowded)
         return self.workers * (per + (self.held_back or 0.0) * rate)
+
+    @property
+    def memory_workers(self) -> int | None:
+        """The most workers the rank's memory limit holds (None: not bounded, or not measured)."""
+        more = self.memory.more_workers if self.memory is not None else None
+        return None if more is None else (self.workers or 0) + more
 
     @property
     def loader_cores(self) -> float | None:

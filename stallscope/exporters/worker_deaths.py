@@ -76,6 +76,19 @@ def memory_limit(directory: str | None, version: str | None) -> int | None:
     return None if value >= NO_LIMIT else value
 
 
+def memory_used(directory: str | None, version: str | None) -> int | None:
+    """What the cgroup charges now in bytes (memory.current; v1 memory.usage_in_bytes),
+    or None where unreadable."""
+    if directory is None:
+        return None
+    name = "memory.current" if version == "v2" else "memory.usage_in_bytes"
+    text = read_text(os.path.join(directory, name))
+    try:
+        return int(text.strip()) if text is not None else None
+    except ValueError:
+        return None
+
+
 def classify(signal: str | None, shm_ratio: float | None, oom_delta: int | None) -> str:
     """The reason for one exit by ``signal`` given the node's evidence at that moment."""
     if signal == "SIGBUS" and shm_ratio is not None and shm_ratio >= SHM_FULL:

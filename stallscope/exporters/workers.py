@@ -24,6 +24,7 @@ import os
 import time
 from typing import Any
 
+from ..host.facts import RankMemory
 from ..host.families import family
 from ..host.options import flag
 from ..system import cgroups, procfs
@@ -165,6 +166,7 @@ class WorkersExporter(base.Exporter):
         fams["cpu"].add(rank.labels, self.cpu_total[rank.key])
         if alive:
             fams["rss"].add(rank.labels, max(r["rss_bytes"] for r in alive))
+            largest_rss = max(r["rss_bytes"] for r in alive)
         if rows:
             self.record(rank.key, ALIVE, len(alive))
             self.record(rank.key, DSTATE, dstate)
@@ -176,7 +178,12 @@ class WorkersExporter(base.Exporter):
         # every collection, 0 included: the correlator scores the death causes from them
         for reason, name in KILLED.items():
             self.record(rank.key, name, killed[reason])
-        self._baseline_oom(rank)
+        d, v = self._memory_of(rank)
+        self._baseline_oom(rank, d, v)
+        if alive:
+            # what more workers would cost: the correlator caps its worker counts with it
+            self.host.facts.publish(self.name, rank.key, RankMemory(
+                worker_deaths.memory_limit(d, v), worker_deaths.memory_used(d, v), largest_rss or None))
         self.rows[rank.key] = [
             {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "created"}
             for r in rows]
@@ -203,12 +210,11 @@ class WorkersExporter(base.Exporter):
         return worker_deaths.memory_dir(self.layout, rank.cgroup or cgroups.of_pid(
             self.host.procfs, rank.pid))
 
-    def _baseline_oom(self, rank: Any) -> None:
+    def _baseline_oom(self, rank: Any, d: str | None, v: str | None) -> None:
         """The OOM-kill count of the rank's memory cgroup when first seen: a worker's
         SIGKILL is an OOM kill when the count rose since then or since the previous
         death (not since the last collection, which may fall between the kill and the
         moment its victim's exit is read)."""
-        d, v = self._memory_of(rank)
         with self.lock:
             known = self.memory.get(rank.key)
             if known is None or known[0] != d:

@@ -53,6 +53,18 @@ class RankCpuset:
 
 
 @dataclasses.dataclass(frozen=True)
+class RankMemory:
+    """What more loader workers would cost in memory (workers exporter; issue 30: worker
+    counts capped by memory): the limit of the rank's memory cgroup (None: no limit),
+    what the cgroup uses now, and the largest live worker's RSS, what each added worker is
+    taken to need (RSS counts the pages it shares with the process it was forked from:
+    an upper bound)."""
+    limit_bytes: int | None
+    used_bytes: int | None
+    worker_rss_bytes: int | None
+
+
+@dataclasses.dataclass(frozen=True)
 class RankShm:
     """The /dev/shm a rank's loader workers pass batches through (shm exporter): its
     size in the rank's mount namespace (issue 32: the shm_too_small check)."""

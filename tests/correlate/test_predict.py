@@ -208,3 +208,50 @@ def test_brownouts_replayed_in_time_need_more_workers_than_drawn_apart():
 def test_load_times_all_at_one_moment_replay_as_drawn_apart():
     load, compute = np.array([0.3, 0.6, 0.9, 0.3]), np.full(4, 0.15)
     assert replay(load, compute, 3, times=np.zeros(4)) == replay(load, compute, 3)
+
+
+MiB = 1 << 20
+
+
+def _off_cpu(workers=1, memory=None):
+    # the newcomer: each batch of 8 samples waits 8 x 50 ms off the CPU (a fetch),
+    # against 10 ms of compute: 0.4 / 0.01 = 40 workers on the means
+    return _m(np.full(200, 0.4), np.full(200, 0.01), workers=workers, memory=memory)
+
+
+def test_a_memory_limit_caps_the_worker_count_at_what_it_holds():
+    free = predict.workers(_off_cpu())
+    assert free.settings["num_workers"] >= 40 and free.memory_note is None
+    # 4 GiB limit, 2.5 GiB in use, 300 MiB a worker: (4096 - 2560) // 300 = 5 more, 6 in all
+    mem = predict.Memory(4096 * MiB, 2560 * MiB, 300 * MiB)
+    assert mem.more_workers == 5
+    p = wire(predict.for_cause("too_few_workers", _off_cpu(memory=mem)))
+    assert p["settings"] == {"num_workers": 6}
+    assert p["change"] == "raise num_workers from 1 to 6 (the most the pod's memory limit holds)"
+    # the replay with 6 workers: one batch per 0.4 / 6 s against 0.01 s of compute
+    assert p["predicted_step_seconds"] == pytest.approx(0.4 / 6, rel=0.02)
+    assert p["predicted_data_wait_ratio"] == pytest.approx(1 - 0.01 / (0.4 / 6), rel=0.02)
+    note = p["memory_note"]
+    assert note.startswith("%d workers would keep up" % free.settings["num_workers"])
+    assert "4096 MiB, 2560 MiB in use" in note and "holds 6 at ~300 MiB" in note
+    assert "threads or async I/O inside each worker" in note and note in p["basis"]
+
+
+def test_a_limit_with_room_for_more_than_needed_changes_nothing():
+    free = predict.workers(_off_cpu())
+    roomy = predict.Memory(64 << 30, 1 << 30, 100 * MiB)
+    p = predict.workers(_off_cpu(memory=roomy))
+    assert p.settings == free.settings and p.memory_note is None
+    # no limit, or a size not measured: not bounded
+    assert predict.Memory(None, 1 << 30, 100 * MiB).more_workers is None
+    assert predict.Memory(4 << 30, None, 100 * MiB).more_workers is None
+
+
+def test_no_room_for_another_worker_rules_more_workers_out():
+    full = predict.Memory(1024 * MiB, 1000 * MiB, 300 * MiB)
+    m = _off_cpu(workers=3, memory=full)
+    assert m.memory_workers == 3 and predict.workers(m) is None
+    p = wire(predict.for_cause("too_few_workers", m))
+    assert p["settings"] == {} and p["rules_out"] == ["num_workers"]
+    assert "the pod's memory limit holds no more workers" in p["change"]
+    assert "holds 3 at ~300 MiB" in p["basis"]
