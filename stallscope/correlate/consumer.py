@@ -15,14 +15,21 @@ Then the process held back is the consumer: the fix is the trainer container's C
 (or fewer processes competing with it), and more workers, which compete with it for the
 same CPUs, make it worse. Without the sampler's numbers nothing is said.
 
-The cause keeps its name and score (the CPU is what is short, and its alert pages on the
-same throttling); its sentence and evidence say which process it held back.
+The cause keeps its name (the CPU is what is short, and its alert pages on the same
+throttling); its sentence and evidence say which process it held back. Its score is the
+handoff's share of the wait the consumer's shortage explains (``promote``): a quota that
+throttles all along scores low by co-occurrence (it was on outside the stalls too), so
+without this the stretched handoff itself led as ``transfer_cost`` (the lab's
+trainer-throttled run: transfer_cost 0.85, cpu_throttle 0.07, with the main thread
+waiting for a CPU 12-18 % of its time and its idle workers under 1 %).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from ..vocabulary import DATA_WAIT_LINE, signal
+from .causes import make
 from .model import Cause, Evidence
 from .trace import RankTrace
 
@@ -45,6 +52,49 @@ def _mean(trace: RankTrace, name: str) -> float | None:
     return float(s.v.mean()) if len(s) else None
 
 
+def _waits(trace: RankTrace, ready_ratio: float | None) -> tuple[float, float | None] | None:
+    """(the main thread's CPU wait, its workers') when the loader kept up and the consumer,
+    not its workers, waited for a CPU; None otherwise."""
+    if ready_ratio is None or ready_ratio >= DATA_WAIT_LINE:
+        return None
+    main_wait, workers_wait = _mean(trace, MAIN_CPU_WAIT), _mean(trace, WORKERS_CPU_WAIT)
+    if main_wait is None or main_wait < MAIN_CPU_WAIT_LINE or (
+            workers_wait is not None and workers_wait >= 0.5 * main_wait):
+        return None
+    return main_wait, workers_wait
+
+
+def held_share(trace: RankTrace, ready_ratio: float | None) -> float | None:
+    """How much of the handoff's wait the consumer's CPU shortage explains: the share of
+    the main thread's CPU wait beyond its workers' (1 when they never waited, 0.5 at the
+    rule's edge, where they waited half as much); None where the rule does not hold."""
+    found = _waits(trace, ready_ratio)
+    if found is None:
+        return None
+    main_wait, workers_wait = found
+    return 1.0 - (workers_wait or 0.0) / main_wait
+
+
+def promote(scored: Sequence[Cause], held: float, transfer_share: float,
+            quota_cores: float | None) -> list[Cause]:
+    """The CPU cause that held the consumer back scored at least the part of the wait it
+    explains: the handoff's share of the wait times ``held``. Which one: the CPU cause the
+    signals already scored higher (the quota's throttling, or the run queue), else
+    cpu_throttle under a CFS quota and cpu_contention without one. Its sentence is
+    attribute()'s."""
+    present = sorted((c for c in scored if c.cause in CPU_CAUSES and c.score > 0), key=lambda c: -c.score)
+    name = present[0].cause if present else ("cpu_throttle" if quota_cores is not None else "cpu_contention")
+    score = round(transfer_share * held, 4)
+    out = list(scored)
+    for i, c in enumerate(out):
+        if c.cause == name:
+            if c.score < score:
+                out[i] = dataclasses.replace(c, score=score)
+            return out
+    out.append(make(name, score, "The training process was short of CPU while it took batches over."))
+    return out
+
+
 def attribute(ranked: Sequence[Cause], trace: RankTrace, ready_ratio: float | None,
               handoff_ratio: float | None) -> list[Cause]:
     """The ranked causes, a CPU cause's sentence saying that the consumer was held back
@@ -52,12 +102,10 @@ def attribute(ranked: Sequence[Cause], trace: RankTrace, ready_ratio: float | No
     ready batch; ``handoff_ratio``: the share spent taking batches over; both measured
     by the hook, transfer.py)."""
     out = list(ranked)
-    if ready_ratio is None or handoff_ratio is None or ready_ratio >= DATA_WAIT_LINE:
+    found = _waits(trace, ready_ratio)
+    if handoff_ratio is None or found is None:
         return out
-    main_wait, workers_wait = _mean(trace, MAIN_CPU_WAIT), _mean(trace, WORKERS_CPU_WAIT)
-    if main_wait is None or main_wait < MAIN_CPU_WAIT_LINE or (
-            workers_wait is not None and workers_wait >= 0.5 * main_wait):
-        return out
+    main_wait, workers_wait = found
     idle = _mean(trace, WORKERS_IDLE)
     for i, c in enumerate(out):
         if c.cause not in CPU_CAUSES:

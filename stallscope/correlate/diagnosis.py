@@ -183,11 +183,11 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
         straggler=straggler(_wait(ident, ib.data_wait_ratio, node, after), waits, who.node or node))
     if j.verdict != "input_bound":
         return out
-    scored, missing = rank_causes(ctx, quota or {}, facts)
-    m = measured.measure(ctx, quota, memory)
-    ranked = causes_mod.rank_causes(scored)
     split = transfer.split(trace, ctx.steady)
     ready = split[2] / split[4] if split is not None and split[4] > 0 else None
+    scored, missing = rank_causes(ctx, quota or {}, facts, ready)
+    m = measured.measure(ctx, quota, memory)
+    ranked = causes_mod.rank_causes(scored)
     ranked = consumer.attribute(ranked, trace, ready, handoff)
     if m is not None:
         ranked = [dataclasses.replace(c, prediction=predict.for_cause(c.cause, m)) if i < PREDICTED_CAUSES
@@ -198,9 +198,12 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
 
 
 def rank_causes(ctx: Context, quota: Mapping[str, Any],
-                facts: standing_causes.Facts | None) -> tuple[list[Cause], list[str]]:
+                facts: standing_causes.Facts | None,
+                ready_ratio: float | None = None) -> tuple[list[Cause], list[str]]:
     """Every candidate cause scored on the context (each by its kind: co-occurrence,
-    computed, standing), and the names of those that could not be evaluated."""
+    computed, standing), and the names of those that could not be evaluated.
+    ``ready_ratio``: the share of the step spent waiting for a ready batch (the hook's
+    split), which tells a CPU-short consumer from a CPU-short loader (consumer.py)."""
     trace, steady = ctx.trace, ctx.steady
     scored, missing = causes_mod.score_signal_causes(ctx.whole, ctx.whole_steady_waits)
     _, share = workers.busy_share(trace, ctx.steady_waits)
@@ -209,7 +212,14 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     # short of CPU, workers answer the loop's requests for each batch late too
     starved = max((c.score for c in scored if c.cause in ("cpu_throttle", "cpu_contention")),
                   default=0.0)
-    for name, found in ((transfer.NAME, transfer.score(trace, steady, starved)),
+    # ... and so does a consumer short of CPU: its wait beyond its workers' is the part of
+    # the handoff its shortage explains (consumer.py), whatever the co-occurrence said
+    held = consumer.held_share(trace, ready_ratio)
+    split = transfer.split(trace, steady) if held is not None else None
+    if held is not None and split is not None and split[1] > 0:
+        scored = consumer.promote(scored, held, split[3] / split[1], quota.get("cores"))
+        starved = max(starved, held)
+    for name, found in ((transfer.NAME, transfer.score(trace, steady, starved, consumer=held is not None)),
                         (slow_worker.NAME, slow_worker.score(trace, steady))):
         if found is None:
             missing.append(name)

@@ -58,10 +58,11 @@ def handoff_ratio(trace: RankTrace) -> float | None:
     return float((wait - np.minimum(trace.ready[known], wait)).sum()) / step
 
 
-def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0) -> Cause | None:
+def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0, consumer: bool = False) -> Cause | None:
     """The transfer_cost Cause, or None when the hook did not split the waits
-    (a single-process loader, another iterable, an older hook). ``starved``: the
-    cpu_throttle score, how sure it is that the workers were short of CPU."""
+    (a single-process loader, another iterable, an older hook). ``starved``: how sure it
+    is that a side of the handoff was short of CPU: the workers (the CPU causes' score)
+    or, with ``consumer``, the training process (consumer.held_share)."""
     found = split(trace, steady)
     if found is None:
         return None
@@ -88,7 +89,12 @@ def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0) -> Cause |
     if ratio >= DATA_WAIT_LINE:
         text += " The transfer alone is over the %.0f%% data-wait line." % (100 * DATA_WAIT_LINE)
     value = share
-    if starved > 0:
+    if starved > 0 and consumer:
+        value = share * (1.0 - starved)
+        text += (" But the training process was short of CPU (its main thread waited for one, its "
+                 "workers did not): %.0f%% of this waited on its CPU, not on the handoff itself."
+                 % (100 * starved))
+    elif starved > 0:
         value = share * (1.0 - starved)
         text += (" But the workers were short of CPU (cpu_throttle %.2f), and handing a batch's "
                  "tensors over takes their CPU too: part of this waited on them." % starved)
