@@ -103,7 +103,7 @@ def attribute(ranked: Sequence[Cause], trace: RankTrace, ready_ratio: float | No
     by the hook, transfer.py)."""
     out = list(ranked)
     found = _waits(trace, ready_ratio)
-    if handoff_ratio is None or found is None:
+    if handoff_ratio is None or found is None or ready_ratio is None:
         return out
     main_wait, workers_wait = found
     idle = _mean(trace, WORKERS_IDLE)

@@ -214,12 +214,13 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
                   default=0.0)
     # ... and so does a consumer short of CPU: its wait beyond its workers' is the part of
     # the handoff its shortage explains (consumer.py), whatever the co-occurrence said
-    held = consumer.held_share(trace, ready_ratio)
-    split = transfer.split(trace, steady) if held is not None else None
-    if held is not None and split is not None and split[1] > 0:
-        scored = consumer.promote(scored, held, split[3] / split[1], quota.get("cores"))
-        starved = max(starved, held)
-    for name, found in ((transfer.NAME, transfer.score(trace, steady, starved, consumer=held is not None)),
+    consumer_held = consumer.held_share(trace, ready_ratio)
+    split = transfer.split(trace, steady) if consumer_held is not None else None
+    if consumer_held is not None and split is not None and split[1] > 0:
+        scored = consumer.promote(scored, consumer_held, split[3] / split[1], quota.get("cores"))
+        starved = max(starved, consumer_held)
+    for name, found in ((transfer.NAME, transfer.score(trace, steady, starved,
+                                                       consumer=consumer_held is not None)),
                         (slow_worker.NAME, slow_worker.score(trace, steady))):
         if found is None:
             missing.append(name)
