@@ -192,7 +192,6 @@ def score_signal_causes(trace: RankTrace, wait_index: WaitIndex) -> tuple[list[C
 def rank_causes(scored: Sequence[Cause]) -> list[Cause]:
     """Sort by score and add ``unexplained`` = 1 - the best score, so that a weak best
     candidate is outranked by an honest "unexplained"."""
-    order = {name: i for i, name in enumerate(VOCABULARY)}
     best = max((c.score for c in scored), default=0.0)
     top = max(scored, key=lambda c: c.score) if scored else None
     if top is None:
@@ -202,16 +201,48 @@ def rank_causes(scored: Sequence[Cause]) -> list[Cause]:
                 "wait; the closest is %s (score %.2f)." % (top.cause, top.score))
     else:
         text = "The share of the wait that %s does not account for." % top.cause
-    out = list(scored) + [make("unexplained", 1.0 - best, text)]
-    # The rank's own causes that explain the wait lead the node-wide symptoms that do too:
-    # slow reads on this rank's mount show up as the pod's I/O pressure as well, and the
-    # fix is the mount's (issue 16). Likewise a cause leads its own symptoms (symptom_of:
-    # a stuck FUSE mount makes its reads slow) when both explain the wait.
-    explains = {c.cause for c in out if c.score >= ATTRIBUTE}
-    out.sort(key=lambda c: (-(c.cause in explains and c.cause not in SHARED),
-                            bool(SYMPTOM_OF.get(c.cause, frozenset()) & explains),
-                            -c.score, order.get(c.cause, 99)))
-    return out
+    return order(list(scored) + [make("unexplained", 1.0 - best, text)])
+
+
+def order(causes: Sequence[Cause]) -> list[Cause]:
+    """The causes in the order a report gives them, on every path (the agent's ranking and
+    diagnose's from Prometheus alone): by score, but among the causes that explain the
+    wait (score >= ATTRIBUTE)
+    - the rank's own causes lead the node-wide ones (``shared``): slow reads on this
+      rank's mount show up as the pod's I/O pressure as well, and the fix is the mount's
+      (issue 16);
+    - a symptom comes right after its cause (the vocabulary's ``symptom_of``: a stuck
+      FUSE mount makes its reads slow, disk write bursts on the node make the reads slow),
+      wherever that cause ranks, and says so."""
+    rank = {name: i for i, name in enumerate(VOCABULARY)}
+    explains = {c.cause: c for c in causes if c.score >= ATTRIBUTE}
+
+    def own(c: Cause) -> int:
+        return -(c.cause in explains and c.cause not in SHARED)
+    lead_of: dict[str, Cause] = {}
+    for c in causes:
+        of = sorted((explains[n] for n in SYMPTOM_OF.get(c.cause, frozenset()) & set(explains)),
+                    key=lambda x: (own(x), -x.score, rank.get(x.cause, 99)))
+        if of and c.cause in explains:
+            lead_of[c.cause] = of[0]
+    # a cause and its symptoms rank as one: as the rank's own when a symptom is (the
+    # bursts slowed this rank's reads), at the cause's score
+    group_own: dict[str, int] = {}
+    for c in causes:
+        head = lead_of.get(c.cause, c)
+        group_own[head.cause] = min(group_own.get(head.cause, 0), own(c), own(head))
+    keyed = []
+    for c in causes:
+        led = lead_of.get(c.cause)
+        if led is not None:
+            c = dataclasses.replace(c, summary=c.summary + (
+                " Ranked after %s (%.2f), which explains the wait as well and moved with it: this "
+                "is its symptom." % (led.cause, led.score)))
+        first = led or c
+        keyed.append(((group_own[first.cause], -first.score, rank.get(first.cause, 99),
+                       led is not None, rank.get(c.cause, 99)), c))
+    keyed.sort(key=lambda kc: kc[0])
+    return [c for _, c in keyed]
 
 
 def separate_cpu(scored: list[Cause], quota: Mapping[str, Any]) -> list[Cause]:

@@ -236,7 +236,7 @@ def causes_without_agent(cluster: ClusterView) -> list[Cause]:
         best = max((c.score for c in out), default=0.0)
         out.append(causes_mod.make("unexplained", 1.0 - best, "What the candidates above do not account "
                                    "for (no correlator diagnosis from the node's agent)."))
-    return sorted(out, key=lambda c: -c.score)
+    return causes_mod.order(out)  # the agent's order: one rule set on both paths
 
 
 def evidence(me: Subject, cluster: ClusterView | None, diag: Diagnosis | None,

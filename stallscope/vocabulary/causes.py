@@ -104,7 +104,13 @@ CAUSES = (
         # mount's own probe explains the wait, the slow reads are its symptom. The lab's
         # hang run (CI, 2026-12-03) ranked storage_latency 1.00 over fuse_unhealthy 0.91:
         # the probe reports a frozen mount one timeout late, the D state at once.
-        symptom_of=("fuse_unhealthy",)),
+        # Write bursts on the node's disks (checkpoints) slow the reads of what shares
+        # the device or its backend, never the other way round (a loader reads): when the
+        # bursts line up with the stalls (checkpoint_contention explains the wait), the slow
+        # reads are their symptom (issue 30, item 4: runs outside the lab ranked
+        # storage_latency 0.71-0.79 over checkpoint_contention 0.35-0.39; the lab's
+        # checkpoint-read-disk scenario).
+        symptom_of=("fuse_unhealthy", "checkpoint_contention")),
     Cause("fuse_unhealthy", "The FUSE mount was stuck or down", (
         Line("fuse_up", 0.5, above=False, scopes=("rank",)),
         Line("fuse_probe_seconds", 1.0, scopes=("rank",)),

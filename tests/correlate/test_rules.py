@@ -152,6 +152,32 @@ def test_a_stuck_fuse_mount_leads_the_slow_reads_it_causes_when_both_explain():
     assert ranked[0]["cause"] == "storage_latency"
 
 
+def test_write_bursts_that_explain_the_wait_lead_the_slow_reads_they_cause():
+    # issue 30, item 4: runs outside the lab ranked the reads (storage_latency 0.71-0.79)
+    # over the checkpoint bursts that slowed them (0.35-0.39 there; both explain it here)
+    from stallscope.correlate import causes
+    ranked = wire(causes.rank_causes([cause("storage_latency", 0.78), cause("checkpoint_contention", 0.7),
+                                      cause("io_pressure", 0.75)]))
+    assert [c["cause"] for c in ranked][:3] == ["checkpoint_contention", "storage_latency", "io_pressure"]
+    assert "Ranked after checkpoint_contention (0.70)" in ranked[1]["summary"]
+    assert "symptom" not in ranked[0]["summary"] and "symptom" not in ranked[2]["summary"]
+    # bursts that do not line up with the stalls (under ATTRIBUTE) leave the reads first
+    ranked = wire(causes.rank_causes([cause("storage_latency", 0.78), cause("checkpoint_contention", 0.3)]))
+    assert ranked[0]["cause"] == "storage_latency" and "symptom" not in ranked[0]["summary"]
+
+
+def test_diagnose_from_prometheus_orders_the_causes_as_the_agent_does():
+    """One rule set: the published scores put in the agent's order on the Prometheus path
+    (it sorted by score alone, so a symptom could lead there and not on the agent's)."""
+    from stallscope.correlate import causes
+    from stallscope.diagnose import verdict
+    from tests.helpers.diagnose import cluster
+    scores = (("storage_latency", 0.78), ("io_pressure", 0.75), ("checkpoint_contention", 0.7))
+    alone = [c.cause for c in verdict.causes_without_agent(cluster(cause_scores=scores))]
+    agent = [c.cause for c in causes.rank_causes([cause(n, v) for n, v in scores])]
+    assert alone[:3] == agent[:3] == ["checkpoint_contention", "storage_latency", "io_pressure"]
+
+
 def test_cpu_contention_is_told_from_throttling_by_the_measured_quota():
     from stallscope.correlate import causes
     # no quota on the rank's cgroups (measured): contention stands, and says so
