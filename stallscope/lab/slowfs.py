@@ -3,7 +3,9 @@ tests (mfusepy over libfuse). Every operation that would reach a storage backend
 (lookup, open, read, statfs) sleeps ``--latency`` seconds first, as a slow object store
 behind Mountpoint for S3 or gcsfuse would; with ``--slow-every P --slow-for D
 --slow-latency L``, L seconds instead during the first D seconds of every P since the
-daemon started (brownouts of the backend).
+daemon started (brownouts of the backend); with ``--contention L BPS``, up to L seconds more
+while the node's disks write (L at BPS bytes/s and over, in proportion below): a backend
+on the device the node's checkpoints go to, whose reads queue behind their writes.
 
 ``python -m stallscope.lab.slowfs MOUNTPOINT [--latency S] [--files N] [--size BYTES]``
 serves in the foreground. ``SlowFS`` runs it as a child process and breaks it the ways
@@ -31,7 +33,10 @@ def _ops_class():
     class SlowOps(mfusepy.Operations):
         use_ns = True
 
-        def __init__(self, files, size, latency, tail_every=0, tail_latency=0.0, brownouts=None):
+        def __init__(self, files, size, latency, tail_every=0, tail_latency=0.0, brownouts=None,
+                     contention=None):
+            self.contention = contention  # (latency at full load, bytes/s of writes that is full)
+            self.disk = DiskWrites() if contention else None
             self.names = {"/file%03d" % i for i in range(files)}
             self.size = size
             self.latency = latency
@@ -47,6 +52,9 @@ def _ops_class():
                 every, length, slow = self.brownouts
                 if (time.monotonic() - self.t0) % every < length:
                     latency = slow
+            if self.contention:
+                slow, full = self.contention
+                latency += slow * min(1.0, self.disk.rate() / full)
             if latency:
                 time.sleep(latency)
 
@@ -83,6 +91,36 @@ def _ops_class():
     return SlowOps
 
 
+class DiskWrites:
+    """The node's disks' write rate (bytes/s) from /proc/diskstats (the kernel's
+    Documentation/admin-guide/iostats.rst: field 10, sectors written, in 512-byte units),
+    over whole disks (/sys/block, no loop or ram devices), read at most every 0.2 s: a
+    backend that shares a device with the node's writers slows with them (--contention)."""
+
+    EVERY_S = 0.2
+
+    def __init__(self, path="/proc/diskstats"):
+        self.path = path
+        self.disks = {d for d in os.listdir("/sys/block") if not d.startswith(("loop", "ram", "zram"))}
+        self.last = None  # (t, sectors)
+        self.value = 0.0
+
+    def rate(self):
+        now = time.monotonic()
+        if self.last is not None and now - self.last[0] < self.EVERY_S:
+            return self.value
+        sectors = 0
+        with open(self.path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 9 and parts[2] in self.disks:
+                    sectors += int(parts[9])
+        if self.last is not None:
+            self.value = (sectors - self.last[1]) * 512 / (now - self.last[0])
+        self.last = (now, sectors)
+        return self.value
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m stallscope.lab.slowfs", description=__doc__.split("\n\n")[0])
     p.add_argument("mountpoint")
@@ -99,6 +137,9 @@ def main(argv=None):
     p.add_argument("--slow-for", type=float, default=0.0, metavar="D", help="... and lasts D seconds")
     p.add_argument("--slow-latency", type=float, default=0.0, metavar="L",
                    help="... with L seconds added to each backend operation")
+    p.add_argument("--contention", type=float, nargs=2, default=None, metavar=("L", "BPS"),
+                   help="a backend on a device the node writes to: L seconds more per operation "
+                        "while the node's disks write BPS bytes/s or more (in proportion below)")
     a = p.parse_args(argv)
     brownouts = (a.slow_every, a.slow_for, a.slow_latency) if a.slow_every else None
     import mfusepy
@@ -106,7 +147,8 @@ def main(argv=None):
     kw = {"fsname": a.fsname}
     if a.subtype:
         kw["subtype"] = a.subtype
-    mfusepy.FUSE(_ops_class()(a.files, a.size, a.latency, a.tail_every, a.tail_latency, brownouts),
+    mfusepy.FUSE(_ops_class()(a.files, a.size, a.latency, a.tail_every, a.tail_latency, brownouts,
+                              tuple(a.contention) if a.contention else None),
                  a.mountpoint,
                  foreground=True,
                  nothreads=False, allow_other=True, **kw)
@@ -130,7 +172,8 @@ FUSECTL = "/sys/fs/fuse/connections"
 
 class SlowFS:
     def __init__(self, mountpoint, latency=0.0, files=8, size=1 << 20, fsname="slowfs", subtype=None,
-                 private=False, tail_every=0, tail_latency=0.0, brownouts=None, popen_kwargs=None):
+                 private=False, tail_every=0, tail_latency=0.0, brownouts=None, popen_kwargs=None,
+                 contention=None):
         self.mountpoint = os.path.abspath(mountpoint)
         self.args = ["--latency", str(latency), "--files", str(files), "--size", str(size),
                      "--fsname", fsname] + (["--subtype", subtype] if subtype else [])
@@ -139,6 +182,8 @@ class SlowFS:
         if brownouts:
             self.args += ["--slow-every", str(brownouts[0]), "--slow-for", str(brownouts[1]),
                           "--slow-latency", str(brownouts[2])]
+        if contention:
+            self.args += ["--contention", str(contention[0]), str(contention[1])]
         self.private = private
         self.popen_kwargs = popen_kwargs or {}  # e.g. the lab's own session + death signal
         self.proc = None

@@ -11,6 +11,7 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
 - SlowFuse         the target reads its shards through FUSE with injected latency
 - DeadFuse         ... and the FUSE daemon is SIGKILLed mid-run (reads fail with ENOTCONN)
 - NodeWriter       a process outside the pods writes to the node's disk all along (a backdrop)
+- DiskCheckpoints  a process outside the pods writes checkpoint bursts to the node's disk
 - LocalCache       the target looks shards up in a local cache that holds few of them
 - ColdCache        every rank reads through a cache in front of a slow object store; the
                    target's is cold
@@ -29,6 +30,7 @@ from .storage import (
     CheckpointBurst,
     ColdCache,
     DeadFuse,
+    DiskCheckpoints,
     FrozenFuse,
     LocalCache,
     NodeWriter,
@@ -38,7 +40,7 @@ from .storage import (
     start_objstore,
 )
 
-__all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "Fault",
-           "FrozenFuse",
+__all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "DiskCheckpoints",
+           "Fault", "FrozenFuse",
            "LocalCache", "MemoryLimit", "NoFault", "NodeWriter", "RemoteShards", "ShmBusError",
            "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]

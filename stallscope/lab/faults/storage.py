@@ -14,8 +14,10 @@ from .base import Fault
 class SlowFuse(Fault):
     needs = ("root", "fuse")
 
-    def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0, brownouts=None, timed=True):
+    def __init__(self, latency=0.01, tail_every=100, tail_latency=1.0, brownouts=None, timed=True,
+                 contention=None):
         self.latency, self.tail_every, self.tail_latency = latency, tail_every, tail_latency
+        self.contention = contention  # (seconds, bytes/s): see slowfs.py --contention
         # timed False: the rank reads with plain open()/read() and reports no read (no
         # adapter), as a trainer with only the two public lines does (issue 30)
         self.timed = timed
@@ -29,6 +31,9 @@ class SlowFuse(Fault):
         if brownouts:
             self.summary += ", and %.0f ms during %gs brownouts every %gs" % (
                 brownouts[2] * 1000, brownouts[1], brownouts[0])
+        if contention:
+            self.summary += (", up to %.0f ms more while the node's disks write (at %.0f MB/s and over)"
+                             % (contention[0] * 1000, contention[1] / 1e6))
         if not timed:
             self.summary += ", read with plain open()/read(): no read is reported"
 
@@ -44,7 +49,7 @@ class SlowFuse(Fault):
         self.fs = SlowFS(mnt, latency=self.latency, files=src["shards"], size=src["shard_bytes"],
                          fsname="lab-objectstore", private=True, tail_every=self.tail_every,
                          tail_latency=self.tail_latency, brownouts=self.brownouts,
-                         popen_kwargs=children.session_kwargs())
+                         popen_kwargs=children.session_kwargs(), contention=self.contention)
         run.td.push("unmount %s" % mnt, self.fs.stop)
         run.created("mount", mnt)
         self.fs.start()
@@ -154,6 +159,48 @@ while True:
     if ahead > 0:
         time.sleep(ahead)
 """
+
+
+_BURSTS = """import os, sys, time
+path, mib, every, mbps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+chunk = 4 << 20
+buf = os.urandom(chunk)
+t0 = time.monotonic()
+while True:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    start = time.monotonic()
+    for n in range(mib // 4):
+        os.pwrite(fd, buf, n * chunk)
+        os.fdatasync(fd)
+        ahead = start + (n + 1) * chunk / (mbps * 1e6) - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+    os.close(fd)
+    os.unlink(path)
+    t0 += every
+    time.sleep(max(0.0, t0 - time.monotonic()))
+"""
+
+
+class DiskCheckpoints(Fault):
+    """A checkpoint of ``mib`` MiB written to the node's disk every ``every`` seconds at
+    ``mbps`` MB/s (fdatasync every 4 MiB), by a process outside every pod (the trainer's
+    checkpointing sidecar, another job's): write bursts the node's disk write rate shows.
+    Not a fault of any rank; the backdrop of one whose reads share the device (Combined
+    with a SlowFuse whose ``contention`` follows the node's writes)."""
+
+    needs = ("disk",)
+
+    def __init__(self, mib=400, every=12.0, mbps=100.0):
+        self.mib, self.every, self.mbps = mib, every, mbps
+        self.summary = ("a %d MiB checkpoint written to the node's disk every %gs at %g MB/s" % (
+            mib, every, mbps))
+
+    def prepare(self, run):
+        path = os.path.join(run.workdir, "checkpoint.bin")
+        run.td.push("remove %s" % path, _unlink, path)
+        run.spawn("checkpoints", [sys.executable, "-c", _BURSTS, path, str(self.mib), str(self.every),
+                                  str(self.mbps)])
 
 
 class NodeWriter(Fault):
