@@ -243,6 +243,12 @@ SCENARIOS = (
     Scenario("cpu-throttle-episodes", "Throttling that comes and goes, with a decoy: I/O "
              "pressure high all along, not moving with the stalls.", _cause("cpu_throttle"),
              synthetic=synthetic.cpu_throttle_episodes),
+    # issue 30: a CPU-bound loader on a node without spare CPU
+    Scenario("collate-saturated", "One rank's 4 loader workers spend 40 ms of CPU a sample (320 ms "
+             "a batch, in a CPU-heavy collate and transforms) on this 2-core node, no quota: they "
+             "hold every core, and the training process gets a CPU to take each batch over only "
+             "between them. More workers would take more of the same cores.", _cause("cpu_contention"),
+             real=RealRun(target={"workers": 4, "sample_cpu_s": 0.04, "sample_sleep_s": 0.0}, alerts=WAIT)),
     Scenario("cpu-crowded", "One rank's loader workers need 10 ms of CPU per sample (80 ms a "
              "batch: 0.53 CPU at the job's pace) on a CPU they share with 3 busy processes; no "
              "quota anywhere: the workers are runnable, not running.", _cause("cpu_contention"),
