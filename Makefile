@@ -64,7 +64,7 @@ test-composer: $(COMPOSER_VENV)/.installed
 
 # Not in CI: the hook against the torch releases users run, one venv each under .compat/
 # (torch pinned first, then this checkout; PyPI's Linux wheels are CUDA builds, ~3 GB a
-# release, that run on the CPU; this machine's pip caps torch at 2.14.1), each running
+# release, that run on the CPU; installed past any machine-wide pip constraint), each running
 # tests/hook and scripts/compat_probe.py (settings, worker PIDs, the ready/transfer split),
 # and the hook's standard-library path under pyenv's Pythons 3.9-3.13 (`python -S`).
 # Prints a table; .compat/results.json. Fewer: `make test-compat TORCH_COMPAT="2.8.0"`;
