@@ -75,23 +75,23 @@ def held_share(trace: RankTrace, ready_ratio: float | None) -> float | None:
     return 1.0 - (workers_wait or 0.0) / main_wait
 
 
-def promote(scored: Sequence[Cause], held: float, transfer_share: float,
-            quota_cores: float | None) -> list[Cause]:
-    """The CPU cause that held the consumer back scored at least the part of the wait it
-    explains: the handoff's share of the wait times ``held``. Which one: the CPU cause the
-    signals already scored higher (the quota's throttling, or the run queue), else
-    cpu_throttle under a CFS quota and cpu_contention without one. Its sentence is
-    attribute()'s."""
+def promote(scored: Sequence[Cause], score: float, quota_cores: float | None,
+            note: str = "The training process was short of CPU while it took batches over.") -> list[Cause]:
+    """The CPU cause that held a side of the handoff back scored at least ``score``, the
+    part of the wait its model explains (held_share here; the workers' side:
+    workers.cpu_short). Which one: the CPU cause the signals already scored higher (the
+    quota's throttling, or the run queue), else cpu_throttle under a CFS quota and
+    cpu_contention without one. ``note`` is added to its sentence."""
     present = sorted((c for c in scored if c.cause in CPU_CAUSES and c.score > 0), key=lambda c: -c.score)
     name = present[0].cause if present else ("cpu_throttle" if quota_cores is not None else "cpu_contention")
-    score = round(transfer_share * held, 4)
+    score = round(score, 4)
     out = list(scored)
     for i, c in enumerate(out):
         if c.cause == name:
             if c.score < score:
-                out[i] = dataclasses.replace(c, score=score)
+                out[i] = dataclasses.replace(c, score=score, summary=c.summary + " " + note)
             return out
-    out.append(make(name, score, "The training process was short of CPU while it took batches over."))
+    out.append(make(name, score, note))
     return out
 
 

@@ -207,17 +207,26 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     trace, steady = ctx.trace, ctx.steady
     scored, missing = causes_mod.score_signal_causes(ctx.whole, ctx.whole_steady_waits)
     _, share = workers.busy_share(trace, ctx.steady_waits)
-    scored = [workers.contradict_cpu_shortage(c, share) for c in scored]
+    runnable = workers.runnable_split(trace, ctx.steady_waits)
+    scored = [workers.contradict_cpu_shortage(c, share, runnable) for c in scored]
     scored = causes_mod.separate_cpu(scored, quota)
+    # workers short of CPU are late (issue 30: a CPU-bound loader on a node without spare
+    # CPU): the CPU cause explains the part of the wait for ready batches their shortage
+    # does (workers.cpu_short), whatever the co-occurrence said of a crowding all along
+    short = workers.cpu_short(trace, ctx.steady_waits, trace.compute_ns() / 1e9)
+    whole = transfer.split(trace, steady)
+    if short is not None:
+        ready_share = whole[2] / whole[1] if whole is not None and whole[1] > 0 else 1.0
+        scored = consumer.promote(scored, ready_share * short[0], quota.get("cores"),
+                                  short[1] + ": more workers would share the same CPUs.")
     # short of CPU, workers answer the loop's requests for each batch late too
     starved = max((c.score for c in scored if c.cause in ("cpu_throttle", "cpu_contention")),
                   default=0.0)
     # ... and so does a consumer short of CPU: its wait beyond its workers' is the part of
     # the handoff its shortage explains (consumer.py), whatever the co-occurrence said
     consumer_held = consumer.held_share(trace, ready_ratio)
-    split = transfer.split(trace, steady) if consumer_held is not None else None
-    if consumer_held is not None and split is not None and split[1] > 0:
-        scored = consumer.promote(scored, consumer_held, split[3] / split[1], quota.get("cores"))
+    if consumer_held is not None and whole is not None and whole[1] > 0:
+        scored = consumer.promote(scored, consumer_held * whole[3] / whole[1], quota.get("cores"))
         starved = max(starved, consumer_held)
     for name, found in ((transfer.NAME, transfer.score(trace, steady, starved,
                                                        consumer=consumer_held is not None)),

@@ -33,6 +33,10 @@ from .trace import RankTrace, Series, WaitIndex
 
 WORKERS_CPU = signal("workers_cpu_ratio").name
 BATCH_LOAD = signal("batch_load_seconds").name
+WORKERS_ON_CPU = signal("loader_workers_on_cpu_ratio").name
+WORKERS_CPU_WAIT = signal("loader_workers_cpu_wait_ratio").name
+# The workers waited for a CPU this share of the time they could run: short of CPU
+STARVED_LINE = 0.2
 # What the loader-state sampler measured the workers doing (exporters/loaderstate.py)
 OFF_CPU_STATES = (("storage", "blocked reading storage"), ("network", "blocked on the network"),
                   ("idle", "idle, waiting for work"))
@@ -102,18 +106,76 @@ def busy_factor(share: float) -> float:
     return float(np.clip((share - BUSY_LOW) / (BUSY_HIGH - BUSY_LOW), 0.0, 1.0))
 
 
-def contradict_cpu_shortage(cause: Cause, share: float | None) -> Cause:
+def runnable_split(trace: RankTrace, wait_index: WaitIndex) -> tuple[float, float] | None:
+    """(on a CPU, waiting for one): the loader-state sampler's shares of the workers' time
+    during the stalls, or None where it did not run."""
+    span = trace.span()
+    _, on = trace.signal(WORKERS_ON_CPU, ("rank",))
+    _, waiting = trace.signal(WORKERS_CPU_WAIT, ("rank",))
+    if span is None or on is None or waiting is None:
+        return None
+    a, b = _mean(on, span, wait_index), _mean(waiting, span, wait_index)
+    return None if a is None or b is None else (a, b)
+
+
+def contradict_cpu_shortage(cause: Cause, share: float | None,
+                            split: tuple[float, float] | None = None) -> Cause:
     """Workers that ran on their cores during the stalls were not starved of CPU: take
-    that share off a cpu_throttle score (the pressure or throttling hit other tasks)."""
-    if share is None or cause.cause not in ("cpu_throttle", "cpu_contention"):
+    that share off a cpu_throttle score (the pressure or throttling hit other tasks).
+    With the sampler's ``split`` the share is of the time they could run: 4 workers on 2
+    busy cores each run half the time and wait the other half, starved, not fed (issue
+    30: their CPU share alone, 47 %, took the node's crowding off the list)."""
+    if cause.cause not in ("cpu_throttle", "cpu_contention"):
         return cause
-    f = float(np.clip((share - FED_LOW) / (FED_HIGH - FED_LOW), 0.0, 1.0))
+    if split is not None and split[0] + split[1] > 0:
+        fed = split[0] / (split[0] + split[1])
+        note = (" But the loader workers ran %.0f%% of the time they could run during the stalls, "
+                "so they were not starved." % (100 * fed))
+        row = Evidence("loader_workers_on_cpu_ratio / runnable", round(fed, 4), FED_LOW, "below")
+    elif share is not None:
+        fed = share
+        note = (" But the loader workers ran %.0f%% of the time on a core during the stalls, so they "
+                "were not starved." % (100 * share))
+        row = Evidence("workers_cpu_ratio / num_workers", round(share, 4), FED_LOW, "below")
+    else:
+        return cause
+    f = float(np.clip((fed - FED_LOW) / (FED_HIGH - FED_LOW), 0.0, 1.0))
     if f <= 0:
         return cause
-    return cause.with_score(cause.score * (1.0 - f), (
-        " But the loader workers ran %.0f%% of the time on a core during the stalls, so they "
-        "were not starved." % (100 * share)),
-        Evidence("workers_cpu_ratio / num_workers", round(share, 4), FED_LOW, "below"))
+    return cause.with_score(cause.score * (1.0 - f), note, row)
+
+
+def cpu_short(trace: RankTrace, wait_index: WaitIndex, compute_s: float) -> tuple[float, str] | None:
+    """How much of the loader's lateness its workers' CPU shortage explains, with the
+    sentence that says so (issue 30: a CPU-bound loader on a node without spare CPU was
+    told to add workers). The sampler measured them running ``on`` and waiting for a CPU
+    ``wait`` of their time during the stalls; had they run whenever they could, each
+    would have taken on / (on + wait) of its measured batch load time. The wait left at
+    that pace against the compute is what the shortage does not explain. None: no
+    sampler, no load times, or workers not short of CPU."""
+    split = runnable_split(trace, wait_index)
+    workers = (trace.loader or {}).get("num_workers")
+    span = trace.span()
+    _, load = trace.signal(BATCH_LOAD, ("rank",))
+    if split is None or not workers or span is None or load is None:
+        return None
+    on, waiting = split
+    if on + waiting <= 0 or waiting / (on + waiting) < STARVED_LINE:
+        return None
+    recent = load.clip(*span)
+    if not len(recent):
+        return None
+    per_batch = float(recent.v.mean()) / workers
+    late = per_batch - compute_s
+    if late <= 0:
+        return None
+    fed = per_batch * on / (on + waiting)
+    explained = 1.0 - max(0.0, fed - compute_s) / late
+    text = ("The loader's %d workers waited for a CPU %.0f%% of their time during the stalls and ran "
+            "%.0f%%: they deliver a batch every %.3gs against %.3gs of compute, and would every "
+            "%.3gs had they run whenever they could" % (
+                workers, 100 * waiting, 100 * on, per_batch, compute_s, fed))
+    return explained, text
 
 
 def _off_cpu_split(trace: RankTrace, span: tuple[int, int], wait_index: WaitIndex) -> str:
@@ -189,13 +251,19 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
         reasons.append("but the stalls come and go (in %.0f%% of the window), so something "
                        "changed over time" % (100 * lasting))
     scope, busy_mean = busy_share(trace, wi)
+    split = runnable_split(trace, wi)
     if busy_mean is None:
         factor = OFF_CPU
     else:
         factor = OFF_CPU + (1.0 - OFF_CPU) * busy_factor(busy_mean)
         evidence.append(Evidence("workers_cpu_ratio / num_workers", round(busy_mean, 4),
                                  BUSY_HIGH, "above", None, scope))
-        if busy_mean >= BUSY_HIGH:
+        if split is not None and sum(split) > 0 and split[1] / sum(split) >= STARVED_LINE:
+            # runnable, not off the CPU: the sampler saw them wait for one (cpu_short)
+            reasons.append("the workers ran on a CPU %.0f%% and waited for one %.0f%% of their "
+                           "time: short of CPU, which more of them would share" % (
+                               100 * split[0], 100 * split[1]))
+        elif busy_mean >= BUSY_HIGH:
             reasons.append("the workers are busy on the CPU (%.0f%%): slow per-sample work"
                            % (100 * busy_mean))
         elif base:

@@ -211,6 +211,43 @@ def test_workers_on_their_cores_contradict_a_cpu_shortage():
 
 
 
+def test_workers_waiting_for_a_cpu_are_short_of_it_and_more_of_them_would_not_help():
+    """Issue 30: 4 workers holding the 2 cores of a node, no quota. Each runs half the time
+    (a CPU share of 47 % that alone read as "fed" and took the crowding off the list) and
+    waits for a CPU the other half; the loop waits for ready batches. Had they run whenever
+    they could, each batch would take half as long: the shortage explains the wait, the
+    crowded CPUs lead, and the prediction rules more workers out."""
+    ev, _ = simulated(5, 4, load=0.684, compute=0.158)
+    s, e = synth.span_of(ev)
+    signals = {"batch_load_seconds": synth.sampled(lambda t: 0.684, s, e),
+               "workers_cpu_ratio": synth.sampled(lambda t: 1.88, s, e),  # 47 % of a core each
+               "workers_runqueue_ratio": synth.sampled(lambda t: 0.5, s, e)}
+    blind = wire(diagnosis.analyse(trace_of(ev, workers=4, signals=signals)))
+    crowded = next(c for c in blind["causes"] if c["cause"] == "cpu_contention")
+    assert "waited for a CPU" not in crowded["summary"]  # the run queue's level, no model
+    signals.update({"loader_workers_on_cpu_ratio": synth.sampled(lambda t: 0.47, s, e),
+                    "loader_workers_cpu_wait_ratio": synth.sampled(lambda t: 0.50, s, e)})
+    tr = trace_of(ev, workers=4, signals=signals)
+    d = wire(diagnosis.analyse(tr))
+    top = d["causes"][0]
+    assert top["cause"] == "cpu_contention", d["causes"]
+    # one batch every 0.171 s against 0.158 s; fed, every 0.171 x 0.47 / 0.97 = 0.083 s: the
+    # shortage explains all of the lateness, and the wait is all ready-wait (no split: 1)
+    explained, _ = workers.cpu_short(tr, WaitIndex(tr.t_end, tr.wait), tr.compute_ns() / 1e9)
+    assert explained == 1.0 and top["score"] == 1.0
+    assert "waited for a CPU 50% of their time during the stalls and ran 47%" in top["summary"]
+    assert "more workers would share the same CPUs" in top["summary"]
+    assert top["prediction"]["rules_out"] == ["num_workers"] and not top["prediction"]["settings"]
+    tfw = next(c for c in d["causes"] if c["cause"] == "too_few_workers")
+    assert "short of CPU, which more of them would share" in tfw["summary"]
+    assert "mostly off the CPU" not in tfw["summary"]
+    # the same workers running whenever they can (fed): no shortage is claimed
+    signals["loader_workers_cpu_wait_ratio"] = synth.sampled(lambda t: 0.02, s, e)
+    signals["loader_workers_on_cpu_ratio"] = synth.sampled(lambda t: 0.95, s, e)
+    fed = wire(diagnosis.analyse(trace_of(ev, workers=4, signals=signals)))
+    assert fed["causes"][0]["cause"] == "too_few_workers", fed["causes"]
+
+
 def test_zero_length_samples_do_not_poison_the_score():
     """Worker samples merged slightly out of order can share a time stamp; the sample of
     zero length between them waited nothing and must not turn the score into NaN."""
