@@ -35,8 +35,15 @@ WORKERS_CPU = signal("workers_cpu_ratio").name
 BATCH_LOAD = signal("batch_load_seconds").name
 WORKERS_ON_CPU = signal("loader_workers_on_cpu_ratio").name
 WORKERS_CPU_WAIT = signal("loader_workers_cpu_wait_ratio").name
-# The workers waited for a CPU this share of the time they could run: short of CPU
+# CPU-bound workers short of CPU: runnable (on a CPU or waiting for one) at least half of
+# their time, and waiting for one at least a fifth of that (a sleeping loader is neither:
+# 1 % on a CPU and 0.4 % waiting read as short, the Lightning run of make test-frameworks)
+RUNNABLE_LINE = 0.5
 STARVED_LINE = 0.2
+
+
+def starved(split: tuple[float, float] | None) -> bool:
+    return split is not None and sum(split) >= RUNNABLE_LINE and split[1] >= STARVED_LINE * sum(split)
 # What the loader-state sampler measured the workers doing (exporters/loaderstate.py)
 OFF_CPU_STATES = (("storage", "blocked reading storage"), ("network", "blocked on the network"),
                   ("idle", "idle, waiting for work"))
@@ -159,9 +166,9 @@ def cpu_short(trace: RankTrace, wait_index: WaitIndex, compute_s: float) -> tupl
     _, load = trace.signal(BATCH_LOAD, ("rank",))
     if split is None or not workers or span is None or load is None:
         return None
-    on, waiting = split
-    if on + waiting <= 0 or waiting / (on + waiting) < STARVED_LINE:
+    if not starved(split):
         return None
+    on, waiting = split
     recent = load.clip(*span)
     if not len(recent):
         return None
@@ -258,7 +265,7 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
         factor = OFF_CPU + (1.0 - OFF_CPU) * busy_factor(busy_mean)
         evidence.append(Evidence("workers_cpu_ratio / num_workers", round(busy_mean, 4),
                                  BUSY_HIGH, "above", None, scope))
-        if split is not None and sum(split) > 0 and split[1] / sum(split) >= STARVED_LINE:
+        if split is not None and starved(split):
             # runnable, not off the CPU: the sampler saw them wait for one (cpu_short)
             reasons.append("the workers ran on a CPU %.0f%% and waited for one %.0f%% of their "
                            "time: short of CPU, which more of them would share" % (
