@@ -248,8 +248,8 @@ NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work",
                  "checkpoint_contention": "move checkpoint writes off the training data's storage",
                  "io_pressure": "move the other I/O off the node's data device",
                  "memory_pressure": "raise the memory limit or cut the loader's footprint",
-                 "cpu_contention": "cut per-sample CPU work or the node's other load (more workers "
-                                   "would share the same busy CPUs)",
+                 "cpu_contention": "cut per-sample CPU work or the node's other load; more workers "
+                                   "would share the same busy CPUs",
                  "transfer_cost": "pack tensors, collate in the workers, pin_memory=True",
                  "cache_miss": "prewarm or resize the cache",
                  "unexplained": "sample the workers' stacks first"}

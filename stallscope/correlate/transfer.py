@@ -96,7 +96,7 @@ def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0, consumer: 
                  % (100 * starved))
     elif starved > 0:
         value = share * (1.0 - starved)
-        text += (" But the workers were short of CPU (cpu_throttle %.2f), and handing a batch's "
-                 "tensors over takes their CPU too: part of this waited on them." % starved)
+        text += (" But the workers were short of CPU (the CPU cause scored %.2f), and handing a "
+                 "batch's tensors over takes their CPU too: part of this waited on them." % starved)
         evidence.append(Evidence("cpu_throttle_score", round(starved, 4), None, "below", None, "rank"))
     return make(NAME, value, text, evidence)

@@ -7,7 +7,7 @@ import datetime
 import json
 from typing import Any
 
-from . import document, outlook, verdict, window
+from . import document, nextsteps, outlook, verdict, window
 from .document import EvidenceRow, Report
 
 VERDICT_LINE = {
@@ -134,7 +134,11 @@ def render_text(doc: Report) -> str:
         keys = ("num_workers", "prefetch_factor", "batch_size", "pin_memory", "persistent_workers")
         text = ", ".join("%s=%s" % (k, loader.get(k)) for k in keys if k in loader)
         z = doc.sizing
-        if z.workers_needed:
+        if z.workers_needed and "num_workers" in nextsteps.ruled_out(doc):
+            # the top cause's prediction says more workers will not help (the queue's
+            # arithmetic alone says they would): the report does not contradict itself
+            text += "; more workers are not predicted to help (%s)" % doc.causes[0].cause
+        elif z.workers_needed:
             text += "; workers needed to keep up: %s" % z.workers_needed
             if z.quota_limited:
                 text += " (capped by the CPU quota)"
