@@ -250,7 +250,7 @@ NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work",
                  "memory_pressure": "raise the memory limit or cut the loader's footprint",
                  "cpu_contention": "cut per-sample CPU work or the node's other load; more workers "
                                    "would share the same busy CPUs",
-                 "transfer_cost": "pack tensors, collate in the workers, pin_memory=True",
+                 "transfer_cost": "pack each sample's tensors into one, or share them by file_system",
                  "cache_miss": "prewarm or resize the cache",
                  "unexplained": "sample the workers' stacks first"}
 

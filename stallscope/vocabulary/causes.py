@@ -64,10 +64,17 @@ CAUSES = (
           "(receive, unpickle, pin, the loader's bookkeeping) took most of the wait", (
               Line("transfer_wait_ratio", 0.5, scopes=("rank",)),), (),
           "StallscopeDataWaitHigh",
+          # the fixes' measured effect (issue 30, item 5): benchmarks/bench_handoff.py, a real
+          # DataLoader whose workers keep ahead, 256 tensors of a 4 KiB sample, 8 a batch, on
+          # this project's 2-core machine: 66.7 ms a batch; file_system 15.6 ms (0.23x); one
+          # tensor a sample 3.7 ms (0.06x); both 2.1 ms (0.03x)
           "Cut the per-batch transfer, which more workers, CPU quota or faster storage will not "
-          "remove: fewer tensors per sample (pack them into one), larger batches per transfer, "
-          "collate in the workers rather than in the main process, and pin_memory=True so a "
-          "thread receives batches beside the loop.", computed=True),
+          "remove: fewer tensors per sample (pack them into one: a 20th of the handoff where "
+          "samples were 256 small tensors), the file_system sharing strategy "
+          "(torch.multiprocessing.set_sharing_strategy; a quarter of it there), larger batches "
+          "per transfer, collate in the workers rather than in the main process, and "
+          "pin_memory=True so a thread receives batches beside the loop (with an accelerator).",
+          computed=True),
     # One worker slower than the others (issue 18): the DataLoader hands batches out in
     # turn and delivers them in order, so the loop waits for that worker's batch while
     # the others' are ready (correlate/slow_worker.py, from per-worker load times).
