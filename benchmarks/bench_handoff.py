@@ -75,9 +75,11 @@ def main():
         tensors = a.tensors if tensors != 1 else 1
         rows.append((name, *measure(strategy, tensors, a.batches)))
     base = rows[0][1]
-    print("%-48s %10s %10s %8s %s" % ("handoff per batch (8 samples)", "median", "p90", "x", "of a 150 ms step"))
+    print("%-48s %10s %10s %8s %s" % ("handoff per batch (8 samples)", "median", "p90", "x",
+                                      "of a 150 ms step"))
     for name, med, p90 in rows:
-        print("%-48s %8.2fms %8.2fms %7.2fx %6.1f%%" % (name, 1e3 * med, 1e3 * p90, med / base, 100 * med / 0.15))
+        print("%-48s %8.2fms %8.2fms %7.2fx %6.1f%%" % (name, 1e3 * med, 1e3 * p90, med / base,
+                                                        100 * med / 0.15))
     print("%-48s %10s" % ("pin_memory=True (a pin-memory thread)", "not measured: needs an accelerator"))
 
 
