@@ -61,6 +61,7 @@ VARIANTS = {
     "dead-fuse": "hang",                     # the FUSE daemon killed (ENOTCONN) instead of stopped
     "compute-bound": "healthy",              # no fault, a slower step: nothing to name either
     "shm-bus-error": "shm-exhaustion",       # /dev/shm too small again; the worker dies of SIGBUS
+    "epoch-restart": "epoch-start",          # epochs shorter than the workers' start-up
 }
 
 # Scenarios whose fault and cause CI drives live in a test of its own, against a real agent
