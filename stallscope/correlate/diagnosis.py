@@ -22,6 +22,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import causes as causes_mod
 from . import (
@@ -126,17 +128,31 @@ def _with_error(d: Diagnosis, error: Mapping[str, Any] | None, setup: checks.Set
     return dataclasses.replace(out, causes=(named,) + rest)
 
 
+HUNG_MIN_S = 1.0   # blocked in next() this long, and 10 of its steps, is a hang
+
+
+def hung(trace: RankTrace) -> bool:
+    """The rank is blocked in next() now (the agent's open wait) for far longer than its
+    steps take: at least HUNG_MIN_S and 10 times its median interval."""
+    if trace.open_ns is None or trace.n < 2 or int(trace.t_end[-1]) != trace.open_ns:
+        return False
+    typical = float(np.median(trace.interval[:-1])) / 1e9
+    return float(trace.wait[-1]) / 1e9 >= max(HUNG_MIN_S, 10 * typical)
+
+
 def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_seconds: float | None,
              since_ns: int | None, quota: Mapping[str, Any] | None,
              facts: standing_causes.Facts | None, setup: checks.SetUp | None,
              memory: Memory | None = None) -> Diagnosis:
     whole = trace
     segment = trace.since(since_ns) if since_ns is not None else trace
-    if since_ns is not None and segment.n < MIN_BATCHES:
+    if since_ns is not None and segment.n < MIN_BATCHES and hung(trace):
         # A hang: the stall's own segment holds little more than the call still blocked in
         # next(), too few batches for a verdict, while the detector says stalled (issue 30:
         # a rank hung on a frozen mount read "unknown, only 1 batch" for the whole hang).
-        # Judged on the window that ends in it: the open wait counts there too.
+        # Judged on the window that ends in it: the open wait counts there too. Only a
+        # hang: a stall just dated waits for its own batches (judged on the whole window
+        # with its healthy stretch, a 10 % stall read "come and go", unexplained).
         segment = trace
     ctx = Context(segment, trace)
     trace = ctx.trace

@@ -159,3 +159,29 @@ def test_the_agent_and_diagnose_agree_on_a_starting_rank():
     assert (v, reason) == (d.verdict, d.reason)
     assert cli_verdict.starting(r)
     assert np.isclose(after, wire(diagnosis.analyse(t))["data_wait_ratio_after_start"])
+
+
+def test_a_stall_just_dated_waits_for_its_batches_and_only_a_hang_is_judged_on_the_window():
+    """A stall the detector dated a few batches ago is judged on its own batches once it
+    has them ("unknown" before: judged on the whole window with its healthy stretch, a
+    10 % stall read "come and go" and led with unexplained, tests/correlate/test_e2e.py);
+    a rank blocked in next() far longer than its steps (a hang) is judged on the window
+    that ends in its open wait at once (issue 30)."""
+    from tests.helpers.correlate import events_from_waits
+
+    SEC = synth.SEC
+    events = events_from_waits([0.001] * 100 + [0.03] * 5, compute_s=0.15)
+    since = int(events[-5][0] - events[-5][1])
+    body = synth.body(events, workers=2)
+    d = diagnosis.analyse(RankTrace.from_timeline(body), since_ns=since)
+    assert d.verdict == "unknown" and "Only 5 batches" in d.reason, (d.verdict, d.reason)
+    # the same rank now blocked in next() for 3 s (20 of its steps)
+    last = events[-1][0]
+    hung = dict(body, open_wait={"t_end_ns": last + 3 * SEC, "wait_ns": 3 * SEC, "interval_ns": 3 * SEC})
+    trace = RankTrace.from_timeline(hung)
+    assert diagnosis.hung(trace)
+    d = diagnosis.analyse(trace, since_ns=since)
+    assert d.verdict == "input_bound" and d.batches == trace.n, (d.verdict, d.reason)
+    # blocked for as long as a step or two: not a hang
+    brief = dict(body, open_wait={"t_end_ns": last + SEC // 5, "wait_ns": SEC // 5, "interval_ns": SEC // 5})
+    assert not diagnosis.hung(RankTrace.from_timeline(brief))
