@@ -180,3 +180,14 @@ def test_a_scenario_names_only_declared_checks_and_every_check_has_a_real_case()
     # /dev/shm too small for the batches: a real run of its own (tests/agent/test_small_shm.py),
     # the warning at the first batch, then torch's allocation error named shm_exhaustion
     assert cased | {"shm_too_small"} == {c.name for c in vocabulary.CHECKS}
+
+
+def test_a_recording_leaves_the_process_first_batch_out_as_the_window_does():
+    from stallscope.lab import traces
+    body = {"first_batch_ns": 200, "batches": [{"t_end_ns": t} for t in (200, 300, 400)]}
+    assert [b["t_end_ns"] for b in traces.without_first_batch(body)["batches"]] == [300, 400]
+    assert len(body["batches"]) == 3  # the agent's body is not changed in place
+    # a window that starts after the first batch, or a body without it, stays as it is
+    later = {"first_batch_ns": 100, "batches": [{"t_end_ns": 300}]}
+    assert traces.without_first_batch(later) == later
+    assert traces.without_first_batch({"batches": [{"t_end_ns": 1}]})["batches"] == [{"t_end_ns": 1}]
