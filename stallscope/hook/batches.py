@@ -31,7 +31,7 @@ import sys
 import weakref
 from time import perf_counter_ns
 
-from . import adapters, channel, claim, process
+from . import adapters, channel, claim, loaders, process
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -173,6 +173,7 @@ def iterate(loader: Any, ident: Ident) -> tuple[Any, claim.Claim | None]:
         if process.role == "main":
             process.ident = ident  # shard reads in this process report as this rank
         adapters.enable()
+        loaders.time_mappers(loader)  # a torchdata.nodes graph's mapper threads
         if "torch.utils.data.dataloader" in sys.modules:
             armed = claim.arm(ident, build_iterator)
     except Exception:

@@ -85,15 +85,20 @@ def test_hf_datasets_streaming_is_diagnosed_with_its_workers(agent_factory, tmp_
 
 @pytest.mark.slow
 @pytest.mark.frameworks
-def test_torchdata_nodes_settings_and_a_bare_data_wait(agent_factory, tmp_path):
+def test_torchdata_nodes_mapper_threads_are_sized_as_workers(agent_factory, tmp_path):
     pytest.importorskip("torchdata.nodes")
     body, entry, run = _run(agent_factory, tmp_path, "nodes")
     try:
-        assert body["verdict"] == "input_bound", json.dumps(body)
-        # the graph's settings: the ParallelMapper's threads and the Batcher's size
-        assert entry["loader"]["num_workers"] == STARVED["workers"], entry["loader"]
+        # the ParallelMapper's threads report one batch per Batcher's worth of items they
+        # mapped (hook/loaders.py): sized as workers, and named too_few_workers
+        assert_starved(body, STARVED)
         assert entry["loader"]["batch_size"] == STARVED["batch"], entry["loader"]
-        assert entry["worker_pids"] == [], entry  # threads: nothing the hook sees
+        assert entry["worker_pids"] == [], entry  # threads of the rank's own process
+        load = entry["sizing"]["batch_load_seconds"]
+        injected = STARVED["batch"] * STARVED["sample_s"]
+        assert injected <= load < 3 * injected, entry["sizing"]
+        # 8 x 60 ms a batch per thread against 150 ms of compute: 4 threads keep up
+        assert entry["sizing"]["workers_to_keep_up"] >= 4, entry["sizing"]
     finally:
         run.stop()
     log = open(run.log.name).read()
@@ -129,3 +134,43 @@ def test_ray_train_ranks_from_its_context_and_a_bare_data_wait(agent_factory, tm
         assert body["verdict"] == "input_bound", json.dumps(body)
         assert body["data_wait_ratio"] > 0.5, body["data_wait_ratio"]
         assert body["loader"] is None, body["loader"]  # nothing introspected beyond the wait
+
+
+@pytest.mark.frameworks
+def test_nodes_mapper_threads_report_one_batch_per_batchers_worth_of_items():
+    tn = pytest.importorskip("torchdata.nodes")
+    import time
+
+    from stallscope.hook import channel, loaders
+
+    def slow(i):
+        time.sleep(0.01)
+        if i < 0:
+            raise ValueError("sample %d" % i)  # the user's error, unchanged, never counted
+        return i
+
+    def graph(source_items, **mapper):
+        return tn.Loader(tn.Batcher(tn.ParallelMapper(tn.IterableWrapper(source_items), slow, **mapper),
+                                    batch_size=4))
+
+    ch = channel.get()
+    before = set(ch.streams)
+    threads = graph(range(40), num_workers=2, method="thread")
+    loaders.time_mappers(threads)
+    loaders.time_mappers(threads)  # once: the map is not timed twice
+    with ch.flush_lock:  # the flush thread leaves the streams' times where they are
+        assert [b[0] for b in threads] == list(range(0, 40, 4))  # same items, same order
+        streams = [s for s in ch.streams if s not in before]
+        pairs = [p for s in streams for p in zip(s.buf[0::2], s.buf[1::2])]
+    assert 1 <= len(streams) <= 2 and all(s.role == "worker" for s in streams), streams
+    # 40 items, 4 a batch: 10 batches between the threads, each 4 x 10 ms of sleep
+    assert len(pairs) == 10, pairs
+    assert all(40e6 <= end - start < 40e6 * 3 for start, end in pairs), pairs
+    failing = graph([1, 2, -13, 3], num_workers=0)
+    loaders.time_mappers(failing)
+    with pytest.raises(ValueError, match="sample -13"):
+        list(failing)
+    # a process mapper's function is pickled to its processes: left as it is
+    procs = graph(range(8), num_workers=1, method="process")
+    loaders.time_mappers(procs)
+    assert not loaders._timed(procs) and loaders._timed(threads)
