@@ -29,6 +29,9 @@ EXPORTERS = (
              "Loader time split: each worker's and the training process's state, sampled "
              "from procfs at 10 Hz (on CPU, waiting for CPU, blocked reading storage by mount, "
              "network, idle, handing over); benchmarks/bench_loaderstate.py measures its cost."),
+    Exporter("loaderio", "loaderio:LoaderIoExporter", True,
+             "Bytes each rank's loader reads (all reads, and from block devices), from the "
+             "kernel's I/O accounting of its workers (/proc/<pid>/io)."),
     Exporter("cpuset", "cpuset:CpusetExporter", True,
              "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
              "containers or the node's FUSE daemons."),
@@ -70,6 +73,12 @@ METRICS = (
            "Loader worker processes of the rank that are alive.", RANK, "workers"),
     Metric("stallscope_loader_workers_dstate", "gauge", "Loader workers in uninterruptible sleep "
            "(D state: blocked in the kernel, e.g. on a hung mount).", RANK, "workers"),
+    Metric("stallscope_loader_read_bytes_total", "counter",
+           "Bytes the pod's loaders read, all generations of their workers (a training process "
+           "without workers: its own): io=all every read (page cache, sockets, pipes: "
+           "/proc/<pid>/io rchar), io=block what they fetched from block devices (read_bytes). "
+           "Per pod, off the per-rank series budget; per rank in /api/v1/ranks (loader_io).",
+           POD + ("io",), "loaderio"),
     Metric("stallscope_loader_workers_cpu_seconds_total", "counter",
            "CPU time used by the rank's loader workers, all generations.", RANK, "workers"),
     Metric("stallscope_loader_worker_max_resident_memory_bytes", "gauge",
@@ -170,6 +179,14 @@ SIGNALS = (
            "CPU seconds per second of all the rank's loader workers together.",
            "rate(stallscope_loader_workers_cpu_seconds_total{$sel}[$w])",
            ("namespace", "job", "rank", "pod", "node")),
+    Signal("loader_read_bytes_rate", "bytes_rate", ("rank",), "loaderio",
+           "Bytes per second the rank's loader read (every read: page cache, sockets, pipes).",
+           "rate(stallscope_loader_read_bytes_total{io=\"all\",$sel}[$w])",
+           ("namespace", "job", "pod", "node")),
+    Signal("loader_block_read_bytes_rate", "bytes_rate", ("rank",), "loaderio",
+           "Bytes per second the rank's loader fetched from block devices.",
+           "rate(stallscope_loader_read_bytes_total{io=\"block\",$sel}[$w])",
+           ("namespace", "job", "pod", "node")),
     Signal("disk_write_bytes_rate", "bytes_rate", ("node",), "disk",
            "Bytes per second written to the node's physical block devices."),
     Signal("gpu_busy_ratio", "ratio", ("rank", "gpu"), "gpu",

@@ -1,0 +1,127 @@
+"""loaderio: how many bytes each rank's loader reads, from the kernel's own I/O
+accounting, with no line of instrumentation (issue 31, item 1: "do the bytes/s math").
+
+``/proc/<pid>/io`` (kernel Documentation/filesystems/proc.rst, "/proc/<pid>/io - Display
+the IO accounting fields"): ``rchar`` counts every byte the task's read() and pread()
+calls returned, page-cache hits, sockets and pipes included; ``read_bytes`` the bytes
+the task caused to be fetched from the block layer. Reading it needs ptrace-read access
+to the task, as ``syscall`` does (the agent's DaemonSet runs with it).
+
+Whose reads count: the loader's producers. With workers, the workers' (every
+generation, summed by per-PID deltas, so a worker that ends loses nothing already
+counted); the training process then reads only the handoff from its workers (the pickled
+batch through a pipe), which is not input. Without workers, the training process's own,
+which includes whatever else it reads (a checkpoint load is a burst here).
+
+Per rank: the correlator samples ``loader_read_bytes_rate`` and
+``loader_block_read_bytes_rate``, and ``/api/v1/ranks``' ``loader_io``: bytes a second
+and bytes per batch over the last collection interval, and the totals. Per pod (summed
+over its ranks, off the per-rank series budget, which the worst-case rank filled):
+``stallscope_loader_read_bytes_total{io="all"|"block"}``. Bytes a worker read after the
+last reading before it ended are not counted (one collection interval per worker
+generation, at most). Only the rank's accepted PIDs are read.
+"""
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any
+
+from ..host.families import family
+from ..system.procfs import pid_path, read_text
+from ..vocabulary import labels, signal
+from . import base
+
+READ_RATE = signal("loader_read_bytes_rate").name
+BLOCK_READ_RATE = signal("loader_block_read_bytes_rate").name
+
+
+def parse_io(text: str | None) -> tuple[int, int] | None:
+    """(rchar, read_bytes) from a ``/proc/<pid>/io`` text, or None when either is missing."""
+    fields = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("rchar", "read_bytes"):
+            try:
+                fields[key] = int(value)
+            except ValueError:
+                return None
+    if len(fields) != 2 or min(fields.values()) < 0:
+        return None
+    return fields["rchar"], fields["read_bytes"]
+
+
+class LoaderIoExporter(base.Exporter):
+    name = "loaderio"
+
+    def __init__(self, host: Any, options: Any = None) -> None:
+        super().__init__(host, options)
+        self.rates = base.Rates(host)
+        self.batches = base.Rates(host)
+        # bytes counted per rank (all reads, block reads), every worker generation
+        self.totals: dict[Any, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        self.pod_totals: dict[tuple[str, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        self.last: dict[Any, dict[str, float | None]] = {}
+
+    def unavailable(self) -> str | None:
+        if os.path.exists(self.proc("self", "io")):
+            return None
+        return "no /proc/<pid>/io (a kernel without CONFIG_TASK_IO_ACCOUNTING)"
+
+    def collect(self) -> Any:
+        fam = family("stallscope_loader_read_bytes_total")
+        live, pods = set(), set()
+        for rank in self.host.ranks():
+            producers = list(rank.worker_pids) or ([rank.pid] if rank.pid else [])
+            if not producers:
+                continue
+            live.add(rank.key)
+            moved = [0.0, 0.0]
+            dt = None
+            for pid in producers:
+                got = parse_io(read_text(pid_path(self.host.procfs, pid, "io")))
+                if got is None:
+                    continue
+                d = self.rates.delta((rank.key, pid), got)  # a new PID starts afresh
+                if d is not None:
+                    dt = d[0] if dt is None else max(dt, d[0])
+                    moved[0] += d[1][0]
+                    moved[1] += d[1][1]
+            total = self.totals[rank.key]
+            total[0] += moved[0]
+            total[1] += moved[1]
+            # a pod's counter only grows: a rank that ends leaves what it read counted
+            pod_values = labels.values(labels.POD, rank.labels)
+            pods.add(pod_values)
+            pod = self.pod_totals[pod_values]
+            pod[0] += moved[0]
+            pod[1] += moved[1]
+            batches = self.batches.delta(rank.key, (float(rank.wait.count),))
+            if dt:
+                self.record(rank.key, READ_RATE, moved[0] / dt)
+                self.record(rank.key, BLOCK_READ_RATE, moved[1] / dt)
+                n = batches[1][0] if batches is not None else 0
+                self.last[rank.key] = {
+                    "read_bytes_per_second": moved[0] / dt,
+                    "block_read_bytes_per_second": moved[1] / dt,
+                    "read_bytes_per_batch": moved[0] / n if n > 0 else None,
+                    "batches_per_second": n / dt,
+                    "interval_seconds": dt,
+                }
+        for pod_values in [p for p in self.pod_totals if p not in pods]:
+            del self.pod_totals[pod_values]
+        for pod_values, (read, block) in sorted(self.pod_totals.items()):
+            fam.add_values(pod_values + ("all",), read)
+            fam.add_values(pod_values + ("block",), block)
+        for key in [k for k in self.totals if k not in live]:
+            del self.totals[key]
+            self.last.pop(key, None)
+        self.rates.prune()
+        self.batches.prune()
+        return [fam.family]
+
+    def rank_fields(self, rank: Any) -> dict[str, Any]:
+        got, total = self.last.get(rank.key), self.totals.get(rank.key)
+        if got is None or total is None:
+            return {}
+        return {"loader_io": dict(got, read_bytes_total=total[0], block_read_bytes_total=total[1])}
