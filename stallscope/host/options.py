@@ -22,13 +22,14 @@ T = TypeVar("T")
 def flag(default: Any, name: str, help: str, *, lo: float | None = None,
          hi: float | None = None, metavar: str | None = None, envvar: str | None = None,
          kind: type | None = None, regex: bool = False, url: bool = False,
-         hidden: bool = False) -> Any:
+         hidden: bool = False, check: Callable[[Any], Any] | None = None) -> Any:
     """A dataclass field that is also a command-line flag (``name``; ``--a/--no-a`` for a
     switch). ``lo``/``hi`` bound numbers; ``regex``/``url`` check strings; ``kind`` gives
-    the type where the default (None) cannot."""
+    the type where the default (None) cannot; ``check`` raises ValueError (its message
+    the one line the user sees) for a value of the right type that means nothing."""
     meta = {"flag": name, "help": help, "lo": lo, "hi": hi, "metavar": metavar,
             "envvar": envvar, "kind": kind or type(default), "regex": regex, "url": url,
-            "hidden": hidden}
+            "hidden": hidden, "check": check}
     return dataclasses.field(default=default, metadata={"stallscope": meta})
 
 
@@ -56,6 +57,8 @@ def checks(meta: dict[str, Any]) -> list[Callable[[Any], Any]]:
         out.append(_check_regex)
     if meta["url"]:
         out.append(_check_url)
+    if meta.get("check") is not None:
+        out.append(meta["check"])
     return out
 
 

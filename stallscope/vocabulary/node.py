@@ -32,6 +32,9 @@ EXPORTERS = (
     Exporter("loaderio", "loaderio:LoaderIoExporter", True,
              "Bytes each rank's loader reads (all reads, and from block devices), from the "
              "kernel's I/O accounting of its workers (/proc/<pid>/io)."),
+    Exporter("links", "links:LinksExporter", True,
+             "The node's network links: receive throughput against capacity (link speed, or "
+             "--exporter.links.capacity), a correlator sample only."),
     Exporter("cpuset", "cpuset:CpusetExporter", True,
              "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
              "containers or the node's FUSE daemons."),
@@ -187,6 +190,17 @@ SIGNALS = (
            "Bytes per second the rank's loader fetched from block devices.",
            "rate(stallscope_loader_read_bytes_total{io=\"block\",$sel}[$w])",
            ("namespace", "job", "pod", "node")),
+    Signal("link_receive_bytes_rate", "bytes_rate", ("node",), "links",
+           "Bytes per second received by the node's busiest network interface read "
+           "(physical, or named by --exporter.links.include)."),
+    Signal("link_receive_ratio", "ratio", ("node",), "links",
+           "The highest share of its capacity (link speed, or --exporter.links.capacity) an "
+           "interface received at."),
+    Signal("disk_read_bytes_rate", "bytes_rate", ("node",), "disk",
+           "Bytes per second read from the node's physical block devices."),
+    Signal("disk_busy_ratio", "ratio", ("node",), "disk",
+           "The highest share of time a physical block device had I/O in flight "
+           "(/proc/diskstats io_ticks)."),
     Signal("disk_write_bytes_rate", "bytes_rate", ("node",), "disk",
            "Bytes per second written to the node's physical block devices."),
     Signal("gpu_busy_ratio", "ratio", ("rank", "gpu"), "gpu",

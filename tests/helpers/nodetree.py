@@ -157,6 +157,17 @@ class Disk:
 
 
 @dataclasses.dataclass(frozen=True)
+class NetInterface:
+    """A network interface of the node's namespace (/sys/class/net/<name>): its received
+    bytes, link speed in Mb/s (-1: unknown, as the kernel reads it for a link that is
+    down), and whether it is physical (a ``device`` link, as a NIC has and a veth not)."""
+    name: str
+    rx_bytes: int
+    speed: int = -1
+    physical: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class NvidiaGpu:
     """A GPU the NVIDIA driver lists: its PCI address, NUMA node (its ``local_cpulist`` is
     that node's CPUs) and the identity its information file gives."""
@@ -183,6 +194,7 @@ class Node:
     root_files: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the pod root
     self_pid: int | None = None            # /proc/self
     cpuset: str | None = None                 # the root cgroup's cpuset.cpus.effective
+    interfaces: Sequence[NetInterface] = ()   # /sys/class/net
 
 
 # -- cpulists ----------------------------------------------------------------------------
@@ -338,6 +350,11 @@ def files(node: Node) -> tuple[dict[str, str], dict[str, str], list[str]]:
             out["sys/block/%s/device/model" % d.name] = d.model + "\n"
         if d.size is not None:
             out["sys/block/%s/size" % d.name] = "%d\n" % d.size
+    for i in node.interfaces:
+        out["sys/class/net/%s/statistics/rx_bytes" % i.name] = "%d\n" % i.rx_bytes
+        out["sys/class/net/%s/speed" % i.name] = "%d\n" % i.speed
+        if i.physical:
+            out["sys/class/net/%s/device/vendor" % i.name] = "0x15b3\n"
     namespaces = {p.mnt_ns.name: p.mnt_ns for p in node.processes if p.mnt_ns is not None}
     for ns in namespaces.values():
         for m in ns.mounts:
