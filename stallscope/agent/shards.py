@@ -37,6 +37,7 @@ Parsed = tuple[list[str], list[list[int]], list[list[int]], list[list[Any]]]
 
 READ_BUCKETS = buckets("stallscope_shard_read_seconds")
 SHARD_READ = signal("shard_read_seconds").name
+SHARD_BYTES = signal("shard_read_bytes").name
 CACHE_MISS = signal("cache_miss_ratio").name
 QUANTILES = (0.5, 0.95, 0.99)
 WINDOW_S = 300.0
@@ -94,9 +95,10 @@ def parse(io: Any, now_ns: int) -> Parsed:
 
 
 class TierStats:
-    __slots__ = ("hist", "recent", "hits", "misses", "quantiles")
+    __slots__ = ("hist", "recent", "hits", "misses", "quantiles", "bytes")
 
     def __init__(self) -> None:
+        self.bytes = 0
         self.hist = Histogram(READ_BUCKETS)
         self.recent = Ring(SHARD_READS_PER_TIER, 2)  # (t_end_ns, dur_ns)
         self.hits = 0
@@ -161,6 +163,7 @@ class ShardPart(Part):
                 t = stats[ti]
                 t.hist.observe_ns(dur)
                 t.recent.extend(np.array([[end, dur]], np.int64))
+                t.bytes += nbytes
                 per_tier[ti]["reads"] += 1
                 per_tier[ti]["bytes"] += nbytes
             hits = misses = 0
@@ -178,6 +181,7 @@ class ShardPart(Part):
         if reads:
             record_many = self.host.samples.record_many
             record_many(rank.key, SHARD_READ, [r[0] for r in reads], [r[1] / 1e9 for r in reads])
+            record_many(rank.key, SHARD_BYTES, [r[0] for r in reads], [float(r[2]) for r in reads])
         if hits + misses:
             record(rank.key, CACHE_MISS, misses / (hits + misses), report["mono_ns"] or None)
 
@@ -222,12 +226,14 @@ class ShardPart(Part):
     def collect(self) -> Iterator[Any]:
         hist = family("stallscope_shard_read_seconds")
         cache = family("stallscope_cache_requests_total")
+        nbytes = family("stallscope_shard_read_bytes_total")
         with self.lock:
             for (ns, pod, job), (node, tiers) in sorted(self.pods.items()):
                 pod_labels = {"job": job, "pod": pod, "namespace": ns, "node": node or self.host.node}
                 for name, t in sorted(tiers.items()):
                     if t.hist.count:
                         hist.add_histogram(pod_labels, t.hist.cumulative(), t.hist.sum_ns / 1e9, tier=name)
+                        nbytes.add(pod_labels, t.bytes, tier=name)
                     if t.hits or t.misses:
                         cache.add(pod_labels, t.hits, tier=name, result="hit")
                         cache.add(pod_labels, t.misses, tier=name, result="miss")
@@ -235,4 +241,4 @@ class ShardPart(Part):
         rej = family("stallscope_agent_rejected_io_reports_total")
         for reason, n in rejected:
             rej.add({}, n, reason=reason)
-        yield from (hist.family, cache.family, rej.family)
+        yield from (hist.family, nbytes.family, cache.family, rej.family)

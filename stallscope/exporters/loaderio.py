@@ -2,10 +2,15 @@
 accounting, with no line of instrumentation (issue 31, item 1: "do the bytes/s math").
 
 ``/proc/<pid>/io`` (kernel Documentation/filesystems/proc.rst, "/proc/<pid>/io - Display
-the IO accounting fields"): ``rchar`` counts every byte the task's read() and pread()
-calls returned, page-cache hits, sockets and pipes included; ``read_bytes`` the bytes
-the task caused to be fetched from the block layer. Reading it needs ptrace-read access
-to the task, as ``syscall`` does (the agent's DaemonSet runs with it).
+the IO accounting fields"): ``rchar`` counts every byte the task's read(), pread() and
+readv() calls returned, page-cache hits and pipes included; ``read_bytes`` the bytes the
+task caused to be fetched from the block layer. A socket read with recv(), recvfrom()
+or recvmsg() is *not* counted (measured here: 1 MB received with recv() moved rchar by
+106 bytes, with read() by 1,000,109), and that is how Python's sockets, urllib,
+requests and the cloud SDKs read: the bytes of an object store come from the hook's
+shard reads (adapters, ``stallscope.DatasetRoot``), not from here. Reading the file
+needs ptrace-read access to the task, as ``syscall`` does (the agent's DaemonSet runs
+with it).
 
 Whose reads count: the loader's producers. With workers, the workers' (every
 generation, summed by per-PID deltas, so a worker that ends loses nothing already

@@ -55,6 +55,9 @@ METRICS = (
     Metric("stallscope_shard_read_seconds", "histogram",
            "Latency of one shard read (open + reads), per pod and tier.", TIER, "shards",
            READ_BUCKETS),
+    Metric("stallscope_shard_read_bytes_total", "counter",
+           "Bytes of the shard reads reported by the loaders (adapters, stallscope.DatasetRoot), "
+           "per pod and tier: what each tier served.", TIER, "shards"),
     Metric("stallscope_cache_requests_total", "counter",
            "Cache lookups reported by the loaders, per pod and tier.", TIER + ("result",), "shards"),
     Metric("stallscope_agent_rejected_io_reports_total", "counter",
@@ -83,6 +86,11 @@ SIGNALS = (
            "Latency of one shard read, one sample per read; in Prometheus its p99 per tier.",
            "histogram_quantile(0.99, sum by (namespace, pod, tier, le) "
            "(rate(stallscope_shard_read_seconds_bucket{$sel}[$w])))",
+           ("namespace", "pod", "tier"), cadence="batch"),
+    Signal("shard_read_bytes", "bytes", ("rank",), "shards",
+           "Bytes of one shard read, one sample per read (time-stamped at its end); in "
+           "Prometheus the bytes per second per tier.",
+           "sum by (namespace, pod, tier) (rate(stallscope_shard_read_bytes_total{$sel}[$w]))",
            ("namespace", "pod", "tier"), cadence="batch"),
     Signal("cache_miss_ratio", "ratio", ("rank",), "shards",
            "Share of the cache lookups in one report that missed.",

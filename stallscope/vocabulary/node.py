@@ -78,8 +78,8 @@ METRICS = (
            "(D state: blocked in the kernel, e.g. on a hung mount).", RANK, "workers"),
     Metric("stallscope_loader_read_bytes_total", "counter",
            "Bytes the pod's loaders read, all generations of their workers (a training process "
-           "without workers: its own): io=all every read (page cache, sockets, pipes: "
-           "/proc/<pid>/io rchar), io=block what they fetched from block devices (read_bytes). "
+           "without workers: its own): io=all every read() (page cache, pipes; not a socket's "
+           "recv(): /proc/<pid>/io rchar), io=block what they fetched from block devices (read_bytes). "
            "Per pod, off the per-rank series budget; per rank in /api/v1/ranks (loader_io).",
            POD + ("io",), "loaderio"),
     Metric("stallscope_loader_workers_cpu_seconds_total", "counter",
@@ -183,7 +183,8 @@ SIGNALS = (
            "rate(stallscope_loader_workers_cpu_seconds_total{$sel}[$w])",
            ("namespace", "job", "rank", "pod", "node")),
     Signal("loader_read_bytes_rate", "bytes_rate", ("rank",), "loaderio",
-           "Bytes per second the rank's loader read (every read: page cache, sockets, pipes).",
+           "Bytes per second the rank's loader read (every read(): page cache, pipes; a socket's "
+           "recv() is not counted by the kernel).",
            "rate(stallscope_loader_read_bytes_total{io=\"all\",$sel}[$w])",
            ("namespace", "job", "pod", "node")),
     Signal("loader_block_read_bytes_rate", "bytes_rate", ("rank",), "loaderio",

@@ -216,8 +216,12 @@ def test_per_tier_p99_reflects_the_injected_latency(hooked, tmp_path, slow_mount
     (r,) = hooked.api("/api/v1/ranks")["ranks"]
     assert r["rank"] == 5 and r["shard_reads"]["tiers"]["fuse"]["bytes"] == 15 * 4096
     assert r["shard_reads"]["slowest"][0]["tier"] == "fuse"
+    # what each tier served, per pod (issue 31): the bytes the reads returned
+    assert metric(hooked, "stallscope_shard_read_bytes_total", tier="fuse") == 15 * 4096
+    assert metric(hooked, "stallscope_shard_read_bytes_total", tier=local_tier) == 12 * 4096
     body = hooked.api("/api/v1/timeline?rank=5&seconds=60")
     assert len(body["signals"]["shard_read_seconds"]) == 27
+    assert sorted(v for _t, v in body["signals"]["shard_read_bytes"]) == [4096.0] * 27
     assert [v for _t, v in body["signals"]["cache_miss_ratio"]]
 
 
