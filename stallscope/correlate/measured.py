@@ -13,7 +13,7 @@ from ..vocabulary import signal
 from . import slow_worker
 from .context import Context
 from .predict import Measured
-from .queue import Memory
+from .queue import Link, Memory
 
 BATCH_LOAD = signal("batch_load_seconds").name
 WORKERS_CPU = signal("workers_cpu_ratio").name
@@ -22,6 +22,10 @@ SHM_USED = signal("shm_used_ratio").name
 SHM_FREE = signal("shm_free_bytes").name
 THROTTLED = signal("cfs_throttled_seconds_rate").name
 RUNQUEUE = signal("workers_runqueue_ratio").name
+SHARD_BYTES = signal("shard_read_bytes").name
+LOADER_BYTES = signal("loader_read_bytes_rate").name
+LINK_RATIO = signal("link_receive_ratio").name
+LINK_CAPACITY = signal("link_capacity_bytes_rate").name
 
 
 def _series(trace: Any, name: str, scopes: tuple[str, ...] = ("rank",)) -> Any:
@@ -43,6 +47,33 @@ def _times(trace: Any, name: str) -> np.ndarray | None:
     """When each of _values' samples was measured, in seconds."""
     s = _series(trace, name)
     return None if s is None else s.t / 1e9
+
+
+def read_rate(trace: Any) -> tuple[float, str] | None:
+    """(bytes a second the rank's loader read over the trace's span, where from): its
+    shard reads' bytes (the adapters'), else its workers' read() bytes (/proc/<pid>/io,
+    which a socket's recv() is not in); None when neither was measured."""
+    span = trace.span()
+    if span is None or span[1] <= span[0]:
+        return None
+    seconds = (span[1] - span[0]) / 1e9
+    reads = _values(trace, SHARD_BYTES)
+    if reads is not None and reads.sum() > 0:
+        return float(reads.sum()) / seconds, "shard reads"
+    rate = _values(trace, LOADER_BYTES)
+    return (float(rate.mean()), "the workers' reads") if rate is not None else None
+
+
+def link(trace: Any) -> Link | None:
+    """The node's busiest link (its share of capacity and capacity over the span) and
+    the rank's bytes, or None when either is not measured."""
+    ratio, rate, span = _values(trace, LINK_RATIO, ("node",)), read_rate(trace), trace.span()
+    if ratio is None or rate is None or span is None or not trace.n or rate[0] <= 0:
+        return None
+    capacity = _values(trace, LINK_CAPACITY, ("node",))
+    per_batch = rate[0] * ((span[1] - span[0]) / 1e9) / trace.n
+    return Link(float(ratio.mean()), float(capacity.mean()) if capacity is not None else None,
+                rate[0], per_batch)
 
 
 def measure(ctx: Context, quota: Mapping[str, Any] | None = None,
@@ -82,4 +113,5 @@ def measure(ctx: Context, quota: Mapping[str, Any] | None = None,
         shard_reads_per_second=(len(reads) / seconds) if reads is not None and seconds > 0 else None,
         shm_size_bytes=shm_size, shm_used_bytes=shm_used,
         throttled_seconds_rate=float(throttled.mean()) if throttled is not None else None,
-        runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=memory)
+        runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=memory,
+        link=link(ctx.whole))

@@ -17,6 +17,13 @@ The models, and why each:
 - persistent_workers: each iterator's first batch waits for its workers to start; with
   persistent workers that wait becomes one ordinary steady-state wait.
 - /dev/shm: the workers hold up to workers x prefetch_factor batches there.
+- the link (bandwidth_bound, issue 31): the link at capacity gives the rank R bytes a
+  second of the B a batch it reads, so no batch comes faster than B / R, however many
+  workers read; more workers are replayed under that floor, as under a CPU quota's. A
+  faster link: the capacity at which the rank's share of it carries B / T_c (the pace of
+  its compute), with a margin; each worker's load time loses its link time at the old
+  rate (W x B / R: the W workers share R) and gains it at the new, and the queue is
+  replayed with those.
 """
 from __future__ import annotations
 
@@ -44,6 +51,16 @@ def headroom(m: Measured) -> Headroom:
 def cpu_floor(m: Measured, cores: float | None) -> float:
     c = m.cpu_per_batch
     return c / cores if c and cores else 0.0
+
+
+def link_floor(m: Measured) -> float:
+    """The shortest batch time a saturated link allows (0: no link at capacity)."""
+    return m.link.floor() if m.link is not None and m.link.saturated else 0.0
+
+
+def floor_of(m: Measured) -> float:
+    """The shortest batch time the loader's CPU quota and its link allow together."""
+    return max(cpu_floor(m, m.loader_cores), link_floor(m))
 
 
 def service_times(m: Measured) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -116,12 +133,15 @@ def why_not_more_workers(m: Measured) -> str | None:
     load, _ = service_times(m)
     if load is None or not len(load) or not len(m.compute) or m.workers is None:
         return None
-    w, wait, _ = fewest_workers(m, m.prefetch or 2, cpu_floor(m, m.loader_cores))
+    w, wait, _ = fewest_workers(m, m.prefetch or 2, floor_of(m))
     fit = m.memory_workers
     if fit is not None and w > m.workers >= fit:
         return memory_note(m, w, fit)
     if wait > TARGET and w >= MAX_WORKERS:
         return "even %d workers are replayed to wait %.1f%%" % (w, 100 * wait)
+    if link_floor(m) > m.compute_mean * (1 - TARGET):
+        return ("the link at capacity gives the loader one batch every %.3gs at most, against "
+                "%.3gs of compute: more workers share the same link" % (link_floor(m), m.compute_mean))
     if w == m.workers:
         return "the DataLoader's queue replayed with these %d workers keeps up" % w
     return None
@@ -135,6 +155,9 @@ def workers(m: Measured, basis: str = "") -> Prediction | None:
         return None
     prefetch = m.prefetch or 2
     floor = cpu_floor(m, m.loader_cores)
+    if link_floor(m) > m.compute_mean * (1 - TARGET):
+        return None  # the link caps the loader: why_not_more_workers says so
+    floor = max(floor, link_floor(m))
     mean_need = max(1, math.ceil(float(np.mean(load)) / max(m.compute_mean, 1e-9)))
     # a worker uses its share of the workers' CPU; W workers can use no more cores than the quota
     per_worker = (m.workers_cpu_cores / m.workers) if m.workers_cpu_cores and m.workers else None
@@ -243,6 +266,48 @@ def in_order_false(m: Measured) -> Prediction | None:
                    removed_share=round(max(0.0, 1.0 - wait / now), 4) if now > 0 else 0.0)
 
 
+LINK_MARGIN = 1.2  # the capacity asked for is the demand's plus a fifth: a link near full queues
+
+
+def bandwidth(m: Measured) -> Prediction | None:
+    """A faster link: the capacity at which the rank's share carries a batch per compute
+    time, and the step the queue then makes (see the module's note)."""
+    link = m.link
+    if link is None or not link.saturated or not link.capacity or m.compute_mean <= 0:
+        return None
+    demand = link.bytes_per_batch / m.compute_mean  # bytes/s at the compute's pace
+    capacity = demand / link.share * LINK_MARGIN
+    capacity = math.ceil(capacity / 1e6) * 1e6 if capacity >= 1e6 else math.ceil(capacity)
+    if capacity <= link.capacity:
+        return None
+    new_rate = link.rank_bytes_per_second * capacity / link.capacity
+    workers_n = max(1, m.workers or 1)
+    load, times = service_times(m)
+    text = ("the loader reads %.3g MB a batch and got %.3g MB/s (%.0f%% of the link's %.3g MB/s at "
+            "%.0f%% of capacity); at the compute's pace (%.3gs) it needs %.3g MB/s" % (
+                link.bytes_per_batch / 1e6, link.rank_bytes_per_second / 1e6, 100 * link.share,
+                link.capacity / 1e6, 100 * link.ratio, m.compute_mean, demand / 1e6))
+    floor = cpu_floor(m, m.loader_cores)
+    if load is not None and len(load) and len(m.compute):
+        # each worker's batch: its link time at the old rate out (the W workers share R),
+        # at the new in; what is left is its own work (decode, latency, handing over)
+        link_time = workers_n * link.bytes_per_batch
+        scaled = np.maximum(load - link_time / link.rank_bytes_per_second, 0.0) + link_time / new_rate
+        wait, step = replay(scaled, m.compute, workers_n, m.prefetch or 2, floor, times=times)
+        text += ("; replayed the DataLoader queue (%d workers) with each load time's link share "
+                 "at the new rate" % workers_n)
+        confidence = "medium"
+    else:
+        step = max(m.compute_mean, link.bytes_per_batch / new_rate, floor)
+        wait = max(0.0, 1.0 - m.compute_mean / step)
+        text += "; without the workers' load times, the step is the link's pace or the compute's"
+        confidence = "low"
+    return prediction("raise the link's capacity from %.3g to %.3g MB/s (or read fewer bytes a "
+                      "batch, or cache them nearer the GPU)" % (link.capacity / 1e6, capacity / 1e6),
+                      {"link_capacity_bytes_per_second": capacity}, wait, step, m, text, confidence,
+                      rules_out=("num_workers",))
+
+
 NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work",
                  "fuse_unhealthy": "remount the FUSE daemon and restart the rank",
                  "checkpoint_contention": "move checkpoint writes off the training data's storage",
@@ -258,7 +323,8 @@ NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work",
 # cause -> its configuration fix's model (the others: what to fix and the headroom)
 MODELS: dict[str, Callable[[Measured], Prediction | None]] = {
     "too_few_workers": workers, "cpu_throttle": cpu_limit, "storage_latency": storage,
-    "shm_exhaustion": shm, "epoch_start": persistent, "slow_worker": in_order_false}
+    "shm_exhaustion": shm, "epoch_start": persistent, "slow_worker": in_order_false,
+    "bandwidth_bound": bandwidth}
 # causes whose fix is not more workers: a cpu_contention rank's CPUs are all busy, so more
 # workers crowd them further (issue 29: its report led with "Raise num_workers")
 NOT_WORKERS = frozenset({"cpu_contention", "transfer_cost"})

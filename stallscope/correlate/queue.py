@@ -26,10 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from ..vocabulary import DATA_WAIT_LINE
+from ..vocabulary import DATA_WAIT_LINE, line_of
 from .model import Prediction
 
 TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
+# a link at this share of its capacity carries no more (bandwidth_bound's line)
+LINK_LINE = line_of("bandwidth_bound", "link_receive_ratio").threshold
 CROWDED = 0.1                    # run-queue wait per worker, beyond the quota's, of a crowded node
 MAIN_CORE = 1.0                  # a rank's training process keeps one core of a shared quota
 REPLAY_BATCHES = 600
@@ -54,6 +56,36 @@ class Memory:
         if not self.limit_bytes or self.used_bytes is None or not self.worker_rss_bytes:
             return None
         return max(0, (self.limit_bytes - self.used_bytes) // self.worker_rss_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """The busiest link of the node against the rank's reads (issue 31): its share of
+    capacity and capacity (bytes/s, the links exporter's), the bytes a second the rank's
+    loader got and the bytes a batch it reads."""
+    ratio: float
+    capacity: float | None
+    rank_bytes_per_second: float
+    bytes_per_batch: float
+
+    @property
+    def saturated(self) -> bool:
+        return self.ratio >= LINK_LINE
+
+    @property
+    def share(self) -> float:
+        """The rank's share of what the link carried (1: the link is all its)."""
+        if not self.capacity or self.ratio <= 0:
+            return 1.0
+        return min(1.0, self.rank_bytes_per_second / (self.ratio * self.capacity))
+
+    def floor(self) -> float:
+        """The shortest batch time the link allows the rank: its bytes a batch at the most
+        it could get with the link full (what it got, over the link's share of capacity
+        in use; a link measured over its capacity gives no more than it gave)."""
+        if self.rank_bytes_per_second <= 0:
+            return 0.0
+        return self.bytes_per_batch * min(1.0, max(self.ratio, 1e-3)) / self.rank_bytes_per_second
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +116,7 @@ class Measured:
     runqueue_ratio: float | None = None     # run-queue wait per second, per worker
     waits: np.ndarray | None = None         # per-batch steady waits (the load itself without workers)
     memory: Memory | None = None            # the memory limit more workers must fit in
+    link: Link | None = None                # the node's busiest link and the rank's bytes
 
     @property
     def compute_mean(self) -> float:

@@ -14,12 +14,22 @@ and scored by how much of the wait its *model* explains. The vocabulary marks th
   the evidence states, not a measurement). The DataLoader's queue is replayed with the
   measured load times and with those times less that cost on the remote share: the wait
   that goes is what the placement explains.
+- ``bandwidth_bound`` (issue 31): a link of the node ran at its capacity
+  (exporters/links.py: receive rate over the link speed or the configured capacity)
+  while the rank waited. Model, the bytes/s math: the loader reads B bytes a batch
+  (shard reads, or its workers' /proc/<pid>/io); at the compute's pace T_c it would need
+  B / T_c a second, and it got R. The link at capacity holds it to R, so the step cannot
+  be shorter than B / R: the wait beyond T_c up to B / R is what the link explains. It
+  is the link the loader waits on only as far as its workers were blocked on the network
+  (the loader-state sampler): the score is that share of the explained wait, over
+  NETWORK_LINE.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import vocabulary
+from . import measured
 from .causes import make
 from .context import Context
 from .model import Cause, Evidence
@@ -32,6 +42,13 @@ EXCLUSIVE = vocabulary.signal("cpuset_exclusive").name
 FUSE_DAEMON_CPUS = vocabulary.signal("cpuset_fuse_daemon_cpus").name
 BATCH_LOAD = vocabulary.signal("batch_load_seconds").name
 STANDING = tuple(c for c in vocabulary.CAUSES if c.kind == "standing")
+BANDWIDTH = "bandwidth_bound"
+LINK_RATIO = vocabulary.signal("link_receive_ratio").name
+NETWORK_SHARE = vocabulary.signal("loader_workers_network_ratio").name
+# workers blocked on the network this share of their time during the waits: the link is
+# what they wait on (a worker also decodes and hands over; half its time is the line
+# the storage cause draws on the same sampler, loader_workers_storage_ratio)
+NETWORK_LINE = 0.5
 
 
 class Facts:
@@ -39,9 +56,9 @@ class Facts:
     beyond its signals (none needed yet: kept so the models' inputs have one home)."""
 
 
-def _level(ctx: Context, name: str) -> float | None:
+def _level(ctx: Context, name: str, scopes: tuple[str, ...] = ("rank",)) -> float | None:
     """The signal's mean during the waits (time-weighted when there was no wait)."""
-    scope, s = ctx.whole.signal(name, ("rank",))
+    scope, s = ctx.whole.signal(name, scopes)
     span = ctx.trace.span()
     if s is None or span is None:
         return None
@@ -112,7 +129,56 @@ def _pinning(ctx: Context, rows: list[Evidence]) -> str:
     return out
 
 
-MODELS = {NUMA: numa_remote}
+def bandwidth_bound(ctx: Context) -> Cause | None:
+    link = _level(ctx, LINK_RATIO, ("node",))
+    if link is None:
+        return None
+    line = vocabulary.line_of(BANDWIDTH, LINK_RATIO)
+    rows = [Evidence(LINK_RATIO, round(link, 4), line.threshold, "above", None, "node",
+                     judged_by="standing")]
+    if link < line.threshold:
+        return make(BANDWIDTH, 0.0, "No link of the node ran at capacity (the busiest at %.0f%%)."
+                    % (100 * link), rows)
+    trace, steady = ctx.trace, ctx.steady
+    rate = measured.read_rate(ctx.whole)
+    network = _level(ctx, NETWORK_SHARE)
+    n = int(steady.sum())
+    waited = float(trace.wait[steady].sum()) / 1e9
+    span = ctx.whole.span()
+    if rate is None or rate[0] <= 0 or n < 2 or waited <= 0 or span is None:
+        return make(BANDWIDTH, 0.0, "A link of the node ran at %.0f%% of its capacity, but the "
+                    "loader's bytes were not measured (no shard reads, no /proc/<pid>/io)."
+                    % (100 * link), rows)
+    batches_per_s = ctx.whole.n / ((span[1] - span[0]) / 1e9)
+    per_batch = rate[0] / batches_per_s
+    compute = trace.compute_ns() / 1e9
+    demand = per_batch / compute if compute > 0 else float("inf")
+    floor = per_batch / rate[0]  # the step at the link's pace: B / R
+    wait = waited / n
+    explained = float(np.clip((floor - compute) / wait, 0.0, 1.0))
+    on_network = 1.0 if network is None else min(1.0, network / NETWORK_LINE)
+    rows.append(Evidence("loader_read_bytes_per_batch", round(per_batch), scope="rank",
+                         judged_by="level"))
+    rows.append(Evidence("loader_demand_bytes_rate", round(demand), round(rate[0]), "above",
+                         None, "rank", round(explained, 4), judged_by="standing"))
+    if network is not None:
+        rows.append(Evidence(NETWORK_SHARE, round(network, 4), NETWORK_LINE, "above", None, "rank",
+                             judged_by="level"))
+    text = ("A link of the node ran at %.0f%% of its capacity while the loader waited: the loader "
+            "reads %.3g MB a batch (%s); at the compute's pace (%.3gs a batch) it needs %.3g MB/s "
+            "and got %.3g MB/s, so no step can be shorter than %.3gs, which explains %.0f%% of "
+            "the wait" % (100 * link, per_batch / 1e6, rate[1], compute, demand / 1e6, rate[0] / 1e6,
+                          floor, 100 * explained))
+    if network is None:
+        text += "; what the workers were blocked on was not sampled"
+    else:
+        text += "; its workers were blocked on the network %.0f%% of their time" % (100 * network)
+    text += ". More workers share the same link: change the bytes/s math."
+    return make(BANDWIDTH, explained * on_network, text, rows)
+
+
+MODELS = {NUMA: numa_remote, BANDWIDTH: bandwidth_bound}
+
 
 
 def score(ctx: Context, facts: Facts | None = None) -> tuple[list[Cause], list[str]]:

@@ -15,9 +15,12 @@ veth says 10000 Mb/s) is no capacity. Without one the throughput is recorded and
 ratio is.
 
 Correlator samples (node): ``link_receive_bytes_rate`` (the busiest interface's) and
-``link_receive_ratio`` (the highest share of capacity), and ``/api/v1/links``: a row
-per interface. No metric family: node_exporter's
-``node_network_receive_bytes_total`` and ``node_network_speed_bytes`` export the counters.
+``link_receive_ratio`` (the highest share of capacity) with that interface's capacity
+``link_capacity_bytes_rate``, and ``/api/v1/links``: a row
+per interface. ``stallscope_link_receive_ratio{interface}`` once per pod with ranks on
+the node (a pod's cause query, diagnose without the agent, finds its node's links so);
+node_exporter's ``node_network_receive_bytes_total`` and ``node_network_speed_bytes``
+export the counters.
 """
 from __future__ import annotations
 
@@ -27,13 +30,15 @@ import re
 from typing import Any
 
 from ..host.contract import no_params
+from ..host.families import family
 from ..host.options import flag
 from ..system.procfs import read_text
-from ..vocabulary import signal
+from ..vocabulary import labels, signal
 from . import base
 
 RECEIVE_RATE = signal("link_receive_bytes_rate").name
 RECEIVE_RATIO = signal("link_receive_ratio").name
+CAPACITY = signal("link_capacity_bytes_rate").name
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}
 
 
@@ -121,12 +126,20 @@ class LinksExporter(base.Exporter):
                          "receive_ratio": rate / cap if cap else None})
         self.rates.prune()
         self.rows = rows
+        ratio = family("stallscope_link_receive_ratio")
         if rows:
             self.record("node", RECEIVE_RATE, max(r["receive_bytes_per_second"] for r in rows))
-            ratios = [r["receive_ratio"] for r in rows if r["receive_ratio"] is not None]
-            if ratios:
-                self.record("node", RECEIVE_RATIO, max(ratios))
-        return []
+            rated = [r for r in rows if r["receive_ratio"] is not None]
+            if rated:
+                busiest = max(rated, key=lambda r: r["receive_ratio"])
+                self.record("node", RECEIVE_RATIO, busiest["receive_ratio"])
+                self.record("node", CAPACITY, busiest["capacity_bytes_per_second"])
+            pods = sorted({labels.values(labels.POD, r.labels) for r in self.host.ranks()})
+            for pod in pods:
+                for r in rows:
+                    if r["receive_ratio"] is not None:
+                        ratio.add_values(pod + (r["interface"],), r["receive_ratio"])
+        return [ratio.family]
 
     def routes(self) -> dict[str, Any]:
         return {"/api/v1/links": self._route}

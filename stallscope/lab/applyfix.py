@@ -8,7 +8,8 @@ becomes the target's ``workers``, ``prefetch_factor`` its ``prefetch_factor``,
 each ``epoch_batches``), a CPU limit the CFS quota of its workers' cgroup, ``shm_mib`` the
 size of its own /dev/shm (the leftovers stay). A change the lab cannot apply is reported,
 not faked. Where the prediction names a CPU limit instead of more workers, a third run
-doubles the workers under the old quota, to show that they alone do not fix it. Only
+doubles the workers under the old quota, to show that they alone do not fix it; so
+does one where it names a faster link. Only
 the first run is recorded (``--record``): the reruns are not the scenario any more.
 """
 import dataclasses
@@ -39,6 +40,10 @@ def fixed(scenario, settings):
         elif key == "cpu_limit_cores":
             fault = _replaced(fault, faults.CpuQuota, lambda old, v=value: faults.CpuQuota(v), scenario,
                               "a CPU limit")
+        elif key == "link_capacity_bytes_per_second":
+            fault = _replaced(fault, faults.ShapedStore, lambda old, v=value: faults.ShapedStore(
+                rate=v, latency=old.latency, read_kib=old.read_kib, reads=old.reads,
+                error_rate=old.error_rate), scenario, "a link's capacity")
         elif key == "shm_mib":
             fault = _replaced(fault, faults.TinyShm, lambda old, v=value: faults.TinyShm(
                 size_mib=v, leftover_mib=old.leftover_mib, sample_kib=old.sample_kib),
@@ -138,7 +143,9 @@ def run(scenario, opts, run_one):
     rerun = dataclasses.replace(opts, record=None, warmup_batches=queue_fill(after_scenario))
     after = run_one(after_scenario, rerun)
     alone = None
-    if "cpu_limit_cores" in p["settings"]:
+    # a larger CPU limit or link: a third run doubles the workers under the old one, to
+    # show that they alone do not fix it
+    if {"cpu_limit_cores", "link_capacity_bytes_per_second"} & set(p["settings"]):
         plan = dict(scenario.real.everyone, **scenario.real.target)
         workers = 2 * plan.get("workers", 2)
         more = fixed(scenario, {"num_workers": workers})
@@ -163,7 +170,7 @@ def render(fix):
             _pc(fix.get("peers_data_wait_ratio")), _signed(fix.get("compute_change")))
     if fix.get("workers_alone"):
         w = fix["workers_alone"]
-        text += "  more workers alone (old quota): data-wait %s, step %s\n" % (
+        text += "  more workers alone (old quota or link): data-wait %s, step %s\n" % (
             _pc(w["data_wait_ratio"]), _s(w["step_seconds"]))
     return text
 

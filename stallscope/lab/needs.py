@@ -88,6 +88,8 @@ CHECKS = {
     "fuse": _fuse,
     "unshare": lambda: None if shutil.which("unshare") else "needs unshare(1) (apt-get install util-linux)",
     "disk": _disk,
+    "netns": lambda: None if shutil.which("ip") and shutil.which("tc") else
+    "needs ip(8) and tc(8) for a network namespace and a shaped link (apt-get install iproute2)",
 }
 
 

@@ -8,6 +8,12 @@ the server started (brownouts of a degraded endpoint). ``PUT /checkpoints/<name>
 body under DIR/checkpoints, flushed to the disk as it arrives (fdatasync every 8 MiB,
 as durable checkpoint writers do) and keeps only the newest checkpoint set.
 
+``--host`` is the address it listens on (127.0.0.1; the lab's shaped store listens in a
+network namespace of its own, lab/faults/network.py). ``--log FILE`` appends a line per
+GET it answered, ``<status> <bytes sent>``: the bytes it served, to check what the
+agent counted against. ``--error-rate F`` answers ``--error-status`` (503: "slow down")
+to that fraction of GETs, evenly spread (every 1/F-th), before any latency or body.
+
 ``--bandwidth`` caps all transfers together, like the provisioned throughput of a
 network volume or a shared file server: every 64 KiB chunk, read or written, reserves
 the next free slot on one timeline. A checkpoint uploaded over 8 streams then holds 8
@@ -57,10 +63,44 @@ def brownout(latency, every=0.0, length=0.0, slow=0.0, t0=None):
     return now
 
 
-def handler(root, latency, bandwidth):
+class Ledger:
+    """What the store answered: a line per GET in ``path`` (None: kept nowhere), and
+    which GETs fail (every 1/rate-th, from the first)."""
+
+    def __init__(self, path=None, error_rate=0.0):
+        self.path, self.rate = path, error_rate
+        self.lock = threading.Lock()
+        self.gets = 0
+
+    def fails(self):
+        with self.lock:
+            self.gets += 1
+            n = self.gets
+        return self.rate > 0 and int(n * self.rate) > int((n - 1) * self.rate)
+
+    def served(self, status, nbytes):
+        if self.path:
+            with self.lock, open(self.path, "a") as f:
+                f.write("%d %d\n" % (status, nbytes))
+
+
+def served_bytes(path):
+    """(GETs answered, bytes sent with a 2xx) from a ``--log`` file."""
+    gets = sent = 0
+    with open(path) as f:
+        for line in f:
+            status, nbytes = line.split()
+            gets += 1
+            if status.startswith("2"):
+                sent += int(nbytes)
+    return gets, sent
+
+
+def handler(root, latency, bandwidth, ledger=None, error_status=503):
     """``latency``: seconds, or a function giving them (see brownout)."""
     ckpt_dir = os.path.join(root, "checkpoints")
     delay = latency if callable(latency) else (lambda: latency)
+    ledger = ledger or Ledger()
 
     class ObjectHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -69,6 +109,10 @@ def handler(root, latency, bandwidth):
             pass
 
         def do_GET(self):
+            if ledger.fails():
+                self._head(error_status, 0)
+                ledger.served(error_status, 0)
+                return
             time.sleep(delay())
             path = os.path.join(root, os.path.basename(self.path.split("?", 1)[0]))
             try:
@@ -83,6 +127,7 @@ def handler(root, latency, bandwidth):
                     f.seek(start)
                     self._head(status, max(0, end - start + 1))
                     left = end - start + 1
+                    sent = 0
                     while left > 0:
                         chunk = f.read(min(CHUNK, left))
                         if not chunk:
@@ -90,8 +135,11 @@ def handler(root, latency, bandwidth):
                         bandwidth.take(len(chunk))
                         self.wfile.write(chunk)
                         left -= len(chunk)
+                        sent += len(chunk)
+                    ledger.served(status, sent)
             except (FileNotFoundError, IsADirectoryError):
                 self._head(404, 0)
+                ledger.served(404, 0)
 
         def do_PUT(self):
             name = os.path.basename(self.path.split("?", 1)[0])
@@ -142,6 +190,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m stallscope.lab.objstore")
     p.add_argument("root")
     p.add_argument("port", type=int)
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    p.add_argument("--log", default=None, help="append '<status> <bytes>' per GET answered")
+    p.add_argument("--error-rate", type=float, default=0.0, metavar="F",
+                   help="answer --error-status to this fraction of GETs (every 1/F-th)")
+    p.add_argument("--error-status", type=int, default=503)
     p.add_argument("--latency", type=float, default=0.0, help="seconds before each GET answers")
     p.add_argument("--bandwidth", type=float, default=0.0, help="MB/s shared by all transfers (0: no cap)")
     p.add_argument("--slow-every", type=float, default=0.0, metavar="P",
@@ -151,8 +204,11 @@ def main(argv=None):
                    help="... with L seconds before each GET answers")
     a = p.parse_args(argv)
     latency = brownout(a.latency, a.slow_every, a.slow_for, a.slow_latency)
-    server = ThreadingHTTPServer(("127.0.0.1", a.port),
-                                 handler(a.root, latency, Bandwidth(a.bandwidth * 1e6)))
+    if not 0.0 <= a.error_rate <= 1.0:
+        p.error("--error-rate is a fraction between 0 and 1")
+    server = ThreadingHTTPServer((a.host, a.port),
+                                 handler(a.root, latency, Bandwidth(a.bandwidth * 1e6),
+                                         Ledger(a.log, a.error_rate), a.error_status))
     server.daemon_threads = True
     server.serve_forever()
 

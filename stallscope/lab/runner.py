@@ -44,7 +44,7 @@ def run(scenario, opts):
     with teardown.Teardown() as td:
         session = Session(td, workdir=opts.workdir, say=opts.say)
         session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, ranks, duration, scenario.title))
-        session.start_agent(duration)
+        session.start_agent(duration, scenario.make_fault().agent_args())
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
         job = session.start_job(scenario, ranks=ranks, duration=duration)

@@ -208,6 +208,18 @@ CAUSES = (
         "single-numa-node or restricted) with cpuManagerPolicy: static and integer CPUs, or "
         "os.sched_setaffinity(0, local_cpus) in worker_init_fn with the GPU's local_cpulist.",
         standing=True),
+    # A standing cause (issue 31): a link the loader reads over runs at its capacity while
+    # it waits. A link at capacity all along scores near 0 against the stalls by
+    # co-occurrence, and more workers only share it: its model (correlate/standing_causes.py)
+    # weighs the bytes a batch needs at the compute's pace against what the link gives.
+    Cause("bandwidth_bound", "A link the loader reads over ran at its capacity", (
+        Line("link_receive_ratio", 0.9, scopes=("node",)),), (),
+        "StallscopeDataWaitHigh",
+        "Change the bytes/s math: read through a cache tier nearer the GPU (local NVMe, a "
+        "node cache), fewer bytes per sample (compression, lower resolution, pre-decoded or "
+        "pre-tokenized shards), or more bandwidth (a larger instance, a faster link); more "
+        "workers only share the same link.",
+        advises=("link_capacity_bytes_per_second",), standing=True),
     Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
           "Sample the workers' stacks (--stacks) to see where they spend the time."),
 )

@@ -34,7 +34,7 @@ EXPORTERS = (
              "kernel's I/O accounting of its workers (/proc/<pid>/io)."),
     Exporter("links", "links:LinksExporter", True,
              "The node's network links: receive throughput against capacity (link speed, or "
-             "--exporter.links.capacity), a correlator sample only."),
+             "--exporter.links.capacity), as a share per pod on the node."),
     Exporter("cpuset", "cpuset:CpusetExporter", True,
              "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
              "containers or the node's FUSE daemons."),
@@ -82,6 +82,11 @@ METRICS = (
            "recv(): /proc/<pid>/io rchar), io=block what they fetched from block devices (read_bytes). "
            "Per pod, off the per-rank series budget; per rank in /api/v1/ranks (loader_io).",
            POD + ("io",), "loaderio"),
+    Metric("stallscope_link_receive_ratio", "gauge",
+           "The share of its capacity (link speed, or --exporter.links.capacity) at which an "
+           "interface of the pod's node received over the last collection: one series per pod "
+           "with ranks on the node and interface read, so that a pod's cause query finds its "
+           "node's links.", POD + ("interface",), "links"),
     Metric("stallscope_loader_workers_cpu_seconds_total", "counter",
            "CPU time used by the rank's loader workers, all generations.", RANK, "workers"),
     Metric("stallscope_loader_worker_max_resident_memory_bytes", "gauge",
@@ -196,7 +201,11 @@ SIGNALS = (
            "(physical, or named by --exporter.links.include)."),
     Signal("link_receive_ratio", "ratio", ("node",), "links",
            "The highest share of its capacity (link speed, or --exporter.links.capacity) an "
-           "interface received at."),
+           "interface of the node received at; in Prometheus per pod (its node's links).",
+           "max by (namespace, pod) (stallscope_link_receive_ratio{$sel})",
+           ("namespace", "pod"), condition=True),
+    Signal("link_capacity_bytes_rate", "bytes_rate", ("node",), "links",
+           "What the interface with the highest link_receive_ratio can receive, bytes per second."),
     Signal("disk_read_bytes_rate", "bytes_rate", ("node",), "disk",
            "Bytes per second read from the node's physical block devices."),
     Signal("disk_busy_ratio", "ratio", ("node",), "disk",

@@ -255,3 +255,35 @@ def test_no_room_for_another_worker_rules_more_workers_out():
     assert p["settings"] == {} and p["rules_out"] == ["num_workers"]
     assert "the pod's memory limit holds no more workers" in p["change"]
     assert "holds 3 at ~300 MiB" in p["basis"]
+
+
+def test_a_saturated_link_rules_more_workers_out_and_its_capacity_buys_the_step():
+    """The bytes/s math (issue 31): 2 MiB a batch, 0.15 s of compute, a link of 6 MB/s all
+    the rank's at capacity. 2 workers sharing it take 2 x 2 MiB / 6 MB/s = 0.7 s a batch
+    each: one batch every 0.35 s. More workers share the same 6 MB/s; a link of demand
+    (14 MB/s) x 1.2 gives the compute's pace back."""
+    from stallscope.correlate.queue import Link
+
+    per_batch = 2 * 1024 * 1024
+    link = Link(ratio=0.98, capacity=6e6, rank_bytes_per_second=6e6 * 0.98, bytes_per_batch=per_batch)
+    load = np.full(60, 2 * per_batch / link.rank_bytes_per_second)
+    m = _m(load, np.full(60, 0.15), workers=2, link=link)
+    assert link.floor() == pytest.approx(per_batch / 6e6, rel=0.01)
+    # more workers: none is predicted to help, and the report says why
+    assert predict.workers(m) is None
+    why = predict.why_not_more_workers(m)
+    assert why is not None and "share the same link" in why
+    tfw = predict.for_cause("too_few_workers", m)
+    assert tfw.rules_out == ("num_workers",) and not tfw.settings
+    p = predict.for_cause("bandwidth_bound", m)
+    demand = per_batch / 0.15
+    assert p.settings["link_capacity_bytes_per_second"] == pytest.approx(demand * 1.2, rel=0.08)
+    # at that rate each worker's batch takes 2 x 2 MiB / 16.8 MB/s = 0.25 s: 2 workers
+    # deliver one every 0.125 s, under the compute: the step is the compute's
+    assert p.predicted_step_seconds == pytest.approx(0.15, rel=0.05)
+    assert p.predicted_data_wait_ratio < 0.05 and p.rules_out == ("num_workers",)
+    # a link not at capacity: no floor, no bandwidth prediction
+    idle = Link(ratio=0.3, capacity=6e6, rank_bytes_per_second=1.8e6, bytes_per_batch=per_batch)
+    m2 = _m(load, np.full(60, 0.15), workers=2, link=idle)
+    assert predict.link_floor(m2) == 0.0 and predict.bandwidth(m2) is None
+    assert predict.workers(m2) is not None

@@ -17,6 +17,8 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
                    target's is cold
 - RemoteShards     the target reads every sample from a distant object store (no cache)
 - CheckpointBurst  checkpoint uploads saturate the storage server the target reads from
+- ShapedStore      the target reads every sample from an object store behind a link that
+                   a tc token bucket shapes (a network namespace and a veth pair)
 - TinyShm          the target runs in its own mount namespace with a tiny /dev/shm
 - ShmBusError      ... mostly full, and its workers fill the rest until one dies of SIGBUS
 - MemoryLimit      the target runs under a memory limit its workers outgrow (OOM kills)
@@ -25,6 +27,7 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
 from .base import Combined, Fault, NoFault, available
 from .cpu import CpuHogs, CpuQuota
 from .memory import MemoryLimit
+from .network import ShapedStore
 from .shm import ShmBusError, TinyShm
 from .storage import (
     CheckpointBurst,
@@ -42,5 +45,5 @@ from .storage import (
 
 __all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "DiskCheckpoints",
            "Fault", "FrozenFuse",
-           "LocalCache", "MemoryLimit", "NoFault", "NodeWriter", "RemoteShards", "ShmBusError",
+           "LocalCache", "MemoryLimit", "NoFault", "NodeWriter", "RemoteShards", "ShapedStore", "ShmBusError",
            "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]

@@ -27,6 +27,10 @@ class Fault:
     def own_mounts(self):
         return ()
 
+    def agent_args(self):
+        """Flags the node's agent needs to see what this fault makes (an interface to read)."""
+        return []
+
     def tick(self, run, elapsed):
         pass
 
@@ -58,6 +62,9 @@ class Combined(Fault):
 
     def own_mounts(self):
         return tuple(m for p in self.parts for m in p.own_mounts())
+
+    def agent_args(self):
+        return [a for p in self.parts for a in p.agent_args()]
 
     def tick(self, run, elapsed):
         for p in self.parts:
