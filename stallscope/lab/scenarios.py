@@ -325,6 +325,13 @@ SCENARIOS = (
              "of the bandwidth.", _cause("checkpoint_contention"),
              real=RealRun(fault=faults.CheckpointBurst, alerts=WAIT),
              synthetic=synthetic.checkpoint_burst),
+    # issue 31: the bytes/s math. The link, not the worker count, caps the loader: 2 MiB a
+    # batch at 150 ms of compute is ~14 MB/s, and the link carries 6.
+    Scenario("bandwidth-bound", "One rank reads every sample (256 KiB) from an object store in a "
+             "network namespace of its own, behind a veth link that a tc token bucket shapes to "
+             "6 MB/s: at the job's pace (8 samples a batch, 150 ms of compute) its loader needs "
+             "~14 MB/s and its 2 workers get 6 between them; more workers share the same link.",
+             _cause("bandwidth_bound"), real=RealRun(fault=faults.ShapedStore, alerts=WAIT)),
     Scenario("cold-cache-straggler", "Every rank reads its shards in sequence through a local cache "
              "in front of a 30 ms object store, with one loader worker (plenty while the cache "
              "hits); one rank's cache holds only every 3rd shard and cannot fill, so it reads 5 of "

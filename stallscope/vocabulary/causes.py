@@ -218,8 +218,7 @@ CAUSES = (
         "Change the bytes/s math: read through a cache tier nearer the GPU (local NVMe, a "
         "node cache), fewer bytes per sample (compression, lower resolution, pre-decoded or "
         "pre-tokenized shards), or more bandwidth (a larger instance, a faster link); more "
-        "workers only share the same link.",
-        advises=("link_capacity_bytes_per_second",), standing=True),
+        "workers only share the same link.", standing=True),
     Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
           "Sample the workers' stacks (--stacks) to see where they spend the time."),
 )
