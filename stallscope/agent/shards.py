@@ -32,13 +32,19 @@ from .budget import SHARD_READS_PER_TIER, TIERS_PER_POD
 from .histogram import Histogram
 from .validate import MAX_AGE_NS, MAX_AHEAD_NS, MAX_INTERVAL_NS, MAX_NS, printable
 
-# What parse() returns: (tiers, reads, cache, slowest).
-Parsed = tuple[list[str], list[list[int]], list[list[int]], list[list[Any]]]
+# What parse() returns: (tiers, reads, cache, slowest, requests).
+Parsed = tuple[list[str], list[list[int]], list[list[int]], list[list[Any]], list[list[int]]]
 
 READ_BUCKETS = buckets("stallscope_shard_read_seconds")
 SHARD_READ = signal("shard_read_seconds").name
 SHARD_BYTES = signal("shard_read_bytes").name
 CACHE_MISS = signal("cache_miss_ratio").name
+STORAGE_ERRORS = signal("storage_error_ratio").name
+# the hook's request outcomes, in its order (hook/shards.py OUTCOMES), then retries; the
+# failures a storage_errors cause counts: throttling, server errors, no answer (a 4xx
+# is the client's own mistake: a wrong key, a missing permission)
+RESULTS = ("ok", "slow_down", "server_error", "client_error", "timeout")
+FAILED = (1, 2, 4)
 QUANTILES = (0.5, 0.95, 0.99)
 WINDOW_S = 300.0
 MAX_TIERS = TIERS_PER_POD
@@ -64,7 +70,7 @@ def _ints(row: Any, n: int, limits: Sequence[int]) -> list[int]:
 
 
 def parse(io: Any, now_ns: int) -> Parsed:
-    """The hook's ``io`` object -> (tiers, reads, cache, slowest), or Bad(reason)."""
+    """The hook's ``io`` object -> (tiers, reads, cache, slowest, requests), or Bad(reason)."""
     if not isinstance(io, dict):
         raise Bad("bad_schema")
     tiers = io.get("tiers", [])
@@ -84,6 +90,10 @@ def parse(io: Any, now_ns: int) -> Parsed:
     if any(not now_ns - MAX_AGE_NS <= r[0] <= now_ns + MAX_AHEAD_NS for r in reads):
         raise Bad("bad_time")
     cache = [_ints(c, 3, (nt, MAX_COUNT, MAX_COUNT)) for c in cache]
+    requests = io.get("requests", [])
+    if not isinstance(requests, list) or len(requests) > MAX_TIERS:
+        raise Bad("bad_schema")
+    requests = [_ints(r, 7, (nt,) + (MAX_COUNT,) * 6) for r in requests]
     out = []
     for s in slowest:
         if not isinstance(s, list) or len(s) != 3 or not isinstance(s[2], str) \
@@ -91,14 +101,15 @@ def parse(io: Any, now_ns: int) -> Parsed:
             raise Bad("bad_schema")
         _ints(s[:2], 2, (nt, MAX_NS))
         out.append(s)
-    return tiers, reads, cache, out
+    return tiers, reads, cache, out, requests
 
 
 class TierStats:
-    __slots__ = ("hist", "recent", "hits", "misses", "quantiles", "bytes")
+    __slots__ = ("hist", "recent", "hits", "misses", "quantiles", "bytes", "requests")
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.requests = [0] * (len(RESULTS) + 1)  # per RESULTS, then retries
         self.hist = Histogram(READ_BUCKETS)
         self.recent = Ring(SHARD_READS_PER_TIER, 2)  # (t_end_ns, dur_ns)
         self.hits = 0
@@ -141,7 +152,7 @@ class ShardPart(Part):
         if io is None:
             return
         try:
-            names, reads, cache, slowest = parse(io, time.monotonic_ns())
+            names, reads, cache, slowest, requests = parse(io, time.monotonic_ns())
         except Bad as e:
             with self.lock:
                 self.rejected[e.args[0]] += 1
@@ -158,7 +169,9 @@ class ShardPart(Part):
             if mine is None:
                 mine = self.mine[rank.key] = {"tiers": {}, "slowest": []}
             per_tier = [mine["tiers"].setdefault(n, {"reads": 0, "bytes": 0, "cache_hits": 0,
-                                                     "cache_misses": 0}) for n in names]
+                                                     "cache_misses": 0, "requests": 0,
+                                                     "failed_requests": 0, "retries": 0})
+                        for n in names]
             for end, dur, nbytes, ti in reads:
                 t = stats[ti]
                 t.hist.observe_ns(dur)
@@ -173,6 +186,17 @@ class ShardPart(Part):
                 per_tier[ti]["cache_hits"] += h
                 per_tier[ti]["cache_misses"] += m
                 hits, misses = hits + h, misses + m
+            asked = failed = 0
+            for row in requests:
+                counts = stats[row[0]].requests
+                for k, n in enumerate(row[1:]):
+                    counts[k] += n
+                mine_tier = per_tier[row[0]]
+                mine_tier["requests"] += sum(row[1:1 + len(RESULTS)])
+                mine_tier["failed_requests"] += sum(row[1 + k] for k in FAILED)
+                mine_tier["retries"] += row[-1]
+                asked += sum(row[1:1 + len(RESULTS)])
+                failed += sum(row[1 + k] for k in FAILED)
             if slowest:
                 now = report["mono_ns"]
                 kept = mine["slowest"] + [[d, names[ti], s, now] for ti, d, s in slowest]
@@ -184,6 +208,8 @@ class ShardPart(Part):
             record_many(rank.key, SHARD_BYTES, [r[0] for r in reads], [float(r[2]) for r in reads])
         if hits + misses:
             record(rank.key, CACHE_MISS, misses / (hits + misses), report["mono_ns"] or None)
+        if asked:
+            record(rank.key, STORAGE_ERRORS, failed / asked, report["mono_ns"] or None)
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:
         i = rank.ident
@@ -227,6 +253,9 @@ class ShardPart(Part):
         hist = family("stallscope_shard_read_seconds")
         cache = family("stallscope_cache_requests_total")
         nbytes = family("stallscope_shard_read_bytes_total")
+        requests = family("stallscope_storage_requests_total")
+        failed = family("stallscope_storage_failed_requests_total")
+        retries = family("stallscope_storage_retries_total")
         with self.lock:
             for (ns, pod, job), (node, tiers) in sorted(self.pods.items()):
                 pod_labels = {"job": job, "pod": pod, "namespace": ns, "node": node or self.host.node}
@@ -234,6 +263,11 @@ class ShardPart(Part):
                     if t.hist.count:
                         hist.add_histogram(pod_labels, t.hist.cumulative(), t.hist.sum_ns / 1e9, tier=name)
                         nbytes.add(pod_labels, t.bytes, tier=name)
+                    if any(t.requests):
+                        for k, result in enumerate(RESULTS):
+                            requests.add(pod_labels, t.requests[k], tier=name, result=result)
+                        failed.add(pod_labels, sum(t.requests[k] for k in FAILED), tier=name)
+                        retries.add(pod_labels, t.requests[-1], tier=name)
                     if t.hits or t.misses:
                         cache.add(pod_labels, t.hits, tier=name, result="hit")
                         cache.add(pod_labels, t.misses, tier=name, result="miss")
@@ -241,4 +275,5 @@ class ShardPart(Part):
         rej = family("stallscope_agent_rejected_io_reports_total")
         for reason, n in rejected:
             rej.add({}, n, reason=reason)
-        yield from (hist.family, nbytes.family, cache.family, rej.family)
+        yield from (hist.family, nbytes.family, requests.family, failed.family, retries.family, cache.family,
+                    rej.family)

@@ -4,7 +4,8 @@ Imports only the standard library: a training process must not pay for numpy, HT
 or prometheus_client because it was instrumented.
 """
 from .files import DatasetRoot
-from .shards import cache_lookup, record_shard_read, shard_read
+from .shards import cache_lookup, record_shard_read, shard_read, storage_request
 from .watch import unwatch, watch
 
-__all__ = ["watch", "unwatch", "shard_read", "cache_lookup", "record_shard_read", "DatasetRoot"]
+__all__ = ["watch", "unwatch", "shard_read", "cache_lookup", "record_shard_read", "storage_request",
+           "DatasetRoot"]

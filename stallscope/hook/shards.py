@@ -10,14 +10,23 @@
 
     stallscope.cache_lookup("page", hit=True)
 
+    stallscope.storage_request("s3", status=503, retry=True)   # an object store's answer
+
 Each read costs one tuple append; lookups one counter increment. The channel's flush
 thread drains both a few times a second and sends them with the process's rank
 identity (in a loader worker, the identity its trainer handed over). Shard IDs travel
 only for the slowest read per tier and flush, as evidence, never as a label.
 
+A storage request's outcome (issue 31, item 3: an object store that answers 503 "slow
+down" idles the fleet with no error in the loop, since clients retry) is counted per
+tier by class, as the cache lookups are: ``ok`` (2xx, 3xx), ``slow_down`` (429, 503),
+``server_error`` (other 5xx), ``client_error`` (4xx), ``timeout`` (no answer), and
+``retries`` (requests that repeat a failed one).
+
 Message payload (see wire.py): ``{"io": {"tiers": [name, ...], "reads": [[t_end_ns,
 dur_ns, bytes, tier_index], ...], "cache": [[tier_index, hits, misses], ...],
-"slowest": [[tier_index, dur_ns, shard], ...]}}``.
+"requests": [[tier_index, ok, slow_down, server_error, client_error, timeout, retries],
+...], "slowest": [[tier_index, dur_ns, shard], ...]}}``.
 """
 from __future__ import annotations
 
@@ -45,6 +54,9 @@ SHARD_ID_CHARS = 200
 _reads: list[tuple[int, int, int, str, object]] = []
 _cache: dict[str, list[int]] = {}  # tier → [hits, misses], cumulative in this process
 _cache_sent: dict[int, list[int]] = {}  # id() of a _cache list → [hits, misses] already sent
+OUTCOMES = ("ok", "slow_down", "server_error", "client_error", "timeout", "retries")
+_requests: dict[str, list[int]] = {}  # tier → counts in OUTCOMES' order, cumulative
+_requests_sent: dict[int, list[int]] = {}  # id() of a _requests list → counts already sent
 _registered_pid: int | None = None
 
 
@@ -82,6 +94,39 @@ def cache_lookup(tier: str, hit: bool) -> None:
             counts = _cache.setdefault(tiers.bounded(tier), [0, 0])
             _cache[tier] = counts  # an overflowed name shares the "other" counters
         counts[0 if hit else 1] += 1
+    except Exception:
+        pass
+
+
+def outcome(status: int | None, timeout: bool = False) -> int:
+    """The index in OUTCOMES of an answer with HTTP ``status`` (None with ``timeout``: no
+    answer at all)."""
+    if timeout or status is None:
+        return 4
+    if status in (429, 503):
+        return 1
+    if status >= 500:
+        return 2
+    if status >= 400:
+        return 3
+    return 0
+
+
+def storage_request(tier: str, status: int | None = None, timeout: bool = False,
+                    retry: bool = False) -> None:
+    """Count one request to a storage tier (an object store's GET, say): its answer's
+    HTTP ``status``, or ``timeout`` when none came; ``retry`` when it repeats a request
+    that failed. Never raises."""
+    try:
+        counts = _requests.get(tier)
+        if counts is None:
+            if _registered_pid is None:
+                _register()
+            counts = _requests.setdefault(tiers.bounded(tier), [0] * len(OUTCOMES))
+            _requests[tier] = counts  # an overflowed name shares the "other" counters
+        counts[outcome(status, timeout)] += 1
+        if retry:
+            counts[5] += 1
     except Exception:
         pass
 
@@ -178,7 +223,19 @@ def _drain() -> list[Extra]:
                 i = index[name] = len(names)
                 names.append(name)
             cache.append([i, hits, misses])
-    if not rows and not cache:
+    requests: list[list[int]] = []
+    for tier, counts in list(_requests.items()):
+        sent = _requests_sent.setdefault(id(counts), [0] * len(OUTCOMES))
+        delta = [c - d for c, d in zip(counts, sent)]
+        if any(delta):
+            sent[:] = [d + x for d, x in zip(sent, delta)]
+            name = tiers.bounded(tier)
+            i = index.get(name)
+            if i is None:
+                i = index[name] = len(names)
+                names.append(name)
+            requests.append([i] + delta)
+    if not rows and not cache and not requests:
         return []
     out: list[Extra] = []
     ident, role = process.get_ident(), process.get_role()
@@ -186,6 +243,8 @@ def _drain() -> list[Extra]:
         io: dict[str, object] = {"tiers": names, "reads": rows[k:k + MAX_READS_PER_MESSAGE]}
         if k == 0:
             io["cache"] = cache
+            if requests:
+                io["requests"] = requests
             io["slowest"] = [[i, d, _shard_id(s)] for i, (d, s) in sorted(slowest.items())]
         out.append((ident, role, {"io": io}))
     return out
@@ -197,6 +256,8 @@ def _after_fork() -> None:
     del _reads[:]
     _cache.clear()
     _cache_sent.clear()
+    _requests.clear()
+    _requests_sent.clear()
     _registered_pid = None
 
 

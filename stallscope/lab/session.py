@@ -24,7 +24,8 @@ class Session:
     def __init__(self, td, workdir=None, say=None):
         self.td = td
         self.say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self.manifest = {"runner_pid": os.getpid(), "jobs": [], "pgids": [], "mounts": [], "cgroups": []}
+        self.manifest = {"runner_pid": os.getpid(), "jobs": [], "pgids": [], "mounts": [], "cgroups": [],
+                         "namespaces": [], "interfaces": []}
         self.agent = self.prom = None
         self.rules = []
         self.jobs = []

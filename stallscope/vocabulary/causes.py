@@ -117,7 +117,25 @@ CAUSES = (
         # reads are their symptom (issue 30, item 4: runs outside the lab ranked
         # storage_latency 0.71-0.79 over checkpoint_contention 0.35-0.39; the lab's
         # checkpoint-read-disk scenario).
-        symptom_of=("fuse_unhealthy", "checkpoint_contention")),
+        # Failed requests retried with backoff are slow reads too: when the failures line up
+        # with the stalls (storage_errors explains the wait), the latency is their symptom.
+        symptom_of=("fuse_unhealthy", "checkpoint_contention", "storage_errors")),
+    # Issue 31, item 3: a 503-ing object-store prefix idles the fleet with no error in the
+    # loop, since the clients retry with backoff; the reads are slow because of it.
+    Cause("storage_errors", "Requests to a storage tier failed (throttled, server errors or "
+          "timeouts) and were retried", (
+              Line("storage_error_ratio", 0.05, scopes=("rank",)),),
+        (CauseAlert(
+            "StallscopeStorageErrors", "storage_error_ratio", ">", 0.05,
+            "Storage requests of a waiting rank fail.",
+            "{{ $value | humanizePercentage }} of the requests to tier {{ $labels.tier }} of <where> "
+            "failed over the last <window> (429/503 slow down, 5xx, timeouts; threshold <line>): "
+            "the client retries with backoff and the loader waits on the retries."),),
+        "StallscopeStorageErrors",
+        "A 429/503 'slow down' means the store throttles the request rate on a key prefix: spread "
+        "the shards' keys over more prefixes, lower the request rate (fewer, larger reads: "
+        "bigger shards, ranged reads of whole samples), or cache them nearer the GPU; 5xx and "
+        "timeouts are the store's or the network's: check its health for this node."),
     Cause("fuse_unhealthy", "The FUSE mount was stuck or down", (
         Line("fuse_up", 0.5, above=False, scopes=("rank",)),
         Line("fuse_probe_seconds", 1.0, scopes=("rank",)),

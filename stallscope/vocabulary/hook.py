@@ -58,6 +58,15 @@ METRICS = (
     Metric("stallscope_shard_read_bytes_total", "counter",
            "Bytes of the shard reads reported by the loaders (adapters, stallscope.DatasetRoot), "
            "per pod and tier: what each tier served.", TIER, "shards"),
+    Metric("stallscope_storage_requests_total", "counter",
+           "Requests to a storage tier reported by the loaders (stallscope.storage_request), per "
+           "pod and tier, by result: ok (2xx, 3xx), slow_down (429, 503), server_error (other "
+           "5xx), client_error (4xx), timeout (no answer).", TIER + ("result",), "shards"),
+    Metric("stallscope_storage_failed_requests_total", "counter",
+           "Of those requests, the failed ones (slow_down, server_error, timeout: what a "
+           "storage_errors cause counts), per pod and tier.", TIER, "shards"),
+    Metric("stallscope_storage_retries_total", "counter",
+           "Of those requests, the ones that repeated a failed one, per pod and tier.", TIER, "shards"),
     Metric("stallscope_cache_requests_total", "counter",
            "Cache lookups reported by the loaders, per pod and tier.", TIER + ("result",), "shards"),
     Metric("stallscope_agent_rejected_io_reports_total", "counter",
@@ -92,6 +101,12 @@ SIGNALS = (
            "Prometheus the bytes per second per tier.",
            "sum by (namespace, pod, tier) (rate(stallscope_shard_read_bytes_total{$sel}[$w]))",
            ("namespace", "pod", "tier"), cadence="batch"),
+    Signal("storage_error_ratio", "ratio", ("rank",), "shards",
+           "Share of the storage requests in one report that failed (slow_down, server_error, "
+           "timeout); in Prometheus per tier.",
+           "sum by (namespace, pod, tier) (rate(stallscope_storage_failed_requests_total{$sel}[$w]))"
+           "\n/\nsum by (namespace, pod, tier) (rate(stallscope_storage_requests_total{$sel}[$w]))",
+           ("namespace", "pod", "tier")),
     Signal("cache_miss_ratio", "ratio", ("rank",), "shards",
            "Share of the cache lookups in one report that missed.",
            "sum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{result=\"miss\",$sel}[$w]))"

@@ -83,6 +83,12 @@ def leftovers(workdir):
     for cg in m["cgroups"]:
         if os.path.exists(cg):
             left.append("cgroup %s" % cg)
+    for ns in m.get("namespaces", ()):
+        if os.path.exists(os.path.join("/run/netns", ns)):
+            left.append("network namespace %s" % ns)
+    for name in m.get("interfaces", ()):
+        if os.path.exists(os.path.join("/sys/class/net", name)):
+            left.append("interface %s" % name)
     for mp in _mountpoints_under(workdir):
         left.append("mount %s (%s)" % mp)
     for pid, cmd in _processes_mentioning(workdir):

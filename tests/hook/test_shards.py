@@ -82,6 +82,23 @@ def test_the_api_records_reads_lookups_and_bounds_tiers(fresh_hook):
     assert drain_here() == []  # counts are sent once
 
 
+def test_storage_requests_are_counted_by_class_and_sent_once(fresh_hook):
+    shards._registered_pid = os.getpid()
+    for status in (200, 206, 503, 429, 500, 404):
+        stallscope.storage_request("s3", status=status, retry=status == 206)
+    stallscope.storage_request("s3", timeout=True, retry=True)
+    stallscope.storage_request("http", status=200)
+    (io,) = drain_here()
+    got = {io["tiers"][row[0]]: row[1:] for row in io["requests"]}
+    # ok, slow_down, server_error, client_error, timeout, retries
+    assert got == {"s3": [2, 2, 1, 1, 1, 2], "http": [1, 0, 0, 0, 0, 0]}, got
+    assert io["reads"] == []
+    stallscope.storage_request("s3", status=503)
+    (io,) = drain_here()  # only what came since
+    assert io["requests"] == [[io["tiers"].index("s3"), 0, 1, 0, 0, 0, 0]]
+    assert drain_here() == []
+
+
 def test_tiers_follow_mounts_and_schemes(tmp_path):
     assert tiers.of_fstype("fuse.gcsfuse") == tiers.of_fstype("fuse") == "fuse"
     assert tiers.of_fstype("nfs4") == "nfs" and tiers.of_fstype("tmpfs") == "memory"
@@ -125,16 +142,28 @@ def test_the_agent_validates_the_io_part_and_counts_rejects(agent):
     send(agent, dict(good, tiers=["t%d" % i for i in range(9)]))
     send(agent, dict(good, slowest=[[0, 1, "a\nb"]]))        # control character in a shard ID
     send(agent, "not an object")
+    send(agent, dict(good, requests=[[0, 1, 2, 3]]))          # a short request row
+    send(agent, dict(good, requests=[[0, 1, -2, 0, 0, 0, 0]]))  # a negative count
+    send(agent, dict(good, reads=[], cache=[], slowest=[], requests=[[0, 15, 4, 1, 0, 0, 5]]))
     rejected = "stallscope_agent_rejected_io_reports_total"
-    wait_until(lambda: metric(agent, rejected) == 6, timeout=10)
+    wait_until(lambda: metric(agent, rejected) == 8, timeout=10)
     assert metric(agent, rejected, reason="bad_tier") == 1
     assert metric(agent, rejected, reason="too_many_tiers") == 1
-    assert metric(agent, rejected, reason="bad_schema") == 4
+    assert metric(agent, rejected, reason="bad_schema") == 6
+    # 20 requests: 15 ok, 4 slow_down, 1 server error; 5 retries
+    wait_until(lambda: metric(agent, "stallscope_storage_failed_requests_total", tier="fuse") == 5)
+    assert metric(agent, "stallscope_storage_requests_total", tier="fuse") == 20
+    assert metric(agent, "stallscope_storage_requests_total", tier="fuse", result="slow_down") == 4
+    assert metric(agent, "stallscope_storage_retries_total", tier="fuse") == 5
     assert metric(agent, "stallscope_shard_read_seconds_count", tier="fuse") == 1
     assert metric(agent, "stallscope_cache_requests_total", tier="fuse", result="hit") == 3
     assert metric(agent, "stallscope_cache_requests_total", tier="fuse", result="miss") == 1
     (r,) = agent.api("/api/v1/ranks")["ranks"]
     assert r["shard_reads"]["slowest"][0]["shard"] == "shard-1"
+    fuse = r["shard_reads"]["tiers"]["fuse"]
+    assert (fuse["requests"], fuse["failed_requests"], fuse["retries"]) == (20, 5, 5)
+    body = agent.api("/api/v1/timeline?rank=9&seconds=60")
+    assert [v for _t, v in body["signals"]["storage_error_ratio"]] == [0.25]
 
 
 def test_quantiles_are_nearest_rank():

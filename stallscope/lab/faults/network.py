@@ -55,8 +55,10 @@ class ShapedStore(Fault):
         ns, host_if, ns_if, octet = _names()
         host_ip, store_ip = "10.%d.1.1" % octet, "10.%d.1.2" % octet
         run.td.push("remove network namespace %s" % ns, _quiet, "ip", "netns", "del", ns)
+        run.created("namespace", ns)
         _ip("netns", "add", ns)
         run.td.push("remove veth %s" % host_if, _quiet, "ip", "link", "del", host_if)
+        run.created("interface", host_if)
         _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", ns)
         _ip("addr", "add", host_ip + "/30", "dev", host_if)
         _ip("link", "set", host_if, "up")
