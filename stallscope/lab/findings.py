@@ -272,8 +272,12 @@ def collect(lab, base, now, fired=None, history=None, first_warnings=None):
         ok = False
     if setup is not None and not setup["matched"]:
         ok = False
+    try:
+        served = lab.fault.served(lab)
+    except Exception as e:  # the check is the fault's; the run's findings stand without it
+        served = {"error": str(e)}
     return {"scenario": s.name, "title": s.title, "duration_s": lab.duration, "world_size": lab.world,
             "job": lab.job, "target_rank": lab.target, "simulated_gpu": True,
             "ranks": rows, "expected": expected, "found": found, "diagnosis": details,
             "report": (details or {}).get("text"), "alerts": alerts, "agreement": agree, "setup": setup,
-            "ok": ok}
+            "served": served, "ok": ok}

@@ -10,9 +10,10 @@ as durable checkpoint writers do) and keeps only the newest checkpoint set.
 
 ``--host`` is the address it listens on (127.0.0.1; the lab's shaped store listens in a
 network namespace of its own, lab/faults/network.py). ``--log FILE`` appends a line per
-GET it answered, ``<status> <bytes sent>``: the bytes it served, to check what the
-agent counted against. ``--error-rate F`` answers ``--error-status`` (503: "slow down")
-to that fraction of GETs, evenly spread (every 1/F-th), before any latency or body.
+GET it answered, ``<CLOCK_MONOTONIC ns> <status> <bytes sent>``: the bytes it served and
+when, to check what the agent counted against (the hook stamps reads on the same clock).
+``--error-rate F`` answers ``--error-status`` (503: "slow down") to that fraction of
+GETs, evenly spread (every 1/F-th), before any latency or body.
 
 ``--bandwidth`` caps all transfers together, like the provisioned throughput of a
 network volume or a shared file server: every 64 KiB chunk, read or written, reserves
@@ -81,18 +82,21 @@ class Ledger:
     def served(self, status, nbytes):
         if self.path:
             with self.lock, open(self.path, "a") as f:
-                f.write("%d %d\n" % (status, nbytes))
+                f.write("%d %d %d\n" % (time.monotonic_ns(), status, nbytes))
 
 
-def served_bytes(path):
-    """(GETs answered, bytes sent with a 2xx) from a ``--log`` file."""
+def served_bytes(path, since_ns=0, until_ns=None):
+    """(GETs answered, bytes sent with a 2xx) from a ``--log`` file, of the GETs that
+    ended between ``since_ns`` and ``until_ns`` (CLOCK_MONOTONIC)."""
     gets = sent = 0
     with open(path) as f:
         for line in f:
-            status, nbytes = line.split()
+            t, status, nbytes = (int(x) for x in line.split())
+            if t < since_ns or (until_ns is not None and t > until_ns):
+                continue
             gets += 1
-            if status.startswith("2"):
-                sent += int(nbytes)
+            if 200 <= status < 300:
+                sent += nbytes
     return gets, sent
 
 

@@ -332,6 +332,26 @@ SCENARIOS = (
              "6 MB/s: at the job's pace (8 samples a batch, 150 ms of compute) its loader needs "
              "~14 MB/s and its 2 workers get 6 between them; more workers share the same link.",
              _cause("bandwidth_bound"), real=RealRun(fault=faults.ShapedStore, alerts=WAIT)),
+    # the bytes/s math must clear the link where a job needs a few kB/s: the same shaped
+    # store, samples of 4 KiB (~220 kB/s at the job's pace, 4 % of the link), and workers
+    # too slow for the compute
+    Scenario("text-over-link", "One rank reads every sample (4 KiB, text-like) from the same "
+             "object store behind a link shaped to 6 MB/s, which its loader needs 4 % of; its 2 "
+             "workers take 60 ms a sample, too slow for the compute: the link is not the limit.",
+             _cause("too_few_workers"), real=RealRun(
+                 fault=lambda: faults.ShapedStore(read_kib=4), target={"sample_sleep_s": 0.06},
+                 alerts=WAIT)),
+    # "a 503-ing object-store prefix idles the whole fleet": the store answers 503 to 40 %
+    # of GETs; the reader retries with backoff as the cloud SDKs do (lab/sources.py)
+    Scenario("storage-errors", "One rank reads every sample (64 KiB) from an object store that "
+             "answers 503 (slow down) to 40 % of its GETs; the reader retries each with "
+             "exponential backoff from 50 ms, as the cloud SDKs do, and its 2 workers fall "
+             "behind the compute. Nothing fails in the loop.",
+             _cause("storage_errors"), real=RealRun(
+                 fault=lambda: faults.ShapedStore(rate=50e6, read_kib=64, error_rate=0.4),
+                 alerts=_alerts("StallscopeDataWaitHigh", "StallscopeStorageErrors"),
+                 # the retried reads are slow: true, and the rank's own
+                 may_fire=_alerts("StallscopeShardReadSlow"))),
     Scenario("cold-cache-straggler", "Every rank reads its shards in sequence through a local cache "
              "in front of a 30 ms object store, with one loader worker (plenty while the cache "
              "hits); one rank's cache holds only every 3rd shard and cannot fill, so it reads 5 of "

@@ -17,11 +17,14 @@ with only the two public lines (issue 30), whose reads the agent sees only from 
 import mmap
 import os
 import time
+import urllib.error
 import urllib.request
 
 import stallscope
 
 SHARD_PATTERN = "shard-%04d.bin"
+RETRIES = 5
+RETRY_BASE_S = 0.05  # botocore's standard mode: up to base x 2^attempt, here without jitter
 
 
 def _timed(shard, tier=None):
@@ -168,11 +171,23 @@ class CachedSource:
         return data
 
     def _fetch(self, name):
+        """A ranged GET, retried as the cloud SDKs retry a throttled or failed request
+        (exponential backoff from RETRY_BASE_S, at most RETRIES tries); every answer is
+        reported with ``stallscope.storage_request``, the read once it succeeds."""
         url = "%s/%s" % (self.remote_url, name)
         with _timed(url, self.remote_tier) as r:
             req = urllib.request.Request(url, headers={"Range": "bytes=0-%d" % (self.read_bytes - 1)})
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                data = resp.read()
+            for attempt in range(RETRIES):
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as resp:
+                        data = resp.read()
+                    stallscope.storage_request(self.remote_tier, status=resp.status, retry=attempt > 0)
+                    break
+                except urllib.error.HTTPError as e:
+                    stallscope.storage_request(self.remote_tier, status=e.code, retry=attempt > 0)
+                    if e.code < 500 and e.code != 429 or attempt == RETRIES - 1:
+                        raise
+                time.sleep(RETRY_BASE_S * 2 ** attempt)
             r.bytes = len(data)
         return data
 

@@ -62,6 +62,7 @@ VARIANTS = {
     "compute-bound": "healthy",              # no fault, a slower step: nothing to name either
     "shm-bus-error": "shm-exhaustion",       # /dev/shm too small again; the worker dies of SIGBUS
     "epoch-restart": "epoch-start",          # epochs shorter than the workers' start-up
+    "text-over-link": "bandwidth-bound",     # the shaped store, samples of 4 KiB, slow workers
 }
 
 # Scenarios whose fault and cause CI drives live in a test of its own, against a real agent

@@ -31,6 +31,10 @@ class Fault:
         """Flags the node's agent needs to see what this fault makes (an interface to read)."""
         return []
 
+    def served(self, run):
+        """What a store this fault runs served against what the agent counted, or None."""
+        return None
+
     def tick(self, run, elapsed):
         pass
 
@@ -65,6 +69,9 @@ class Combined(Fault):
 
     def agent_args(self):
         return [a for p in self.parts for a in p.agent_args()]
+
+    def served(self, run):
+        return next((s for s in (p.served(run) for p in self.parts) if s), None)
 
     def tick(self, run, elapsed):
         for p in self.parts:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from ...processes import servers, teardown
+from .. import objstore
 from .base import Fault
 from .storage import http_up
 
@@ -82,3 +83,22 @@ class ShapedStore(Fault):
         plan["reads_per_sample"] = self.reads
         plan["source"] = {"kind": "cached", "cache_dir": None, "remote_url": url,
                           "shards": plan["source"]["shards"], "read_bytes": self.read_kib * 1024}
+
+    def served(self, run):
+        """What the store served against what the agent counted, over one window: the
+        bytes of the target rank's shard reads (the agent's per-read samples) and of the
+        store's 2xx answers (its log) that ended in it, both on CLOCK_MONOTONIC, a second
+        in from either end of the agent's record."""
+        if not self.log or not os.path.exists(self.log):
+            return None
+        body = run.agent.api("/api/v1/timeline?job=%s&rank=%d&seconds=%d" % (
+            run.job, run.target, int(run.duration) + 30))
+        points = body.get("signals", {}).get("shard_read_bytes") or []
+        if len(points) < 3:
+            return None
+        since, until = points[0][0] + 1_000_000_000, points[-1][0] - 1_000_000_000
+        agent = sum(v for t, v in points if since <= t <= until)
+        gets, store = objstore.served_bytes(self.log, since, until)
+        return {"window_seconds": round((until - since) / 1e9, 3), "store_gets": gets,
+                "store_bytes": store, "agent_bytes": int(agent),
+                "relative_error": round(agent / store - 1, 4) if store else None}

@@ -132,6 +132,11 @@ def build(cfg):
            "percentunit", min_val=0, max_val=1),
     )
 
+    def per_gpu(metric, *extra):
+        """A pod's bytes a second from ``metric``, per rank of the pod (one rank per GPU)."""
+        return "sum by (namespace, pod) (%s)\n/ on (namespace, pod)\ncount by (namespace, pod) (%s)" % (
+            promql.rate(cfg, metric, job_sel + extra, RATE), ratio)
+
     b.row("Why: the correlator and the loader")
     b.add(
         bars("Cause scores", "The correlator's score per candidate cause (0-1), the worst over the "
@@ -142,6 +147,18 @@ def build(cfg):
            "none. A period equal to num_workers: each worker is slower than num_workers x compute "
            "(too few workers or slow per-sample work); a long fixed period: e.g. checkpoint writes.",
            [q(_m(cfg, "stallscope_stall_period_steps"), "{{job}} rank {{rank}}")], "short", min_val=0),
+        ts("Bytes read per GPU against the demand", "Do the bytes/s math first (issue 31): per "
+           "pod, the bytes a second its loaders read per GPU (rank), from the shard reads the "
+           "loaders report (what each tier served) and from the kernel's count of the workers' "
+           "read() calls (/proc/<pid>/io; a socket's recv() is not in it), and the demand: what "
+           "the shard reads would be with no data-wait (the rate over the share of the step not "
+           "waiting), the pace the compute asks for. Demand far above what is read, with a link "
+           "at capacity, is bandwidth_bound: more workers share the same link.",
+           [q(per_gpu("stallscope_shard_read_bytes_total"), "shard reads {{namespace}}/{{pod}}"),
+            q(per_gpu("stallscope_loader_read_bytes_total", 'io="all"'), "read() {{namespace}}/{{pod}}"),
+            q("(%s)\n/ on (namespace, pod)\n(1 - max by (namespace, pod) (%s))" % (
+                per_gpu("stallscope_shard_read_bytes_total"), ratio), "demand {{namespace}}/{{pod}}")],
+           "Bps", w=24, min_val=0),
         tabular("Loader configuration", "DataLoader settings each rank reported: few workers, no "
                 "prefetch or no pinned memory are the first things to check on a waiting rank.",
                 [q(_m(cfg, "stallscope_loader_info"), instant=True, fmt=TABLE)], w=24,
