@@ -160,12 +160,15 @@ def _top(cl: ClusterView | None, me: Subject, k: int = 10) -> tuple[JobRank, ...
 def run(pod: str, namespace: str | None = None, prometheus_url: str | None = None, agent_url: Any = None,
         window: str = "15m", stacks: bool = False, plot: str | None = None, finished: bool = False) -> Report:
     """Diagnose ``pod``; returns the Report (see render.render_text, exit_code).
-    ``finished``: the run is over (``stallscope run``): stopped ranks are not stuck ones."""
+    ``finished``: the run is over (``stallscope run``): stopped ranks are not stuck ones.
+    ``agent_url=False``: Prometheus alone, no agent asked (as when the node's agent is
+    down: the lab checks both paths name one cause)."""
     try:
         w = durations.parse(window)
     except ValueError as e:
         raise DiagnoseError(str(e)) from None
-    if not prometheus_url and not agent_url:
+    if not prometheus_url and agent_url is not False and not agent_url or \
+            agent_url is False and not prometheus_url:
         raise DiagnoseError("no source: give --prometheus URL (or set STALLSCOPE_PROMETHEUS_URL) "
                             "or --agent URL")
     t0 = time.monotonic()
@@ -174,13 +177,14 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
     cl = None
     if prometheus_url:
         cl = _cluster(prometheus_url, pod, namespace, w, bool(agent_url), sources, warnings)
-    urls = _urls(agent_url) or ([cl.agent_url] if cl is not None and cl.agent_url else [])
+    urls = [] if agent_url is False else (
+        _urls(agent_url) or ([cl.agent_url] if cl is not None and cl.agent_url else []))
     url = urls[0] if urls else None
     nd = None
     if urls:
         nd = _node(urls, pod, namespace or (cl.namespace if cl is not None else None), w, cl,
                    sources, warnings, alone=cl is None)
-    elif cl is not None:
+    elif cl is not None and agent_url is not False:
         warnings.append("no agent for node %s in Prometheus (stallscope_agent_build_info): give "
                         "--agent URL for the node's detail" % cl.node)
     diag = nd.diagnosis if nd is not None else None

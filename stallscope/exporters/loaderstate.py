@@ -103,6 +103,7 @@ class LoaderStateExporter(base.Exporter):
         self.fds: dict[tuple[int, int], tuple[float, str | None]] = {}  # (pid, fd) -> (read at, target)
         self.mounts: dict[str, list[tuple[str, str]]] = {}              # mount ns -> [(mountpoint, kind)]
         self.unix: dict[int, tuple[float, frozenset[int]]] = {}         # pid -> (read at, unix inodes)
+        self.internet: dict[int, tuple[float, bool]] = {}  # pid -> (read at, holds a non-unix socket)
         # rank key -> deque of (round time, {(role, state, mount): task-seconds})
         Round = dict[tuple[str, str, "str | None"], float]
         self.samples: dict[Any, collections.deque[tuple[float, Round]]] = {}
@@ -314,13 +315,14 @@ class LoaderStateExporter(base.Exporter):
         inode = taskstate.socket_inode(target)
         if inode is not None:
             unix = inode in self._unix(pid)
-        s = taskstate.classify(role, None, call, target, unix)
+        internet = call is not None and call.kind == "poll" and self._internet(pid)
+        s = taskstate.classify(role, None, call, target, unix, internet)
         if s == "other":
             # the state decides only here (D: blocked in the kernel on storage), so stat is
             # read only for a task the call alone does not place
             stat = read_text(self._task(pid, tid, "stat")) or ""
             state = stat.rpartition(")")[2].split()[:1]
-            s = taskstate.classify(role, state[0] if state else None, call, target, unix)
+            s = taskstate.classify(role, state[0] if state else None, call, target, unix, internet)
         mount = None
         if s == "storage":
             # an open/stat names its path only in the task's memory (never read): its time
@@ -341,6 +343,24 @@ class LoaderStateExporter(base.Exporter):
             self.fds.clear()
         self.fds[(pid, fd)] = (now, target)
         return target
+
+    def _internet(self, pid: int) -> bool:
+        """Whether ``pid`` held a socket other than a unix one at its last look (every
+        FD_CACHE_S: its descriptors listed, only for a task found in a poll). An HTTP
+        client opens a connection a request or keeps a pool: either way a fetching worker
+        holds one most of the time, an idle one that polls its index queue none (or its
+        pool's idle connections: then its poll reads as network too)."""
+        now = time.monotonic()
+        hit = self.internet.get(pid)
+        if hit and now - hit[0] < FD_CACHE_S:
+            return hit[1]
+        # both read now: a unix socket made since the cached list (a resource sharer's
+        # connection) is not an internet one
+        held = taskstate.socket_inodes(self.host.procfs, pid) - taskstate.unix_inodes(self.host.procfs, pid)
+        if len(self.internet) > 4096:
+            self.internet.clear()
+        self.internet[pid] = (now, bool(held))
+        return bool(held)
 
     def _unix(self, pid: int) -> frozenset[int]:
         now = time.monotonic()

@@ -57,8 +57,12 @@ def checks(meta: dict[str, Any]) -> list[Callable[[Any], Any]]:
         out.append(_check_regex)
     if meta["url"]:
         out.append(_check_url)
-    if meta.get("check") is not None:
-        out.append(meta["check"])
+    check = meta.get("check")
+    if check is not None:
+        def checked(value: Any) -> Any:
+            check(value)  # raises ValueError; the value itself is what the option holds
+            return value
+        out.append(checked)
     return out
 
 

@@ -108,6 +108,16 @@ def via_diagnose(lab):
              "worker_pid": _worker_pid(causes[0]) if bound and causes else None,
              "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
                                                       " -> straggler " + doc["pod"])}
+    if kw["prometheus_url"] and bound and getattr(lab.fault, "both_paths", False):
+        # the other path: Prometheus alone, as when the node's agent is down (one truth:
+        # the same first cause, from the scores and signals the agent exported)
+        try:
+            alone = dg.encode(dg.run(doc["pod"], **dict(kw, agent_url=False)))
+            named = alone.get("causes") or []
+            found["prometheus_alone"] = {"verdict": alone["verdict"],
+                                         "cause": named[0]["cause"] if named else None}
+        except dg.DiagnoseError as e:
+            found["prometheus_alone"] = {"error": str(e)}
     judged = judged_reports([found_first, found_doc] if found_doc is not found_first else [found_doc])
     return found, {"first": first if doc is not first else None, "report": doc,
                    "text": dg.render_text(found_doc)}, judged

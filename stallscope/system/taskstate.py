@@ -88,9 +88,13 @@ def mount_kind(fstype: str) -> str:
 
 
 def classify(role: str, state: str | None, call: Syscall | None, target: str | None,
-             unix_socket: bool) -> str:
+             unix_socket: bool, internet_socket: bool = False) -> str:
     """The off-CPU state of a task of ``role`` (worker, main, pin): by its call and what
-    the call's descriptor is open on (``target``: a path, pipe:[..], socket:[..])."""
+    the call's descriptor is open on (``target``: a path, pipe:[..], socket:[..]).
+    ``internet_socket``: the process held a socket other than a unix one when last looked
+    at; a poll names its descriptors only in the task's memory (never read), and with a
+    socket timeout Python polls its socket before each recv (issue 31: every worker of
+    the lab's bandwidth-bound run read as idle)."""
     if call is None:
         return "storage" if state == "D" else "other"
     if call.blocked_outside:
@@ -117,8 +121,10 @@ def classify(role: str, state: str | None, call: Syscall | None, target: str | N
         if is_socket and not unix_socket:
             return "network"
         return "handoff"  # putting a batch on the result queue, or passing its descriptors
-    if kind == "poll":  # multiprocessing's Queue.get(timeout) polls its pipe
-        return "idle"
+    if kind == "poll":
+        # multiprocessing's Queue.get(timeout) polls its pipe; an HTTP client with a
+        # timeout (urllib, requests, the cloud SDKs) polls its connection
+        return "network" if internet_socket else "idle"
     if state == "D":
         return "storage"
     return "other"
@@ -131,6 +137,24 @@ def socket_inode(target: str | None) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def socket_inodes(procfs: str, pid: int) -> frozenset[int]:
+    """Inodes of the sockets ``pid`` holds open (its ``fd`` links ``socket:[N]``)."""
+    out: set[int] = set()
+    base = os.path.join(procfs, str(pid), "fd")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return frozenset()
+    for name in names:
+        try:
+            inode = socket_inode(os.readlink(os.path.join(base, name)))
+        except OSError:
+            continue
+        if inode is not None:
+            out.add(inode)
+    return frozenset(out)
 
 
 def unix_inodes(procfs: str, pid: int) -> frozenset[int]:

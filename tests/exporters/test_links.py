@@ -107,7 +107,10 @@ def test_a_shaped_link_received_at_its_token_bucket_rate(shaped_netns):
          "while time.time()<end: s.sendall(b'x'*65536)" % (addr, srv.getsockname()[1])])
     conn, _ = srv.accept()
     def drain():
-        while conn.recv(1 << 20):
+        try:
+            while conn.recv(1 << 20):
+                pass
+        except OSError:  # closed under it at the end
             pass
     threading.Thread(target=drain, daemon=True).start()
     try:
@@ -142,3 +145,11 @@ def test_a_bad_capacity_flag_stops_the_agent_with_one_line():
                           "eth0=fast"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out
     assert "--exporter.links.capacity" in out.stderr and "'eth0=fast'" in out.stderr, out.stderr
+    # a good one is taken as given (the exporter parses it)
+    import dataclasses
+
+    from stallscope.host import options
+
+    meta = next(f.metadata["stallscope"] for f in dataclasses.fields(links.LinksOptions)
+                if f.name == "capacity")
+    assert [fn("eth0=25Gbit") for fn in options.checks(meta)] == ["eth0=25Gbit"]

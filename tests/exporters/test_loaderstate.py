@@ -140,6 +140,39 @@ def test_sampling_never_wakes_or_stops_what_it_samples():
         os.close(w)
 
 
+def test_a_poll_on_a_connection_is_network_and_on_a_pipe_idle():
+    """Python polls a socket that has a timeout before each recv (urllib, requests, the
+    cloud SDKs): a process waiting for a server that has not answered is in poll() with
+    a TCP connection open, and is network; one in multiprocessing's Queue.get(timeout)
+    polls its pipe, and is idle (issue 31)."""
+    import socket
+
+    from stallscope.exporters.loaderstate import LoaderStateExporter
+    from tests.helpers.exporters import context, table_with
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    fetch = ("import socket; s = socket.create_connection(('127.0.0.1', %d), timeout=30); "
+             "s.sendall(b'GET / HTTP/1.1\\r\\n\\r\\n'); s.recv(1)" % srv.getsockname()[1])
+    queue = "import multiprocessing as mp; q = mp.Queue(); q.get(timeout=30)"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for code in (fetch, queue)]
+    conn = None
+    try:
+        conn, _ = srv.accept()  # accepted, never answered
+        time.sleep(1.0)  # both blocked in their poll
+        exp = LoaderStateExporter(context(table_with(dict(pid=procs[0].pid), dict(pid=procs[1].pid))))
+        states = [exp._off_cpu("worker", p.pid, p.pid)[0] for p in procs]
+        assert states == ["network", "idle"], states
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        if conn is not None:
+            conn.close()
+        srv.close()
+
+
 def test_a_worker_pid_the_agent_did_not_accept_is_never_sampled():
     """A report from a rank's main process (the kernel names the sender) naming a worker
     that does not descend from it (another pod's process): the table refuses it, and the

@@ -153,6 +153,15 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     # set-up), at its first batch (epochs: by the end), and no other rank fails any
     setup = result["setup"]
     assert setup["matched"], setup["problems"]
+    # a store the fault runs: the bytes the agent counted for the rank are what the store's
+    # own log says it served, over the same window (issue 31)
+    parts = getattr(s.make_fault(), "parts", (s.make_fault(),))
+    if any(isinstance(p, faults.ShapedStore) for p in parts):
+        served = result["served"]
+        assert served and served["store_bytes"] > 0, served
+        assert abs(served["relative_error"]) <= 0.05, served
+        # and both diagnose paths name its cause: with the agent, and Prometheus alone
+        assert result["found"]["prometheus_alone"]["cause"] == s.cause, result["found"]
     # the headline alert and diagnose's verdicts agree (a stall: it fired, no judged rank healthy)
     agree = result["agreement"]
     assert agree["state"] in (("agree",) if s.stalls else ("agree", "explained")), agree
