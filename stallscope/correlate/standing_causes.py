@@ -23,8 +23,16 @@ and scored by how much of the wait its *model* explains. The vocabulary marks th
   is the link the loader waits on only as far as its workers were blocked on the network
   (the loader-state sampler): the score is that share of the explained wait, over
   NETWORK_LINE.
+- ``storage_errors`` (issue 31): a share of the rank's storage requests failed (429/503
+  slow down, 5xx, timeouts: the hook's counts) while it waited, and the client retried.
+  Model: the failures cost the workers their backoff (the loader-state sampler's time
+  asleep) and the failed share of their time on the network; the DataLoader's queue is
+  replayed with the load times less that share: the wait that goes is what the failures
+  explain.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -45,6 +53,10 @@ STANDING = tuple(c for c in vocabulary.CAUSES if c.kind == "standing")
 BANDWIDTH = "bandwidth_bound"
 LINK_RATIO = vocabulary.signal("link_receive_ratio").name
 NETWORK_SHARE = vocabulary.signal("loader_workers_network_ratio").name
+SLEEPING_SHARE = vocabulary.signal("loader_workers_sleeping_ratio").name
+STORAGE_ERRORS = "storage_errors"
+ERROR_RATIO = vocabulary.signal("storage_error_ratio").name
+MOST_LOST = 0.95  # a load time is never modelled to vanish
 # workers blocked on the network this share of their time during the waits: the link is
 # what they wait on (a worker also decodes and hands over; half its time is the line
 # the storage cause draws on the same sampler, loader_workers_storage_ratio)
@@ -177,7 +189,58 @@ def bandwidth_bound(ctx: Context) -> Cause | None:
     return make(BANDWIDTH, explained * on_network, text, rows)
 
 
-MODELS = {NUMA: numa_remote, BANDWIDTH: bandwidth_bound}
+def _replayed_without(ctx: Context, share: float) -> float | None:
+    """The share of the steady wait that goes when every load time loses ``share`` of
+    itself (the DataLoader's queue replayed both ways), or None without load times."""
+    trace, steady = ctx.trace, ctx.steady
+    _, load = trace.signal(BATCH_LOAD, ("rank",))
+    workers = (trace.loader or {}).get("num_workers") or 0
+    span = trace.span()
+    if load is None or span is None or not workers or steady.sum() < 8:
+        return None
+    t = load.clip(*span).v
+    if len(t) < 8:
+        return None
+    compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
+    prefetch = (trace.loader or {}).get("prefetch_factor") or 2
+    now, _ = replay(t, compute, workers, prefetch)
+    less, _ = replay(t * (1.0 - share), compute, workers, prefetch)
+    return float(np.clip((now - less) / now, 0.0, 1.0)) if now > 0 else 0.0
+
+
+def storage_errors(ctx: Context) -> Cause | None:
+    err = _level(ctx, ERROR_RATIO)
+    if err is None:
+        return None
+    line = vocabulary.line_of(STORAGE_ERRORS, ERROR_RATIO)
+    rows = [Evidence(ERROR_RATIO, round(err, 4), line.threshold, "above", None, "rank",
+                     judged_by="standing")]
+    if err < line.threshold:
+        return make(STORAGE_ERRORS, 0.0, "%.1f%% of the rank's storage requests failed." % (100 * err),
+                    rows)
+    asleep, network = _level(ctx, SLEEPING_SHARE), _level(ctx, NETWORK_SHARE)
+    lost = min(MOST_LOST, (asleep or 0.0) + err * (network or 0.0))
+    explained = _replayed_without(ctx, lost)
+    how = "replayed with each load time %.0f%% shorter, the queue loses" % (100 * lost)
+    if explained is None:
+        explained, how = lost, "without the workers' load times to replay, that is"
+    for name, value in ((SLEEPING_SHARE, asleep), (NETWORK_SHARE, network)):
+        if value is not None:
+            rows.append(Evidence(name, round(value, 4), scope="rank", judged_by="level"))
+    rows[0] = dataclasses.replace(rows[0], explained_wait_share=round(explained, 4))
+    text = ("%.0f%% of the rank's storage requests failed (429/503 slow down, 5xx, timeouts) while "
+            "it waited, and the client retried them" % (100 * err))
+    if asleep is None and network is None:
+        text += "; what the workers did meanwhile was not sampled"
+    else:
+        text += ("; its workers slept between retries %.0f%% of their time and were on the network "
+                 "%.0f%% (%.0f%% of it on failed requests)" % (100 * (asleep or 0.0), 100 * (network or 0.0),
+                                                               100 * err))
+    text += ": %s %.0f%% of its wait." % (how, 100 * explained)
+    return make(STORAGE_ERRORS, explained, text, rows)
+
+
+MODELS = {NUMA: numa_remote, BANDWIDTH: bandwidth_bound, STORAGE_ERRORS: storage_errors}
 
 
 

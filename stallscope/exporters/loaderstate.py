@@ -12,7 +12,7 @@ task's memory, never read) or a fault on a mapped file is storage on an unattrib
 
 Per rank over ``--exporter.loaderstate.window`` seconds: the share of worker-time in each
 state (and per mount), and the training process's split. ``/api/v1/ranks`` carries the
-split (``loader_state``); per pod, five worker-state shares and the main process's
+split (``loader_state``); per pod, six worker-state shares and the main process's
 CPU-wait share are exported (off the per-rank series budget), and recorded as the
 correlator's signals. Without the right to read ``syscall`` (ptrace-read over the task)
 the off-CPU time is ``other`` and this is said once.
@@ -44,7 +44,7 @@ from ..vocabulary import DATA_WAIT_LINE, LOADER_STATES, signal
 from . import base
 
 STATES = tuple(s.name for s in LOADER_STATES)
-EXPORTED = ("on_cpu", "cpu_wait", "storage", "network", "idle")   # the per-pod worker shares
+EXPORTED = ("on_cpu", "cpu_wait", "storage", "network", "idle", "sleeping")  # per-pod worker shares
 WORKER_SIGNALS = {s: signal("loader_workers_%s_ratio" % s).name for s in EXPORTED}
 MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
 MAX_WORKERS = 128            # worker tasks of one rank sampled, at most

@@ -121,7 +121,11 @@ CAUSES = (
         # with the stalls (storage_errors explains the wait), the latency is their symptom.
         symptom_of=("fuse_unhealthy", "checkpoint_contention", "storage_errors")),
     # Issue 31, item 3: a 503-ing object-store prefix idles the fleet with no error in the
-    # loop, since the clients retry with backoff; the reads are slow because of it.
+    # loop, since the clients retry with backoff; the reads are slow because of it. Standing:
+    # a store that throttles a fifth of the requests all along scores ~0 by co-occurrence
+    # (the lab's storage-errors run ranked it under 0.05, too_few_workers first); its model
+    # (correlate/standing_causes.py) takes the workers' time the failures cost off their
+    # load times.
     Cause("storage_errors", "Requests to a storage tier failed (throttled, server errors or "
           "timeouts) and were retried", (
               Line("storage_error_ratio", 0.05, scopes=("rank",)),),
@@ -135,7 +139,8 @@ CAUSES = (
         "A 429/503 'slow down' means the store throttles the request rate on a key prefix: spread "
         "the shards' keys over more prefixes, lower the request rate (fewer, larger reads: "
         "bigger shards, ranged reads of whole samples), or cache them nearer the GPU; 5xx and "
-        "timeouts are the store's or the network's: check its health for this node."),
+        "timeouts are the store's or the network's: check its health for this node.",
+        standing=True),
     Cause("fuse_unhealthy", "The FUSE mount was stuck or down", (
         Line("fuse_up", 0.5, above=False, scopes=("rank",)),
         Line("fuse_probe_seconds", 1.0, scopes=("rank",)),

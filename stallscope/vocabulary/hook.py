@@ -106,7 +106,7 @@ SIGNALS = (
            "timeout); in Prometheus per tier.",
            "sum by (namespace, pod, tier) (rate(stallscope_storage_failed_requests_total{$sel}[$w]))"
            "\n/\nsum by (namespace, pod, tier) (rate(stallscope_storage_requests_total{$sel}[$w]))",
-           ("namespace", "pod", "tier")),
+           ("namespace", "pod", "tier"), condition=True),
     Signal("cache_miss_ratio", "ratio", ("rank",), "shards",
            "Share of the cache lookups in one report that missed.",
            "sum by (namespace, pod, tier) (rate(stallscope_cache_requests_total{result=\"miss\",$sel}[$w]))"

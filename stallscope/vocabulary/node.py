@@ -120,8 +120,8 @@ METRICS = (
            "GPU's numa_node; per pod, off the per-rank series budget).", POD, "numa"),
     Metric("stallscope_loader_worker_time_ratio", "gauge", "Share of the pod's loader-worker "
            "time in each state over the sampling window (procfs: schedstat, syscall, the fd "
-           "it reads; states on_cpu, cpu_wait, storage, network, idle; the rest is handoff, "
-           "sleeping and other). Per pod, off the per-rank series budget.", POD + ("state",),
+           "it reads; states on_cpu, cpu_wait, storage, network, idle, sleeping; the rest is "
+           "handoff and other). Per pod, off the per-rank series budget.", POD + ("state",),
            "loaderstate"),
     Metric("stallscope_loader_main_cpu_wait_ratio", "gauge", "Share of the training "
            "process's main-thread time runnable but waiting for a CPU (a starved or throttled "
@@ -227,7 +227,8 @@ SIGNALS = (
              ("namespace", "pod"))
       for state, text in (("on_cpu", "on a CPU"), ("cpu_wait", "runnable, waiting for a CPU"),
                           ("storage", "blocked reading storage"), ("network", "blocked on the network"),
-                          ("idle", "idle, waiting for work on the index queue"))),
+                          ("idle", "idle, waiting for work on the index queue"),
+                          ("sleeping", "in a sleep call (a retry's backoff, a rate limiter)"))),
     Signal("loader_main_cpu_wait_ratio", "ratio", ("rank",), "loaderstate",
            "Share of the training process's main-thread time runnable, waiting for a CPU.",
            "max by (namespace, pod) (stallscope_loader_main_cpu_wait_ratio{$sel})", ("namespace", "pod")),
