@@ -167,7 +167,10 @@ def reports(base: int):
         out.append((MAIN[0], _report_v2("main", MAIN[1], sent, events, ready_waits(events), **extra)))
         half = slice(lo // 2, hi // 2)
         mine = reads[lo // 5:hi // 5]
-        io = {"tiers": ["fuse", "page"], "reads": mine, "cache": [[1, 45, 5]], "slowest": slow}
+        # the s3fs daemon's requests as the loader reports them: one throttled and retried
+        # in 120, far under the storage_errors line
+        io = {"tiers": ["fuse", "page"], "reads": mine, "cache": [[1, 45, 5]], "slowest": slow,
+              "requests": [[0, 119, 1, 0, 0, 0, 1]]}
         wd = workers[d_ns][half]
         out.append((d_pid, _report("worker", d_ns, wd[-1][0], wd, io=io)))
         wz = workers[z_ns][half]
