@@ -317,6 +317,7 @@ NO_CONFIG_FIX = {"too_few_workers": "cut the per-sample work",
                                    "would share the same busy CPUs",
                  "transfer_cost": "pack each sample's tensors into one, or share them by file_system",
                  "cache_miss": "prewarm or resize the cache",
+                 "storage_errors": "spread the keys over more prefixes or lower the request rate",
                  "unexplained": "sample the workers' stacks first"}
 
 
