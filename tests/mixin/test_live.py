@@ -47,7 +47,7 @@ SLOWED = {"sample_cpu_s": 0.01, "sample_sleep_s": 0.0}
 PENDING = {}
 # metric prefix -> the setup it needs (missing without root, cgroups or FUSE)
 NEEDS = {"stallscope_cpu_cfs_": "cpu_quota", "stallscope_pressure_": "pressure", "stallscope_fuse_": "fuse",
-         "stallscope_loader_numa_": "numa"}
+         "stallscope_loader_numa_": "numa", "stallscope_storage_": "store"}
 
 
 def _pending(expr):
@@ -149,6 +149,13 @@ def live(tmp_path_factory):
         scenario, missing = everything_on()
         slow = session.start_job(scenario, ranks=3, name="mixin-slow", pod_prefix="slow-")
         ok = session.start_job(scenarios.get("healthy"), ranks=1, name="mixin-ok", pod_prefix="ok-")
+        # a store that throttles: the storage requests' series and their alert's probe
+        # (issue 31), from a one-rank job of the storage-errors scenario
+        store = scenarios.get("storage-errors")
+        if store.make_fault().missing():
+            missing["store"] = store.make_fault().missing()
+        else:
+            session.start_job(store, ranks=1, name="mixin-store", pod_prefix="store-").wait_ready()
         slow.wait_ready()
         ok.wait_ready()
         live = Live(session, slow, missing, time.time())
