@@ -99,6 +99,61 @@ def test_storage_requests_are_counted_by_class_and_sent_once(fresh_hook):
     assert drain_here() == []
 
 
+def test_urllib3_requests_to_a_throttling_store_are_counted_as_it_answered(fresh_hook, tmp_path):
+    """requests (urllib3 underneath) retrying 503s against the lab's object store, which
+    answers 503 to every 3rd GET and logs each answer: the adapter's counts by class and
+    its retries are the store's own; a request with no answer is a timeout, and the
+    client's exception reaches it unchanged."""
+    import subprocess
+    import sys
+
+    requests = pytest.importorskip("requests")
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    from stallscope.hook.adapters import urllib3pool
+    from stallscope.lab import objstore
+    from stallscope.processes import servers
+
+    assert [urllib3pool.tier_of(h) for h in ("bucket.s3.us-east-1.amazonaws.com", "storage.googleapis.com",
+                                              "acct.blob.core.windows.net", "10.0.0.2", None)] == [
+        "s3", "gcs", "azure", "http", "http"]
+    (tmp_path / "shard-0000.bin").write_bytes(b"x" * 4096)
+    log, port = tmp_path / "served.log", servers.free_port()
+    store = subprocess.Popen([sys.executable, "-m", "stallscope.lab.objstore", str(tmp_path), str(port),
+                              "--log", str(log), "--error-rate", str(1 / 3)])
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts, never answers
+    try:
+        from stallscope.lab.faults import http_up
+        url = "http://127.0.0.1:%d" % port
+        wait_until(lambda: http_up(url), timeout=15)
+        shards._after_fork()  # the readiness probe's own answers are not the test's
+        log.write_text("")
+        adapters.enable()
+        assert "urllib3" in adapters.enabled
+        session = requests.Session()
+        session.mount("http://", HTTPAdapter(max_retries=Retry(total=5, status_forcelist=[503],
+                                                               backoff_factor=0)))
+        for _ in range(12):
+            assert session.get(url + "/shard-0000.bin").content == b"x" * 4096
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            requests.get("http://127.0.0.1:%d/x" % silent.getsockname()[1], timeout=0.2)
+    finally:
+        store.kill()
+        store.wait()
+        silent.close()
+    (io,) = drain_here()
+    got = {io["tiers"][row[0]]: row[1:] for row in io["requests"]}
+    gets, _ = objstore.served_bytes(str(log))
+    statuses = [int(line.split()[1]) for line in log.read_text().splitlines()]
+    failed = statuses.count(503)
+    # ok, slow_down, server_error, client_error, timeout, retries: every 503 was retried
+    assert got == {"http": [gets - failed, failed, 0, 0, 1, failed]}, (got, statuses)
+    assert gets == 12 + failed and failed == gets // 3
+
+
 def test_tiers_follow_mounts_and_schemes(tmp_path):
     assert tiers.of_fstype("fuse.gcsfuse") == tiers.of_fstype("fuse") == "fuse"
     assert tiers.of_fstype("nfs4") == "nfs" and tiers.of_fstype("tmpfs") == "memory"

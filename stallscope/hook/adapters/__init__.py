@@ -13,7 +13,9 @@ import os
 import sys
 
 # (name, module that must be imported for the adapter to apply)
-ADAPTERS = (("webdataset", "webdataset"), ("fsspec", "fsspec"), ("streaming", "streaming"))
+ADAPTERS = (("webdataset", "webdataset"), ("fsspec", "fsspec"), ("streaming", "streaming"),
+            ("urllib3", "urllib3.connectionpool"))
+MODULES = {"urllib3": "urllib3pool"}  # an adapter module named apart from the library it adapts
 enabled: set[str] = set()
 
 
@@ -35,7 +37,7 @@ def enable() -> None:
     for name, module in ADAPTERS:
         if name in names and name not in enabled and module in sys.modules:
             try:
-                importlib.import_module("." + name, __name__).install()
+                importlib.import_module("." + MODULES.get(name, name), __name__).install()
                 enabled.add(name)
             except Exception:
                 enabled.add(name)  # an adapter that does not fit this version stays off
