@@ -54,6 +54,11 @@ FD_CACHE_S = 5.0             # what a descriptor is open on (and a pin thread), 
 # their on-CPU and CPU-wait time stay exact (schedstat deltas every round), and what they
 # wait on matters to a diagnosis only while the loop waits, when every round reads it.
 DETAIL_EVERY = 10
+# A worker found in a poll holding no internet socket (an idle one polling its index
+# queue, the common case) is looked at again only after this long: listing a process's
+# descriptors is the costly part (64 polling workers every FD_CACHE_S took ~0.4 % of a
+# core in benchmarks/bench_agent.py's 8 x 8 run)
+NO_INTERNET_S = 30.0
 UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: no descriptor
 
 
@@ -352,11 +357,13 @@ class LoaderStateExporter(base.Exporter):
         pool's idle connections: then its poll reads as network too)."""
         now = time.monotonic()
         hit = self.internet.get(pid)
-        if hit and now - hit[0] < FD_CACHE_S:
+        if hit and now - hit[0] < (FD_CACHE_S if hit[1] else NO_INTERNET_S):
             return hit[1]
-        # both read now: a unix socket made since the cached list (a resource sharer's
-        # connection) is not an internet one
-        held = taskstate.socket_inodes(self.host.procfs, pid) - taskstate.unix_inodes(self.host.procfs, pid)
+        held = taskstate.socket_inodes(self.host.procfs, pid) - self._unix(pid)
+        if held:
+            # a unix socket made since the cached list (a resource sharer's connection) is
+            # not an internet one: read the list again only then
+            held -= taskstate.unix_inodes(self.host.procfs, pid)
         if len(self.internet) > 4096:
             self.internet.clear()
         self.internet[pid] = (now, bool(held))
