@@ -20,7 +20,8 @@ which includes whatever else it reads (a checkpoint load is a burst here).
 
 Per rank: the correlator samples ``loader_read_bytes_rate`` and
 ``loader_block_read_bytes_rate``, and ``/api/v1/ranks``' ``loader_io``: bytes a second
-and bytes per batch over the last collection interval, and the totals. Per pod (summed
+bytes per batch and per sample, batches and samples a second (the loader's batch_size)
+over the last collection interval, and the totals. Per pod (summed
 over its ranks, off the per-rank series budget, which the worst-case rank filled):
 ``stallscope_loader_read_bytes_total{io="all"|"block"}``. Bytes a worker read after the
 last reading before it ended are not counted (one collection interval per worker
@@ -106,11 +107,15 @@ class LoaderIoExporter(base.Exporter):
                 self.record(rank.key, READ_RATE, moved[0] / dt)
                 self.record(rank.key, BLOCK_READ_RATE, moved[1] / dt)
                 n = batches[1][0] if batches is not None else 0
+                size = (rank.loader or {}).get("batch_size")
+                size = size if type(size) is int and size > 0 else None
                 self.last[rank.key] = {
                     "read_bytes_per_second": moved[0] / dt,
                     "block_read_bytes_per_second": moved[1] / dt,
                     "read_bytes_per_batch": moved[0] / n if n > 0 else None,
+                    "read_bytes_per_sample": moved[0] / (n * size) if n > 0 and size else None,
                     "batches_per_second": n / dt,
+                    "samples_per_second": n * size / dt if size else None,
                     "interval_seconds": dt,
                 }
         for pod_values in [p for p in self.pod_totals if p not in pods]:

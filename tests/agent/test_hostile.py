@@ -115,6 +115,9 @@ s.connect(path)
 s.send(msg())                                                  # impersonate the live rank
 s.send(msg(id={"job": "j", "rank": 7, "pod": "victim", "namespace": "ns", "node": "n"}))
 s.send(msg(role="worker"))                                     # as one of its workers
+now = time.monotonic_ns()                                      # bytes and failed requests for its tier
+s.send(msg(events=[], io={"tiers": ["s3"], "reads": [[now, 1000, 10**9, 0]],
+                          "requests": [[0, 0, 50, 0, 0, 0, 0]]}))
 s.send(msg(id={"job": "a", "rank": 0, "pod": "mine", "namespace": "ns", "node": "n"},
            events=[], loader={"num_workers": 1, "worker_pids": [1, victim_pid]}))
 s.close()
@@ -132,9 +135,12 @@ def test_an_unprivileged_process_cannot_touch_another_pods_series(agent_factory)
     out = subprocess.run(as_nobody([sys.executable, "-c", ATTACKER, agent.socket, str(os.getpid())]),
                          capture_output=True, text=True, timeout=60, env=child_env())
     assert out.stdout.strip() == "sent", out.stderr
-    wait_until(lambda: rejected(agent, "identity_mismatch") == 3)
-    # Not a sample in the victim's series; no rank 7 in its pod; its own rank kept.
+    wait_until(lambda: rejected(agent, "identity_mismatch") == 4)
+    # Not a sample in the victim's series; no rank 7 in its pod; its own rank kept; no
+    # bytes or failed requests of a tier of its (issue 31)
     assert samples(agent, "stallscope_data_wait_seconds_sum", pod="victim") == before
+    assert samples(agent, "stallscope_shard_read_bytes_total", pod="victim") == []
+    assert samples(agent, "stallscope_storage_failed_requests_total", pod="victim") == []
     assert samples(agent, "stallscope_data_wait_seconds_count", pod="victim", rank="7") == []
     ranks = {(r["pod"], r["rank"]): r for r in agent.api("/api/v1/ranks")["ranks"]}
     assert set(ranks) == {("victim", 0), ("mine", 0)}

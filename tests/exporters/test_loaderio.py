@@ -25,13 +25,14 @@ def test_io_text_parsed_or_refused():
 class _FileChunks:
     """Sample i: the i-th CHUNK of a file, read with plain open()/read()."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, start):
+        self.path, self.start = path, start
 
     def __len__(self):
         return SAMPLES
 
     def __getitem__(self, i):
+        self.start.wait(30)  # the exporter's first reading comes before any sample's
         time.sleep(0.02)
         with open(self.path, "rb") as f:
             f.seek(i * CHUNK)
@@ -48,9 +49,12 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
     fd = os.open(path, os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # cold: every byte from the device
     os.close(fd)
-    loader = torch.utils.data.DataLoader(_FileChunks(path), batch_size=4, num_workers=2,
-                                         persistent_workers=True)
-    it = iter(loader)  # the workers start: their first reads are ~0.1 s away (fork, init)
+    import multiprocessing
+
+    start = multiprocessing.get_context("fork").Event()
+    loader = torch.utils.data.DataLoader(_FileChunks(path, start), batch_size=4, num_workers=2,
+                                         persistent_workers=True, multiprocessing_context="fork")
+    it = iter(loader)
     pids = [w.pid for w in it._workers]
     table = table_with(dict(pid=os.getpid(), worker_pids=pids))
     ctx = context(table)
@@ -58,9 +62,13 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
     assert exp.unavailable() is None
     rank = table.snapshot()[0]
     collect(exp, [rank])
-    read = 0
+    start.set()
+    read = batches = 0
     for batch in it:
         read += sum(batch.tolist())
+        batches += 1
+        rank.wait.observe_ns(1000)  # as the rank's reports count its batches (agent/ranks.py)
+    rank.loader = {"batch_size": 4}
     time.sleep(0.1)
     got = samples_of(collect(exp, [rank]))
     del it, loader
@@ -73,6 +81,11 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
     # ext4 disk; tmpfs would report none)
     assert abs(total["block"] - read) <= 0.05 * read, total
     fields = exp.rank_fields(rank)["loader_io"]
+    # 12 batches of 4 samples of CHUNK bytes
+    assert batches == SAMPLES // 4
+    assert abs(fields["read_bytes_per_batch"] - 4 * CHUNK) <= 0.05 * 4 * CHUNK, fields
+    assert abs(fields["read_bytes_per_sample"] - CHUNK) <= 0.05 * CHUNK, fields
+    assert fields["samples_per_second"] == pytest.approx(4 * fields["batches_per_second"])
     assert fields["read_bytes_total"] == total["all"]  # the pod's one rank
     [(_, rate)] = ctx.samples.series(rank.key, "loader_read_bytes_rate")
     assert rate == pytest.approx(total["all"] / fields["interval_seconds"])
