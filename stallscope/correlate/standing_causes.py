@@ -93,21 +93,7 @@ def numa_remote(ctx: Context) -> Cause | None:
     if share < line.threshold:
         return make(NUMA, 0.0, "The loader ran on its GPU's NUMA node (%.0f%% of its CPU time "
                     "elsewhere)." % (100 * share), [row])
-    trace = ctx.trace
-    _, load = trace.signal(BATCH_LOAD, ("rank",))
-    workers = (trace.loader or {}).get("num_workers") or 0
-    span = trace.span()
-    steady = ctx.steady
-    wait = float(trace.wait[steady].sum())
-    explained = None
-    if load is not None and span is not None and workers and wait > 0 and steady.sum() >= 8:
-        t = load.clip(*span).v
-        compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
-        prefetch = (trace.loader or {}).get("prefetch_factor") or 2
-        if len(t) >= 8:
-            now, _ = replay(t, compute, workers, prefetch)
-            local, _ = replay(t * (1.0 - REMOTE_SLOWDOWN * share), compute, workers, prefetch)
-            explained = float(np.clip((now - local) / now, 0.0, 1.0)) if now > 0 else 0.0
+    explained = _replayed_without(ctx, REMOTE_SLOWDOWN * share)
     if explained is None:
         # no load times to replay: the cost on the loader's time is all the model gives
         explained = REMOTE_SLOWDOWN * share
@@ -196,7 +182,7 @@ def _replayed_without(ctx: Context, share: float) -> float | None:
     _, load = trace.signal(BATCH_LOAD, ("rank",))
     workers = (trace.loader or {}).get("num_workers") or 0
     span = trace.span()
-    if load is None or span is None or not workers or steady.sum() < 8:
+    if load is None or span is None or not workers or steady.sum() < 8 or not trace.wait[steady].sum():
         return None
     t = load.clip(*span).v
     if len(t) < 8:
