@@ -83,7 +83,7 @@ test-fast: setup
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy --python-version 3.9
-	$(PY) -m mypy -p stallscope.agent -p stallscope.correlate -p stallscope.diagnose
+	$(PY) -m mypy -p stallscope.agent -p stallscope.correlate -p stallscope.diagnose -p stallscope.fleet
 
 # Short options, a few minutes in all: bench_diagnose.py --quick (a 20 s window; ~80 s
 # with its default 60 s window), bench_agent.py for 10 s a load and without the

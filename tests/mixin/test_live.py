@@ -283,3 +283,45 @@ def test_agent_down_fires_when_the_agent_stops(live):
     [alert] = _wait_alert(live.prometheus, "StallscopeAgentDown", timeout=60)
     assert alert["labels"]["instance"] == "127.0.0.1:%d" % live.agent.port
 
+
+
+def test_top_ranks_the_stalled_jobs_first_each_with_its_cause(live, tmp_path):
+    """`stallscope top` over this Prometheus (issue 36, item 3): three jobs, two stalled with
+    different causes (the slowed one, and the store that answers 503s) and a healthy one.
+    The stalled two come first, each with the cause the agent names for its worst rank;
+    the healthy one after them, with next to nothing lost; the hours lost split by cause
+    add up to the hours lost."""
+    import subprocess
+    import sys
+
+    from stallscope.diagnose.prom import Prometheus
+    from stallscope.fleet import top
+
+    if "store" in live.missing:
+        pytest.skip(live.missing["store"])
+    prom = live.prometheus
+    n = promql.names(CFG)
+    prom.wait_for('%s{job="mixin-store"}' % n["job_idle_cause"], timeout=90)
+    time.sleep(5)  # a few evaluations of both jobs' records
+    rows = top.top(Prometheus(prom.url), CFG, 300, namespace=NS)
+    jobs = [r.job for r in rows]
+    assert set(jobs[:2]) == {"mixin-slow", "mixin-store"}, rows
+    for r in rows[:2]:
+        assert r.lost_accelerator_hours > 0 and 0 < r.lost_share <= 1.0, r
+        assert sum(r.cause_hours.values()) == pytest.approx(r.lost_accelerator_hours, rel=0.05), r
+        body = live.agent.api("/api/v1/diagnosis?pod=%s" % r.worst_pod)
+        assert r.top_cause == body["causes"][0]["cause"], (r, body["causes"][:2])
+    store = rows[jobs.index("mixin-store")]
+    assert store.top_cause == "storage_errors" and store.worst_pod == "store-0", store
+    if "mixin-ok" in jobs:
+        ok = rows[jobs.index("mixin-ok")]
+        assert jobs.index("mixin-ok") == 2, rows
+        assert ok.lost_accelerator_hours < 0.1 * store.lost_accelerator_hours, rows
+    # the command: the same list as JSON, exit 0; a config with this setup's windows
+    cfg = tmp_path / "mixin.json"
+    cfg.write_text(json.dumps({k: getattr(CFG, k) for k in ("rate_window", "data_wait_warning")}))
+    out = subprocess.run([sys.executable, "-m", "stallscope", "top", "--prometheus", prom.url, "--since",
+                          "5m", "-n", NS, "--config", str(cfg), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [j["job"] for j in json.loads(out.stdout)["jobs"]][:2] == jobs[:2]
