@@ -40,7 +40,7 @@ def test_committed_files_match_the_generator():
     # and nothing stale sits next to them
     assert sorted(os.listdir(os.path.join(ROOT, "alerts"))) == ["alerts.yaml", "rules.yaml"]
     assert sorted(os.listdir(os.path.join(ROOT, "dashboards"))) == [
-        "stallscope-node.json", "stallscope-overview.json"]
+        "stallscope-fleet.json", "stallscope-node.json", "stallscope-overview.json"]
 
 
 def test_generation_is_deterministic_and_banner_marked():
@@ -71,7 +71,8 @@ def test_cli_writes_and_check_detects_drift(tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "differ" in r.stderr
     r = run(cli.main, ["dashboards", "--out", str(tmp_path / "d")])
     assert r.exit_code == 0, r.stderr
-    assert sorted(os.listdir(tmp_path / "d")) == ["stallscope-node.json", "stallscope-overview.json"]
+    assert sorted(os.listdir(tmp_path / "d")) == ["stallscope-fleet.json", "stallscope-node.json",
+                                                     "stallscope-overview.json"]
     r = run(cli.main, ["dashboards", "--out", str(tmp_path / "d"), "--check"])
     assert r.exit_code == 0
 
@@ -173,7 +174,8 @@ def test_dashboards_validate_against_the_sdk_models(boards):
 
 
 def test_dashboards_have_stable_uids_variables_and_described_panels(boards):
-    assert {b["uid"] for b in boards.values()} == {"stallscope-overview", "stallscope-node"}
+    assert {b["uid"] for b in boards.values()} == {
+        "stallscope-overview", "stallscope-node", "stallscope-fleet"}
     for name, board in boards.items():
         names = [v["name"] for v in board["templating"]["list"]]
         assert names == ["datasource", "namespace", "job", "node", "pod", "rank"], name
@@ -188,7 +190,9 @@ def test_dashboards_have_stable_uids_variables_and_described_panels(boards):
             for t in p["targets"]:
                 # every panel follows the node variable (rank- and pod-level series carry
                 # it, agent self-metrics are joined to it), except job-level ones
-                job_level = t["expr"].startswith(("ALERTS", "job:")) or "job_le:" in t["expr"]
+                raw = re.sub(r"\bjob(_le)?:stallscope_\w+", "", t["expr"])  # the job-level records
+                job_level = t["expr"].startswith("ALERTS") or (
+                    raw != t["expr"] and "stallscope_" not in raw and "rank:" not in raw)
                 assert ('$node' in t["expr"]) != job_level, (p["title"], t["expr"])
 
 
