@@ -78,6 +78,7 @@ class RankInfo:
     data_wait_seconds_total: float | None = None
     worker_deaths: tuple[Mapping[str, Any], ...] = ()
     hang: Mapping[str, Any] | None = None
+    world_size: int | None = None   # as the rank's hook reported it (its job's ranks in all)
 
     @property
     def wait_share(self) -> float:

@@ -46,7 +46,8 @@ def rank_info(entry: Any) -> RankInfo:
         batches=e.get("batches") if isinstance(e.get("batches"), int) else None,
         step_seconds_total=num("step_seconds_total"), data_wait_seconds_total=num("data_wait_seconds_total"),
         worker_deaths=tuple(d for d in e.get("worker_deaths") or () if isinstance(d, Mapping)),
-        hang=e.get("hang") if isinstance(e.get("hang"), Mapping) else None)
+        hang=e.get("hang") if isinstance(e.get("hang"), Mapping) else None,
+        world_size=e.get("world_size") if type(e.get("world_size")) is int and e["world_size"] > 0 else None)
 
 
 def view(url: str, pod: str, namespace: str | None, window_s: float, rank: Any = None,

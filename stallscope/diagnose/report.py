@@ -197,6 +197,10 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
     me = _identity(cl, nd, others)
     stack_doc = _stacks(nd, warnings) if stacks else None
     v, reason = verdict.decide(me, cl, diag, stack_doc, w, finished=finished)
+    unseen = verdict.unseen_ranks(me, cl)
+    if unseen:  # said in the JSON too, whatever the verdict (issue 35)
+        warnings.append("partial view: the agents asked see %d of the job's %d ranks; the job's "
+                        "max, median and straggler cover those only" % (me.job_ranks, me.job_ranks + unseen))
     if diag is not None and v == diag.verdict:
         causes = diag.causes
     elif v == "input_bound" and cl is not None:

@@ -117,7 +117,26 @@ def decide(me: Subject, cluster: ClusterView | None, diag: Diagnosis | None,
     mine = dataclasses.replace(_rank_wait(me.rank, me.pod, me.node, me.data_wait_ratio,
                                           me.data_wait_ratio_after_start), handoff=handoff(cluster, diag))
     j = rules.judge(mine, _job(me, cluster, diag), _gpu(diag), scope="job" if whole else "node")
+    unseen = unseen_ranks(me, cluster)
+    if j.verdict == "healthy" and unseen:
+        # issue 35: a victim on this node waits in the collective for a straggler the agents
+        # asked do not see; "healthy" would be a guess about ranks nobody reported
+        return "unknown", ("Rank %s's own loader keeps up, but the agent%s asked see%s %d of the "
+                           "job's %d ranks: whether it waits for a straggler on another node is "
+                           "unknown. Diagnose through Prometheus, or give --agent for every node "
+                           "of the job." % (me.rank, "s" if me.job_scope == "agents" else "",
+                                            "" if me.job_scope == "agents" else "s",
+                                            me.job_ranks, me.job_ranks + unseen))
     return j.verdict, j.reason
+
+
+def unseen_ranks(me: Subject, cluster: ClusterView | None) -> int:
+    """How many of the job's ranks (its world size, as its hook reported it) the agents
+    asked did not see; 0 through Prometheus, which sees every rank that reports."""
+    world = me.rank_info.world_size if me.rank_info is not None else None
+    if cluster is not None or not world:
+        return 0
+    return max(0, world - me.job_ranks)
 
 
 def handoff(cluster: ClusterView | None, diag: Diagnosis | None) -> float | None:

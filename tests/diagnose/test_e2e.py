@@ -64,7 +64,8 @@ def cluster(tmp_path_factory):
                 ("node-c", "xj", 0, "xj-0", plain + ["--compute", 0.05])]
         for node, job, rank, pod, args in runs:
             env = child_env({"STALLSCOPE_SOCKET": c.agents[node].socket, "STALLSCOPE_JOB": job,
-                             "RANK": str(rank), "POD_NAME": pod, "POD_NAMESPACE": "ml"})
+                             "RANK": str(rank), "WORLD_SIZE": "2" if job == "dj" else "1",
+                             "POD_NAME": pod, "POD_NAMESPACE": "ml"})
             procs.append(subprocess.Popen([sys.executable, TRAINER, *map(str, args)], env=env,
                                           start_new_session=True))
         sli = ("rate(stallscope_data_wait_seconds_sum[%s]) / rate(stallscope_step_seconds_sum[%s])"
@@ -232,10 +233,15 @@ def test_both_paths_agree_across_nodes(cluster):
     assert via_agents["causes"][0]["cause"] == "too_few_workers"
     # One agent alone sees only its node (job_scope node): it cannot know of the
     # straggler on the other node, which is why the agents path asks every node's agent.
-    _, out, _ = diagnose("dj-0", "--agent", a, "--window", WINDOW, "--json",
-                         env={"STALLSCOPE_PROMETHEUS_URL": ""})
+    # It knows the job has 2 ranks and sees 1: the victim is not called healthy on a guess
+    # about the rank it cannot see (issue 35), and the JSON says the view is partial.
+    rc, out, _ = diagnose("dj-0", "--agent", a, "--window", WINDOW, "--json",
+                          env={"STALLSCOPE_PROMETHEUS_URL": ""})
     alone = json.loads(out)
     assert alone["job_scope"] == "node" and alone["job_ranks"] == 1
+    assert rc == 2 and alone["verdict"] == "unknown", alone["reason"]
+    assert "see 1 of the job's 2 ranks" in alone["reason"], alone["reason"]
+    assert any(w.startswith("partial view") for w in alone["warnings"]), alone["warnings"]
     # The text report of the victim through the agents: the verdict, and the slowest
     # ranks with the agent each came from.
     rc, out, _ = diagnose("dj-0", *agents_only, "--window", WINDOW, env={"STALLSCOPE_PROMETHEUS_URL": ""})
