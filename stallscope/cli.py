@@ -160,6 +160,70 @@ def top(prometheus_url, since, namespace, config_path, as_json):
     click.echo((top_mod.render_json if as_json else top_mod.render_text)(rows, seconds), nl=False)
 
 
+def _instant(text):
+    """A time: RFC 3339 (2026-12-05T03:10:00Z), unix seconds, or relative to now (-6h)."""
+    import datetime
+    import time as _time
+
+    from .diagnose import window as durations
+
+    t = str(text).strip()
+    if t.startswith("-"):
+        return _time.time() - durations.parse(t[1:])
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("bad time %r: use RFC 3339 (2026-12-05T03:10:00Z), unix seconds or -6h"
+                         % text) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
+
+
+@main.command()
+@click.option("--job", required=True, help="The job (its `job` label, STALLSCOPE_JOB in the trainer).")
+@click.option("-n", "--namespace", default=None, help="The job's namespace (when the name is in several).")
+@click.option("--prometheus", "prometheus_url", envvar="STALLSCOPE_PROMETHEUS_URL", metavar="URL",
+              required=True, help="Prometheus that scrapes the agents [env STALLSCOPE_PROMETHEUS_URL].")
+@click.option("--since", default=None, metavar="DURATION",
+              help="The period back from now: 6h, 7d (default 24h).")
+@click.option("--from", "from_", default=None, metavar="TIME",
+              help="The period's start: RFC 3339, unix seconds, -6h.")
+@click.option("--to", default=None, metavar="TIME", help="The period's end (default now).")
+@click.option("--config", "config_path", metavar="FILE", help=_CONFIG_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
+def report(job, namespace, prometheus_url, since, from_, to, config_path, as_json):
+    """The life of one job over a period, from Prometheus alone: wall time, ranks,
+    accelerator-hours and those lost to input wait by cause, its worst periods, the
+    stragglers that recurred with their nodes, the loader settings it ran with and where
+    they changed. Exit 0; 2 with one line on stderr when it cannot answer."""
+    import time as _time
+
+    from .diagnose import window as durations
+    from .diagnose.prom import Prometheus
+    from .fleet import jobreport
+    from .fleet import top as top_mod
+    from .mixin import config
+
+    prefix = "stallscope report: "
+    try:
+        if since and from_:
+            raise ValueError("give --since or --from, not both")
+        now = _time.time()
+        end = _instant(to) if to else now
+        start = _instant(from_) if from_ else end - durations.parse(since or "24h")
+        cfg = config.load(config_path)
+        doc = jobreport.report(Prometheus(prometheus_url, now=now), cfg, job, start, end, namespace)
+    except (ValueError, top_mod.TopError) as e:
+        click.echo(prefix + str(e), err=True)
+        sys.exit(2)
+    click.echo((jobreport.render_json if as_json else jobreport.render_text)(doc), nl=False)
+
+
 def _scenario_names():
     from .lab import scenarios
 

@@ -34,3 +34,16 @@ def test_bad_input_is_one_line_and_exit_2():
         assert out.returncode == 2 and out.stdout == "", out
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("stallscope top: ") and said in lines[0], out.stderr
+
+
+def test_report_bad_input_is_one_line_and_exit_2():
+    base = [sys.executable, "-m", "stallscope", "report", "--job", "x", "--prometheus", "http://127.0.0.1:1"]
+    for args, said in ((["--since", "1h"], "did not answer"),
+                       (["--from", "2030-01-01T00:00:00Z", "--to", "2030-01-02T00:00:00Z"], "in the future"),
+                       (["--from", "yesterday"], "bad time"),
+                       (["--from", "-2h", "--to", "-3h"], "the period is empty"),
+                       (["--since", "1h", "--from", "-2h"], "not both")):
+        out = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and out.stdout == "", out
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("stallscope report: ") and said in lines[0], out.stderr

@@ -325,3 +325,30 @@ def test_top_ranks_the_stalled_jobs_first_each_with_its_cause(live, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert [j["job"] for j in json.loads(out.stdout)["jobs"]][:2] == jobs[:2]
+
+
+def test_report_of_a_job_counts_the_hours_its_waits_cost(live):
+    """`stallscope report --job` (issue 36, item 2) on the one-rank job of the store that
+    answers 503s: its accelerator-hours lost are its rank's waiting share (the hook's own
+    counters, from the agent) x its wall time, within 10 % (the records are a 10 s rate
+    window, the counters the whole run); its lost hours go to storage_errors first; its
+    one rank is its recurring straggler; it ran with one loader setting."""
+    from stallscope.diagnose.prom import Prometheus
+    from stallscope.fleet import jobreport
+
+    if "store" in live.missing:
+        pytest.skip(live.missing["store"])
+    prom = Prometheus(live.prometheus.url)
+    doc = jobreport.report(prom, CFG, "mixin-store", prom.now - 600, prom.now, namespace=NS)
+    (rank,) = [r for r in live.agent.api("/api/v1/ranks")["ranks"] if r["job"] == "mixin-store"]
+    share = rank["data_wait_seconds_total"] / rank["step_seconds_total"]
+    expected = share * doc.wall_seconds / 3600
+    print("report: lost %.5f h over %.0f s, share %.3f -> %.5f h" % (
+        doc.lost_accelerator_hours, doc.wall_seconds, share, expected))
+    assert doc.ranks == 1 and doc.lost_accelerator_hours == pytest.approx(expected, rel=0.10), doc
+    assert max(doc.lost_by_cause, key=doc.lost_by_cause.get) == "storage_errors", doc.lost_by_cause
+    assert [s.pod for s in doc.recurring_stragglers] == ["store-0"], doc.ranks_life
+    assert len(doc.settings) == 1 and doc.settings[0]["num_workers"] == "2", doc.settings
+    assert doc.worst_periods and doc.worst_periods[0].cause == "storage_errors", doc.worst_periods
+    text = jobreport.render_text(doc)
+    assert "mixin-store" in text and "storage_errors" in text and "Stragglers that recurred" in text
