@@ -97,7 +97,11 @@ def dashboards(out, config_path, check):
               help="Also sample the rank's main process and loader workers with py-spy "
                    "(run on the pod's node; needs ptrace).")
 @click.option("--plot", metavar="FILE.png", help="Write a PNG of data-wait against GPU busy (matplotlib).")
-def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks, plot):
+@click.option("--at", "at", metavar="TIME", default=None,
+              help="Diagnose the window ending at TIME, after the fact (RFC 3339, unix seconds, or "
+                   "relative: -6h), from Prometheus; the agent is asked only while its timeline "
+                   "still holds TIME.")
+def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks, plot, at):
     """Why does POD's rank wait on its input pipeline? From the page to the cause.
 
     \b
@@ -123,9 +127,14 @@ def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks,
     """
     from .diagnose.cli import main as run_diagnose
 
+    try:
+        when = _instant(at) if at is not None else None
+    except ValueError as e:
+        click.echo("stallscope diagnose: %s" % e, err=True)
+        sys.exit(2)
     sys.exit(run_diagnose(pod, namespace=namespace, prometheus_url=prometheus_url,
                           agent_url=agent_url, window=window, as_json=as_json, stacks=stacks,
-                          plot=plot))
+                          plot=plot, at=when))
 
 
 @main.command()

@@ -31,8 +31,8 @@ def exit_code(doc: Report) -> int:
 
 
 def _cluster(prometheus_url: str, pod: str, namespace: str | None, w: float, fallback: bool,
-             sources: list[Source], warnings: list[str]) -> ClusterView | None:
-    prom = Prometheus(prometheus_url)
+             sources: list[Source], warnings: list[str], at: float | None = None) -> ClusterView | None:
+    prom = Prometheus(prometheus_url, now=at)
     try:
         view = cluster_mod.view(prom, pod, namespace, w)
     except fetch.SourceError as e:
@@ -157,8 +157,14 @@ def _top(cl: ClusterView | None, me: Subject, k: int = 10) -> tuple[JobRank, ...
     return tuple(sorted(known, key=lambda x: -(x.data_wait_ratio or 0.0))[:k])
 
 
+# The agent keeps this much of a rank's timeline (agent/options.py --timeline): a report
+# about a moment further back is Prometheus's alone (issue 36)
+AGENT_HORIZON_S = 900.0
+
+
 def run(pod: str, namespace: str | None = None, prometheus_url: str | None = None, agent_url: Any = None,
-        window: str = "15m", stacks: bool = False, plot: str | None = None, finished: bool = False) -> Report:
+        window: str = "15m", stacks: bool = False, plot: str | None = None, finished: bool = False,
+        at: float | None = None) -> Report:
     """Diagnose ``pod``; returns the Report (see render.render_text, exit_code).
     ``finished``: the run is over (``stallscope run``): stopped ranks are not stuck ones.
     ``agent_url=False``: Prometheus alone, no agent asked (as when the node's agent is
@@ -174,9 +180,26 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
     t0 = time.monotonic()
     sources: list[Source] = []
     warnings: list[str] = []
+    if at is not None:
+        # after the fact (issue 36): the window ending at ``at``, from Prometheus; the
+        # agent only while its timeline still holds that moment
+        age = time.time() - at
+        if not prometheus_url:
+            raise DiagnoseError("--at needs --prometheus: the past is in Prometheus, not in the agent")
+        if age < -60:
+            raise DiagnoseError("--at %s is in the future" % time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                        time.gmtime(at)))
+        if age > AGENT_HORIZON_S - w:
+            agent_url = False
+            warnings.append("after the fact: the window ends %s ago, past the agent's timeline; from "
+                            "Prometheus alone (recorded cause scores and signals), no stacks or live "
+                            "timeline for then" % durations.human(age))
+            if stacks:
+                warnings.append("stacks: not taken, the moment asked about is past")
+                stacks = False
     cl = None
     if prometheus_url:
-        cl = _cluster(prometheus_url, pod, namespace, w, bool(agent_url), sources, warnings)
+        cl = _cluster(prometheus_url, pod, namespace, w, bool(agent_url), sources, warnings, at)
     urls = [] if agent_url is False else (
         _urls(agent_url) or ([cl.agent_url] if cl is not None and cl.agent_url else []))
     url = urls[0] if urls else None

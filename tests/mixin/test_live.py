@@ -352,3 +352,23 @@ def test_report_of_a_job_counts_the_hours_its_waits_cost(live):
     assert doc.worst_periods and doc.worst_periods[0].cause == "storage_errors", doc.worst_periods
     text = jobreport.render_text(doc)
     assert "mixin-store" in text and "storage_errors" in text and "Stragglers that recurred" in text
+
+
+def test_diagnose_at_a_past_moment_says_what_it_said_live(live, monkeypatch):
+    """`diagnose --at` (issue 36, item 1): the window ending 20 s ago, from Prometheus alone
+    (the agent's timeline made shorter than that, as a moment hours back would be): the
+    same verdict, rank and first cause as the live diagnosis, and it says it was after
+    the fact; a moment in the future is refused."""
+    from stallscope.diagnose import report
+    from stallscope.diagnose.errors import DiagnoseError
+
+    url = live.prometheus.url
+    now = report.run("slow-2", NS, prometheus_url=url, window="30s")
+    monkeypatch.setattr(report, "AGENT_HORIZON_S", 40.0)  # 20 s back + a 30 s window: past it
+    past = report.run("slow-2", NS, prometheus_url=url, window="30s", at=time.time() - 20)
+    assert (past.verdict, past.rank) == (now.verdict, now.rank), (past.reason, now.reason)
+    assert past.causes and past.causes[0].cause == now.causes[0].cause, (past.causes[:2], now.causes[:2])
+    assert any(w.startswith("after the fact") for w in past.warnings), past.warnings
+    assert [s.name for s in past.sources] == ["prometheus"], past.sources
+    with pytest.raises(DiagnoseError, match="in the future"):
+        report.run("slow-2", NS, prometheus_url=url, at=time.time() + 3600)
