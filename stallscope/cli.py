@@ -101,7 +101,10 @@ def dashboards(out, config_path, check):
               help="Diagnose the window ending at TIME, after the fact (RFC 3339, unix seconds, or "
                    "relative: -6h), from Prometheus; the agent is asked only while its timeline "
                    "still holds TIME.")
-def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks, plot, at):
+@click.option("--alert", "alert", metavar="NAME", default=None,
+              help="Diagnose the window centred on the start of the last NAME alert about the pod "
+                   "or its job (ALERTS_FOR_STATE in Prometheus), e.g. StallscopeDataWaitHigh.")
+def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks, plot, at, alert):
     """Why does POD's rank wait on its input pipeline? From the page to the cause.
 
     \b
@@ -134,7 +137,7 @@ def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks,
         sys.exit(2)
     sys.exit(run_diagnose(pod, namespace=namespace, prometheus_url=prometheus_url,
                           agent_url=agent_url, window=window, as_json=as_json, stacks=stacks,
-                          plot=plot, at=when))
+                          plot=plot, at=when, alert=alert))
 
 
 @main.command()

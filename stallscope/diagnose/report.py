@@ -20,7 +20,7 @@ from . import stacks as stacks_mod
 from . import window as durations
 from .document import ClusterView, JobRank, NodeView, Report, Sizing, Source, Subject
 from .errors import DiagnoseError
-from .prom import Prometheus
+from .prom import Prometheus, selector
 
 EXIT = {"healthy": 0, "input_bound": 1, "not_input_bound": 1, "unknown": 2}
 
@@ -162,9 +162,33 @@ def _top(cl: ClusterView | None, me: Subject, k: int = 10) -> tuple[JobRank, ...
 AGENT_HORIZON_S = 900.0
 
 
+def alert_start(prometheus_url: str, name: str, pod: str, namespace: str | None) -> float:
+    """When the last instance of alert ``name`` about ``pod`` (or about its job, for a
+    job-level alert) became active, from Prometheus's ALERTS_FOR_STATE (its value is the
+    instance's activeAt), over the last ALERT_LOOKBACK."""
+    prom = Prometheus(prometheus_url)
+    ns = {"namespace": namespace} if namespace else {}
+    try:
+        jobs = {r.get("job") for r, _ in prom.query("last_over_time(stallscope_step_seconds_count%s[%s])" % (
+            selector(pod=pod, **ns), ALERT_LOOKBACK))}
+        rows = prom.query("max_over_time(ALERTS_FOR_STATE%s[%s])" % (selector(alertname=name, **ns),
+                                                                     ALERT_LOOKBACK))
+    except fetch.SourceError as e:
+        raise DiagnoseError("Prometheus at %s: %s" % (prometheus_url, e.message)) from e
+    starts = [v for r, v in rows if v is not None and (r.get("pod") == pod or (
+        "pod" not in r and r.get("job") in jobs))]
+    if not starts:
+        raise DiagnoseError("no %s alert about pod %s (or its job) on record in the last %s" % (
+            name, pod, ALERT_LOOKBACK))
+    return max(starts)
+
+
+ALERT_LOOKBACK = "7d"
+
+
 def run(pod: str, namespace: str | None = None, prometheus_url: str | None = None, agent_url: Any = None,
         window: str = "15m", stacks: bool = False, plot: str | None = None, finished: bool = False,
-        at: float | None = None) -> Report:
+        at: float | None = None, alert: str | None = None) -> Report:
     """Diagnose ``pod``; returns the Report (see render.render_text, exit_code).
     ``finished``: the run is over (``stallscope run``): stopped ranks are not stuck ones.
     ``agent_url=False``: Prometheus alone, no agent asked (as when the node's agent is
@@ -180,6 +204,15 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
     t0 = time.monotonic()
     sources: list[Source] = []
     warnings: list[str] = []
+    if alert is not None:
+        if not prometheus_url:
+            raise DiagnoseError("--alert needs --prometheus: alerts are on record there")
+        if at is not None:
+            raise DiagnoseError("give --at or --alert, not both")
+        # centred on the alert's start: the window ending half a window after it
+        at = min(time.time(), alert_start(prometheus_url, alert, pod, namespace) + w / 2)
+        warnings.append("centred on %s, active since %s" % (alert, time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(at - w / 2))))
     if at is not None:
         # after the fact (issue 36): the window ending at ``at``, from Prometheus; the
         # agent only while its timeline still holds that moment

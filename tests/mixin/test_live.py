@@ -372,3 +372,10 @@ def test_diagnose_at_a_past_moment_says_what_it_said_live(live, monkeypatch):
     assert [s.name for s in past.sources] == ["prometheus"], past.sources
     with pytest.raises(DiagnoseError, match="in the future"):
         report.run("slow-2", NS, prometheus_url=url, at=time.time() + 3600)
+    # --alert: centred on the start of the headline alert about the pod's job
+    _wait_alert(live.prometheus, "StallscopeDataWaitHigh", job="mixin-slow")
+    centred = report.run("slow-2", NS, prometheus_url=url, window="30s", alert="StallscopeDataWaitHigh")
+    assert centred.verdict == "input_bound" and centred.rank == now.rank, centred.reason
+    assert any(w.startswith("centred on StallscopeDataWaitHigh") for w in centred.warnings)
+    with pytest.raises(DiagnoseError, match="no StallscopeNoSuchAlert alert"):
+        report.run("slow-2", NS, prometheus_url=url, alert="StallscopeNoSuchAlert")
