@@ -48,6 +48,12 @@ class JobLoss:
     def lost_share(self) -> float | None:
         return self.lost_accelerator_hours / self.accelerator_hours if self.accelerator_hours > 0 else None
 
+    @property
+    def unattributed_hours(self) -> float:
+        """Lost hours no cause was scored for (before the correlator's first scores of a
+        stall, or a rank the agent could not judge)."""
+        return max(0.0, round(self.lost_accelerator_hours - sum(self.cause_hours.values()), 6))
+
 
 def step_of(seconds: float) -> int:
     """The subquery's resolution for a period: MAX_POINTS samples at most, 1 s at least."""
@@ -97,7 +103,8 @@ def top(prom: Prometheus, cfg: Any, since: float, namespace: str | None = None) 
 
 def render_json(rows: list[JobLoss], since: float) -> str:
     return json.dumps({"since_seconds": since, "jobs": [
-        dict(dataclasses.asdict(r), lost_share=r.lost_share) for r in rows]}, indent=1) + "\n"
+        dict(dataclasses.asdict(r), lost_share=r.lost_share, unattributed_hours=r.unattributed_hours)
+        for r in rows]}, indent=1) + "\n"
 
 
 def render_text(rows: list[JobLoss], since: float) -> str:

@@ -15,8 +15,11 @@ def build(cfg):
     ns = ('namespace=~"$namespace"',)
 
     def hours(record, by):
-        """Accelerator-hours of ``record`` over the range, per ``by``: one sample a minute."""
-        return "sum by (%s) (sum_over_time(%s[$__range:1m])) / 60" % (by, promql.sel(cfg, record, *ns))
+        """Accelerator-hours of ``record`` over the range, per ``by``: a sample every
+        $__interval (Grafana's, from the range and the panel's width), each standing for
+        that long."""
+        return "sum by (%s) (sum_over_time(%s[$__range:$__interval])) * $__interval_ms / 3600000" % (
+            by, promql.sel(cfg, record, *ns))
 
     lost = hours(n["job_idle"], "namespace, job")
     b = Board(cfg, UID, "stallscope / Fleet",
@@ -27,7 +30,7 @@ def build(cfg):
     panels = [
         single("Accelerator-hours lost", "Accelerator-hours the selected namespaces' jobs idled on "
                "input wait over the time range: per job, world size x its straggler's waiting share "
-               "(every rank of a synchronous job idles while the straggler waits), a sample a minute.",
+               "(every rank of a synchronous job idles while the straggler waits).",
                q("sum(%s)" % lost)),
         single("Jobs that lost any", "Jobs with accelerator-hours lost to input wait in the range.",
                q("count(%s > 0)" % lost)),
