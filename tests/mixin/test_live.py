@@ -276,19 +276,6 @@ def test_cpu_throttling_alert_fires_for_the_throttled_pod_only(live):
     assert "rank 2 waits" in firing[0]["annotations"]["description"]
 
 
-def test_rank_silent_fires_when_a_rank_dies(live):
-    live.slow.kill_rank(2)
-    [alert] = _wait_alert(live.prometheus, "StallscopeRankSilent", timeout=60)
-    assert (alert["labels"]["job"], alert["labels"]["rank"]) == ("mixin-slow", "2")
-
-
-def test_agent_down_fires_when_the_agent_stops(live):
-    live.agent.stop()
-    [alert] = _wait_alert(live.prometheus, "StallscopeAgentDown", timeout=60)
-    assert alert["labels"]["instance"] == "127.0.0.1:%d" % live.agent.port
-
-
-
 def test_top_ranks_the_stalled_jobs_first_each_with_its_cause(live, tmp_path):
     """`stallscope top` over this Prometheus (issue 36, item 3): three jobs, two stalled with
     different causes (the slowed one, and the store that answers 503s) and a healthy one.
@@ -374,7 +361,9 @@ def test_report_of_a_job_counts_the_hours_its_waits_cost(live):
     assert max(doc.lost_by_cause, key=doc.lost_by_cause.get) == "storage_errors", doc.lost_by_cause
     assert [s.pod for s in doc.recurring_stragglers] == ["store-0"], doc.ranks_life
     assert len(doc.settings) == 1 and doc.settings[0]["num_workers"] == "2", doc.settings
-    assert doc.worst_periods and doc.worst_periods[0].cause == "storage_errors", doc.worst_periods
+    # its worst periods: the start-up (its first batches, before any cause is scored) may be
+    # one; the store's errors are another's cause
+    assert "storage_errors" in [p.cause for p in doc.worst_periods], doc.worst_periods
     text = jobreport.render_text(doc)
     assert "mixin-store" in text and "storage_errors" in text and "Stragglers that recurred" in text
 
@@ -382,26 +371,44 @@ def test_report_of_a_job_counts_the_hours_its_waits_cost(live):
 def test_diagnose_at_a_past_moment_says_what_it_said_live(live, monkeypatch):
     """`diagnose --at` (issue 36, item 1): the window ending 20 s ago, from Prometheus alone
     (the agent's timeline made shorter than that, as a moment hours back would be): the
-    same verdict, rank and first cause as the live diagnosis, and it says it was after
-    the fact; a moment in the future is refused."""
+    same verdict, rank and first cause as the live diagnosis of the store's rank (a cause
+    that holds all along: the slowed rank's "everything on" fault is scored by several
+    causes in turn while its stall is young, and the window's max picks any of them), and
+    it says it was after the fact; a moment in the future is refused."""
     from stallscope.diagnose import report
     from stallscope.diagnose.errors import DiagnoseError
 
+    if "store" in live.missing:
+        pytest.skip(live.missing["store"])
     url = live.prometheus.url
-    now = report.run("slow-2", NS, prometheus_url=url, window="30s")
+    now = report.run("store-0", NS, prometheus_url=url, window="30s")
     monkeypatch.setattr(report, "AGENT_HORIZON_S", 40.0)  # 20 s back + a 30 s window: past it
-    past = report.run("slow-2", NS, prometheus_url=url, window="30s", at=time.time() - 20)
-    assert (past.verdict, past.rank) == (now.verdict, now.rank), (past.reason, now.reason)
-    assert past.causes and past.causes[0].cause == now.causes[0].cause, (past.causes[:2], now.causes[:2])
+    past = report.run("store-0", NS, prometheus_url=url, window="30s", at=time.time() - 20)
+    assert (past.verdict, past.rank) == (now.verdict, now.rank) == ("input_bound", 0), (
+        past.reason, now.reason)
+    assert past.causes and past.causes[0].cause == now.causes[0].cause == "storage_errors", (
+        past.causes[:2], now.causes[:2])
     assert any(w.startswith("after the fact") for w in past.warnings), past.warnings
     assert [s.name for s in past.sources] == ["prometheus"], past.sources
     with pytest.raises(DiagnoseError, match="in the future"):
-        report.run("slow-2", NS, prometheus_url=url, at=time.time() + 3600)
-    # --alert: centred on the start of the headline alert about the pod's job
+        report.run("store-0", NS, prometheus_url=url, at=time.time() + 3600)
+    # --alert: centred on the start of the headline alert about the slowed pod's job (this
+    # setup's line is 30 %: the store's rank, at ~24 %, pages for nothing)
     _wait_alert(live.prometheus, "StallscopeDataWaitHigh", job="mixin-slow")
     centred = report.run("slow-2", NS, prometheus_url=url, window="30s", alert="StallscopeDataWaitHigh")
-    assert centred.verdict == "input_bound" and centred.rank == now.rank, centred.reason
+    assert (centred.verdict, centred.rank) == ("input_bound", 2), centred.reason
     assert any(w.startswith("centred on StallscopeDataWaitHigh") for w in centred.warnings)
     with pytest.raises(DiagnoseError, match="no StallscopeNoSuchAlert alert"):
         report.run("slow-2", NS, prometheus_url=url, alert="StallscopeNoSuchAlert")
 
+
+def test_rank_silent_fires_when_a_rank_dies(live):
+    live.slow.kill_rank(2)
+    [alert] = _wait_alert(live.prometheus, "StallscopeRankSilent", timeout=60)
+    assert (alert["labels"]["job"], alert["labels"]["rank"]) == ("mixin-slow", "2")
+
+
+def test_agent_down_fires_when_the_agent_stops(live):
+    live.agent.stop()
+    [alert] = _wait_alert(live.prometheus, "StallscopeAgentDown", timeout=60)
+    assert alert["labels"]["instance"] == "127.0.0.1:%d" % live.agent.port
