@@ -240,7 +240,7 @@ def test_both_paths_agree_across_nodes(cluster):
     alone = json.loads(out)
     assert alone["job_scope"] == "node" and alone["job_ranks"] == 1
     assert rc == 2 and alone["verdict"] == "unknown", alone["reason"]
-    assert "see 1 of the job's 2 ranks" in alone["reason"], alone["reason"]
+    assert "sees 1 of the job's 2 ranks" in alone["reason"], alone["reason"]
     assert any(w.startswith("partial view") for w in alone["warnings"]), alone["warnings"]
     # The text report of the victim through the agents: the verdict, and the slowest
     # ranks with the agent each came from.
