@@ -6,6 +6,10 @@ share of one core, and per sampled task.
 
     .venv/bin/python benchmarks/bench_loaderstate.py [--workers 64] [--seconds 10] [--busy]
 
+--moving: each worker moves between two off-CPU states (a 37 ms sleep, a 16 ms select()
+on its index pipe), so consecutive looks disagree often and it is looked at nearly every
+round: the sampler's dearest case (a steady task is looked at every 5th round at most).
+
 --busy: each worker runs a little every few ms and blocks in between (a 3 ms sleep, then
 some work: a busy loader's rhythm), so every sample finds it has run since the last and
 reads what it is blocked in: the sampler's expensive path. The rank's loop steps 10 times a
@@ -38,10 +42,14 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--busy", action="store_true")
     ap.add_argument("--waiting", action="store_true")
+    ap.add_argument("--moving", action="store_true")
     args = ap.parse_args()
     r, w = os.pipe()
     code = ("import time\nwhile True:\n    time.sleep(0.003)\n    sum(range(500))" if args.busy
             else "import os,sys; os.read(%d, 1)" % r)
+    if args.moving:
+        code = ("import select, time\nwhile True:\n    time.sleep(0.037)\n"
+                "    select.select([%d], [], [], 0.016)" % r)
     procs = [subprocess.Popen([sys.executable, "-c", code], pass_fds=(r,)) for _ in range(args.workers)]
     main_proc = subprocess.Popen(["sleep", "600"])
     try:
@@ -75,7 +83,8 @@ def main():
               "%.1f s): %.2f %% of one core all-in (target <= 0.5 %%; the sampler thread %.2f %%, "
               "collect() at 1 scrape/s %.3f %%), "
               "%.1f us a task-sample; workers idle %.0f %%, sleeping %.0f %%" % (
-                  "busy" if args.busy else "idle", "waiting" if args.waiting else "not waiting",
+                  "moving" if args.moving else "busy" if args.busy else "idle",
+                  "waiting" if args.waiting else "not waiting",
                   args.workers, rounds / (t1 - t0), rounds, t1 - t0, 100 * share,
                   100 * (c1 - c0) / (t1 - t0), 100 * scrape / (t1 - t0),
                   1e6 * (c1 - c0) / max(1, rounds * tasks), 100 * split["idle"], 100 * split["sleeping"]))

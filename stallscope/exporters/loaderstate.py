@@ -1,10 +1,12 @@
 """loaderstate: what every loader worker and the training process are doing, sampled from
 procfs at a fixed rate, with no line of instrumentation (issue 30, items 1 and 2).
 
-A sampler thread of its own reads, every ``1/--exporter.loaderstate.rate`` seconds, each
-accepted rank's tasks: its main thread, its pin-memory thread (torch names it
+A sampler thread of its own makes a round every ``1/--exporter.loaderstate.rate`` seconds
+over each accepted rank's tasks: its main thread, its pin-memory thread (torch names it
 ``pt_data_pin``) and every accepted worker's main thread (system/taskstate.py says what
-is read and how it is classified). Each interval of each task is split into the declared
+is read and how it is classified). A task is looked at every round while what it is
+doing changes, and up to STEADY_STRIDE rounds apart (at random gaps) while it holds.
+Each interval between looks at a task is split into the declared
 states (vocabulary LOADER_STATES): on CPU and waiting for CPU by its ``schedstat``
 deltas, the rest by the call it is blocked in. A blocked storage read is kept with the
 kind of its mount and the rank's own mount point; an open or stat (its path is only in the
@@ -17,12 +19,13 @@ CPU-wait share are exported (off the per-rank series budget), and recorded as th
 correlator's signals. Without the right to read ``syscall`` (ptrace-read over the task)
 the off-CPU time is ``other`` and this is said once.
 
-Cost (benchmarks/bench_loaderstate.py, this 2-core machine): 64 idle workers and a main
-thread at 10 Hz take 0.34-0.46 % of one core all-in (the thread, and collect() at a scrape
-a second), ~5 us a task-sample: a round every 100 ms finds the caches cold; 64 busy
-workers 0.48-0.60 % while their rank's loop keeps up (their blocked calls read every 10th
-round), 0.94-1.14 % while it waits (read every round). A blocked task that has not run
-since the previous sample is not read again beyond its schedstat. On by default.
+Cost (benchmarks/bench_loaderstate.py, this 2-core machine, 64 workers and a main thread
+at 10 Hz, all-in: the thread, and collect() at a scrape a second): idle workers 0.30 %
+of one core; busy ones in a steady rhythm 0.33 % while their rank's loop keeps up, 0.40 %
+while it waits (every round's calls read: was 0.94-1.28 % before STEADY_STRIDE); workers
+whose state changes at nearly every look (``--moving``) 0.69 % (0.99 % at a stride of 1).
+A blocked task that has not run since the previous look is not read again beyond its
+schedstat. On by default.
 
 Only the rank's accepted PIDs are read; no path of another pod is ever looked at, and
 no path at all is exported (the mount's kind only; the mount point in the rank's API).
@@ -32,6 +35,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import random
 import threading
 import time
 from typing import Any
@@ -60,6 +64,16 @@ DETAIL_EVERY = 10
 # core in benchmarks/bench_agent.py's 8 x 8 run)
 NO_INTERNET_S = 30.0
 UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: no descriptor
+# A task found in the same off-CPU state at consecutive looks is next looked at one round
+# later than the last time, up to STEADY_STRIDE rounds apart (2 Hz at 10 Hz); a change
+# puts it back on every round. Each look splits the time since the previous one (its
+# on-CPU and CPU-wait time exact from schedstat, the rest by the call it is blocked in),
+# and the gap before a look is decided by the looks before it, never by what that look
+# finds, so a state held a given share of the time keeps that share of the estimate.
+# Looking at every task every round cost 1.2-1.5 % of a core at 8 ranks x 8 busy workers
+# (benchmarks/bench_agent.py), most of it re-reading calls that had not changed.
+STEADY_STRIDE = 5
+ON_CPU_ALL_ALONG = ("on_cpu_all_along", None)  # a look that found no off-CPU time to place
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +116,10 @@ class LoaderStateExporter(base.Exporter):
         # (pid, tid) -> (t, on-CPU ns, run-queue ns, timeslices) at the previous sample
         self.prev: dict[tuple[int, int], tuple[float, int, int, int]] = {}
         self.last: dict[tuple[int, int], tuple[str, str | None]] = {}   # (pid, tid) -> its off-CPU state
+        # (pid, tid) -> (the round it is next looked at, rounds between its looks, what
+        # the last look found: its off-CPU state, or ON_CPU_ALL_ALONG)
+        self.due: dict[tuple[int, int], tuple[int, int, tuple[str, str | None]]] = {}
+        self.jitter = random.Random(0)
         self.open: dict[tuple[int, int], int] = {}                      # (pid, tid) -> schedstat fd
         self.sysfd: dict[tuple[int, int], int] = {}                     # (pid, tid) -> syscall fd
         self.pins: dict[int, tuple[float, list[int]]] = {}              # pid -> (looked at, pin tids)
@@ -195,6 +213,7 @@ class LoaderStateExporter(base.Exporter):
                     pass
         self.prev.pop(key, None)
         self.last.pop(key, None)
+        self.due.pop(key, None)
 
     def sample_once(self) -> None:
         """One round over every rank's tasks; each rank's round is one ring entry of
@@ -215,13 +234,17 @@ class LoaderStateExporter(base.Exporter):
                     del self.samples[key]
                     self.totals.pop(key, None)
                     self.sums.pop(key, None)
-        prev, opened, last = self.prev, self.open, self.last
-        detail_round = self.sampled % DETAIL_EVERY == 0
+        prev, opened, last, due = self.prev, self.open, self.last, self.due
+        round_no = self.sampled
+        detail_round = round_no % DETAIL_EVERY == 0
         for rank in self.ranks:
             acc: dict[tuple[str, str, str | None], float] = {}
             detail = detail_round or self.waiting.get(rank.key, True)
             for role, pid, tid in self.tasks_of.get(rank.key, ()):
                 key = (pid, tid)
+                next_look = due.get(key)
+                if next_look is not None and round_no < next_look[0]:
+                    continue  # steady: looked at again STEADY_STRIDE rounds apart at most
                 fd = opened.get(key)
                 if fd is None:
                     fd = self._open(key)
@@ -251,14 +274,24 @@ class LoaderStateExporter(base.Exporter):
                     k = (role, "cpu_wait", None)
                     acc[k] = acc.get(k, 0.0) + d_wait
                 rest = dt - d_on - d_wait
+                found: tuple[str, str | None] = ON_CPU_ALL_ALONG
                 if rest > 0.001:
                     # a task that has not run since the last sample (schedstat's timeslice
                     # count unchanged) is still blocked where it was: not read again
-                    state = last.get(key) if runs == old[3] or (role == "worker" and not detail) else None
+                    was = last.get(key)
+                    state = was if runs == old[3] or (role == "worker" and not detail) else None
                     if state is None:
-                        state = last[key] = self._off_cpu(role, pid, tid)
+                        state = last[key] = self._off_cpu(role, pid, tid, was)
+                    found = state
                     k = (role, state[0], state[1])
                     acc[k] = acc.get(k, 0.0) + rest
+                # the gap to the next look, from this look's agreement with the last: it
+                # weighs what the next look finds, never what this one found
+                stride = 1
+                if next_look is not None and next_look[2] == found:
+                    stride = min(next_look[1] + 1, STEADY_STRIDE)
+                due[key] = (round_no + (self.jitter.randint(1, 2 * stride - 1) if stride > 1 else 1),
+                            stride, found)
             with self.lock:
                 ring = self.samples.setdefault(rank.key, collections.deque())
                 total = self.totals.setdefault(rank.key, {})
@@ -310,8 +343,14 @@ class LoaderStateExporter(base.Exporter):
             pass
         return None
 
-    def _off_cpu(self, role: str, pid: int, tid: int) -> tuple[str, str | None]:
+    def _off_cpu(self, role: str, pid: int, tid: int,
+                 was: tuple[str, str | None] | None = None) -> tuple[str, str | None]:
+        """The state the task's off-CPU time since the last look is put in: the call it
+        is blocked in now; one found running is on its way back from where it was
+        (``was``, the last state found), so that is kept (``other`` when none)."""
         call = self._syscall(pid, tid)
+        if call is not None and call.running:
+            return was if was is not None else ("other", None)
         target = None
         if call is not None and call.first_arg is not None and call.kind in (
                 "read", "write", "recv", "send"):

@@ -4,6 +4,8 @@ Three real DataLoaders at once under one real agent: workers reading with plain
 open()/read() from a slow FUSE mount (stallscope.lab.slowfs), workers burning CPU, and
 workers with nothing to do; each split is checked against what was injected, and the
 CPU share against the kernel's own record of the workers' CPU time."""
+import collections
+import dataclasses
 import json
 import os
 import subprocess
@@ -195,3 +197,56 @@ def test_a_worker_pid_the_agent_did_not_accept_is_never_sampled():
         for p in (main, stranger):
             p.kill()
             p.wait()
+
+
+@pytest.mark.slow
+def test_a_steady_task_is_looked_at_less_and_changing_ones_keep_their_shares():
+    """A task found in the same state look after look is looked at up to STEADY_STRIDE
+    rounds apart; tasks that move between two states keep each state's share of their
+    time: the gap before a look is drawn at random around a mean set by the looks before
+    it, never by what that look finds (a gap that grew by rule alone aliased with a
+    periodic worker: 44 % idle for 30 % in benchmarks/bench_loaderstate.py --moving).
+    Real processes at the sampler's 10 Hz: one blocked in read() on a pipe all along; 32
+    alternating a 37 ms sleep and a 16 ms select() on a pipe (idle): 70 % sleeping."""
+    from stallscope.exporters.loaderstate import STEADY_STRIDE, LoaderStateExporter
+    from tests.helpers.exporters import context, table_with
+
+    r, w = os.pipe()
+    alternate = ("import select, time\nwhile True:\n    time.sleep(0.037)\n"
+                 "    select.select([%d], [], [], 0.016)" % r)
+    steady = subprocess.Popen([sys.executable, "-c", "import os; os.read(%d, 1)" % r], pass_fds=(r,))
+    moving = [subprocess.Popen([sys.executable, "-c", alternate], pass_fds=(r,)) for _ in range(32)]
+    try:
+        time.sleep(1.0)
+        table = table_with(dict(pid=steady.pid), *(dict(pid=p.pid, rank=i + 1) for i, p in enumerate(moving)))
+        exp = LoaderStateExporter(context(table), None)
+        exp.options = dataclasses.replace(exp.options, window=60.0)
+        looks = collections.Counter()
+        rounds = 0
+        t_end = time.monotonic() + 6.0
+        while time.monotonic() < t_end:
+            before = dict(exp.prev)
+            exp.sample_once()
+            rounds += 1
+            looks.update(pid for (pid, _), v in exp.prev.items() if before.get((pid, pid)) != v)
+            time.sleep(0.1)
+        ranks = {rank.pid: rank for rank in table.snapshot()}
+        held = exp.split(ranks[steady.pid].key)["main"].shares()
+        shares = [exp.split(ranks[p.pid].key)["main"].shares() for p in moving]
+    finally:
+        for p in [steady] + moving:
+            p.kill()
+            p.wait()
+        os.close(r)
+        os.close(w)
+    sleeping = sum(sh["sleeping"] for sh in shares) / len(shares)
+    idle = sum(sh["idle"] for sh in shares) / len(shares)
+    per_moving = sum(looks[p.pid] for p in moving) / len(moving)
+    print(rounds, looks[steady.pid], per_moving, sleeping, idle)
+    # the steady one: a look every STEADY_STRIDE rounds on average once its stride has grown
+    assert looks[steady.pid] <= rounds / STEADY_STRIDE * 1.5 + STEADY_STRIDE, (looks, rounds)
+    assert held["idle"] > 0.95, held
+    # the moving ones, back on every round at each change, are looked at more often;
+    # ~32 x 30 looks put the mean share's sampling error near 0.015: 0.05 is over 3 of it
+    assert per_moving > 1.3 * looks[steady.pid], (per_moving, looks[steady.pid])
+    assert abs(sleeping - 0.70) < 0.05 and abs(idle - 0.30) < 0.05, (sleeping, idle)
