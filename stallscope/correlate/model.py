@@ -86,10 +86,12 @@ class WorkerSpread:
     consistent: bool
     wait_share: float
     held_share: float
-    replayed_wait_ratio: float
-    in_order_false_wait_ratio: float
-    in_order_false_removes: float
-    removes_measured_share: float
+    # the queue's replays: None when no worker stands out (spread at most SPREAD_LOW),
+    # where the cause scores 0 whatever they say and they are not run
+    replayed_wait_ratio: float | None
+    in_order_false_wait_ratio: float | None
+    in_order_false_removes: float | None
+    removes_measured_share: float | None
     workers: Mapping[int, tuple[float, int, float]]  # pid -> (load s, batches, wait s)
 
 

@@ -165,26 +165,35 @@ def analyse(trace: Any, steady: np.ndarray) -> WorkerSpread | None:
     total = float(trace.wait[steady].sum()) / 1e9
     compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
     prefetch = (trace.loader or {}).get("prefetch_factor") or 2
-    # the workers as the loader has them: each one seen, the slowest among them
-    pools = [loads[p] for p in sorted(loads)]
-    wait_in = replay(pools, compute, prefetch, True)
-    wait_out = replay(pools, compute, prefetch, False)
-    removes = float(np.clip(1.0 - wait_out / wait_in, 0.0, 1.0)) if wait_in > 0 else 0.0
     wait_share = round(float(behind.get(slowest, 0.0) / total), 4) if total > 0 else 0.0
+    replayed: dict[str, float | None] = dict.fromkeys(
+        ("replayed_wait_ratio", "in_order_false_wait_ratio", "in_order_false_removes",
+         "removes_measured_share"))
+    # No worker standing out, the cause scores 0 whatever the queue's replays say: they
+    # are not run (600 batches each, twice, at every refresh of a stalled rank: most of
+    # the agent's analysis time at 8 ranks x 8 workers, ~0.3 % of a core)
+    if spread > SPREAD_LOW:
+        # the workers as the loader has them: each one seen, the slowest among them
+        pools = [loads[p] for p in sorted(loads)]
+        wait_in = replay(pools, compute, prefetch, True)
+        wait_out = replay(pools, compute, prefetch, False)
+        removes = float(np.clip(1.0 - wait_out / wait_in, 0.0, 1.0)) if wait_in > 0 else 0.0
+        replayed = dict(
+            replayed_wait_ratio=round(wait_in, 4), in_order_false_wait_ratio=round(wait_out, 4),
+            in_order_false_removes=round(removes, 4),
+            # of the wait measured, what in_order=False takes away: the waits behind the
+            # slowest worker, as far as the replay says they go
+            removes_measured_share=round(float(behind.get(slowest, 0.0) / total) * removes, 4)
+            if total > 0 else 0.0)
     return WorkerSpread(
         pid=slowest, workers_seen=len(loads), num_workers=workers,
         load_seconds=round(medians[slowest], 6), others_load_seconds=round(others, 6),
         spread=round(float(spread), 3), consistent=bool(consistent), wait_share=wait_share,
         held_share=round(float(held.get(slowest, 0.0) / behind[slowest]), 4)
         if behind.get(slowest) else 0.0,
-        replayed_wait_ratio=round(wait_in, 4), in_order_false_wait_ratio=round(wait_out, 4),
-        in_order_false_removes=round(removes, 4),
-        # of the wait measured, what in_order=False takes away: the waits behind the
-        # slowest worker, as far as the replay says they go
-        removes_measured_share=round(float(behind.get(slowest, 0.0) / total) * removes, 4)
-        if total > 0 else 0.0,
         workers={p: (round(medians[p], 6), len(loads[p]), round(float(behind.get(p, 0.0)), 3))
-                 for p in sorted(loads)})
+                 for p in sorted(loads)},
+        **replayed)
 
 
 def score(trace: Any, steady: np.ndarray) -> Cause | None:
@@ -196,7 +205,7 @@ def score(trace: Any, steady: np.ndarray) -> Cause | None:
         stands_out = 1.0
     else:
         stands_out = float(np.clip((a.spread - SPREAD_LOW) / (SPREAD_HIGH - SPREAD_LOW), 0.0, 1.0))
-    value = a.wait_share * a.in_order_false_removes * stands_out * (
+    value = a.wait_share * (a.in_order_false_removes or 0.0) * stands_out * (
         1.0 if a.consistent else CONSISTENCY_MISS)
     text = ("Worker %d (of %d seen) takes %.3gs a batch against %.3gs for the others (median, "
             "%.1fx); %.0f%% of the loop's wait was for its batches, and other batches "
@@ -206,7 +215,8 @@ def score(trace: Any, steady: np.ndarray) -> Cause | None:
     if not a.consistent:
         text += (" But its fast batches are as fast as the others': costly batches fell to it, "
                  "not a slow worker.")
-    if a.in_order_false_removes > 0:
+    if a.in_order_false_removes and a.removes_measured_share is not None \
+            and a.replayed_wait_ratio is not None and a.in_order_false_wait_ratio is not None:
         text += (" in_order=False would remove ~%.0f%% of the measured wait: %.0f%% of the waits "
                  "for its batches (the DataLoader's queue replayed with each worker's load times: "
                  "%.1f%% -> %.1f%% of the step waiting for a batch)." % (
