@@ -1,4 +1,5 @@
 """The ``stallscope`` command: parses and dispatches, nothing more."""
+import os
 import sys
 
 import click
@@ -208,7 +209,9 @@ def _instant(text):
 @click.option("--to", default=None, metavar="TIME", help="The period's end (default now).")
 @click.option("--config", "config_path", metavar="FILE", help=_CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
-def report(job, namespace, prometheus_url, since, from_, to, config_path, as_json):
+@click.option("--html", "html_out", default=None, metavar="FILE",
+              help="Also write the report as one self-contained HTML page, with its timeline plot.")
+def report(job, namespace, prometheus_url, since, from_, to, config_path, as_json, html_out):
     """The life of one job over a period, from Prometheus alone: wall time, ranks,
     accelerator-hours and those lost to input wait by cause, its worst periods, the
     stragglers that recurred with their nodes, the loader settings it ran with and where
@@ -233,7 +236,33 @@ def report(job, namespace, prometheus_url, since, from_, to, config_path, as_jso
     except (ValueError, top_mod.TopError) as e:
         click.echo(prefix + str(e), err=True)
         sys.exit(2)
+    if html_out:
+        if not _write_job_html(doc, cfg, html_out, prefix):
+            sys.exit(2)
     click.echo((jobreport.render_json if as_json else jobreport.render_text)(doc), nl=False)
+
+
+def _write_job_html(doc, cfg, path, prefix):
+    """The job report's HTML page at ``path`` (the plot left out, and said, without
+    matplotlib); False, after one line on stderr, when the page cannot be written."""
+    import tempfile
+
+    from .fleet import jobhtml
+
+    note = None
+    with tempfile.TemporaryDirectory(prefix="stallscope-report-") as tmp:
+        try:
+            png = jobhtml.plot(doc, os.path.join(tmp, "timeline.png"), cfg.data_wait_warning)
+        except jobhtml.PlotError as e:
+            png, note = None, str(e)
+        page = jobhtml.page(doc, png, note)
+    try:
+        with open(path, "w") as f:
+            f.write(page)
+    except OSError as e:
+        click.echo(prefix + "cannot write %s: %s" % (path, e.strerror or e), err=True)
+        return False
+    return True
 
 
 def _scenario_names():

@@ -15,7 +15,8 @@ period, read the same records the alerts and ``top`` read:
 - the loader settings each rank ran with (``stallscope_loader_info``), and where they
   changed, before -> after.
 
-Typed (``JobReport``); text and JSON are made at the CLI's edge.
+Typed (``JobReport``); text and JSON are made at the CLI's edge, the HTML page in
+jobhtml.py.
 """
 from __future__ import annotations
 
@@ -77,6 +78,9 @@ class JobReport:
     settings: tuple[dict[str, str], ...]      # each distinct loader setting the ranks ran with
     changes: tuple[SettingsChange, ...]
     cost: float | None
+    # (time, the job's worst rank's waiting share, accelerators idle) at each step: the
+    # HTML report's timeline
+    timeline: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def lost_share(self) -> float | None:
@@ -121,7 +125,7 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
         raise TopError(str(e)) from None
     if not ratio:
         raise TopError("no rank of job %s%s reported between %s and %s" % (
-            job, " in namespace %s" % namespace if namespace else "", _when(start), _when(end)))
+            job, " in namespace %s" % namespace if namespace else "", when(start), when(end)))
     # the ranks reporting at each step, and the job's worst rank
     count: dict[float, int] = collections.Counter()
     worst: dict[float, tuple[float, int]] = {}
@@ -164,7 +168,8 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
                      max(count.values()), round(sum(count.values()) * h, 6), round(lost, 6), lost_by_cause,
                      tuple(life),
                      tuple(periods[:WORST_PERIODS]), settings, changes,
-                     round(lost * cfg.gpu_hour_price, 2) if cfg.gpu_hour_price else None)
+                     round(lost * cfg.gpu_hour_price, 2) if cfg.gpu_hour_price else None,
+                     tuple((t, round(worst[t][0], 6), round(idle.get(t, 0.0), 6)) for t in times))
 
 
 def _settings(info: list[tuple[dict[str, str], list[tuple[float, float | None]]]]
@@ -189,7 +194,7 @@ def _settings(info: list[tuple[dict[str, str], list[tuple[float, float | None]]]
     return tuple(distinct), tuple(changes)
 
 
-def _when(t: float) -> str:
+def when(t: float) -> str:
     import time as _time
     return _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(t))
 
@@ -204,7 +209,7 @@ def render_json(r: JobReport) -> str:
 def render_text(r: JobReport) -> str:
     share = "%.1f%%" % (100 * r.lost_share) if r.lost_share is not None else "-"
     out = ["Job %s%s, %s to %s (%s, %d ranks at most)" % (
-        "%s/" % r.namespace if r.namespace else "", r.job, _when(r.start), _when(r.end),
+        "%s/" % r.namespace if r.namespace else "", r.job, when(r.start), when(r.end),
         durations.human(r.wall_seconds), r.ranks),
         "  accelerator-hours %.3f, lost to input wait %.3f (%s)%s" % (
             r.accelerator_hours, r.lost_accelerator_hours, share,
@@ -216,7 +221,7 @@ def render_text(r: JobReport) -> str:
         out.append("Worst periods")
         for p in r.worst_periods:
             out.append("  %s to %s  lost %.3f h, worst rank at %.1f%%, %s" % (
-                _when(p.start), _when(p.end), p.lost_accelerator_hours, 100 * p.max_data_wait_ratio,
+                when(p.start), when(p.end), p.lost_accelerator_hours, 100 * p.max_data_wait_ratio,
                 p.cause or "no cause scored"))
     if r.recurring_stragglers:
         out.append("Stragglers that recurred")
@@ -231,6 +236,6 @@ def render_text(r: JobReport) -> str:
     for c in r.changes:
         diff = {k: (c.before.get(k), c.after.get(k)) for k in set(c.before) | set(c.after)
                 if c.before.get(k) != c.after.get(k)}
-        out.append("  rank %s at %s: %s" % (c.rank, _when(c.at), ", ".join(
+        out.append("  rank %s at %s: %s" % (c.rank, when(c.at), ", ".join(
             "%s %s -> %s" % (k, a, b) for k, (a, b) in sorted(diff.items()))))
     return "\n".join(out) + "\n"

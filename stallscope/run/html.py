@@ -11,7 +11,7 @@ import html
 from .. import vocabulary
 from ..diagnose import outlook, render
 
-_STYLE = """
+STYLE = """
 body{font-family:DejaVu Sans,Arial,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px} h2{font-size:17px;margin-top:26px}
 .verdict{font-size:18px;font-weight:bold;padding:8px 12px;background:#f2f2f2;border-left:6px solid #888}
@@ -28,7 +28,7 @@ def _e(x):
     return html.escape("" if x is None else str(x))
 
 
-def _table(headers, rows, classes=None):
+def table(headers, rows, classes=None):
     head = "".join("<th>%s</th>" % _e(h) for h in headers)
     body = "".join('<tr class="%s">%s</tr>' % (_e((classes or [""] * len(rows))[i]),
                                                 "".join("<td>%s</td>" % _e(c) for c in r))
@@ -42,7 +42,7 @@ def _evidence(report):
         rows.append((r.signal, render.value(r.signal, r.value), render._threshold(r),
                      render._status(r), r.source))
         classes.append("over" if r.status == "over" else "")
-    return _table(("signal", "value", "threshold", "status", "source"), rows, classes)
+    return table(("signal", "value", "threshold", "status", "source"), rows, classes)
 
 
 def _causes(doc):
@@ -55,7 +55,7 @@ def _causes(doc):
                      known.advice if known else "", known.runbook if known else ""))
     if not rows:
         return "<p>No cause scored.</p>"
-    return _table(("cause", "score", "finding", "fix", "runbook"), rows)
+    return table(("cause", "score", "finding", "fix", "runbook"), rows)
 
 
 def _ranks(doc):
@@ -73,7 +73,7 @@ def _ranks(doc):
         classes.append("reported" if reported else "")
     headers = (("job",) if several else ()) + ("rank", "batches", "data-wait", "batches/s",
                                                "verdict", "top cause", "")
-    return _table(headers, out, classes)
+    return table(headers, out, classes)
 
 
 def _outlook(doc):
@@ -109,7 +109,7 @@ def page(doc, png_path=None, report=None):
 <h2>Ranks</h2>%(ranks)s
 <h2>Next steps</h2><ul>%(steps)s</ul>%(notes)s
 </body></html>
-""" % {"title": _e(doc.get("verdict")), "style": _STYLE, "cmd": _e(" ".join(run.get("command") or [])),
+""" % {"title": _e(doc.get("verdict")), "style": STYLE, "cmd": _e(" ".join(run.get("command") or [])),
        "code": _e(run.get("exit_status")), "elapsed": _e(run.get("elapsed_seconds")),
        "gpu": _e(gpu or "none (no NVML on this machine)"), "verdict": _e(doc.get("verdict")),
        "headline": _e(render.headline(report)), "reason": _e(doc.get("reason")), "plot": plot,

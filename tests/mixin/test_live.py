@@ -322,7 +322,7 @@ def test_top_ranks_the_stalled_jobs_first_each_with_its_cause(live, tmp_path):
     assert [j["job"] for j in json.loads(out.stdout)["jobs"]][:2] == jobs[:2]
 
 
-def test_report_of_a_job_counts_the_hours_its_waits_cost(live):
+def test_report_of_a_job_counts_the_hours_its_waits_cost(live, tmp_path):
     """`stallscope report --job` (issue 36, item 2) on the one-rank job of the store that
     answers 503s, once it has run 40 s: its accelerator-hours lost are the job's
     idle-accelerator record integrated over its wall time (its mean x the wall time within
@@ -366,6 +366,13 @@ def test_report_of_a_job_counts_the_hours_its_waits_cost(live):
     assert "storage_errors" in [p.cause for p in doc.worst_periods], doc.worst_periods
     text = jobreport.render_text(doc)
     assert "mixin-store" in text and "storage_errors" in text and "Stragglers that recurred" in text
+    # the HTML page (--html): the same figures, its timeline one point a step over the wall time
+    from stallscope.fleet import jobhtml
+    step = doc.timeline[1][0] - doc.timeline[0][0]
+    assert len(doc.timeline) == pytest.approx(doc.wall_seconds / step, abs=1)
+    page = jobhtml.page(doc, jobhtml.plot(doc, str(tmp_path / "t.png"), CFG.data_wait_warning))
+    assert 'src="data:image/png;base64,' in page and "storage_errors" in page
+    assert "%.3f of %.3f accelerator-hours" % (doc.lost_accelerator_hours, doc.accelerator_hours) in page
 
 
 def test_diagnose_at_a_past_moment_says_what_it_said_live(live, monkeypatch):
