@@ -66,6 +66,7 @@ def rank_rates(name, le, ratio, slow):
     table = {
         "stallscope_data_wait_seconds_count": r, "stallscope_data_wait_seconds_sum": wait,
         "stallscope_step_seconds_count": r, "stallscope_step_seconds_sum": 1.0,
+        "stallscope_steady_data_wait_seconds_total": wait,
         "stallscope_batch_load_seconds_count": r, "stallscope_batch_load_seconds_sum": r * load,
         "stallscope_hook_dropped_events_total": 0.0, "stallscope_data_transfer_seconds_total": wait * 0.05,
         "stallscope_loader_workers_cpu_seconds_total": 1.6, "stallscope_gpu_busy_seconds_total": 0.95 - wait,

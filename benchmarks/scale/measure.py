@@ -148,3 +148,37 @@ def diagnose(url, pod, namespace):
     except ValueError:
         report = {"error": (r.stderr or r.stdout).strip()[-300:]}
     return took, r.returncode, report
+
+
+def _command(args):
+    """(wall seconds, exit code, JSON document or {"error": ...}) of `stallscope ARGS --json`."""
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "stallscope"] + args + ["--json"], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT, preexec_fn=nice_15)
+    took = time.perf_counter() - t
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        doc = {"error": (r.stderr or r.stdout).strip()[-300:]}
+    return took, r.returncode, doc
+
+
+def after_the_fact(url, pod, namespace, job):
+    """Issue 36's commands over a 7-day range (the rig's minutes of data in it): `top` (and
+    over an hour), the job's `report` and `diagnose --at` 20 s back (inside the injected
+    straggler's stall), each's wall time and what it found."""
+    out = {}
+    for key, since in (("top", "7d"), ("top_1h", "1h")):  # 1h: a subquery step the rig's data fills
+        took, code, doc = _command(["top", "--prometheus", url, "--since", since])
+        jobs = doc.get("jobs") or []
+        out[key] = {"wall_s": round(took, 2), "exit": code, "jobs": len(jobs),
+                    "first": (jobs[0].get("job") if jobs else None), "error": doc.get("error")}
+    took, code, doc = _command(["report", "--job", job, "-n", namespace, "--prometheus", url,
+                                "--since", "7d"])
+    out["report"] = {"wall_s": round(took, 2), "exit": code, "ranks": doc.get("ranks"),
+                     "lost_accelerator_hours": doc.get("lost_accelerator_hours"), "error": doc.get("error")}
+    took, code, doc = _command(["diagnose", pod, "-n", namespace, "--prometheus", url, "--at", "-20s"])
+    strag = doc.get("straggler") or {}
+    out["diagnose_at"] = {"wall_s": round(took, 2), "exit": code, "verdict": doc.get("verdict"),
+                          "named_rank": strag.get("rank"), "error": doc.get("error")}
+    return out

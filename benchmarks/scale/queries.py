@@ -27,13 +27,16 @@ def _targets(panels):
                 yield p.get("title"), t["expr"]
 
 
-def panel_queries(namespace, job, node):
-    """[(dashboard/panel, expr)] with the template variables filled."""
+def panel_queries(namespace, job, node, range_s=600, step_s=None):
+    """[(dashboard/panel, expr)] with the template variables filled (the fleet dashboard's
+    $__range and $__interval as Grafana fills them for a ``range_s`` view)."""
     out = []
     for path in sorted(glob.glob(os.path.join(ROOT, "dashboards", "*.json"))):
         name = os.path.basename(path)[:-5].replace("stallscope-", "")
         values = {"$namespace": namespace, "$job": job, "$__rate_interval": rate_interval(),
-                  "$node": node if name == "node" else ".*", "$pod": ".*", "$rank": ".*"}
+                  "$node": node if name == "node" else ".*", "$pod": ".*", "$rank": ".*",
+                  "$__range": "%ds" % range_s, "$__interval": "%ds" % (step_s or servers.SCRAPE_INTERVAL),
+                  "$__interval_ms": "%d" % (1000 * (step_s or servers.SCRAPE_INTERVAL))}
         with open(path) as f:
             dash = json.load(f)
         seen = {}
@@ -79,7 +82,7 @@ def time_panels(url, namespace, job, node, range_s=600, step=None):
     end, step = time.time(), step or servers.SCRAPE_INTERVAL
     return [(title, *timed(url, "/api/v1/query_range",
                            {"query": expr, "start": end - range_s, "end": end, "step": step}))
-            for title, expr in panel_queries(namespace, job, node)]
+            for title, expr in panel_queries(namespace, job, node, range_s, step)]
 
 
 def time_rules(url):

@@ -5,7 +5,8 @@ victoria-metrics with vmalert evaluating the generated rules (path B, `--path vm
 One run per (size, path): start everything, wait until the recording rule covers every
 rank, measure a steady minute (samples/s, memory of each server, rule-group evaluation
 time), time every dashboard panel and rule expression, inject a straggler and time the
-headline alert, run `stallscope diagnose` on the straggler's pod, count the series, stop
+headline alert, run `stallscope diagnose` on the straggler's pod (and issue 36's `top`,
+`report --job` and `diagnose --at` over a 7-day range), count the series, stop
 everything. Each run appends one JSON line to --results; `--table` prints the table
 (docs/deploy.md) from that file.
 
@@ -71,6 +72,8 @@ def run(ranks, path, for_duration, steady_s, keep):
                            "top_cause": (report.get("causes") or [{}])[0].get("cause"),
                            "error": report.get("error")}
         print("diagnose:", out["diagnose"], flush=True)
+        out["after_the_fact"] = measure.after_the_fact(url, "%s-worker-%d" % (job, node), namespace, job)
+        print("after the fact:", out["after_the_fact"], flush=True)
         out.update(measure.series_counts(url, "node-%05d" % node))
         out["rss_bytes_end"] = {name: p.rss_bytes() for name, p in started.items()}
     finally:

@@ -43,6 +43,9 @@ def rows(r):
         ("`stallscope diagnose` wall time; straggler named",
          "%s; %s" % (_s(diag.get("wall_s")), "rank %s" % diag.get("named_rank")
                      if diag.get("named_rank") == diag.get("injected_rank") else "NO: %s" % diag)),
+        ("`top` / `report --job` / `diagnose --at` over 7 days: wall time", " / ".join(
+            _s((r.get("after_the_fact") or {}).get(k, {}).get("wall_s"))
+            for k in ("top", "report", "diagnose_at"))),
     ]
 
 

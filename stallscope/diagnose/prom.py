@@ -54,9 +54,14 @@ class Prometheus:
 
     def query_range(self, expr: str, start: float, end: float,
                     step: float) -> list[tuple[dict[str, str], list[tuple[float, float | None]]]]:
-        """[(labels, [(t, value or None)])]."""
+        """[(labels, [(t, value or None)])]. ``nocache=1``: VictoriaMetrics otherwise moves
+        the start and end of a query of 50 points or more to multiples of the step (for
+        its response cache), so the last point may fall up to a step before ``end``: a
+        7-day report at 840 s steps found no sample of a job of the last few minutes
+        (benchmarks/scale, issue 36). Prometheus ignores the parameter."""
         data = self._get("/api/v1/query_range", {
-            "query": expr, "start": "%.3f" % start, "end": "%.3f" % end, "step": "%.3f" % step})
+            "query": expr, "start": "%.3f" % start, "end": "%.3f" % end, "step": "%.3f" % step,
+            "nocache": "1"})
         return [(r["metric"], [(float(t), number(v)) for t, v in r["values"]])
                 for r in data["result"]]
 
