@@ -112,6 +112,8 @@ class Ingest:
         self.apply = apply
         self.source_of = source_of
         self.max_bytes = max_bytes
+        self.buffer = bytearray(max_bytes + 1)  # one byte over: a longer message reads as truncated
+        self.view = memoryview(self.buffer)
         self.stats = stats or IngestStats()
         self._logged: set[tuple[str, str, int]] = set()
         self.selector = selectors.DefaultSelector()
@@ -258,7 +260,10 @@ class Ingest:
     def _read_some(self, conn: socket.socket, peer: Peer) -> bool:
         for _ in range(READ_BOUND):
             try:
-                data, _anc, flags, _addr = conn.recvmsg(self.max_bytes + 1)
+                # into one buffer kept for the thread: recvmsg(n) allocates n bytes a call,
+                # past malloc.py's fixed mmap threshold an mmap and munmap each time
+                size, _anc, flags, _addr = conn.recvmsg_into([self.buffer])
+                data = bytes(self.view[:min(size, self.max_bytes + 1)])
             except (BlockingIOError, InterruptedError):
                 return False
             except ConnectionResetError:

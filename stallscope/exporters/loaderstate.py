@@ -74,6 +74,12 @@ UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: n
 # (benchmarks/bench_agent.py), most of it re-reading calls that had not changed.
 STEADY_STRIDE = 5
 ON_CPU_ALL_ALONG = ("on_cpu_all_along", None)  # a look that found no off-CPU time to place
+# The training process's threads (main, pin) are looked at TRAINER_STRIDE rounds apart on
+# average, at random gaps whatever they are found doing: what they wait on off the CPU is
+# shown, never scored (their CPU wait, the consumer's cause, is exact from schedstat at
+# any gap), and a main thread moves between the result queue, the handoff and its own
+# step at nearly every look, so the stride above would look at it every round.
+TRAINER_STRIDE = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +131,7 @@ class LoaderStateExporter(base.Exporter):
         self.pins: dict[int, tuple[float, list[int]]] = {}              # pid -> (looked at, pin tids)
         self.fds: dict[tuple[int, int], tuple[float, str | None]] = {}  # (pid, fd) -> (read at, target)
         self.mounts: dict[str, list[tuple[str, str]]] = {}              # mount ns -> [(mountpoint, kind)]
-        self.unix: dict[int, tuple[float, frozenset[int]]] = {}         # pid -> (read at, unix inodes)
+        self.unix: dict[tuple[int, int], tuple[str, bool]] = {}        # (pid, fd) -> (socket, is unix)
         self.internet: dict[int, tuple[float, bool]] = {}  # pid -> (read at, holds a non-unix socket)
         # rank key -> deque of (round time, {(role, state, mount): task-seconds})
         Round = dict[tuple[str, str, "str | None"], float]
@@ -288,7 +294,9 @@ class LoaderStateExporter(base.Exporter):
                 # the gap to the next look, from this look's agreement with the last: it
                 # weighs what the next look finds, never what this one found
                 stride = 1
-                if next_look is not None and next_look[2] == found:
+                if role != "worker":
+                    stride = TRAINER_STRIDE
+                elif next_look is not None and next_look[2] == found:
                     stride = min(next_look[1] + 1, STEADY_STRIDE)
                 due[key] = (round_no + (self.jitter.randint(1, 2 * stride - 1) if stride > 1 else 1),
                             stride, found)
@@ -356,9 +364,9 @@ class LoaderStateExporter(base.Exporter):
                 "read", "write", "recv", "send"):
             target = self._fd(pid, call.first_arg)
         unix = False
-        inode = taskstate.socket_inode(target)
-        if inode is not None:
-            unix = inode in self._unix(pid)
+        if target is not None and target.startswith("socket:") and call is not None \
+                and call.first_arg is not None:
+            unix = self._unix(pid, call.first_arg, target)
         internet = call is not None and call.kind == "poll" and self._internet(pid)
         s = taskstate.classify(role, None, call, target, unix, internet)
         if s == "other":
@@ -389,35 +397,32 @@ class LoaderStateExporter(base.Exporter):
         return target
 
     def _internet(self, pid: int) -> bool:
-        """Whether ``pid`` held a socket other than a unix one at its last look (every
-        FD_CACHE_S: its descriptors listed, only for a task found in a poll). An HTTP
-        client opens a connection a request or keeps a pool: either way a fetching worker
-        holds one most of the time, an idle one that polls its index queue none (or its
-        pool's idle connections: then its poll reads as network too)."""
+        """Whether ``pid`` held a socket to another host (TCP, UDP) at its last look
+        (every FD_CACHE_S: its descriptors listed, only for a task found in a poll). An
+        HTTP client opens a connection a request or keeps a pool: either way a fetching
+        worker holds one most of the time, an idle one that polls its index queue none (or
+        its pool's idle connections: then its poll reads as network too)."""
         now = time.monotonic()
         hit = self.internet.get(pid)
         if hit and now - hit[0] < (FD_CACHE_S if hit[1] else NO_INTERNET_S):
             return hit[1]
-        held = taskstate.socket_inodes(self.host.procfs, pid) - self._unix(pid)
-        if held:
-            # a unix socket made since the cached list (a resource sharer's connection) is
-            # not an internet one: read the list again only then
-            held -= taskstate.unix_inodes(self.host.procfs, pid)
+        held = taskstate.holds_internet_socket(self.host.procfs, pid)
         if len(self.internet) > 4096:
             self.internet.clear()
-        self.internet[pid] = (now, bool(held))
-        return bool(held)
+        self.internet[pid] = (now, held)
+        return held
 
-    def _unix(self, pid: int) -> frozenset[int]:
-        now = time.monotonic()
-        hit = self.unix.get(pid)
-        if hit and now - hit[0] < FD_CACHE_S:
+    def _unix(self, pid: int, fd: int, target: str) -> bool:
+        """Whether descriptor ``fd`` of ``pid`` (open on socket ``target``) is a unix
+        socket; kept as long as the descriptor names the same socket."""
+        hit = self.unix.get((pid, fd))
+        if hit is not None and hit[0] == target:
             return hit[1]
-        inodes = taskstate.unix_inodes(self.host.procfs, pid)
-        if len(self.unix) > 4096:
+        unix = taskstate.is_unix(taskstate.socket_protocol(self.host.procfs, pid, fd))
+        if len(self.unix) > 65536:
             self.unix.clear()
-        self.unix[pid] = (now, inodes)
-        return inodes
+        self.unix[(pid, fd)] = (target, unix)
+        return unix
 
     def _mount_of(self, pid: int, path: str) -> str:
         """"<kind>:<mount point>" of the mount ``path`` is on, as ``pid`` sees it."""

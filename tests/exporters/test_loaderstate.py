@@ -201,24 +201,30 @@ def test_a_worker_pid_the_agent_did_not_accept_is_never_sampled():
 
 @pytest.mark.slow
 def test_a_steady_task_is_looked_at_less_and_changing_ones_keep_their_shares():
-    """A task found in the same state look after look is looked at up to STEADY_STRIDE
-    rounds apart; tasks that move between two states keep each state's share of their
+    """A worker found in the same state look after look is looked at up to STEADY_STRIDE
+    rounds apart; workers that move between two states keep each state's share of their
     time: the gap before a look is drawn at random around a mean set by the looks before
     it, never by what that look finds (a gap that grew by rule alone aliased with a
     periodic worker: 44 % idle for 30 % in benchmarks/bench_loaderstate.py --moving).
-    Real processes at the sampler's 10 Hz: one blocked in read() on a pipe all along; 32
-    alternating a 37 ms sleep and a 16 ms select() on a pipe (idle): 70 % sleeping."""
+    Real processes at the sampler's 10 Hz, the workers of one rank: one blocked in read()
+    on a pipe all along; 32 alternating a 37 ms sleep and a 16 ms select() on a pipe
+    (idle): 70 % sleeping."""
     from stallscope.exporters.loaderstate import STEADY_STRIDE, LoaderStateExporter
     from tests.helpers.exporters import context, table_with
 
     r, w = os.pipe()
     alternate = ("import select, time\nwhile True:\n    time.sleep(0.037)\n"
                  "    select.select([%d], [], [], 0.016)" % r)
-    steady = subprocess.Popen([sys.executable, "-c", "import os; os.read(%d, 1)" % r], pass_fds=(r,))
-    moving = [subprocess.Popen([sys.executable, "-c", alternate], pass_fds=(r,)) for _ in range(32)]
+    trainer = ("import subprocess, sys, time\n"
+               "ps = [subprocess.Popen([sys.executable, '-c', c], pass_fds=(%d,)) for c in sys.argv[1:]]\n"
+               "print(' '.join(str(p.pid) for p in ps), flush=True)\ntime.sleep(60)" % r)
+    main = subprocess.Popen([sys.executable, "-c", trainer, "import os; os.read(%d, 1)" % r]
+                            + [alternate] * 32, pass_fds=(r,), stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in main.stdout.readline().split()]
+    steady, moving = pids[0], pids[1:]
     try:
         time.sleep(1.0)
-        table = table_with(dict(pid=steady.pid), *(dict(pid=p.pid, rank=i + 1) for i, p in enumerate(moving)))
+        table = table_with(dict(pid=main.pid, worker_pids=pids))
         exp = LoaderStateExporter(context(table), None)
         exp.options = dataclasses.replace(exp.options, window=60.0)
         looks = collections.Counter()
@@ -230,23 +236,54 @@ def test_a_steady_task_is_looked_at_less_and_changing_ones_keep_their_shares():
             rounds += 1
             looks.update(pid for (pid, _), v in exp.prev.items() if before.get((pid, pid)) != v)
             time.sleep(0.1)
-        ranks = {rank.pid: rank for rank in table.snapshot()}
-        held = exp.split(ranks[steady.pid].key)["main"].shares()
-        shares = [exp.split(ranks[p.pid].key)["main"].shares() for p in moving]
+        [rank] = table.snapshot()
+        assert rank.worker_pids == pids
+        shares = exp.split(rank.key)["worker"].shares()
     finally:
-        for p in [steady] + moving:
-            p.kill()
-            p.wait()
+        for pid in pids + [main.pid]:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        main.wait()
         os.close(r)
         os.close(w)
-    sleeping = sum(sh["sleeping"] for sh in shares) / len(shares)
-    idle = sum(sh["idle"] for sh in shares) / len(shares)
-    per_moving = sum(looks[p.pid] for p in moving) / len(moving)
-    print(rounds, looks[steady.pid], per_moving, sleeping, idle)
+    per_moving = sum(looks[p] for p in moving) / len(moving)
+    # the rank's workers together: 1 idle all along, 32 at 70 % sleeping and 30 % idle
+    sleeping, idle = 32 * 0.70 / 33, (1 + 32 * 0.30) / 33
+    print(rounds, looks[steady], per_moving, shares)
     # the steady one: a look every STEADY_STRIDE rounds on average once its stride has grown
-    assert looks[steady.pid] <= rounds / STEADY_STRIDE * 1.5 + STEADY_STRIDE, (looks, rounds)
-    assert held["idle"] > 0.95, held
+    assert looks[steady] <= rounds / STEADY_STRIDE * 1.5 + STEADY_STRIDE, (looks[steady], rounds)
     # the moving ones, back on every round at each change, are looked at more often;
-    # ~32 x 30 looks put the mean share's sampling error near 0.015: 0.05 is over 3 of it
-    assert per_moving > 1.3 * looks[steady.pid], (per_moving, looks[steady.pid])
-    assert abs(sleeping - 0.70) < 0.05 and abs(idle - 0.30) < 0.05, (sleeping, idle)
+    # ~32 x 30 looks put the shares' sampling error near 0.015: 0.05 is over 3 of it
+    assert per_moving > 1.3 * looks[steady], (per_moving, looks[steady])
+    assert abs(shares["sleeping"] - sleeping) < 0.05 and abs(shares["idle"] - idle) < 0.05, shares
+
+
+def test_a_socket_is_told_by_its_protocol_not_by_the_namespace_s_unix_list():
+    """A descriptor's socket kind from its inode's sockprotoname: a process holding unix
+    and netlink sockets holds no internet one (its poll is idle); one with a TCP socket
+    does (its poll is network)."""
+    import socket
+
+    code = ("import socket, sys, time\n"
+            "keep = [socket.socket(socket.AF_UNIX), socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)]\n"
+            "if sys.argv[1] == 'tcp':\n    keep.append(socket.socket())\n"
+            "print(' '.join(str(s.fileno()) for s in keep), flush=True)\ntime.sleep(30)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, kind], stdout=subprocess.PIPE, text=True)
+             for kind in ("local", "tcp")]
+    try:
+        fds = [[int(x) for x in p.stdout.readline().split()] for p in procs]
+        local, tcp = procs
+        assert taskstate.is_unix(taskstate.socket_protocol("/proc", local.pid, fds[0][0]))
+        assert taskstate.socket_protocol("/proc", local.pid, fds[0][1]) == "NETLINK"
+        assert taskstate.socket_protocol("/proc", tcp.pid, fds[1][2]) == "TCP"
+        assert taskstate.socket_protocol("/proc", local.pid, 0) is None  # a pipe, not a socket
+        assert not taskstate.holds_internet_socket("/proc", local.pid)
+        assert taskstate.holds_internet_socket("/proc", tcp.pid)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    with socket.socket() as s:  # ours too: the attribute is the socket's, read through the link
+        assert taskstate.socket_protocol("/proc", os.getpid(), s.fileno()) == "TCP"

@@ -324,12 +324,11 @@ def test_top_ranks_the_stalled_jobs_first_each_with_its_cause(live, tmp_path):
 
 def test_report_of_a_job_counts_the_hours_its_waits_cost(live, tmp_path):
     """`stallscope report --job` (issue 36, item 2) on the one-rank job of the store that
-    answers 503s, once it has run 40 s: its accelerator-hours lost are the job's
-    idle-accelerator record integrated over its wall time (its mean x the wall time within
-    5 %), near its rank's waiting share from the hook's own counters x the wall time; its
-    lost hours go to
-    storage_errors first; its one rank is its recurring straggler; it ran with one loader
-    setting."""
+    answers 503s, once it has run 40 s: its accelerator-hours lost are world size x its
+    rank's waiting share from the hook's own counters x the wall time, within 5 % (the
+    idle-accelerator record integrated is also printed: a mean of 5-minute ratios, which
+    counts a young job's start-up for minutes); its lost hours go to storage_errors first;
+    its one rank is its recurring straggler; it ran with one loader setting."""
     from stallscope.diagnose.prom import Prometheus
     from stallscope.fleet import jobreport
 
@@ -350,14 +349,11 @@ def test_report_of_a_job_counts_the_hours_its_waits_cost(live, tmp_path):
     expected = share * doc.wall_seconds / 3600
     n = promql.names(CFG)
     recorded = prom.scalar("sum(avg_over_time(%s%s[%s]))" % (n["job_idle"], sel, w)) * doc.wall_seconds / 3600
-    print("report: lost %.5f h over %.0f s; the record's mean x wall %.5f h; the counters' share %.3f "
-          "-> %.5f h" % (doc.lost_accelerator_hours, doc.wall_seconds, recorded, share, expected))
-    # the report integrates the job's idle-accelerator record: its mean over the wall time
-    assert doc.ranks == 1 and doc.lost_accelerator_hours == pytest.approx(recorded, rel=0.05), doc
-    # against the hook's counters over the same time: the record is a mean of 10 s ratios,
-    # which weighs a slow window's share as much as a fast one's (measured 0.30 against
-    # 0.24 here, a 40 s-old job whose start-up windows count)
-    assert doc.lost_accelerator_hours == pytest.approx(expected, rel=0.35), doc
+    print("report: lost %.5f h over %.0f s; the counters' share %.3f -> %.5f h; the record's mean x wall "
+          "%.5f h" % (doc.lost_accelerator_hours, doc.wall_seconds, share, expected, recorded))
+    assert doc.ranks == 1 and doc.lost_accelerator_hours == pytest.approx(expected, rel=0.05), doc
+    # the split by cause is the record's, scaled to that total
+    assert sum(doc.lost_by_cause.values()) <= doc.lost_accelerator_hours * 1.001, doc.lost_by_cause
     assert max(doc.lost_by_cause, key=doc.lost_by_cause.get) == "storage_errors", doc.lost_by_cause
     assert [s.pod for s in doc.recurring_stragglers] == ["store-0"], doc.ranks_life
     assert len(doc.settings) == 1 and doc.settings[0]["num_workers"] == "2", doc.settings
