@@ -6,9 +6,10 @@ period, read the same records the alerts and ``top`` read:
 
 - the ranks reporting (the per-rank SLI record): wall time (first to last sample), the
   most ranks at once, accelerator-hours (ranks x time);
-- accelerator-hours lost to input wait, from the hook's own counters: in each window of
-  the period (COUNTER_WINDOW_S at least, the windows one after another) the seconds the
-  job's worst rank waited times the ranks reporting, summed. The idle-accelerator record
+- accelerator-hours lost to input wait, from the hook's own counters: each step the job
+  reported, its ranks x the waiting share of its worst rank over the window the step
+  falls in (windows of COUNTER_WINDOW_S at least, one after another; the share a ratio
+  of the wait and step counters' increases), summed. The idle-accelerator record
   (world size x the straggler's waiting share over the rate window) integrated instead
   weighs each moment's ratio over the last 5 minutes alike: a young job's start-up, its
   first batches' long waits, counted for minutes (0.30 against the counters' 0.24 on a
@@ -26,6 +27,7 @@ jobhtml.py.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import json
@@ -128,12 +130,6 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
         idle = _points(rng("sum(%s%s)" % (n["job_idle"], sel)))
         by_cause = rng("sum by (cause) (%s%s)" % (n["job_idle_cause"], sel))
         info = rng("stallscope_loader_info%s" % sel)
-        window = max(int(step), COUNTER_WINDOW_S)
-        waited = promql.sel(cfg, "stallscope_data_wait_seconds_sum", *_matchers(job, namespace))
-        counted = prom.query_range(
-            "max by (namespace, job) (increase(%s[%ds]))\n* on (namespace, job)\n"
-            "count by (namespace, job) (increase(%s[%ds]))" % (waited, window, waited, window),
-            start + window, end + window, window)
     except fetch.Unreachable as e:
         raise TopError("Prometheus at %s did not answer: %s" % (prom.url, e)) from None
     except fetch.HttpError as e:
@@ -152,6 +148,21 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
             if t not in worst or v > worst[t][0]:
                 worst[t] = (v, i)
     times = sorted(count)
+    # each window's worst rank's waiting share from the hook's counters (a ratio of two
+    # increases over the same window, whose extrapolations cancel), the windows from the
+    # job's first reported step, as its wall time is
+    window = max(int(step), COUNTER_WINDOW_S)
+    matchers = _matchers(job, namespace)
+    try:
+        counted = _points(prom.query_range(
+            "max by (namespace, job) (increase(%s[%ds]) / ignoring (__name__) increase(%s[%ds]))" % (
+                promql.sel(cfg, "stallscope_data_wait_seconds_sum", *matchers), window,
+                promql.sel(cfg, "stallscope_step_seconds_sum", *matchers), window),
+            times[0] - step + window, times[-1] + window, window))
+    except fetch.Unreachable as e:
+        raise TopError("Prometheus at %s did not answer: %s" % (prom.url, e)) from None
+    except fetch.HttpError as e:
+        raise TopError(str(e)) from None
     over = [t for t in times if worst[t][0] >= cfg.data_wait_warning]
     led = collections.Counter(worst[t][1] for t in over)
     life = []
@@ -164,7 +175,15 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
     causes_at = {labels.get("cause", ""): dict((t, v) for t, v in values if v is not None)
                  for labels, values in by_cause}
     recorded = sum(idle.values()) * h
-    lost = sum(_points(counted).values()) / 3600 if counted else recorded
+    # each step the job reported: its ranks x the share of the window it falls in
+    ends = sorted(counted)
+    lost = recorded
+    if ends:
+        lost = 0.0
+        for t in times:
+            i = bisect.bisect_left(ends, t)
+            if i < len(ends) and ends[i] - window < t:
+                lost += count[t] * counted[ends[i]] * h
     # the split by cause is the record's; its total the counters'
     scale = lost / recorded if recorded > 0 else 0.0
     lost_by_cause = {c: round(sum(p.values()) * h * scale, 6) for c, p in causes_at.items() if c}
