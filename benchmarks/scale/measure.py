@@ -136,22 +136,13 @@ def alert_stages(url, onset, rank):
 
 def diagnose(url, pod, namespace):
     """(wall seconds, exit code, report) of `stallscope diagnose POD --prometheus URL --json`."""
-    # `python -m` from the checkout: this tree's diagnose, not whichever the venv's
-    # console script was installed from.
-    t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", pod, "-n", namespace,
-                        "--prometheus", url, "--json"],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT, preexec_fn=nice_15)
-    took = time.perf_counter() - t
-    try:
-        report = json.loads(r.stdout)
-    except ValueError:
-        report = {"error": (r.stderr or r.stdout).strip()[-300:]}
-    return took, r.returncode, report
+    return _command(["diagnose", pod, "-n", namespace, "--prometheus", url])
 
 
 def _command(args):
-    """(wall seconds, exit code, JSON document or {"error": ...}) of `stallscope ARGS --json`."""
+    """(wall seconds, exit code, JSON document or {"error": ...}) of `stallscope ARGS --json`,
+    run with `python -m` from the checkout: this tree's stallscope, not whichever the
+    venv's console script was installed from."""
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "stallscope"] + args + ["--json"], capture_output=True,
                        text=True, timeout=300, cwd=ROOT, preexec_fn=nice_15)
