@@ -7,8 +7,8 @@ share of one core, and per sampled task.
     .venv/bin/python benchmarks/bench_loaderstate.py [--workers 64] [--seconds 10] [--busy]
 
 --moving: each worker moves between two off-CPU states (a 37 ms sleep, a 16 ms select()
-on its index pipe), so consecutive looks disagree often and it is looked at nearly every
-round: the sampler's dearest case (a steady task is looked at every 5th round at most).
+on its index pipe): a periodic worker whose state changes between looks (the estimate
+must keep its 70/30 split whatever the gaps between looks).
 
 --busy: each worker runs a little every few ms and blocks in between (a 3 ms sleep, then
 some work: a busy loader's rhythm), so every sample finds it has run since the last and

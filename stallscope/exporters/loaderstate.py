@@ -4,8 +4,8 @@ procfs at a fixed rate, with no line of instrumentation (issue 30, items 1 and 2
 A sampler thread of its own makes a round every ``1/--exporter.loaderstate.rate`` seconds
 over each accepted rank's tasks: its main thread, its pin-memory thread (torch names it
 ``pt_data_pin``) and every accepted worker's main thread (system/taskstate.py says what
-is read and how it is classified). A task is looked at every round while what it is
-doing changes, and up to STEADY_STRIDE rounds apart (at random gaps) while it holds.
+is read and how it is classified). A worker is looked at every WORKER_STRIDE rounds on
+average, the training process's threads every TRAINER_STRIDE, at random gaps.
 Each interval between looks at a task is split into the declared
 states (vocabulary LOADER_STATES): on CPU and waiting for CPU by its ``schedstat``
 deltas, the rest by the call it is blocked in. A blocked storage read is kept with the
@@ -20,12 +20,11 @@ correlator's signals. Without the right to read ``syscall`` (ptrace-read over th
 the off-CPU time is ``other`` and this is said once.
 
 Cost (benchmarks/bench_loaderstate.py, this 2-core machine, 64 workers and a main thread
-at 10 Hz, all-in: the thread, and collect() at a scrape a second): idle workers 0.30 %
-of one core; busy ones in a steady rhythm 0.33 % while their rank's loop keeps up, 0.40 %
-while it waits (every round's calls read: was 0.94-1.28 % before STEADY_STRIDE); workers
-whose state changes at nearly every look (``--moving``) 0.69 % (0.99 % at a stride of 1).
-A blocked task that has not run since the previous look is not read again beyond its
-schedstat. On by default.
+at 10 Hz, all-in: the thread, and collect() at a scrape a second): idle workers 0.24 %
+of one core; busy ones 0.54 % while their rank's loop keeps up, 0.69 % while it waits
+(was 0.94-1.28 % looking at every task every round); workers that change state at
+nearly every look (``--moving``) 0.71 %. A blocked task that has not run since the
+previous look is not read again beyond its schedstat. On by default.
 
 Only the rank's accepted PIDs are read; no path of another pod is ever looked at, and
 no path at all is exported (the mount's kind only; the mount point in the rank's API).
@@ -64,21 +63,19 @@ DETAIL_EVERY = 10
 # core in benchmarks/bench_agent.py's 8 x 8 run)
 NO_INTERNET_S = 30.0
 UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: no descriptor
-# A task found in the same off-CPU state at consecutive looks is next looked at one round
-# later than the last time, up to STEADY_STRIDE rounds apart (2 Hz at 10 Hz); a change
-# puts it back on every round. Each look splits the time since the previous one (its
-# on-CPU and CPU-wait time exact from schedstat, the rest by the call it is blocked in),
-# and the gap before a look is decided by the looks before it, never by what that look
-# finds, so a state held a given share of the time keeps that share of the estimate.
-# Looking at every task every round cost 1.2-1.5 % of a core at 8 ranks x 8 busy workers
-# (benchmarks/bench_agent.py), most of it re-reading calls that had not changed.
-STEADY_STRIDE = 5
-ON_CPU_ALL_ALONG = ("on_cpu_all_along", None)  # a look that found no off-CPU time to place
-# The training process's threads (main, pin) are looked at TRAINER_STRIDE rounds apart on
-# average, at random gaps whatever they are found doing: what they wait on off the CPU is
-# shown, never scored (their CPU wait, the consumer's cause, is exact from schedstat at
-# any gap), and a main thread moves between the result queue, the handoff and its own
-# step at nearly every look, so the stride above would look at it every round.
+# A task is looked at every WORKER_STRIDE rounds on average (5 Hz at 10 Hz), the gap
+# drawn at random from 1 to 2 x WORKER_STRIDE - 1 rounds whatever the task is found
+# doing; each look splits the time since the previous one (its on-CPU and CPU-wait time
+# exact from schedstat, the rest by the call it is blocked in now). The gap must not
+# depend on what the looks find: one that grew while consecutive looks agreed (up to 5
+# rounds) aliased with periodic workers and moved the estimate toward the states they
+# held longest (benchmarks/bench_loaderstate.py --moving: 44 % idle for 30 %; real FUSE
+# readers: 14-22 % of their storage time on the mount for 33 %). Looking at every task
+# every round cost 1.2-1.5 % of a core at 8 ranks x 8 busy workers (bench_agent.py).
+WORKER_STRIDE = 2
+# The training process's threads (main, pin): what they wait on off the CPU is shown,
+# never scored (their CPU wait, the consumer's cause, is exact from schedstat at any
+# gap), so they are looked at less often.
 TRAINER_STRIDE = 3
 
 
@@ -122,9 +119,7 @@ class LoaderStateExporter(base.Exporter):
         # (pid, tid) -> (t, on-CPU ns, run-queue ns, timeslices) at the previous sample
         self.prev: dict[tuple[int, int], tuple[float, int, int, int]] = {}
         self.last: dict[tuple[int, int], tuple[str, str | None]] = {}   # (pid, tid) -> its off-CPU state
-        # (pid, tid) -> (the round it is next looked at, rounds between its looks, what
-        # the last look found: its off-CPU state, or ON_CPU_ALL_ALONG)
-        self.due: dict[tuple[int, int], tuple[int, int, tuple[str, str | None]]] = {}
+        self.due: dict[tuple[int, int], int] = {}  # (pid, tid) -> the round it is next looked at
         self.jitter = random.Random(0)
         self.open: dict[tuple[int, int], int] = {}                      # (pid, tid) -> schedstat fd
         self.sysfd: dict[tuple[int, int], int] = {}                     # (pid, tid) -> syscall fd
@@ -240,7 +235,7 @@ class LoaderStateExporter(base.Exporter):
                     del self.samples[key]
                     self.totals.pop(key, None)
                     self.sums.pop(key, None)
-        prev, opened, last, due = self.prev, self.open, self.last, self.due
+        prev, opened, last, due, jitter = self.prev, self.open, self.last, self.due, self.jitter.randint
         round_no = self.sampled
         detail_round = round_no % DETAIL_EVERY == 0
         for rank in self.ranks:
@@ -248,9 +243,8 @@ class LoaderStateExporter(base.Exporter):
             detail = detail_round or self.waiting.get(rank.key, True)
             for role, pid, tid in self.tasks_of.get(rank.key, ()):
                 key = (pid, tid)
-                next_look = due.get(key)
-                if next_look is not None and round_no < next_look[0]:
-                    continue  # steady: looked at again STEADY_STRIDE rounds apart at most
+                if round_no < due.get(key, 0):
+                    continue  # looked at again at its drawn round
                 fd = opened.get(key)
                 if fd is None:
                     fd = self._open(key)
@@ -280,7 +274,6 @@ class LoaderStateExporter(base.Exporter):
                     k = (role, "cpu_wait", None)
                     acc[k] = acc.get(k, 0.0) + d_wait
                 rest = dt - d_on - d_wait
-                found: tuple[str, str | None] = ON_CPU_ALL_ALONG
                 if rest > 0.001:
                     # a task that has not run since the last sample (schedstat's timeslice
                     # count unchanged) is still blocked where it was: not read again
@@ -288,18 +281,10 @@ class LoaderStateExporter(base.Exporter):
                     state = was if runs == old[3] or (role == "worker" and not detail) else None
                     if state is None:
                         state = last[key] = self._off_cpu(role, pid, tid, was)
-                    found = state
                     k = (role, state[0], state[1])
                     acc[k] = acc.get(k, 0.0) + rest
-                # the gap to the next look, from this look's agreement with the last: it
-                # weighs what the next look finds, never what this one found
-                stride = 1
-                if role != "worker":
-                    stride = TRAINER_STRIDE
-                elif next_look is not None and next_look[2] == found:
-                    stride = min(next_look[1] + 1, STEADY_STRIDE)
-                due[key] = (round_no + (self.jitter.randint(1, 2 * stride - 1) if stride > 1 else 1),
-                            stride, found)
+                stride = WORKER_STRIDE if role == "worker" else TRAINER_STRIDE
+                due[key] = round_no + jitter(1, 2 * stride - 1)
             with self.lock:
                 ring = self.samples.setdefault(rank.key, collections.deque())
                 total = self.totals.setdefault(rank.key, {})

@@ -94,10 +94,12 @@ def test_reading_busy_and_idle_workers_are_told_apart(tmp_path):
     # blocked in read() on the FUSE mount for nearly all of each sample's READ_LATENCY
     assert reading["shares"].get("storage", 0) > 0.6, reading
     # slowfs answers every operation after READ_LATENCY: the reads are on the mount, the
-    # opens and stats (whose path the sampler never reads) unattributed, nothing elsewhere
+    # opens and the closes' flushes (whose path the sampler never reads) unattributed,
+    # nothing elsewhere: a third on the mount. 2 workers looked at every other round over
+    # the 6 s window are ~60 looks, a sampling error of ~0.06: 0.13 is over 3 of it
     mounts = reading["storage_by_mount"]
     assert set(mounts) <= {"fuse:" + fs.mountpoint, "unattributed"}, reading
-    assert mounts["fuse:" + fs.mountpoint] > 0.2, reading
+    assert mounts["fuse:" + fs.mountpoint] > 0.13, reading
     # on the CPU or waiting for it (2 cores, 6 workers): as much as the kernel counted
     cpu = busy["shares"].get("on_cpu", 0)
     assert cpu + busy["shares"].get("cpu_wait", 0) > 0.7, busy
@@ -200,16 +202,14 @@ def test_a_worker_pid_the_agent_did_not_accept_is_never_sampled():
 
 
 @pytest.mark.slow
-def test_a_steady_task_is_looked_at_less_and_changing_ones_keep_their_shares():
-    """A worker found in the same state look after look is looked at up to STEADY_STRIDE
-    rounds apart; workers that move between two states keep each state's share of their
-    time: the gap before a look is drawn at random around a mean set by the looks before
-    it, never by what that look finds (a gap that grew by rule alone aliased with a
-    periodic worker: 44 % idle for 30 % in benchmarks/bench_loaderstate.py --moving).
-    Real processes at the sampler's 10 Hz, the workers of one rank: one blocked in read()
-    on a pipe all along; 32 alternating a 37 ms sleep and a 16 ms select() on a pipe
-    (idle): 70 % sleeping."""
-    from stallscope.exporters.loaderstate import STEADY_STRIDE, LoaderStateExporter
+def test_workers_looked_at_every_other_round_keep_their_shares():
+    """Each worker is looked at every WORKER_STRIDE rounds on average, at gaps drawn at
+    random whatever it is found doing, and keeps each state's share of its time (a gap
+    that grew while looks agreed aliased with periodic workers: 44 % idle for 30 % in
+    benchmarks/bench_loaderstate.py --moving). Real processes at the sampler's 10 Hz, the
+    workers of one rank: one blocked in read() on a pipe all along; 32 alternating a 37 ms
+    sleep and a 16 ms select() on a pipe (idle): 70 % sleeping."""
+    from stallscope.exporters.loaderstate import WORKER_STRIDE, LoaderStateExporter
     from tests.helpers.exporters import context, table_with
 
     r, w = os.pipe()
@@ -252,11 +252,11 @@ def test_a_steady_task_is_looked_at_less_and_changing_ones_keep_their_shares():
     # the rank's workers together: 1 idle all along, 32 at 70 % sleeping and 30 % idle
     sleeping, idle = 32 * 0.70 / 33, (1 + 32 * 0.30) / 33
     print(rounds, looks[steady], per_moving, shares)
-    # the steady one: a look every STEADY_STRIDE rounds on average once its stride has grown
-    assert looks[steady] <= rounds / STEADY_STRIDE * 1.5 + STEADY_STRIDE, (looks[steady], rounds)
-    # the moving ones, back on every round at each change, are looked at more often;
+    # a look every WORKER_STRIDE rounds on average, steady or moving (the steady one's
+    # ~30 looks: within a third)
+    assert abs(looks[steady] - rounds / WORKER_STRIDE) < rounds / WORKER_STRIDE / 3, (looks[steady], rounds)
+    assert abs(per_moving - rounds / WORKER_STRIDE) < rounds / WORKER_STRIDE / 6, (per_moving, rounds)
     # ~32 x 30 looks put the shares' sampling error near 0.015: 0.05 is over 3 of it
-    assert per_moving > 1.3 * looks[steady], (per_moving, looks[steady])
     assert abs(shares["sleeping"] - sleeping) < 0.05 and abs(shares["idle"] - idle) < 0.05, shares
 
 
