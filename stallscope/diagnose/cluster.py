@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import difflib
 import statistics
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -72,9 +73,19 @@ def resolve(prom: Prometheus, pod: str, namespace: str | None, w: str) -> list[J
 
 def _missing(prom: Prometheus, pod: str, namespace: str | None, w: str) -> str:
     """Why the pod has no samples in the window: an unknown name or an empty window."""
-    if prom.series("stallscope_step_seconds_count%s" % selector(pod=pod, namespace=namespace)):
-        return ("no data for pod %s in the last %s at %s: its series stopped earlier "
-                "(try a longer --window)" % (pod, w, prom.url))
+    steps = "stallscope_step_seconds_count%s" % selector(pod=pod, namespace=namespace)
+    if prom.series(steps):
+        if time.time() - prom.now < 60:
+            return ("no data for pod %s in the last %s at %s: its series stopped earlier "
+                    "(try a longer --window)" % (pod, w, prom.url))
+        # after the fact (--at, issue 36): before the pod's first sample, or in a gap
+        then = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(prom.now))
+        if not prom.series(steps, end=prom.now):
+            return ("no data for pod %s in the %s before %s at %s: its series begin after that "
+                    "(the job had not started, or it is past Prometheus's retention)"
+                    % (pod, w, then, prom.url))
+        return ("no data for pod %s in the %s before %s at %s: its series have no sample there "
+                "(try a longer --window)" % (pod, w, then, prom.url))
     if namespace is not None:
         other = prom.series("stallscope_step_seconds_count%s" % selector(pod=pod))
         if other:

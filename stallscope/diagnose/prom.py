@@ -72,9 +72,15 @@ class Prometheus:
         values: list[str] = self._get("/api/v1/label/%s/values" % name, params)
         return values
 
-    def series(self, match: str, start: float | None = None) -> list[dict[str, str]]:
+    def series(self, match: str, start: float | None = None,
+               end: float | None = None) -> list[dict[str, str]]:
+        """The series ``match`` selects with samples between ``start`` and ``end`` (by
+        default all Prometheus holds); Prometheus answers at the granularity of its blocks
+        (2 h), so a series may be listed for a range a little before or after its samples."""
         params = {"match[]": match}
         if start is not None:
             params["start"] = "%.3f" % start
+        if end is not None:
+            params["end"] = "%.3f" % end
         found: list[dict[str, str]] = self._get("/api/v1/series", params)
         return found

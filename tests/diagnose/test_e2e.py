@@ -252,6 +252,66 @@ def test_both_paths_agree_across_nodes(cluster):
     assert any(line.split()[:3] == ["1", "dj-1", "node-b"] and "agent %s" % b in line for line in lines), out
 
 
+def test_hours_later_it_says_what_it_said_live(cluster, tmp_path):
+    """`diagnose --at` (issue 36): a second real Prometheus, backfilled by promtool
+    (create-blocks-from openmetrics), holds job dj's life as this run recorded it: a quiet
+    hour (the healthy pods hj-0 and xj-0's last window, under dj-0's and dj-1's names and
+    nodes), 20 minutes stalled (dj's last window, repeated), a recovered hour; the stall 6
+    hours ago. Centred on the stall, each rank gets the verdict, rank, straggler and top
+    cause that diagnose gave live at the end of that window, and when the stall began; in
+    the hours before and after, healthy. Before the job's first sample: one line, exit 2."""
+    from tests.helpers import backfill
+
+    step, length = 5.0, 15.0  # the module's window, in points 5 s apart
+    live = {pod: run_json(cluster, pod) for pod in ("dj-0", "dj-1")}
+    rec = backfill.record(cluster.prom.url, '{__name__=~".+"}', time.time(), length, step)
+    assert [d["verdict"] for _, d, _ in live.values()] == ["not_input_bound", "input_bound"], live
+    stalled = rec.only(lambda labels: labels.get("pod") not in ("hj-0", "xj-0"))
+    quiet = rec.only(lambda labels: labels.get("pod") not in ("dj-0", "dj-1")).as_pod(
+        "hj-0", "dj-0", rec.identity("dj-0")).as_pod("xj-0", "dj-1", rec.identity("dj-1"))
+    start = time.time() - 6 * 3600 - 600 - 3600
+    stall = start + 3600
+    history = backfill.replay([(quiet, 3600), (stalled, 1200), (quiet, 3600)], start)
+    hist = backfill.serve(history, str(tmp_path / "history"))
+    try:
+        def at(pod, t, w):
+            rc, out, err = diagnose(pod, "--prometheus", hist.url, "--window", w, "--at", "%.0f" % t,
+                                    "--json")
+            assert "Traceback" not in err
+            return rc, json.loads(out) if out else None, err
+        past = {pod: at(pod, stall + 600 + 450, "15m") for pod in live}
+        quiet_hours = [at(pod, t, "1h") for pod in live for t in (stall - step, stall + 1200 + 3600)]
+        rc, out, err = at("dj-1", start - 86400, "15m")
+    finally:
+        hist.stop()
+    assert rc == 2 and out is None and "its series begin after that" in one_line(err), err
+    for pod, (rc_live, now, _) in live.items():
+        rc_past, then, _ = past[pod]
+        assert (rc_past, then["verdict"], then["rank"], then["straggler"]["pod"]) == (
+            rc_live, now["verdict"], now["rank"], now["straggler"]["pod"]), (
+            pod, then["reason"], now["reason"])
+        assert [c["cause"] for c in then["causes"][:1]] == [c["cause"] for c in now["causes"][:1]], (
+            pod, then["causes"][:2], now["causes"][:2])
+        assert [s["name"] for s in then["sources"]] == ["prometheus"], then["sources"]
+        assert any(w.startswith("after the fact") for w in then["warnings"]), then["warnings"]
+    # the stalled rank's share: the recorded window's (its counters' growth), read over 60
+    # repeats of it (the replay carries each counter's growth across the seams; 5 % for the
+    # rate's extrapolation at the window's edges)
+    then = past["dj-1"][1]
+    [waited] = [c for k, c in stalled.points.items()
+                if dict(k)["__name__"] == "stallscope_data_wait_seconds_sum" and dict(k)["pod"] == "dj-1"]
+    [stepped] = [c for k, c in stalled.points.items()
+                 if dict(k)["__name__"] == "stallscope_step_seconds_sum" and dict(k)["pod"] == "dj-1"]
+    i = next(i for i, (a, b) in enumerate(zip(waited, stepped)) if None not in (a, b))
+    share = (waited[-1] - waited[i]) / (stepped[-1] - stepped[i])
+    assert then["data_wait_ratio"] == pytest.approx(share, rel=0.05), (then["data_wait_ratio"], share)
+    # the stall's start: the share over since's rate window (a fifth of the window, 3 m)
+    # crosses the 2 % line within that window of the first stalled sample
+    assert stall <= then["since"]["since"] <= stall + 900 / 5, (then["since"], stall)
+    for rc, doc, _ in quiet_hours:
+        assert (rc, doc["verdict"]) == (0, "healthy"), doc["reason"]
+
+
 def test_plot(cluster, tmp_path):
     path = tmp_path / "dj-1.png"
     rc, out, _ = diagnose("dj-1", "--prometheus", cluster.prom.url, "--window", WINDOW, "--plot", str(path))
