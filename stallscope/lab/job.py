@@ -49,8 +49,13 @@ class Job:
     ``duration``, ``agent``, ``prom``, ``scenario``, ``fault``; ``spawn``, ``created``,
     ``log_tail``, ``pod``."""
 
-    def __init__(self, session, scenario, world, name=None, pod_prefix="trainer-", duration=None):
+    def __init__(self, session, scenario, world, name=None, pod_prefix="trainer-", duration=None,
+                 placement=None):
         self.session, self.scenario, self.world = session, scenario, world
+        # the lab node (lab/nodes.py) of each rank; None: every rank beside the one agent
+        self.placement = list(placement) if placement else None
+        if self.placement is not None and len(self.placement) != world:
+            raise ValueError("placement names %d nodes for %d ranks" % (len(self.placement), world))
         self.td, self.say = session.td, session.say
         self.job = name or "lab-" + scenario.name
         self.pod_prefix = pod_prefix
@@ -62,8 +67,15 @@ class Job:
         self.plans = []
         self.procs = []
 
-    agent = property(lambda self: self.session.agent)
     prom = property(lambda self: self.session.prom)
+
+    @property
+    def agent(self):
+        """The target rank's agent (its node's, on lab nodes)."""
+        return self.node(self.target).agent if self.placement else self.session.agent
+
+    def node(self, rank):
+        return self.placement[rank] if self.placement else None
 
     def created(self, kind, value):
         self.session.created(kind, value)
@@ -91,6 +103,10 @@ class Job:
         reason = self.fault.missing()
         if reason:
             raise Unavailable("%s %s" % (self.scenario.name, reason))
+        if self.placement and self.fault.enter():
+            # the target would join a helper's mount namespace made on the host, not its node's
+            raise Unavailable("%s runs its target in a helper's mount namespace: not on lab nodes"
+                              % self.scenario.name)
         os.makedirs(self.workdir, exist_ok=True)
         self.make_plans()
         self.fault.prepare(self)
@@ -99,14 +115,17 @@ class Job:
             path = os.path.join(self.workdir, "rank%d.json" % rank)
             with open(path, "w") as f:
                 json.dump(plan, f, indent=1)
+            node = self.node(rank)
             cmd = pods.wrap([sys.executable, "-m", "stallscope.lab.trainer", path],
                             self.fault if rank == self.target else None,
-                            pods.make_cgroup(self, rank))
+                            pods.make_cgroup(self, rank, node.cgroup if node else None),
+                            node=node.enter() if node else ())
             self.spawn("rank%d" % rank, cmd, env=self.rank_env(rank))
         return self
 
     def make_plans(self):
-        master = "127.0.0.1:%d" % servers.free_port()
+        # gloo's rendezvous on rank 0's node (across the lab's bridge from the others)
+        master = "%s:%d" % (self.node(0).ip if self.placement else "127.0.0.1", servers.free_port())
         real = self.scenario.real
         for rank in range(self.world):
             plan = dict(BASE, rank=rank, world_size=self.world, master=master,
@@ -118,10 +137,14 @@ class Job:
             self.plans.append(plan)
 
     def rank_env(self, rank):
-        return {"STALLSCOPE_SOCKET": self.agent.socket, "STALLSCOPE_JOB": self.job,
-                "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(self.world),
-                "POD_NAME": self.pod(rank), "POD_NAMESPACE": findings.NAMESPACE,
-                "OMP_NUM_THREADS": "1"}
+        node = self.node(rank)
+        env = {"STALLSCOPE_SOCKET": (node.agent if node else self.agent).socket, "STALLSCOPE_JOB": self.job,
+               "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(self.world),
+               "POD_NAME": self.pod(rank), "POD_NAMESPACE": findings.NAMESPACE,
+               "OMP_NUM_THREADS": "1"}
+        if node is not None and node.isolated:
+            env["GLOO_SOCKET_IFNAME"] = "eth0"  # the node's veth; its hostname resolves nowhere
+        return env
 
     def fault_line(self):
         real = self.scenario.real
@@ -139,8 +162,12 @@ class Job:
                     name, self.job, p.returncode, self.log_tail(name)))
 
     def ranks(self):
-        body = self.agent.api("/api/v1/ranks?job=" + self.job)
-        return {r["rank"]: r for r in body["ranks"]}
+        """The job's ranks as their agents see them (every node's, on lab nodes)."""
+        agents = {id(n.agent): n.agent for n in self.placement} if self.placement else {0: self.agent}
+        found = {}
+        for agent in agents.values():
+            found.update((r["rank"], r) for r in agent.api("/api/v1/ranks?job=" + self.job)["ranks"])
+        return found
 
     def wait_ready(self, batches=1):
         """Until every rank has reported ``batches`` batches; returns the ranks' counters then."""

@@ -49,9 +49,10 @@ def missing():
     return None
 
 
-def make_cgroup(run, rank):
-    """A cgroup v2 for rank ``rank``, removed by the run's teardown; None where it cannot be."""
-    base = v2_root() if isolated() else None
+def make_cgroup(run, rank, parent=None):
+    """A cgroup v2 for rank ``rank`` (under ``parent``: a lab node's, lab/nodes.py), removed
+    by the run's teardown; None where it cannot be."""
+    base = parent or (v2_root() if isolated() else None)
     if base is None:
         return None
     path = os.path.join(base, "stallscope-lab-%d-%s-rank%d" % (os.getpid(), run.job, rank))
@@ -61,9 +62,10 @@ def make_cgroup(run, rank):
     return path
 
 
-def wrap(cmd, fault=None, cgroup=None):
+def wrap(cmd, fault=None, cgroup=None, node=()):
     """``cmd`` to run as a pod (root only; else unchanged). ``fault`` is given for the
-    target rank: its setup lines run in the namespace first."""
+    target rank: its setup lines run in the namespace first. ``node``: the command prefix
+    that enters the pod's lab node (lab/nodes.py), whose mount namespace the pod's copies."""
     if not isolated():
         return list(cmd)
     lines = fault.setup_lines() if fault else []
@@ -72,5 +74,5 @@ def wrap(cmd, fault=None, cgroup=None):
     join = ["echo $$ > %s/cgroup.procs" % cgroup] if cgroup else []
     script = "set -e; %s exec \"$@\"" % "".join(
         line + "; " for line in join + [_DETACH_FOREIGN_FUSE % keep] + lines)
-    prefix = enter or ["unshare", "--mount", "--propagation", "private", "--"]
+    prefix = enter or list(node) + ["unshare", "--mount", "--propagation", "private", "--"]
     return prefix + ["sh", "-c", script, "sh"] + list(cmd)

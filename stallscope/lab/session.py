@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from ..processes import children, servers
-from . import findings, needs, sources
+from . import findings, needs, nodes, sources
 from .job import SHARDS, Job
 
 
@@ -29,6 +29,7 @@ class Session:
         self.agent = self.prom = None
         self.rules = []
         self.jobs = []
+        self.network = None  # lab nodes (add_node), each with its own agent
         if workdir:
             self.workdir = os.path.abspath(workdir)
             os.makedirs(self.workdir, exist_ok=True)
@@ -66,18 +67,35 @@ class Session:
             workdir=os.path.join(self.workdir, "agent"), popen_kwargs=children.session_kwargs()))
         return self.agent
 
+    def add_node(self, name, window=None, agent_args=None):
+        """A lab node (lab/nodes.py) with its agent: ``agent_args``, or start_agent's for a
+        job of ``window`` seconds. The first node's agent is also the session's ``agent``."""
+        if self.network is None:
+            self.network = nodes.Network(self)
+        node = self.network.add(name)
+        node.start_agent(findings.agent_args(window) if agent_args is None else agent_args)
+        self.agent = self.agent or node.agent
+        return node
+
+    def agents(self):
+        """Every agent of the session: one per lab node, or the one agent."""
+        if self.network is not None:
+            return [n.agent for n in self.network.nodes if n.agent is not None]
+        return [self.agent] if self.agent else []
+
     def start_prometheus(self, rule_files=None):
-        """Prometheus scraping the agent every second with ``rule_files`` (default: the
+        """Prometheus scraping every agent every second with ``rule_files`` (default: the
         generated rules with the lab's short windows)."""
         self.rules = list(rule_files) if rule_files is not None else findings.rule_files(
             os.path.join(self.workdir, "rules"))
         self.prom = self._serve("prometheus", servers.PrometheusProcess(
-            [self.agent.url], rule_files=self.rules, interval="1s",
+            [a.url for a in self.agents()], rule_files=self.rules, interval="1s",
             workdir=os.path.join(self.workdir, "prometheus"), popen_kwargs=children.session_kwargs()))
         return self.prom
 
     def start_job(self, scenario, ranks=2, **kw):
-        """Start ``scenario``'s job (lab/job.py's Job keywords: name, pod_prefix, duration).
+        """Start ``scenario``'s job (lab/job.py's Job keywords: name, pod_prefix, duration,
+        placement: the lab node of each rank).
         A second job gets pods named after it: two pods of one name are one pod to the
         agent, which refuses a second process reporting as it (identity_mismatch)."""
         if self.jobs and "pod_prefix" not in kw and kw.get("name"):

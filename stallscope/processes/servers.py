@@ -46,20 +46,23 @@ def _wait(pred, timeout, what, proc=None, log=None):
 class AgentProcess:
     """``python -m stallscope agent`` on a free port and a private socket."""
 
-    def __init__(self, args=(), workdir=None, env=None, popen_kwargs=None):
+    def __init__(self, args=(), workdir=None, env=None, popen_kwargs=None, host="127.0.0.1", prefix=()):
+        """``host``, ``prefix``: a lab node's address and the command that enters its
+        namespaces (lab/nodes.py); the default is this machine's loopback."""
         self.dir = workdir or tempfile.mkdtemp(prefix="stallscope-agent-")
         self.popen_kwargs = popen_kwargs or {}  # e.g. the lab's own session + death signal
         self.socket = os.path.join(self.dir, "hook.sock")
         self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.host, self.prefix = host, list(prefix)
+        self.url = "http://%s:%d" % (host, self.port)
         self.log = os.path.join(self.dir, "agent.log")
         self.args = list(args)
         self.env = child_env(env)
         self.proc = self._logf = None
 
     def start(self, timeout=20.0):
-        cmd = [sys.executable, "-m", "stallscope", "agent", "--listen", "127.0.0.1:%d" % self.port,
-               "--socket", self.socket] + self.args
+        cmd = self.prefix + [sys.executable, "-m", "stallscope", "agent", "--listen",
+                             "%s:%d" % (self.host, self.port), "--socket", self.socket] + self.args
         self._logf = open(self.log, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self._logf, stderr=subprocess.STDOUT, env=self.env,
                                      **self.popen_kwargs)
