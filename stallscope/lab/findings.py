@@ -74,7 +74,7 @@ def agent_diagnoses(lab):
     for rank in range(lab.world):
         q = urllib.parse.urlencode({"pod": lab.pod(rank), "seconds": int(lab.duration)})
         try:
-            out[rank] = lab.agent.api("/api/v1/diagnosis?" + q)
+            out[rank] = lab.agent_of(rank).api("/api/v1/diagnosis?" + q)
         except urllib.error.HTTPError as e:
             out[rank] = {"verdict": "unknown", "causes": [], "error": "HTTP %d" % e.code}
     return out
@@ -87,7 +87,9 @@ def via_diagnose(lab):
     wait may cross the line too, within 3x of the straggler's, and on-call still goes to
     the worst rank. Returns (found, details, judged), or None when diagnose could not
     answer."""
-    kw = {"namespace": NAMESPACE, "agent_url": lab.agent.url, "window": "%ds" % int(lab.duration),
+    # every node's agent, the target's first (diagnose asks the first that tracks the pod)
+    kw = {"namespace": NAMESPACE, "agent_url": [a.url for a in lab.agents()],
+          "window": "%ds" % int(lab.duration),
           "prometheus_url": lab.prom.url if lab.prom is not None else None}
     try:
         found_first = found_doc = dg.run(lab.pod(0), **kw)

@@ -77,6 +77,17 @@ class Job:
     def node(self, rank):
         return self.placement[rank] if self.placement else None
 
+    def agent_of(self, rank):
+        """The agent rank ``rank`` reports to (its node's)."""
+        return self.node(rank).agent if self.placement else self.session.agent
+
+    def agents(self):
+        """The job's agents, one a node it runs on, the target's first."""
+        found = {}
+        for rank in [self.target] + list(range(self.world)):
+            found.setdefault(id(self.agent_of(rank)), self.agent_of(rank))
+        return list(found.values())
+
     def created(self, kind, value):
         self.session.created(kind, value)
 
@@ -163,9 +174,8 @@ class Job:
 
     def ranks(self):
         """The job's ranks as their agents see them (every node's, on lab nodes)."""
-        agents = {id(n.agent): n.agent for n in self.placement} if self.placement else {0: self.agent}
         found = {}
-        for agent in agents.values():
+        for agent in self.agents():
             found.update((r["rank"], r) for r in agent.api("/api/v1/ranks?job=" + self.job)["ranks"])
         return found
 

@@ -121,6 +121,6 @@ def render(result):
 
 def keeping(lab, result):
     print(render(result), flush=True)
-    print("Kept running until Ctrl-C:\n  agent       %s/metrics  %s/api/v1/ranks\n%s  work dir    %s" % (
-        lab.agent.url, lab.agent.url,
-        "  prometheus  %s\n" % lab.prom.url if lab.prom else "", lab.session.workdir), flush=True)
+    agents = "".join("  agent       %s/metrics  %s/api/v1/ranks\n" % (a.url, a.url) for a in lab.agents())
+    print("Kept running until Ctrl-C:\n%s%s  work dir    %s" % (
+        agents, "  prometheus  %s\n" % lab.prom.url if lab.prom else "", lab.session.workdir), flush=True)

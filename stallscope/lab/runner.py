@@ -6,7 +6,7 @@ import dataclasses
 import time
 
 from ..processes import teardown
-from . import findings, report, traces
+from . import findings, nodes, report, traces
 from .job import Unavailable
 from .session import Session
 
@@ -41,13 +41,26 @@ def run(scenario, opts):
         raise Unavailable("%s %s" % (scenario.name, reason))
     duration = float(opts.duration or scenario.real.duration)
     ranks = opts.ranks or scenario.real.ranks
+    placed = scenario.real.nodes
+    if placed and not nodes.isolated():
+        raise Unavailable("%s runs on lab nodes, which need root, iproute2, nsenter and unshare"
+                          % scenario.name)
+    if placed and ranks != len(placed):
+        raise Unavailable("%s places its %d ranks on lab nodes: --ranks cannot change that"
+                          % (scenario.name, len(placed)))
     with teardown.Teardown() as td:
         session = Session(td, workdir=opts.workdir, say=opts.say)
         session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, ranks, duration, scenario.title))
-        session.start_agent(duration, scenario.make_fault().agent_args())
+        agent_args = findings.agent_args(duration) + scenario.make_fault().agent_args()
+        placement = None
+        if placed:
+            made = {name: session.add_node(name, agent_args=agent_args) for name in dict.fromkeys(placed)}
+            placement = [made[name] for name in placed]
+        else:
+            session.start_agent(duration, scenario.make_fault().agent_args())
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
-        job = session.start_job(scenario, ranks=ranks, duration=duration)
+        job = session.start_job(scenario, ranks=ranks, duration=duration, placement=placement)
         base = job.wait_ready(opts.warmup_batches)
         first = findings.first_batch_warnings(job)
         base = job.wait_ready(opts.warmup_batches)  # the window starts after that look

@@ -56,7 +56,9 @@ class RealRun:
     that must fire and those that may (as true consequences of the fault), the set-up
     checks the target's set-up fails (``warns``: vocabulary/checks.py; every other rank's
     must pass them all; None: not judged, as after a fix), the number of ranks
-    (``--ranks`` overrides it) and the measured window (``--duration``)."""
+    (``--ranks`` overrides it), the measured window (``--duration``) and, for a job across
+    lab nodes (lab/nodes.py, issue 35), the node of each rank (``nodes``: its length is the
+    number of ranks)."""
     fault: Callable[[], faults.Fault] = faults.NoFault
     everyone: dict = dataclasses.field(default_factory=dict)
     target: dict = dataclasses.field(default_factory=dict)
@@ -65,6 +67,11 @@ class RealRun:
     warns: tuple = ()
     duration: float = 25.0
     ranks: int = 2
+    nodes: tuple = ()
+
+    def __post_init__(self):
+        if self.nodes and len(self.nodes) != self.ranks:
+            raise ValueError("nodes places %d ranks of %d" % (len(self.nodes), self.ranks))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +119,12 @@ SCENARIOS = (
              "every 2 batches and holds every rank back.", _cause("too_few_workers"),
              real=RealRun(target={"sample_sleep_s": 0.06}, alerts=WAIT),
              synthetic=synthetic.too_few_workers),
+    Scenario("straggler-across-nodes", "Three ranks, one on each of three lab nodes (each its own "
+             "network, mounts and agent; gloo over veths): the rank on node-c has too-few-workers' "
+             "60 ms a sample. Its victims' agents never hear from it: they are named victims "
+             "through Prometheus, or with every node's agent.", _cause("too_few_workers"),
+             real=RealRun(target={"sample_sleep_s": 0.06}, alerts=WAIT, ranks=3,
+                          nodes=("node-a", "node-b", "node-c"))),
     Scenario("too-few-workers-3", "One rank has 3 workers and 90 ms of work per sample: 720 ms "
              "a batch per worker, T_load / W = 240 ms > T_compute = 150 ms; a round of 3 batches "
              "arrives together, so it stalls every 3 batches.", _cause("too_few_workers"),

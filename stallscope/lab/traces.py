@@ -50,7 +50,7 @@ def record(lab, result, directory):
     bodies = {}
     for rank in range(lab.world):
         q = urllib.parse.urlencode({"rank": rank, "job": lab.job, "seconds": int(lab.duration + 5)})
-        bodies[rank] = without_first_batch(lab.agent.api("/api/v1/timeline?" + q))
+        bodies[rank] = without_first_batch(lab.agent_of(rank).api("/api/v1/timeline?" + q))
     s = lab.scenario
     shown = 0 if s.view == "peer" else lab.target
     doc = {"format": FORMAT,

@@ -1,6 +1,7 @@
 """Ctrl-C (SIGINT) and SIGTERM in the middle of a run remove everything it created:
-processes, mounts (FUSE, the tiny /dev/shm in its namespace), cgroups. Checked for real
-by looking at every process, every mount namespace and the cgroup tree afterwards."""
+processes, mounts (FUSE, the tiny /dev/shm in its namespace), cgroups, lab nodes (network
+namespaces, veths, the bridge). Checked for real by looking at every process, every mount
+namespace, the cgroup tree and the network devices afterwards."""
 import os
 import signal
 import subprocess
@@ -35,7 +36,8 @@ def _wait_running(p, workdir, timeout=150):
 
 
 @pytest.mark.parametrize("name, sig", [("cpu-throttle", signal.SIGINT), ("dead-fuse", signal.SIGTERM),
-                                       ("shm-exhaustion", signal.SIGINT)])
+                                       ("shm-exhaustion", signal.SIGINT),
+                                       ("straggler-across-nodes", signal.SIGINT)])
 def test_a_signal_mid_run_removes_everything(name, sig, tmp_path):
     pytest.importorskip("torch")
     reason = scenarios.get(name).make_fault().missing()
@@ -54,6 +56,9 @@ def test_a_signal_mid_run_removes_everything(name, sig, tmp_path):
         assert all(any(cg in x for x in before) for cg in made["cgroups"]), before
         if name == "dead-fuse":
             assert any(x.startswith("mount ") and "fuse" in x for x in before), before
+        if name == "straggler-across-nodes":  # lab nodes: 3 namespaces, 3 veths and a bridge
+            assert sum(x.startswith("network namespace") for x in before) == 3, before
+            assert sum(x.startswith("interface") for x in before) == 4, before
         p.send_signal(sig)
         out, err = p.communicate(timeout=60)
     finally:

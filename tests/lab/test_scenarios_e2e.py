@@ -79,6 +79,8 @@ LIVE_ELSEWHERE = {
                 "_is_memory_limit_with_its_growth",
     "epoch-start": "tests/diagnose/test_steady_wait.py::test_both_paths_give_the_steady_wait_of_an"
                    "_epoch_start_run",
+    # the same job on three lab nodes, both diagnose paths and one node's agent alone
+    "straggler-across-nodes": "tests/lab/test_nodes.py::test_a_straggler_on_one_node_named_from_the_others",
     # the mixin's live setup runs this scenario as a one-rank job: its cause first in top
     # and in the job's report, its alert's probe against real Prometheus
     "storage-errors": "tests/mixin/test_live.py::test_top_ranks_the_stalled_jobs_first_each_with_its_cause",
