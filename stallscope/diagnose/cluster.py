@@ -161,6 +161,29 @@ def agent_url(prom: Prometheus, node: str | None, w: str) -> str | None:
     return None
 
 
+def dark_ranks(prom: Prometheus, job: str | None, namespace: str | None) -> tuple[list[JobRank], list[str]]:
+    """(the job's ranks that reported within the mixin's silent lookback but have no
+    sample now, on an agent whose last scrape failed (up == 0); those agents). A
+    failed scrape ends its series at once (staleness markers), so a node whose agent is
+    down drops its ranks out of every view: Prometheus cannot say whether a victim waits
+    for one of them (issue 35). A rank silent on a live agent is StallscopeRankSilent's."""
+    up = promql.sel(CFG, "up", CFG.agent_selector) if CFG.agent_selector else "up"
+    if not prom.query("%s == 0" % up):  # the usual answer, and a cheap one at any scale
+        return [], []
+    sel = selector(job=job, namespace=namespace)
+    rows = prom.query(
+        "group by (namespace, job, rank, pod, node, instance) (present_over_time("
+        "stallscope_step_seconds_count%s[%s])) unless on (namespace, job, rank) "
+        "stallscope_step_seconds_count%s and on (instance) (%s == 0)" % (sel, CFG.silent_lookback, sel, up))
+    found = sorted((_rank_row(labels, None) for labels, _ in rows), key=lambda r: _order_key(r.rank))
+    agents = sorted({labels["instance"] for labels, _ in rows if labels.get("instance")})
+    return found, agents
+
+
+def _order_key(rank: Any) -> tuple[int, Any]:
+    return (0, rank) if isinstance(rank, int) else (1, str(rank))
+
+
 def _pod_signal(cause: vocabulary.Cause, line: vocabulary.Line) -> PodQuery:
     """(signal, cause, threshold, direction, expression of (matchers, window)) of one of a
     cause's lines, with the line of the alert on that signal where there is one (the
@@ -269,6 +292,7 @@ def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
         handoff = pool.submit(prom.scalar, promql.handoff_ratio(CFG, matchers(
             job=me.job, namespace=namespace, pod=pod, rank=str(me.rank)), w).replace("\n", " "))
         exits, deaths = died.result()
+        dark, down = dark_ranks(prom, me.job, namespace)
         return ClusterView(
             job=me.job or "", rank=me.rank, pod=pod, namespace=namespace or "", node=me.node or "",
             data_wait_ratio=me.data_wait_ratio, batches=batches.result(),
@@ -287,4 +311,5 @@ def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
             sizing=sizing.result(),
             # the pod's loader workers that died, by reason, and the causes they score
             worker_exits=tuple(exits), death_causes=tuple(deaths), sli_expr=exprs[me.job],
-            steady_data_wait_ratio=steady.result(), handoff_ratio=handoff.result())
+            steady_data_wait_ratio=steady.result(), handoff_ratio=handoff.result(),
+            dark_ranks=tuple(dark), dark_agents=tuple(down))

@@ -148,6 +148,10 @@ class ClusterView:
     sli_expr: str
     steady_data_wait_ratio: float | None = None   # without iterator starts (promql.py)
     handoff_ratio: float | None = None            # the step's share taking batches over (promql.py)
+    # ranks of the job that reported within the silent lookback and not now, their node's
+    # agent not scraped (up != 1): what Prometheus cannot see of the job (issue 35)
+    dark_ranks: tuple[JobRank, ...] = ()
+    dark_agents: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

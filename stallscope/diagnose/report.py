@@ -254,7 +254,11 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
     stack_doc = _stacks(nd, warnings) if stacks else None
     v, reason = verdict.decide(me, cl, diag, stack_doc, w, finished=finished)
     unseen = verdict.unseen_ranks(me, cl)
-    if unseen:  # said in the JSON too, whatever the verdict (issue 35)
+    if unseen and cl is not None:  # said in the JSON too, whatever the verdict (issue 35)
+        warnings.append("partial view: %d of the job's %d ranks have no series, their node's agent "
+                        "not scraped (%s); the job's max, median and straggler cover the other %d "
+                        "only" % (unseen, me.job_ranks + unseen, verdict.dark_list(cl), me.job_ranks))
+    elif unseen:
         warnings.append("partial view: the agents asked see %d of the job's %d ranks; the job's "
                         "max, median and straggler cover those only" % (me.job_ranks, me.job_ranks + unseen))
     if diag is not None and v == diag.verdict:

@@ -118,6 +118,14 @@ def decide(me: Subject, cluster: ClusterView | None, diag: Diagnosis | None,
                                           me.data_wait_ratio_after_start), handoff=handoff(cluster, diag))
     j = rules.judge(mine, _job(me, cluster, diag), _gpu(diag), scope="job" if whole else "node")
     unseen = unseen_ranks(me, cluster)
+    if j.verdict == "healthy" and unseen and cluster is not None:
+        # issue 35: through Prometheus, ranks whose node's agent is down have no series
+        return "unknown", ("Rank %s's own loader keeps up, but %d of the job's %d ranks stopped "
+                           "reporting with their node's agent down (%s; not scraped: %s): whether "
+                           "it waits for one of them is unknown. Bring that agent back, or look "
+                           "at those ranks on their node." % (
+                               me.rank, unseen, me.job_ranks + unseen, dark_list(cluster),
+                               ", ".join(cluster.dark_agents)))
     if j.verdict == "healthy" and unseen:
         # issue 35: a victim on this node waits in the collective for a straggler the agents
         # asked do not see; "healthy" would be a guess about ranks nobody reported
@@ -131,12 +139,20 @@ def decide(me: Subject, cluster: ClusterView | None, diag: Diagnosis | None,
 
 
 def unseen_ranks(me: Subject, cluster: ClusterView | None) -> int:
-    """How many of the job's ranks (its world size, as its hook reported it) the agents
-    asked did not see; 0 through Prometheus, which sees every rank that reports."""
+    """How many of the job's ranks the report cannot see: through Prometheus, those whose
+    node's agent is down (cluster.dark_ranks); through the agents asked, the job's world
+    size (as its hook reported it) less the ranks they see."""
+    if cluster is not None:
+        return len(cluster.dark_ranks)
     world = me.rank_info.world_size if me.rank_info is not None else None
-    if cluster is not None or not world:
+    if not world:
         return 0
     return max(0, world - me.job_ranks)
+
+
+def dark_list(cluster: ClusterView) -> str:
+    """The ranks Prometheus lost with their agents: "rank 2 (pod p on node n), ..."."""
+    return ", ".join("rank %s (pod %s on node %s)" % (r.rank, r.pod, r.node) for r in cluster.dark_ranks)
 
 
 def handoff(cluster: ClusterView | None, diag: Diagnosis | None) -> float | None:

@@ -1,8 +1,8 @@
 """Lab nodes (issue 35): three "nodes", each a network, UTS and mount namespace with its
 own agent, a job whose three ranks run one a node in lockstep (gloo over the veths), the
 straggler on node-c. Diagnosed through Prometheus (scraping the agents through the lab's
-bridge), through every node's agent, and through node-a's agent alone; then nothing of
-the nodes is left.
+bridge), through every node's agent, and through node-a's agent alone; then with node-c's
+agent down; then nothing of the nodes is left.
 
 The partial-view check is the one that needs nodes: with the three ranks beside one
 agent (the lab before nodes), node-a's agent sees the whole job and the victim's
@@ -83,6 +83,23 @@ def test_a_straggler_on_one_node_named_from_the_others(tmp_path):
         assert (rc, alone["verdict"], alone["job_ranks"]) == (2, "unknown", 1), alone["reason"]
         assert "sees 1 of the job's 3 ranks" in alone["reason"], alone["reason"]
         assert any(w.startswith("partial view") for w in alone["warnings"]), alone["warnings"]
+        # node-c's agent goes down: Prometheus loses its ranks' series, StallscopeAgentDown
+        # fires, and a victim on node-a is not called healthy on what is left
+        placed[2].agent.stop()
+        down = time.monotonic()
+        instance = "%s:%d" % (placed[2].ip, placed[2].agent.port)
+        deadline = time.monotonic() + 60
+        while not [a for a in prom.alerts() if a["labels"]["alertname"] == "StallscopeAgentDown"
+                   and a["state"] == "firing" and a["labels"].get("instance") == instance]:
+            assert time.monotonic() < deadline, prom.alerts()
+            time.sleep(0.5)
+        time.sleep(max(0.0, down + 16 - time.monotonic()))  # its last samples out of the window
+        rc, blind = diagnose("xj-0", "--prometheus", prom.url, prometheus=prom.url)
+        assert (rc, blind["verdict"], blind["job_ranks"]) == (2, "unknown", 2), blind["reason"]
+        assert "rank 2 (pod xj-2 on node node-c)" in blind["reason"] and instance in blind["reason"], (
+            blind["reason"])
+        assert any(w.startswith("partial view: 1 of the job's 3 ranks") for w in blind["warnings"]), (
+            blind["warnings"])
         made = leftovers(workdir)  # the checker sees the live nodes: it can fail
         assert sum(x.startswith("network namespace") for x in made) == 3, made
         assert sum(x.startswith("interface") for x in made) == 4, made  # 3 veths + the bridge
