@@ -1,7 +1,8 @@
-"""``stallscope diagnose`` end to end: a real Prometheus scraping two real agents (two
-"nodes"), fed by real instrumented DataLoader runs. A job whose rank 1 is slowed on
-node-b, a healthy job on node-a, and a third agent that the tests stop to make its
-node's detail unreachable."""
+"""``stallscope diagnose`` end to end: a real Prometheus scraping the real agents of three
+lab nodes (lab/nodes.py: each a network namespace of its own on the lab's bridge, with its
+own mounts and agent), fed by real instrumented DataLoader runs. A job whose rank 1 is
+slowed on node-b, a healthy job on node-a, and node-c, whose agent the tests stop to make
+its node's detail unreachable."""
 import json
 import os
 import signal
@@ -13,8 +14,9 @@ import pytest
 
 from stallscope import vocabulary
 from stallscope.processes.children import child_env
-from stallscope.processes.servers import AgentProcess, PrometheusProcess, free_port
+from stallscope.processes.servers import free_port
 from tests.helpers import TRAINERS
+from tests.helpers.lab import lab_session
 from tests.helpers.needs import need_prometheus
 
 TRAINER = os.path.join(TRAINERS, "simple_trainer.py")
@@ -43,47 +45,45 @@ def cluster(tmp_path_factory):
     need_prometheus()
     d = tmp_path_factory.mktemp("cluster")
     c = Cluster()
-    c.agents = {}
     procs = []
-    try:
-        for node in ("node-a", "node-b", "node-c"):
-            os.makedirs(str(d / node))
-            c.agents[node] = AgentProcess(args=["--node", node], workdir=str(d / node)).start()
-        c.prom = PrometheusProcess([a.url for a in c.agents.values()], workdir=str(d)).start()
-        # 400 ms of compute per batch: a prefetched batch still costs a few ms of IPC on a
-        # loaded 2-core machine, ~1 % of the step, far from the 2 % line. dj-1's two
-        # workers each need 4 x 240 ms per batch: one batch per 480 ms against 400 ms of
-        # compute, so its loop waits ~80 ms of each ~480 ms step (ratio ~0.17). hj-0
-        # iterates a list: healthy by construction.
-        common = ["--duration", 120, "--batch-size", 4, "--workers", 2, "--compute", 0.4,
-                  "--samples", 4000]
-        plain = ["--plain", "--samples", 10**7, "--duration", 120]
-        runs = [("node-a", "dj", 0, "dj-0", common),
-                ("node-b", "dj", 1, "dj-1", common + ["--sample-sleep", 0.24]),
-                ("node-a", "hj", 0, "hj-0", plain + ["--compute", 0.2]),
-                ("node-c", "xj", 0, "xj-0", plain + ["--compute", 0.05])]
-        for node, job, rank, pod, args in runs:
-            env = child_env({"STALLSCOPE_SOCKET": c.agents[node].socket, "STALLSCOPE_JOB": job,
-                             "RANK": str(rank), "WORLD_SIZE": "2" if job == "dj" else "1",
-                             "POD_NAME": pod, "POD_NAMESPACE": "ml"})
-            procs.append(subprocess.Popen([sys.executable, TRAINER, *map(str, args)], env=env,
-                                          start_new_session=True))
-        sli = ("rate(stallscope_data_wait_seconds_sum[%s]) / rate(stallscope_step_seconds_sum[%s])"
-               % (WINDOW, WINDOW))
-        c.prom.wait_for("count(%s)" % sli, lambda r: r and float(r[0]["value"][1]) == 4, timeout=90)
-        time.sleep(16)  # the window holds steady state only
-        yield c
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        for a in c.agents.values():
-            a.stop()
-        if getattr(c, "prom", None):
-            c.prom.stop()
+    # three lab nodes (lab/nodes.py, issue 35): each its own network namespace on the lab's
+    # bridge, mounts and agent; Prometheus scrapes the agents through the bridge and
+    # diagnose asks them there. Without root they are three agents on this loopback.
+    with lab_session(d / "lab") as session:
+        c.nodes = {name: session.add_node(name, agent_args=[]) for name in ("node-a", "node-b", "node-c")}
+        c.agents = {name: node.agent for name, node in c.nodes.items()}
+        c.prom = session.start_prometheus(rule_files=[])
+        try:
+            # 400 ms of compute per batch: a prefetched batch still costs a few ms of IPC on a
+            # loaded 2-core machine, ~1 % of the step, far from the 2 % line. dj-1's two
+            # workers each need 4 x 240 ms per batch: one batch per 480 ms against 400 ms of
+            # compute, so its loop waits ~80 ms of each ~480 ms step (ratio ~0.17). hj-0
+            # iterates a list: healthy by construction.
+            common = ["--duration", 120, "--batch-size", 4, "--workers", 2, "--compute", 0.4,
+                      "--samples", 4000]
+            plain = ["--plain", "--samples", 10**7, "--duration", 120]
+            runs = [("node-a", "dj", 0, "dj-0", common),
+                    ("node-b", "dj", 1, "dj-1", common + ["--sample-sleep", 0.24]),
+                    ("node-a", "hj", 0, "hj-0", plain + ["--compute", 0.2]),
+                    ("node-c", "xj", 0, "xj-0", plain + ["--compute", 0.05])]
+            for node, job, rank, pod, args in runs:
+                env = child_env({"STALLSCOPE_SOCKET": c.agents[node].socket, "STALLSCOPE_JOB": job,
+                                 "RANK": str(rank), "WORLD_SIZE": "2" if job == "dj" else "1",
+                                 "POD_NAME": pod, "POD_NAMESPACE": "ml"})
+                cmd = c.nodes[node].enter() + [sys.executable, TRAINER, *map(str, args)]
+                procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+            sli = ("rate(stallscope_data_wait_seconds_sum[%s]) / rate(stallscope_step_seconds_sum[%s])"
+                   % (WINDOW, WINDOW))
+            c.prom.wait_for("count(%s)" % sli, lambda r: r and float(r[0]["value"][1]) == 4, timeout=90)
+            time.sleep(16)  # the window holds steady state only
+            yield c
+        finally:
+            for p in procs:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
 
 
 def run_json(cluster, pod, *more):
