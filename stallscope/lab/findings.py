@@ -60,7 +60,8 @@ def rank_rows(lab, base, now):
             continue
         steps = n["step_seconds_total"] - (b["step_seconds_total"] if b else 0)
         wait = n["data_wait_seconds_total"] - (b["data_wait_seconds_total"] if b else 0)
-        rows.append({"rank": rank, "pod": n["pod"], "batches": n["batches"] - (b["batches"] if b else 0),
+        rows.append({"rank": rank, "pod": n["pod"], "node": n.get("node"),
+                     "batches": n["batches"] - (b["batches"] if b else 0),
                      "data_wait_seconds": round(wait, 4), "step_seconds": round(steps, 4),
                      "data_wait_ratio": round(wait / steps, 4) if steps > 0 else None,
                      "worker_pids": n.get("worker_pids", [])})

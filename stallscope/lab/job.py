@@ -176,7 +176,8 @@ class Job:
         """The job's ranks as their agents see them (every node's, on lab nodes)."""
         found = {}
         for agent in self.agents():
-            found.update((r["rank"], r) for r in agent.api("/api/v1/ranks?job=" + self.job)["ranks"])
+            body = agent.api("/api/v1/ranks?job=" + self.job)
+            found.update((r["rank"], dict(r, node=r.get("node") or body.get("node"))) for r in body["ranks"])
         return found
 
     def wait_ready(self, batches=1):

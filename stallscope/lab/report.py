@@ -71,10 +71,14 @@ def render(result):
     if result.get("simulated_gpu"):
         lines.append("  GPU: SIMULATED (no GPU is read; busy while the loop computes)")
     lines.append("")
-    lines.append("  rank  pod            batches  data-wait  share of step time")
+    # the node column where the ranks ran on lab nodes (lab/nodes.py)
+    placed = len({r.get("node") for r in result["ranks"]}) > 1
+    lines.append("  rank  pod           %s batches  data-wait  share of step time" % (
+        " node      " if placed else ""))
     for r in result["ranks"]:
-        lines.append("  %4d  %-13s  %7d  %8.2fs  %s%s" % (
-            r["rank"], r["pod"], r["batches"], r.get("data_wait_seconds") or 0.0,
+        lines.append("  %4d  %-13s %s %7d  %8.2fs  %s%s" % (
+            r["rank"], r["pod"], " %-10s" % (r.get("node") or "-") if placed else "",
+            r["batches"], r.get("data_wait_seconds") or 0.0,
             _pct(r["data_wait_ratio"]), "   <- fault injected here" if (
                 result["expected"]["rank"] == r["rank"]) else ""))
     exp, found = result["expected"], result["found"]

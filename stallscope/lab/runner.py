@@ -28,6 +28,7 @@ class Options:
     say: object = None              # progress/messages sink (str -> None)
     live: bool = None               # redraw the progress line in place (None: stderr is a TTY)
     warmup_batches: int = 1         # the window starts once every rank has had this many
+    nodes: tuple = ()               # the lab node of each rank (lab/nodes.py); () the scenario's
 
 
 def run(scenario, opts):
@@ -41,7 +42,7 @@ def run(scenario, opts):
         raise Unavailable("%s %s" % (scenario.name, reason))
     duration = float(opts.duration or scenario.real.duration)
     ranks = opts.ranks or scenario.real.ranks
-    placed = scenario.real.nodes
+    placed = tuple(opts.nodes) or scenario.real.nodes
     if placed and not nodes.isolated():
         raise Unavailable("%s runs on lab nodes, which need root, iproute2, nsenter and unshare"
                           % scenario.name)
