@@ -21,6 +21,7 @@ it. ``run`` is the job (lab/job.py): its plans, target rank, work directory, ``s
                    a tc token bucket shapes (a network namespace and a veth pair)
 - TinyShm          the target runs in its own mount namespace with a tiny /dev/shm
 - ShmBusError      ... mostly full, and its workers fill the rest until one dies of SIGBUS
+- NodeShm          the target's lab node has a tiny /dev/shm that all its ranks share
 - MemoryLimit      the target runs under a memory limit its workers outgrow (OOM kills)
 - Combined         several of these on the same rank at once
 """
@@ -28,7 +29,7 @@ from .base import Combined, Fault, NoFault, available
 from .cpu import CpuHogs, CpuQuota
 from .memory import MemoryLimit
 from .network import ShapedStore
-from .shm import ShmBusError, TinyShm
+from .shm import NodeShm, ShmBusError, TinyShm
 from .storage import (
     CheckpointBurst,
     ColdCache,

@@ -1,4 +1,7 @@
-"""A tiny /dev/shm, mostly taken by the leftovers of an earlier crash."""
+"""A tiny /dev/shm, mostly taken by the leftovers of an earlier crash: one pod's, or a
+whole lab node's."""
+import subprocess
+
 from .base import Fault
 
 
@@ -48,3 +51,28 @@ class ShmBusError(Fault):
 
     def setup_lines(self):
         return TinyShm(self.size_mib, self.leftover_mib).setup_lines()
+
+
+class NodeShm(Fault):
+    """The /dev/shm of the target's lab node (lab/nodes.py: its mount namespace, which its
+    pods' copy) is tiny and mostly held by leftovers: every rank on that node places its
+    batches there as TinyShm's target does, and they share what is left (issue 35: a
+    node-wide cause named for that node's ranks only)."""
+    needs = ("root", "unshare")
+
+    def __init__(self, size_mib=26, leftover_mib=20, sample_kib=96):
+        self.size_mib, self.leftover_mib, self.sample_kib = size_mib, leftover_mib, sample_kib
+        self.summary = ("the target's node has a %d MiB /dev/shm, %d MiB of it held by leftovers, "
+                        "shared by every rank on that node" % (size_mib, leftover_mib))
+
+    def prepare(self, run):
+        node = run.node(run.target)
+        if node is None or not node.isolated:
+            raise RuntimeError("NodeShm needs the job on lab nodes")
+        # over the node's own tmpfs, in its mount namespace only: gone with the node
+        subprocess.run(node.enter() + ["sh", "-c", "; ".join(TinyShm(self.size_mib, self.leftover_mib)
+                                                             .setup_lines())], check=True, capture_output=True)
+        for rank, plan in enumerate(run.plans):
+            if run.node(rank) is node:
+                plan.update(sample_bytes=self.sample_kib * 1024, shm_retry_s=0.5, in_order=False,
+                            sharing_strategy="file_descriptor")

@@ -1,0 +1,95 @@
+"""The multi-node scenarios of issue 35 beyond the CI one (tests/lab/test_nodes.py), on lab
+nodes, each diagnosed through Prometheus and through every node's agent (one rule set,
+both paths): two jobs sharing two nodes, one starving, one healthy; a node-wide cause (a
+full /dev/shm) on one node, named for that node's ranks only. `make test-lab`."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stallscope.lab import faults, nodes, scenarios
+from stallscope.processes.children import child_env
+from tests.helpers.lab import lab_session, leftovers
+from tests.helpers.needs import need_prometheus
+
+pytestmark = [pytest.mark.slow, pytest.mark.lab_variant]
+WINDOW = "15s"
+
+
+def diagnose(*args, prometheus=None):
+    env = child_env({"STALLSCOPE_PROMETHEUS_URL": prometheus or ""})
+    p = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", *args, "--window", WINDOW,
+                        "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in p.stderr and p.stdout, (args, p.stderr)
+    return p.returncode, json.loads(p.stdout)
+
+
+def both_paths(pod, prom, placed):
+    """(rc, report) through Prometheus, then through every node's agent."""
+    agents = [a for n in placed for a in ("--agent", n.agent.url)]
+    return [diagnose(pod, "--prometheus", prom.url, prometheus=prom.url), diagnose(pod, *agents)]
+
+
+@pytest.fixture
+def lab(tmp_path):
+    pytest.importorskip("torch")
+    need_prometheus()
+    if not nodes.isolated():
+        pytest.skip("lab nodes need root, iproute2, nsenter and unshare")
+    workdir = tmp_path / "lab"
+    with lab_session(workdir) as session:
+        yield session
+    assert leftovers(workdir) == []
+
+
+def test_two_jobs_sharing_two_nodes_one_starving(lab):
+    placed = [lab.add_node(name, window=120) for name in ("node-a", "node-b")]
+    prom = lab.start_prometheus()
+    starving = lab.start_job(scenarios.get("too-few-workers"), ranks=2, name="sj", pod_prefix="sj-",
+                             placement=placed, duration=120)
+    fine = lab.start_job(scenarios.get("healthy"), ranks=2, name="fj", pod_prefix="fj-",
+                         placement=placed, duration=120)
+    starving.wait_ready()
+    fine.wait_ready()
+    time.sleep(18)
+    for rc, doc in both_paths("sj-0", prom, placed):
+        assert (rc, doc["verdict"], doc["node"]) == (1, "not_input_bound", "node-a"), doc["reason"]
+        assert (doc["straggler"]["pod"], doc["straggler"]["node"]) == ("sj-1", "node-b"), doc["straggler"]
+    for rc, doc in both_paths("sj-1", prom, placed):
+        assert (rc, doc["verdict"], doc["causes"][0]["cause"]) == (1, "input_bound", "too_few_workers"), (
+            doc["reason"], doc["causes"][:2])
+    for pod in ("fj-0", "fj-1"):  # beside the starving job on both nodes: its own job is healthy
+        for rc, doc in both_paths(pod, prom, placed):
+            assert (rc, doc["verdict"], doc["job"]) == (0, "healthy", "fj"), doc["reason"]
+
+
+def test_a_full_shm_on_one_node_is_named_for_its_ranks_only(lab):
+    placed = [lab.add_node(name, window=120) for name in ("node-a", "node-b")]
+    prom = lab.start_prometheus()
+    scenario = scenarios.Scenario(
+        "node-shm", "node-b's /dev/shm is tiny and mostly held; ranks 1 and 2 run there.",
+        cause="shm_exhaustion", real=scenarios.RealRun(fault=faults.NodeShm, ranks=3))
+    job = lab.start_job(scenario, ranks=3, name="nj", pod_prefix="nj-",
+                        placement=[placed[0], placed[1], placed[1]], duration=120)
+    job.wait_ready()
+    time.sleep(18)
+    # node-b's two ranks share what is left of its /dev/shm: whichever is starved is input-
+    # bound on it, its /dev/shm full (the other may keep up and wait for it in the all_reduce)
+    bound = []
+    for pod in ("nj-1", "nj-2"):
+        for rc, doc in both_paths(pod, prom, placed):
+            assert doc["node"] == "node-b", doc
+            if doc["verdict"] == "input_bound":
+                bound.append(pod)
+                assert doc["causes"][0]["cause"] == "shm_exhaustion", (pod, doc["causes"][:2])
+                shm = [r for r in doc["evidence"] if r["signal"] == "shm_used_ratio"]
+                assert shm and shm[0]["value"] > 0.9, (pod, doc["evidence"])
+            else:
+                assert (doc["verdict"], doc["straggler"]["node"]) == ("not_input_bound", "node-b"), doc
+    assert bound, "no rank on node-b starved"
+    for rc, doc in both_paths("nj-0", prom, placed):
+        assert (rc, doc["verdict"], doc["node"]) == (1, "not_input_bound", "node-a"), doc["reason"]
+        assert doc["straggler"]["node"] == "node-b", doc["straggler"]
+        assert "shm_exhaustion" not in [c["cause"] for c in doc["causes"]], doc["causes"]
