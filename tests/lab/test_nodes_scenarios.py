@@ -79,7 +79,7 @@ def test_a_full_shm_on_one_node_is_named_for_its_ranks_only(lab):
     # bound on it, its /dev/shm full (the other may keep up and wait for it in the all_reduce)
     bound = []
     for pod in ("nj-1", "nj-2"):
-        for rc, doc in both_paths(pod, prom, placed):
+        for _, doc in both_paths(pod, prom, placed):
             assert doc["node"] == "node-b", doc
             if doc["verdict"] == "input_bound":
                 bound.append(pod)

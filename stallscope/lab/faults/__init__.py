@@ -46,5 +46,5 @@ from .storage import (
 
 __all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "DiskCheckpoints",
            "Fault", "FrozenFuse",
-           "LocalCache", "MemoryLimit", "NoFault", "NodeWriter", "RemoteShards", "ShapedStore", "ShmBusError",
+           "LocalCache", "MemoryLimit", "NoFault", "NodeShm", "NodeWriter", "RemoteShards", "ShapedStore", "ShmBusError",
            "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]

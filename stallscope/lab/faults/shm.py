@@ -70,8 +70,8 @@ class NodeShm(Fault):
         if node is None or not node.isolated:
             raise RuntimeError("NodeShm needs the job on lab nodes")
         # over the node's own tmpfs, in its mount namespace only: gone with the node
-        subprocess.run(node.enter() + ["sh", "-c", "; ".join(TinyShm(self.size_mib, self.leftover_mib)
-                                                             .setup_lines())], check=True, capture_output=True)
+        lines = TinyShm(self.size_mib, self.leftover_mib).setup_lines()
+        subprocess.run(node.enter() + ["sh", "-c", "; ".join(lines)], check=True, capture_output=True)
         for rank, plan in enumerate(run.plans):
             if run.node(rank) is node:
                 plan.update(sample_bytes=self.sample_kib * 1024, shm_retry_s=0.5, in_order=False,
