@@ -44,7 +44,7 @@ from .storage import (
     start_objstore,
 )
 
-__all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse", "DiskCheckpoints",
-           "Fault", "FrozenFuse",
-           "LocalCache", "MemoryLimit", "NoFault", "NodeShm", "NodeWriter", "RemoteShards", "ShapedStore", "ShmBusError",
-           "SlowFuse", "TinyShm", "available", "http_up", "start_objstore"]
+__all__ = ["CheckpointBurst", "ColdCache", "Combined", "CpuHogs", "CpuQuota", "DeadFuse",
+           "DiskCheckpoints", "Fault", "FrozenFuse", "LocalCache", "MemoryLimit", "NoFault",
+           "NodeShm", "NodeWriter", "RemoteShards", "ShapedStore", "ShmBusError", "SlowFuse",
+           "TinyShm", "available", "http_up", "start_objstore"]
