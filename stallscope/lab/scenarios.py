@@ -332,6 +332,12 @@ SCENARIOS = (
              "(\"unable to allocate shared memory(shm)\") and retry.", _cause("shm_exhaustion"),
              real=RealRun(fault=faults.TinyShm, alerts=WAIT + _alerts("StallscopeShmNearlyFull")),
              synthetic=synthetic.shm_full),
+    Scenario("shm-full-node", "Two ranks on two lab nodes; node-b's own /dev/shm (its mount "
+             "namespace, which its pods' copy) is 16 MiB with 14 MiB held by leftovers, as "
+             "shm-exhaustion's pod has: a node-wide cause, named for node-b's rank only.",
+             _cause("shm_exhaustion"), real=RealRun(
+                 fault=lambda: faults.NodeShm(size_mib=16, leftover_mib=14),
+                 alerts=WAIT + _alerts("StallscopeShmNearlyFull"), nodes=("node-a", "node-b"))),
     Scenario("checkpoint-burst", "Every 10 s a 512 MiB checkpoint is uploaded over 8 streams to the "
              "storage server (200 MB/s shared, written through to its disk) that one rank reads its "
              "samples from (4 reads of 256 KiB each): while it lasts the rank's reads get a tenth "

@@ -63,6 +63,7 @@ VARIANTS = {
     "shm-bus-error": "shm-exhaustion",       # /dev/shm too small again; the worker dies of SIGBUS
     "epoch-restart": "epoch-start",          # epochs shorter than the workers' start-up
     "text-over-link": "bandwidth-bound",     # the shaped store, samples of 4 KiB, slow workers
+    "shm-full-node": "shm-exhaustion",       # the tiny /dev/shm a lab node's, not the pod's
 }
 
 # Scenarios whose fault and cause CI drives live in a test of its own, against a real agent
