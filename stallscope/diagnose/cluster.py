@@ -161,12 +161,14 @@ def agent_url(prom: Prometheus, node: str | None, w: str) -> str | None:
     return None
 
 
-def dark_ranks(prom: Prometheus, job: str | None, namespace: str | None) -> tuple[list[JobRank], list[str]]:
+def dark_ranks(prom: Prometheus, job: str | None, namespace: str | None,
+               exclude: str | None = None) -> tuple[list[JobRank], list[str]]:
     """(the job's ranks that reported within the mixin's silent lookback but have no
     sample now, on an agent whose last scrape failed (up == 0); those agents). A
     failed scrape ends its series at once (staleness markers), so a node whose agent is
     down drops its ranks out of every view: Prometheus cannot say whether a victim waits
-    for one of them (issue 35). A rank silent on a live agent is StallscopeRankSilent's."""
+    for one of them (issue 35). A rank silent on a live agent is StallscopeRankSilent's.
+    ``exclude``: a pod whose ranks are left out (the one diagnosed)."""
     up = promql.sel(CFG, "up", CFG.agent_selector) if CFG.agent_selector else "up"
     if not prom.query("%s == 0" % up):  # the usual answer, and a cheap one at any scale
         return [], []
@@ -175,6 +177,7 @@ def dark_ranks(prom: Prometheus, job: str | None, namespace: str | None) -> tupl
         "group by (namespace, job, rank, pod, node, instance) (present_over_time("
         "stallscope_step_seconds_count%s[%s])) unless on (namespace, job, rank) "
         "stallscope_step_seconds_count%s and on (instance) (%s == 0)" % (sel, CFG.silent_lookback, sel, up))
+    rows = [(labels, v) for labels, v in rows if labels.get("pod") != exclude]
     found = sorted((_rank_row(labels, None) for labels, _ in rows), key=lambda r: _order_key(r.rank))
     agents = sorted({labels["instance"] for labels, _ in rows if labels.get("instance")})
     return found, agents
@@ -292,7 +295,9 @@ def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
         handoff = pool.submit(prom.scalar, promql.handoff_ratio(CFG, matchers(
             job=me.job, namespace=namespace, pod=pod, rank=str(me.rank)), w).replace("\n", " "))
         exits, deaths = died.result()
-        dark, down = dark_ranks(prom, me.job, namespace)
+        # the pod's own ranks are not its job's unseen peers: a pod whose agent is down
+        # is reported from what Prometheus still holds of it, with that warning
+        dark, down = dark_ranks(prom, me.job, namespace, exclude=pod)
         return ClusterView(
             job=me.job or "", rank=me.rank, pod=pod, namespace=namespace or "", node=me.node or "",
             data_wait_ratio=me.data_wait_ratio, batches=batches.result(),

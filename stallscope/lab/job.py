@@ -114,10 +114,6 @@ class Job:
         reason = self.fault.missing()
         if reason:
             raise Unavailable("%s %s" % (self.scenario.name, reason))
-        if self.placement and self.fault.enter():
-            # the target would join a helper's mount namespace made on the host, not its node's
-            raise Unavailable("%s runs its target in a helper's mount namespace: not on lab nodes"
-                              % self.scenario.name)
         os.makedirs(self.workdir, exist_ok=True)
         self.make_plans()
         self.fault.prepare(self)

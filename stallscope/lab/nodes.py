@@ -10,7 +10,8 @@ A node is
 - a UTS namespace with the node's name as its hostname, and a mount namespace of its
   own (a copy of the host's, private propagation: unshare(1)) with a tmpfs of its own on
   /dev/shm, held by a sleeping process that every other process of the node joins with
-  nsenter(1) (agent, ranks, and the pods' own mount namespaces made inside it);
+  nsenter(1) (agent, ranks, and the pods' own mount namespaces made inside it; a FUSE
+  fault's daemon mounts in a namespace made inside it too, faults/storage.py);
 - a cgroup v2 directory under which its pods' cgroups are made;
 - its own ``stallscope agent`` (``--node NAME``, its own hook socket), listening on the
   node's address.
@@ -114,6 +115,8 @@ class Node:
                   f"mount -t tmpfs -o size={SHM_SIZE},mode=1777 tmpfs /dev/shm; "
                   f"mount -t sysfs sysfs {sysfs}; mount --bind {sysfs}/class/net /sys/class/net; "
                   f"mount --bind {sysfs}/devices/virtual/net /sys/devices/virtual/net; umount -l {sysfs}; "
+                  # FUSE connections (the agent's waiting-request counts), where the kernel has them
+                  f"mount -t fusectl fusectl /sys/fs/fuse/connections 2>/dev/null || true; "
                   f": > {ready}; exec sleep 2147483647")
         self.holder = s.popen("node %s" % self.name, os.path.join(self.workdir, "holder.log"),
                               ["nsenter", "--net=/run/netns/" + self.netns, "--", "unshare", "--mount",

@@ -74,5 +74,7 @@ def wrap(cmd, fault=None, cgroup=None, node=()):
     join = ["echo $$ > %s/cgroup.procs" % cgroup] if cgroup else []
     script = "set -e; %s exec \"$@\"" % "".join(
         line + "; " for line in join + [_DETACH_FOREIGN_FUSE % keep] + lines)
-    prefix = enter or list(node) + ["unshare", "--mount", "--propagation", "private", "--"]
+    # a fault's namespace (made inside the node where there is one) or a new one copied
+    # from the node's; the node's network and hostname either way
+    prefix = list(node) + (enter or ["unshare", "--mount", "--propagation", "private", "--"])
     return prefix + ["sh", "-c", script, "sh"] + list(cmd)

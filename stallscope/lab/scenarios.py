@@ -327,6 +327,13 @@ SCENARIOS = (
                           # (StallscopeJobNoProgress: the mixin's SLO alert, no cause's)
                           may_fire=_alerts("StallscopeFuseMountStuck", "StallscopeIOPressure")
                           + ("StallscopeJobNoProgress",))),
+    Scenario("stuck-mount-node", "hang's frozen FUSE daemon on a lab node: two ranks on two nodes; "
+             "the daemon under node-b's rank mounts in a namespace made inside node-b's, and stops "
+             "answering a third into the run. The stuck mount is named on node-b, whose agent "
+             "alone sees it; node-a's rank waits for it.", _cause("fuse_unhealthy"),
+             real=RealRun(fault=faults.FrozenFuse, alerts=WAIT + _alerts("StallscopeFuseMountDown"),
+                          may_fire=_alerts("StallscopeFuseMountStuck", "StallscopeIOPressure")
+                          + ("StallscopeJobNoProgress",), nodes=("node-a", "node-b"))),
     Scenario("shm-exhaustion", "One rank's /dev/shm (its own mount namespace) is 16 MiB with 14 MiB "
              "held by leftovers: its workers fail to place 768 KiB batches in shared memory "
              "(\"unable to allocate shared memory(shm)\") and retry.", _cause("shm_exhaustion"),

@@ -173,7 +173,7 @@ FUSECTL = "/sys/fs/fuse/connections"
 class SlowFS:
     def __init__(self, mountpoint, latency=0.0, files=8, size=1 << 20, fsname="slowfs", subtype=None,
                  private=False, tail_every=0, tail_latency=0.0, brownouts=None, popen_kwargs=None,
-                 contention=None):
+                 contention=None, prefix=()):
         self.mountpoint = os.path.abspath(mountpoint)
         self.args = ["--latency", str(latency), "--files", str(files), "--size", str(size),
                      "--fsname", fsname] + (["--subtype", subtype] if subtype else [])
@@ -185,13 +185,14 @@ class SlowFS:
         if contention:
             self.args += ["--contention", str(contention[0]), str(contention[1])]
         self.private = private
+        self.prefix = list(prefix)  # a command that enters a lab node first (lab/nodes.py)
         self.popen_kwargs = popen_kwargs or {}  # e.g. the lab's own session + death signal
         self.proc = None
         self.mount = None
 
     def start(self, timeout=20.0):
         os.makedirs(self.mountpoint, exist_ok=True)
-        prefix = ["unshare", "-m", "--propagation", "private"] if self.private else []
+        prefix = self.prefix + (["unshare", "-m", "--propagation", "private"] if self.private else [])
         self.proc = subprocess.Popen(prefix + [sys.executable, "-m", "stallscope.lab.slowfs", self.mountpoint]
                                      + self.args, stderr=subprocess.PIPE, **self.popen_kwargs)
         mountinfo = "/proc/%d/mountinfo" % self.proc.pid

@@ -45,11 +45,14 @@ class SlowFuse(Fault):
         run.td.push("unmount fusectl", _umount_fusectl, ensure_fusectl())
         mnt = os.path.join(run.workdir, "fuse-shards")
         src = run.plans[run.target]["source"]
-        # In a mount namespace of its own (as a pod's mounts are); the target rank enters it.
+        # In a mount namespace of its own (as a pod's mounts are), made inside the target's
+        # lab node where it has one (its mounts, its network); the target rank enters it.
+        node = run.node(run.target) if hasattr(run, "node") else None
         self.fs = SlowFS(mnt, latency=self.latency, files=src["shards"], size=src["shard_bytes"],
                          fsname="lab-objectstore", private=True, tail_every=self.tail_every,
                          tail_latency=self.tail_latency, brownouts=self.brownouts,
-                         popen_kwargs=children.session_kwargs(), contention=self.contention)
+                         popen_kwargs=children.session_kwargs(), contention=self.contention,
+                         prefix=node.enter() if node is not None else ())
         run.td.push("unmount %s" % mnt, self.fs.stop)
         run.created("mount", mnt)
         self.fs.start()
