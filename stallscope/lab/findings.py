@@ -111,9 +111,10 @@ def via_diagnose(lab):
              "worker_pid": _worker_pid(causes[0]) if bound and causes else None,
              "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
                                                       " -> straggler " + doc["pod"])}
-    if kw["prometheus_url"] and bound and getattr(lab.fault, "both_paths", False):
+    if kw["prometheus_url"] and bound and (getattr(lab.fault, "both_paths", False) or lab.placement):
         # the other path: Prometheus alone, as when the node's agent is down (one truth:
-        # the same first cause, from the scores and signals the agent exported)
+        # the same first cause, from the scores and signals the agent exported); always on
+        # lab nodes, where the victim's agent never heard from the straggler (issue 35)
         try:
             alone = dg.encode(dg.run(doc["pod"], **dict(kw, agent_url=False)))
             named = alone.get("causes") or []

@@ -36,6 +36,8 @@ def _row(name, result=None, skipped=None):
             "found_rank": result["found"]["rank"],
             "expected_worker_pid": result["expected"].get("worker_pid"),
             "found_worker_pid": result["found"].get("worker_pid"),
+            # the other diagnose path, Prometheus alone, where the run took it (findings.py)
+            "found_cause_prometheus_alone": (result["found"].get("prometheus_alone") or {}).get("cause"),
             "alerts": None if alerts is None else alerts["matched"],
             "alerts_fired": None if alerts is None else alerts["fired"],
             "agreement": (result.get("agreement") or {}).get("state"),
@@ -66,6 +68,8 @@ def render(rows):
         lines.append(_ROW % (r["scenario"], r["expected_cause"] or "none", r["found_cause"] or "none", rank,
                              alerts, AGREEMENT[r.get("agreement")], "ok" if r["ok"] else "NOT OK"))
         detail = r.get("agreement_detail") or {}
+        if r.get("found_cause_prometheus_alone") is not None:
+            lines.append("%-22s   through Prometheus alone: %s" % ("", r["found_cause_prometheus_alone"]))
         if r.get("expected_worker_pid") is not None:
             lines.append("%-22s   worker named/slowed: pid %s/%s" % (
                 "", _fmt(r.get("found_worker_pid")), r["expected_worker_pid"]))
