@@ -100,6 +100,11 @@ def test_a_straggler_on_one_node_named_from_the_others(tmp_path):
             blind["reason"])
         assert any(w.startswith("partial view: 1 of the job's 3 ranks") for w in blind["warnings"]), (
             blind["warnings"])
+        # ... and through every node's agent, node-c's unreachable: the same verdict
+        rc, blind = diagnose("xj-0", *agents)
+        assert (rc, blind["verdict"], blind["job_ranks"]) == (2, "unknown", 2), blind["reason"]
+        gone = "agent unreachable at %s" % placed[2].agent.url
+        assert any(w.startswith(gone) for w in blind["warnings"]), blind["warnings"]
         made = leftovers(workdir)  # the checker sees the live nodes: it can fail
         assert sum(x.startswith("network namespace") for x in made) == 3, made
         assert sum(x.startswith("interface") for x in made) == 4, made  # 3 veths + the bridge
