@@ -257,7 +257,25 @@ def sli_alert(history, rate_window=None, for_s=None, line=DATA_WAIT_LINE):
     return sli_alert_over(history, w, need, line)
 
 
-def collect(lab, base, now, fired=None, history=None, first_warnings=None):
+def judge_beside(job):
+    """Each rank of ``job`` (a second job on the same lab nodes) diagnosed through every
+    agent with Prometheus, and through Prometheus alone, against its scenario's verdict."""
+    kw = {"namespace": NAMESPACE, "agent_url": [a.url for a in job.agents()],
+          "window": "%ds" % int(job.duration),
+          "prometheus_url": job.prom.url if job.prom is not None else None}
+    verdicts = {}
+    for rank in range(job.world):
+        paths = [kw] + ([dict(kw, agent_url=False)] if kw["prometheus_url"] else [])
+        try:
+            verdicts[job.pod(rank)] = [dg.run(job.pod(rank), **p).verdict for p in paths]
+        except dg.DiagnoseError as e:
+            verdicts[job.pod(rank)] = ["error: %s" % e]
+    want = job.scenario.verdict
+    return {"job": job.job, "scenario": job.scenario.name, "expected_verdict": want,
+            "verdicts": verdicts, "matched": all(v == want for vs in verdicts.values() for v in vs)}
+
+
+def collect(lab, base, now, fired=None, history=None, first_warnings=None, beside=None):
     rows = rank_rows(lab, base, now)
     setup = None
     if first_warnings is not None and lab.scenario.real.warns is not None:
@@ -286,6 +304,9 @@ def collect(lab, base, now, fired=None, history=None, first_warnings=None):
         ok = False
     if setup is not None and not setup["matched"]:
         ok = False
+    others = judge_beside(beside) if beside is not None else None
+    if others is not None and not others["matched"]:
+        ok = False
     try:
         served = lab.fault.served(lab)
     except Exception as e:  # the check is the fault's; the run's findings stand without it
@@ -294,4 +315,4 @@ def collect(lab, base, now, fired=None, history=None, first_warnings=None):
             "job": lab.job, "target_rank": lab.target, "simulated_gpu": True,
             "ranks": rows, "expected": expected, "found": found, "diagnosis": details,
             "report": (details or {}).get("text"), "alerts": alerts, "agreement": agree, "setup": setup,
-            "served": served, "ok": ok}
+            "served": served, "beside": others, "ok": ok}

@@ -110,6 +110,11 @@ def render(result):
                          "match" if setup["matched"] else "MISMATCH"))
         for p in setup["problems"]:
             lines.append("    " + p)
+    if result.get("beside"):  # a second job on the same lab nodes (issue 35)
+        b = result["beside"]
+        lines.append("  beside:   job %s: %s (through the agents / Prometheus alone); expected %s -> %s" % (
+            b["job"], ", ".join("%s %s" % (pod, "/".join(v)) for pod, v in sorted(b["verdicts"].items())),
+            b["expected_verdict"], "match" if b["matched"] else "MISMATCH"))
     lines.append("  result:   %s" % ("OK" if result["ok"] else "NOT OK"))
     for h in (alerts or {}).get("headline") or []:
         since = (h.get("active_at") or "")[11:19]

@@ -6,7 +6,7 @@ import dataclasses
 import time
 
 from ..processes import teardown
-from . import findings, nodes, report, traces
+from . import findings, nodes, report, scenarios, traces
 from .job import Unavailable
 from .session import Session
 
@@ -62,11 +62,17 @@ def run(scenario, opts):
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
         job = session.start_job(scenario, ranks=ranks, duration=duration, placement=placement)
+        beside = None
+        if scenario.real.beside:  # a second job on the same nodes (issue 35)
+            beside = session.start_job(scenarios.get(scenario.real.beside), ranks=ranks,
+                                       name=job.job + "-beside", pod_prefix="beside-",
+                                       duration=duration, placement=placement)
+            beside.wait_ready(opts.warmup_batches)
         base = job.wait_ready(opts.warmup_batches)
         first = findings.first_batch_warnings(job)
         base = job.wait_ready(opts.warmup_batches)  # the window starts after that look
         now, fired, history = _window(job, base, opts.live)
-        result = findings.collect(job, base, now, fired, history, first_warnings=first)
+        result = findings.collect(job, base, now, fired, history, first_warnings=first, beside=beside)
         if opts.record:
             result["recorded"] = traces.record(job, result, opts.record)
         if opts.keep:

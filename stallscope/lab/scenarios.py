@@ -58,7 +58,8 @@ class RealRun:
     must pass them all; None: not judged, as after a fix), the number of ranks
     (``--ranks`` overrides it), the measured window (``--duration``) and, for a job across
     lab nodes (lab/nodes.py, issue 35), the node of each rank (``nodes``: its length is the
-    number of ranks)."""
+    number of ranks) and ``beside``: a scenario whose job runs on the same nodes at the same
+    time, each of its ranks to be diagnosed as that scenario expects, on both paths."""
     fault: Callable[[], faults.Fault] = faults.NoFault
     everyone: dict = dataclasses.field(default_factory=dict)
     target: dict = dataclasses.field(default_factory=dict)
@@ -68,6 +69,7 @@ class RealRun:
     duration: float = 25.0
     ranks: int = 2
     nodes: tuple = ()
+    beside: Optional[str] = None
 
     def __post_init__(self):
         if self.nodes and len(self.nodes) != self.ranks:
@@ -125,6 +127,12 @@ SCENARIOS = (
              "through Prometheus, or with every node's agent.", _cause("too_few_workers"),
              real=RealRun(target={"sample_sleep_s": 0.06}, alerts=WAIT, ranks=3,
                           nodes=("node-a", "node-b", "node-c"))),
+    Scenario("two-jobs-nodes", "Two jobs share two lab nodes: one is too-few-workers' job, its "
+             "straggler on node-b; beside it the healthy scenario's job, a rank on each node, "
+             "which must be diagnosed healthy on both paths while the other starves.",
+             _cause("too_few_workers"),
+             real=RealRun(target={"sample_sleep_s": 0.06}, alerts=WAIT, nodes=("node-a", "node-b"),
+                          beside="healthy")),
     Scenario("too-few-workers-3", "One rank has 3 workers and 90 ms of work per sample: 720 ms "
              "a batch per worker, T_load / W = 240 ms > T_compute = 150 ms; a round of 3 batches "
              "arrives together, so it stalls every 3 batches.", _cause("too_few_workers"),

@@ -38,6 +38,7 @@ def _row(name, result=None, skipped=None):
             "found_worker_pid": result["found"].get("worker_pid"),
             # the other diagnose path, Prometheus alone, where the run took it (findings.py)
             "found_cause_prometheus_alone": (result["found"].get("prometheus_alone") or {}).get("cause"),
+            "beside": result.get("beside"),
             "alerts": None if alerts is None else alerts["matched"],
             "alerts_fired": None if alerts is None else alerts["fired"],
             "agreement": (result.get("agreement") or {}).get("state"),
@@ -70,6 +71,11 @@ def render(rows):
         detail = r.get("agreement_detail") or {}
         if r.get("found_cause_prometheus_alone") is not None:
             lines.append("%-22s   through Prometheus alone: %s" % ("", r["found_cause_prometheus_alone"]))
+        if r.get("beside"):
+            b = r["beside"]
+            said = ", ".join("%s %s" % (pod, "/".join(v)) for pod, v in sorted(b["verdicts"].items()))
+            lines.append("%-22s   beside it, job %s: %s (expected %s)" % ("", b["job"], said,
+                                                                        b["expected_verdict"]))
         if r.get("expected_worker_pid") is not None:
             lines.append("%-22s   worker named/slowed: pid %s/%s" % (
                 "", _fmt(r.get("found_worker_pid")), r["expected_worker_pid"]))

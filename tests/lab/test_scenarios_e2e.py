@@ -68,6 +68,7 @@ VARIANTS = {
     "text-over-link": "bandwidth-bound",     # the shaped store, samples of 4 KiB, slow workers
     "shm-full-node": "shm-exhaustion",       # the tiny /dev/shm a lab node's, not the pod's
     "stuck-mount-node": "hang",              # the frozen FUSE daemon inside a lab node
+    "two-jobs-nodes": "too-few-workers",     # ... on two lab nodes beside a healthy job
 }
 
 # Scenarios whose fault and cause CI drives live in a test of its own, against a real agent
@@ -174,6 +175,8 @@ def test_scenario_is_caught_and_named(name, tmp_path):
         assert result["found"]["prometheus_alone"]["cause"] == s.cause, result["found"]
     if s.real.nodes:  # on lab nodes too (issue 35)
         assert result["found"]["prometheus_alone"]["cause"] == s.cause, result["found"]
+    if s.real.beside:  # the job beside it on the same nodes, each rank on both paths
+        assert result["beside"]["matched"], result["beside"]
     # the headline alert and diagnose's verdicts agree (a stall: it fired, no judged rank healthy)
     agree = result["agreement"]
     assert agree["state"] in (("agree",) if s.stalls else ("agree", "explained")), agree
