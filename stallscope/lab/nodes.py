@@ -46,13 +46,17 @@ def _quiet(*args):
 
 class Network:
     """The lab's bridge; the host's address on it is .254 of a /24 chosen per lab
-    process (the shaped store of faults/network.py uses 10.200-249; this uses 10.150-199)."""
+    process and session (the shaped store of faults/network.py uses 10.200-249; this uses
+    10.150-199). Interface names are at most 15 bytes (IFNAMSIZ)."""
+
+    made = 0  # sessions of this process that made a network: each gets its own names
 
     def __init__(self, session):
         self.session = session
-        tag = os.getpid() % 10000
-        self.bridge = "ssbr%d" % tag
-        self.prefix = "10.%d.0" % (150 + os.getpid() % 50)
+        Network.made += 1
+        self.tag = "%d%s" % (os.getpid() % 10000, chr(ord("a") + (Network.made - 1) % 26))
+        self.bridge = "ssbr" + self.tag
+        self.prefix = "10.%d.0" % (150 + (os.getpid() + Network.made - 1) % 50)
         self.host_ip = self.prefix + ".254"
         self.nodes = []
         self.up = False
@@ -77,9 +81,8 @@ class Network:
 class Node:
     def __init__(self, network, name, index):
         self.network, self.session, self.name, self.index = network, network.session, name, index
-        tag = os.getpid() % 10000
-        self.netns = "ssnd%d-%d" % (tag, index)
-        self.veth = "ssv%d-%d" % (tag, index)  # the host's end; the node's end is its eth0
+        self.netns = "ssnd%s-%d" % (network.tag, index)
+        self.veth = "ssv%s-%d" % (network.tag, index)  # the host's end; the node's end is its eth0
         self.isolated = isolated()
         self.ip = "%s.%d" % (network.prefix, index + 1) if self.isolated else "127.0.0.1"
         self.workdir = os.path.join(self.session.workdir, "node-" + name)
