@@ -11,6 +11,16 @@ from stallscope.lab.session import Session
 from stallscope.processes import children, teardown
 
 
+def diagnose_json(*args, window, prometheus=None):
+    """``stallscope diagnose ARGS --window WINDOW --json`` as on-call runs it (Prometheus
+    only where given): (exit code, the report)."""
+    env = children.child_env({"STALLSCOPE_PROMETHEUS_URL": prometheus or ""})
+    p = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", *args, "--window", window,
+                        "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in p.stderr and p.stdout, (args, p.stderr)
+    return p.returncode, json.loads(p.stdout)
+
+
 def lab_cmd(*args):
     return [sys.executable, "-m", "stallscope", "lab"] + [str(a) for a in args]
 

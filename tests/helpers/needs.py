@@ -17,6 +17,13 @@ def need_prometheus():
         pytest.skip("needs prometheus and promtool (apt-get install prometheus)")
 
 
+def need_lab_nodes():
+    from stallscope.lab import nodes
+
+    if not nodes.isolated():
+        pytest.skip("lab nodes need root, iproute2, nsenter and unshare")
+
+
 def need_fuse():
     need_root()
     if not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):

@@ -7,18 +7,15 @@ agent down; then nothing of the nodes is left.
 The partial-view check is the one that needs nodes: with the three ranks beside one
 agent (the lab before nodes), node-a's agent sees the whole job and the victim's
 `unknown` below would be `not_input_bound` (the closing note of issue 35 shows it)."""
-import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
-from stallscope.lab import nodes, scenarios
-from stallscope.processes.children import child_env
-from tests.helpers.lab import lab_session, leftovers
-from tests.helpers.needs import need_prometheus
+from stallscope.lab import scenarios
+from tests.helpers.lab import diagnose_json, lab_session, leftovers
+from tests.helpers.needs import need_lab_nodes, need_prometheus
 
 pytestmark = pytest.mark.slow
 WINDOW = "15s"
@@ -26,11 +23,7 @@ NODES = ("node-a", "node-b", "node-c")
 
 
 def diagnose(*args, prometheus=None):
-    env = child_env({"STALLSCOPE_PROMETHEUS_URL": prometheus or ""})
-    p = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", *args, "--window", WINDOW,
-                        "--json"], env=env, capture_output=True, text=True, timeout=60)
-    assert "Traceback" not in p.stderr and p.stdout, (args, p.stderr)
-    return p.returncode, json.loads(p.stdout)
+    return diagnose_json(*args, window=WINDOW, prometheus=prometheus)
 
 
 def _hostname(node):
@@ -41,8 +34,7 @@ def _hostname(node):
 def test_a_straggler_on_one_node_named_from_the_others(tmp_path):
     pytest.importorskip("torch")
     need_prometheus()
-    if not nodes.isolated():
-        pytest.skip("lab nodes need root, iproute2, nsenter and unshare")
+    need_lab_nodes()
     workdir = tmp_path / "lab"
     with lab_session(workdir) as session:
         placed = [session.add_node(name, window=120) for name in NODES]

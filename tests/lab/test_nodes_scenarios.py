@@ -3,42 +3,30 @@ ranks, named for that node's starved rank only, through Prometheus and through e
 node's agent (one rule set, both paths): what the lab's single-target scenarios (the
 scoreboard's shm-full-node, two-jobs-nodes, straggler-across-nodes) cannot say. Issue 35;
 `make test-lab`."""
-import json
-import subprocess
-import sys
 import time
 
 import pytest
 
-from stallscope.lab import faults, nodes, scenarios
-from stallscope.processes.children import child_env
-from tests.helpers.lab import lab_session, leftovers
-from tests.helpers.needs import need_prometheus
+from stallscope.lab import faults, scenarios
+from tests.helpers.lab import diagnose_json, lab_session, leftovers
+from tests.helpers.needs import need_lab_nodes, need_prometheus
 
 pytestmark = [pytest.mark.slow, pytest.mark.lab_variant]
 WINDOW = "15s"
 
 
-def diagnose(*args, prometheus=None):
-    env = child_env({"STALLSCOPE_PROMETHEUS_URL": prometheus or ""})
-    p = subprocess.run([sys.executable, "-m", "stallscope", "diagnose", *args, "--window", WINDOW,
-                        "--json"], env=env, capture_output=True, text=True, timeout=60)
-    assert "Traceback" not in p.stderr and p.stdout, (args, p.stderr)
-    return p.returncode, json.loads(p.stdout)
-
-
 def both_paths(pod, prom, placed):
     """(rc, report) through Prometheus, then through every node's agent."""
     agents = [a for n in placed for a in ("--agent", n.agent.url)]
-    return [diagnose(pod, "--prometheus", prom.url, prometheus=prom.url), diagnose(pod, *agents)]
+    return [diagnose_json(pod, "--prometheus", prom.url, window=WINDOW, prometheus=prom.url),
+            diagnose_json(pod, *agents, window=WINDOW)]
 
 
 @pytest.fixture
 def lab(tmp_path):
     pytest.importorskip("torch")
     need_prometheus()
-    if not nodes.isolated():
-        pytest.skip("lab nodes need root, iproute2, nsenter and unshare")
+    need_lab_nodes()
     workdir = tmp_path / "lab"
     with lab_session(workdir) as session:
         yield session
