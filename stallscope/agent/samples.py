@@ -78,7 +78,7 @@ class SampleStore:
     def record(self, scope: Any, signal: str, value: float, t_ns: int | None = None) -> None:
         t = time.monotonic_ns() if t_ns is None else t_ns
         with self.lock:
-            self._ring(scope, signal).extend(np.array([t], np.int64), np.array([value], np.float64))
+            self._ring(scope, signal).append(t, value)
 
     def record_many(self, scope: Any, signal: str, t_ns: Any, values: Any) -> None:
         if not len(t_ns):

@@ -10,11 +10,17 @@ ranks share it; node-wide readings leave the pod labels empty (``{pod=""}``).
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 from typing import Any
 
 from ..host import Part
-from ..system import procfs
+from ..system import cgroups, procfs
+
+# Where the cgroup hierarchies are mounted is looked at again this often: listing and
+# stat-ing the cgroupfs's every entry in each collection (and again in unavailable())
+# was a tenth of the cfs and cpuset exporters' cost (benchmarks/bench_exporters.py).
+LAYOUT_S = 30.0
 
 
 class Exporter(Part):
@@ -37,6 +43,14 @@ class Exporter(Part):
     def record(self, scope: Any, signal: str, value: float | None, t_ns: int | None = None) -> None:
         if value is not None:
             self.host.samples.record(scope, signal, value, t_ns)
+
+    def cgroup_layout(self) -> Any:
+        """The node's cgroup layout (system/cgroups.py Layout), at most LAYOUT_S old."""
+        now = time.monotonic()
+        held = getattr(self, "_layout", None)
+        if held is None or now - held[0] >= LAYOUT_S:
+            held = self._layout = (now, cgroups.Layout(self.host.cgroupfs))  # type: ignore[no-untyped-call]
+        return held[1]
 
     def proc(self, pid: Any, *parts: str) -> str:
         return procfs.pid_path(self.host.procfs, pid, *parts)

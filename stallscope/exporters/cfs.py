@@ -17,6 +17,7 @@ loader sizing and the correlator.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ..host.facts import RankQuota
@@ -28,6 +29,11 @@ from . import base
 
 THROTTLED_RATIO = signal("cfs_throttled_ratio").name
 THROTTLED_RATE = signal("cfs_throttled_seconds_rate").name
+# A worker's cgroup is read again this often: a worker is moved only by hand, and reading
+# every worker's /proc/<pid>/cgroup each collection was a third of this exporter's cost
+# at 8 ranks x 8 workers (benchmarks/bench_exporters.py). A rank's main process is the
+# rank table's, refreshed there.
+WORKER_CGROUP_S = 10.0
 
 
 def _quota_v1(d):
@@ -80,9 +86,22 @@ class CfsExporter(base.Exporter):
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
         self.rates = base.Rates(host)
+        # pid -> (read at, its Cgroup or None, where that is: _locate's answer)
+        self.worker_cgroups: dict[int, tuple[float, Any, Any]] = {}
+
+    def _worker_cgroup(self, layout, pid, now, live):
+        """(Cgroup, location) of a worker, read again every WORKER_CGROUP_S."""
+        live.add(pid)
+        hit = self.worker_cgroups.get(pid)
+        if hit is not None and now - hit[0] < WORKER_CGROUP_S:
+            return hit[1], hit[2]
+        cg = cgroups.of_pid(self.host.procfs, pid)
+        where = self._locate(layout, cg) if cg is not None else None
+        self.worker_cgroups[pid] = (now, cg, where)
+        return cg, where
 
     def unavailable(self):
-        layout = cgroups.Layout(self.host.cgroupfs)
+        layout = self.cgroup_layout()
         if "cpu" in layout.v1:
             return None
         controllers = read_text(os.path.join(layout.v2 or "/nonexistent", "cgroup.controllers"))
@@ -112,15 +131,19 @@ class CfsExporter(base.Exporter):
 
     def collect(self) -> Any:
         ranks = self.host.ranks()
-        layout = cgroups.Layout(self.host.cgroupfs)
+        layout = self.cgroup_layout()
         groups, rank_groups, quota_cache = {}, {}, {}
+        now, live = time.monotonic(), set()
         for rank in ranks:
             pids = ([rank.pid] if rank.pid else []) + list(rank.worker_pids)
             mine = rank_groups[rank.key] = []
             for i, pid in enumerate(pids):
                 main = i == 0 and rank.pid
-                cg = rank.cgroup if main else cgroups.of_pid(self.host.procfs, pid)
-                where = self._locate(layout, cg) if cg is not None else None
+                if main:
+                    cg = rank.cgroup
+                    where = self._locate(layout, cg) if cg is not None else None
+                else:
+                    cg, where = self._worker_cgroup(layout, pid, now, live)
                 if where is None or where[1] == "/":
                     continue  # the root cgroup has no quota to enforce
                 g = groups.get(where[:2])
@@ -132,6 +155,8 @@ class CfsExporter(base.Exporter):
                     g.ranks.append(rank)
                 if g not in mine:
                     mine.append(g)
+        for pid in [p for p in self.worker_cgroups if p not in live]:
+            del self.worker_cgroups[pid]
         return self._emit(layout, groups, ranks, rank_groups, quota_cache)
 
     def _emit(self, layout, groups, ranks, rank_groups, quota_cache):

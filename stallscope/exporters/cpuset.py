@@ -72,7 +72,7 @@ class CpusetExporter(base.Exporter):
         return None
 
     def unavailable(self) -> str | None:
-        if self._where(cgroups.Layout(self.host.cgroupfs)) is None:
+        if self._where(self.cgroup_layout()) is None:
             return "no cpuset cgroup controller under %s" % self.host.cgroupfs
         return None
 
@@ -137,7 +137,7 @@ class CpusetExporter(base.Exporter):
         cpus_fam = family("stallscope_pod_cpuset_cpus")
         exclusive_fam = family("stallscope_pod_cpuset_exclusive")
         fuse_fam = family("stallscope_pod_cpuset_fuse_daemon_cpus")
-        layout = cgroups.Layout(self.host.cgroupfs)
+        layout = self.cgroup_layout()
         where = self._where(layout)
         if where is None:
             return [f.family for f in (cpus_fam, exclusive_fam, fuse_fam)]

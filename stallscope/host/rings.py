@@ -58,6 +58,16 @@ class Ring:
         self.start = (self.start + overflow) % cap
         self.n = min(cap, self.n + k)
 
+    def append(self, value: float) -> None:
+        """Append one row of a width-1 ring: one item store, no array built (the
+        exporters record a value at a time, thousands a minute)."""
+        cap = self.buf.shape[0]
+        self.buf[(self.start + self.n) % cap, 0] = value
+        if self.n < cap:
+            self.n += 1
+        else:
+            self.start = (self.start + 1) % cap
+
     def rows(self) -> np.ndarray:
         """Every row held, oldest first (a copy)."""
         cap = self.capacity
@@ -124,6 +134,10 @@ class PointRing:
     def extend(self, t: np.ndarray, v: np.ndarray) -> None:
         self.t.extend(t.reshape(-1, 1))
         self.v.extend(v.reshape(-1, 1))
+
+    def append(self, t_ns: int, value: float) -> None:
+        self.t.append(t_ns)
+        self.v.append(value)
 
     def since(self, horizon_ns: int) -> tuple[np.ndarray, np.ndarray]:
         k = self.t.first_at(horizon_ns)

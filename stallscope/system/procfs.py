@@ -11,12 +11,31 @@ from typing import NamedTuple
 
 
 def read_text(path: str) -> str | None:
-    """File contents, or None when it cannot be read (gone, absent, permission)."""
+    """File contents, or None when it cannot be read (gone, absent, permission).
+
+    Read with bare descriptors: a text-mode ``open()`` adds an fstat, an ioctl and a
+    decoder per file, and the exporters read thousands of these small files a minute
+    (2.4x the cost a read: benchmarks/bench_exporters.py). Bytes a process put in its
+    own files (comm, cmdline) need not be UTF-8: they are replaced, never raised."""
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        first = os.read(fd, 65536)
+        if not first:
+            return ""
+        chunks = [first]
+        while True:  # seq files (mountinfo) may hand over a large file in parts
+            more = os.read(fd, 65536)
+            if not more:
+                break
+            chunks.append(more)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return (first if len(chunks) == 1 else b"".join(chunks)).decode("utf-8", "replace")
 
 
 def read_keyed(path: str) -> dict[str, int]:
@@ -33,7 +52,9 @@ def read_keyed(path: str) -> dict[str, int]:
 
 
 def pid_path(procfs: str, pid: object, *parts: str) -> str:
-    return os.path.join(procfs, str(pid), *parts)
+    """``<procfs>/<pid>/<parts...>``; the parts are file names, never absolute (joined
+    as strings: os.path.join was a tenth of an exporter cycle)."""
+    return "/".join((procfs, str(pid)) + parts)
 
 
 class Stat(NamedTuple):

@@ -23,6 +23,19 @@ def test_a_ring_keeps_the_newest_rows_in_order():
     assert r.since(106)[:, 0].tolist() == [106, 107, 108]
 
 
+
+def test_a_point_appended_one_at_a_time_is_kept_as_an_extended_one():
+    from stallscope.host.rings import PointRing
+
+    one, many = PointRing(4), PointRing(4)
+    for k in range(7):  # wraps: the oldest go as from extend()
+        one.append(10 * k, k / 2)
+    many.extend(np.arange(0, 70, 10, dtype=np.int64), np.arange(7) / 2)
+    assert len(one) == 4
+    for a, b in zip(one.since(0), many.since(0)):
+        assert a.tolist() == b.tolist()
+    assert one.since(0)[0].tolist() == [30, 40, 50, 60] and one.since(45)[1].tolist() == [2.5, 3.0]
+
 def test_a_window_copies_the_window_not_the_ring():
     # The correlator cuts 1-300 s windows out of 900 s rings several times a second; a
     # copy of the whole ring each time (then cut) churned ~150 KiB blocks through the
