@@ -72,7 +72,7 @@ UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: n
 # held longest (benchmarks/bench_loaderstate.py --moving: 44 % idle for 30 %; real FUSE
 # readers: 14-22 % of their storage time on the mount for 33 %). Looking at every task
 # every round cost 1.2-1.5 % of a core at 8 ranks x 8 busy workers (bench_agent.py).
-WORKER_STRIDE = 2
+WORKER_STRIDE = 3
 # The training process's threads (main, pin): what they wait on off the CPU is shown,
 # never scored (their CPU wait, the consumer's cause, is exact from schedstat at any
 # gap), so they are looked at less often.
@@ -123,19 +123,24 @@ class LoaderStateExporter(base.Exporter):
         self.jitter = random.Random(0)
         self.open: dict[tuple[int, int], int] = {}                      # (pid, tid) -> schedstat fd
         self.sysfd: dict[tuple[int, int], int] = {}                     # (pid, tid) -> syscall fd
+        # (pid, tid) -> (its syscall file's bytes, read at, the state they were classified
+        # as): the same bytes again (the same call from the same place) within
+        # FD_CACHE_S are the same state, not parsed and classified again
+        self.seen: dict[tuple[int, int], tuple[bytes, float, tuple[str, str | None]]] = {}
         self.pins: dict[int, tuple[float, list[int]]] = {}              # pid -> (looked at, pin tids)
         self.fds: dict[tuple[int, int], tuple[float, str | None]] = {}  # (pid, fd) -> (read at, target)
         self.mounts: dict[str, list[tuple[str, str]]] = {}              # mount ns -> [(mountpoint, kind)]
         self.unix: dict[tuple[int, int], tuple[str, bool]] = {}        # (pid, fd) -> (socket, is unix)
         self.internet: dict[int, tuple[float, bool]] = {}  # pid -> (read at, holds a non-unix socket)
-        # rank key -> deque of (round time, {(role, state, mount): task-seconds})
+        # rank key -> deque of (second, {(role, state, mount): task-seconds}), a second an entry
         Round = dict[tuple[str, str, "str | None"], float]
-        self.samples: dict[Any, collections.deque[tuple[float, Round]]] = {}
-        self.totals: dict[Any, Round] = {}   # rank key -> the sum of its ring's rounds
+        self.samples: dict[Any, collections.deque[tuple[int, Round]]] = {}
+        self.totals: dict[Any, Round] = {}   # rank key -> the sum of its ring's entries
         self.sums: dict[Any, tuple[int, int]] = {}  # rank key -> (wait ns, step ns) at the last refresh
         self.waiting: dict[Any, bool] = {}   # rank key -> its loop waited on data since then
         self.ranks_at, self.ranks = -1.0, []  # the rank table, re-read once a second
-        self.tasks_of: dict[Any, list[tuple[str, int, int]]] = {}
+        self.owner: dict[tuple[int, int], tuple[Any, str]] = {}  # (pid, tid) -> (rank key, role)
+        self.schedule: dict[int, list[tuple[int, int]]] = {}  # round -> the tasks due then
         self.no_syscall = False
         self.thread: threading.Thread | None = None
         self.stop = threading.Event()
@@ -159,7 +164,11 @@ class LoaderStateExporter(base.Exporter):
             delay = next_at - time.monotonic()
             if delay < 0:  # fell behind (a loaded node): skip, do not burst
                 next_at, delay = time.monotonic(), 0.0
-            self.stop.wait(delay)
+            # a sleep, not stop.wait(): a timed wait on a lock cost ~2x a sleep's CPU a
+            # wake-up on a VM (~0.15 ms against ~0.06), and at 10 Hz the wake-ups were
+            # half of this thread's cost (benchmarks/bench_loaderstate.py --workers 1);
+            # a stop is seen within a period
+            time.sleep(delay)
 
     def tasks(self, rank: Any) -> list[tuple[str, int, int]]:
         """(role, pid, tid) of the rank's sampled tasks."""
@@ -205,6 +214,7 @@ class LoaderStateExporter(base.Exporter):
         return fd
 
     def _close(self, key: tuple[int, int]) -> None:
+        self.seen.pop(key, None)
         for fds in (self.open, self.sysfd):
             fd = fds.pop(key, None)
             if fd is not None:
@@ -217,89 +227,118 @@ class LoaderStateExporter(base.Exporter):
         self.due.pop(key, None)
 
     def sample_once(self) -> None:
-        """One round over every rank's tasks; each rank's round is one ring entry of
+        """One round: the tasks due this round are looked at (each then drawn its next
+        round), and each rank's looks are added to its ring's entry for this second, of
         {(role, state, mount): task-seconds}, however many workers it has. The loop is
-        written flat: at 64 workers and 10 Hz each task-sample's few microseconds are the
-        part's cost (benchmarks/bench_loaderstate.py)."""
+        written flat and walks only the tasks due (a schedule by round, not a pass over
+        every task): at 64 workers and 10 Hz each look's few microseconds are the part's
+        cost (benchmarks/bench_loaderstate.py)."""
         now = self.host.clock()
-        keep_from = now - self.options.window
+        round_no = self.sampled
+        schedule, due = self.schedule, self.due
         if now - self.ranks_at >= 1.0:  # a copy of the table each round would cost more than the round
             self.ranks_at, self.ranks = now, list(self.host.ranks())
-            self.tasks_of = {r.key: self.tasks(r) for r in self.ranks}
+            tasks_of = {r.key: self.tasks(r) for r in self.ranks}
             self.waiting = {r.key: self._waited(r) for r in self.ranks}
-            current = {(pid, tid) for tasks in self.tasks_of.values() for _, pid, tid in tasks}
-            for key in [k for k in set(self.prev) | set(self.open) if k not in current]:
+            self.owner = {(pid, tid): (rank_key, role)
+                          for rank_key, tasks in tasks_of.items() for role, pid, tid in tasks}
+            for key in [k for k in set(self.prev) | set(self.open) | set(due) if k not in self.owner]:
                 self._close(key)
+            for key in self.owner:
+                if key not in due:  # new: looked at this round
+                    due[key] = round_no
+                    schedule.setdefault(round_no, []).append(key)
             with self.lock:
-                for key in [k for k in self.samples if k not in self.tasks_of]:
+                for key in [k for k in self.samples if k not in tasks_of]:
                     del self.samples[key]
                     self.totals.pop(key, None)
                     self.sums.pop(key, None)
-        prev, opened, last, due, jitter = self.prev, self.open, self.last, self.due, self.jitter.randint
-        round_no = self.sampled
+        prev, opened, last, owner, draw = self.prev, self.open, self.last, self.owner, self.jitter.random
         detail_round = round_no % DETAIL_EVERY == 0
-        for rank in self.ranks:
-            acc: dict[tuple[str, str, str | None], float] = {}
-            detail = detail_round or self.waiting.get(rank.key, True)
-            for role, pid, tid in self.tasks_of.get(rank.key, ()):
-                key = (pid, tid)
-                if round_no < due.get(key, 0):
-                    continue  # looked at again at its drawn round
-                fd = opened.get(key)
+        accs: dict[Any, dict[tuple[str, str, str | None], float]] = {}
+        for key in schedule.pop(round_no, ()):
+            whose = owner.get(key)
+            if whose is None or due.get(key) != round_no:
+                continue  # no longer sampled
+            rank_key, role = whose
+            fd = opened.get(key)
+            if fd is None:
+                fd = self._open(key)
                 if fd is None:
-                    fd = self._open(key)
-                    if fd is None:
-                        continue
-                try:
-                    fields = os.pread(fd, 128, 0).split()
-                    on, wait, runs = int(fields[0]), int(fields[1]), int(fields[2])
-                except (OSError, ValueError, IndexError):  # the task is gone (ESRCH)
-                    self._close(key)
+                    due.pop(key, None)  # gone: scheduled again if the next table lists it
                     continue
-                old = prev.get(key)
-                prev[key] = (now, on, wait, runs)
-                if old is None or now <= old[0]:
-                    continue
-                dt = now - old[0]
-                d_on = (on - old[1]) / 1e9 if on > old[1] else 0.0
-                d_wait = (wait - old[2]) / 1e9 if wait > old[2] else 0.0
-                if d_on > dt:
-                    d_on = dt
-                if d_on + d_wait > dt:
-                    d_wait = dt - d_on
-                if d_on:
-                    k = (role, "on_cpu", None)
-                    acc[k] = acc.get(k, 0.0) + d_on
-                if d_wait:
-                    k = (role, "cpu_wait", None)
-                    acc[k] = acc.get(k, 0.0) + d_wait
-                rest = dt - d_on - d_wait
-                if rest > 0.001:
-                    # a task that has not run since the last sample (schedstat's timeslice
-                    # count unchanged) is still blocked where it was: not read again
-                    was = last.get(key)
-                    state = was if runs == old[3] or (role == "worker" and not detail) else None
-                    if state is None:
-                        state = last[key] = self._off_cpu(role, pid, tid, was)
-                    k = (role, state[0], state[1])
-                    acc[k] = acc.get(k, 0.0) + rest
-                stride = WORKER_STRIDE if role == "worker" else TRAINER_STRIDE
-                due[key] = round_no + jitter(1, 2 * stride - 1)
-            with self.lock:
-                ring = self.samples.setdefault(rank.key, collections.deque())
-                total = self.totals.setdefault(rank.key, {})
-                if acc:
-                    ring.append((now, acc))
-                    for k, v in acc.items():
-                        total[k] = total.get(k, 0.0) + v
-                while ring and ring[0][0] < keep_from:
+            try:
+                fields = os.pread(fd, 128, 0).split()
+                on, wait, runs = int(fields[0]), int(fields[1]), int(fields[2])
+            except (OSError, ValueError, IndexError):  # the task is gone (ESRCH)
+                self._close(key)
+                continue
+            # the next look: uniform over 1 .. 2 x stride - 1 rounds on, whatever this one
+            # finds (random(), not randint: randint was a seventh of a round's cost)
+            nxt = due[key] = round_no + 1 + int(draw() * (2 * (WORKER_STRIDE if role == "worker"
+                                                                 else TRAINER_STRIDE) - 1))
+            schedule.setdefault(nxt, []).append(key)
+            old = prev.get(key)
+            prev[key] = (now, on, wait, runs)
+            if old is None or now <= old[0]:
+                continue
+            acc = accs.get(rank_key)
+            if acc is None:
+                acc = accs[rank_key] = {}
+            dt = now - old[0]
+            d_on = (on - old[1]) / 1e9 if on > old[1] else 0.0
+            d_wait = (wait - old[2]) / 1e9 if wait > old[2] else 0.0
+            if d_on > dt:
+                d_on = dt
+            if d_on + d_wait > dt:
+                d_wait = dt - d_on
+            if d_on:
+                k = (role, "on_cpu", None)
+                acc[k] = acc.get(k, 0.0) + d_on
+            if d_wait:
+                k = (role, "cpu_wait", None)
+                acc[k] = acc.get(k, 0.0) + d_wait
+            rest = dt - d_on - d_wait
+            if rest > 0.001:
+                # a task that has not run since the last sample (schedstat's timeslice
+                # count unchanged) is still blocked where it was: not read again
+                was = last.get(key)
+                state = was if runs == old[3] or (
+                    role == "worker" and not (detail_round or self.waiting.get(rank_key, True))) else None
+                if state is None:
+                    state = last[key] = self._off_cpu(role, key[0], key[1], was, now)
+                k = (role, state[0], state[1])
+                acc[k] = acc.get(k, 0.0) + rest
+        if accs:
+            self._add(accs, now)
+        self.sampled += 1
+
+    def _add(self, accs: dict[Any, dict[tuple[str, str, str | None], float]], now: float) -> None:
+        """Each rank's looks of a round into its ring, one entry a second (the window's
+        edge moves a second at a time: an entry a round cost more than the looks of a
+        rank of a few workers)."""
+        second, keep_from = int(now), now - self.options.window
+        with self.lock:
+            for rank_key, acc in accs.items():
+                ring = self.samples.get(rank_key)
+                if ring is None:
+                    ring = self.samples[rank_key] = collections.deque()
+                total = self.totals.setdefault(rank_key, {})
+                if ring and ring[-1][0] == second:
+                    entry = ring[-1][1]
+                else:
+                    entry = {}
+                    ring.append((second, entry))
+                for k, v in acc.items():
+                    entry[k] = entry.get(k, 0.0) + v
+                    total[k] = total.get(k, 0.0) + v
+                while ring and ring[0][0] + 1 <= keep_from:  # the whole second before the window
                     for k, v in ring.popleft()[1].items():
                         left = total.get(k, 0.0) - v
                         if left > 1e-9:
                             total[k] = left
                         else:
                             total.pop(k, None)
-        self.sampled += 1
 
     def _waited(self, rank: Any) -> bool:
         """Whether the rank's loop waited on its loader over the line since the last look,
@@ -315,11 +354,12 @@ class LoaderStateExporter(base.Exporter):
         d_wait, d_step = wait - before[0], step - before[1]
         return d_step <= 0 or d_wait >= DATA_WAIT_LINE * d_step
 
-    def _syscall(self, pid: int, tid: int) -> taskstate.Syscall | None:
-        """The call the task is blocked in, from a descriptor kept open on its ``syscall``
-        (one pread, as for schedstat: an open and a Python file object per sample were
-        most of a busy loader's cost). Access is checked at each read (proc(5): ptrace
-        rights over the task); without it, said once, and never asked again."""
+    def _syscall(self, pid: int, tid: int) -> bytes | None:
+        """The bytes of the task's ``syscall`` file (the call it is blocked in), from a
+        descriptor kept open on it (one pread, as for schedstat: an open and a Python
+        file object per sample were most of a busy loader's cost). Access is checked at
+        each read (proc(5): ptrace rights over the task); without it, said once, and never
+        asked again."""
         if self.no_syscall:
             return None
         key = (pid, tid)
@@ -327,7 +367,7 @@ class LoaderStateExporter(base.Exporter):
             fd = self.sysfd.get(key)
             if fd is None:
                 fd = self.sysfd[key] = os.open(self._task(pid, tid, "syscall"), os.O_RDONLY)
-            return taskstate.parse_syscall(os.pread(fd, 256, 0).decode("ascii", "replace"))
+            return os.pread(fd, 256, 0)
         except PermissionError:
             self.no_syscall = True
             self.note("no right to read /proc/<pid>/task/<tid>/syscall (ptrace-read): loader "
@@ -337,11 +377,16 @@ class LoaderStateExporter(base.Exporter):
         return None
 
     def _off_cpu(self, role: str, pid: int, tid: int,
-                 was: tuple[str, str | None] | None = None) -> tuple[str, str | None]:
+                 was: tuple[str, str | None] | None = None, now: float = 0.0) -> tuple[str, str | None]:
         """The state the task's off-CPU time since the last look is put in: the call it
         is blocked in now; one found running is on its way back from where it was
         (``was``, the last state found), so that is kept (``other`` when none)."""
-        call = self._syscall(pid, tid)
+        raw = self._syscall(pid, tid)
+        key = (pid, tid)
+        seen = self.seen.get(key)
+        if raw is not None and seen is not None and seen[0] == raw and now - seen[1] < FD_CACHE_S:
+            return seen[2]
+        call = taskstate.parse_syscall(raw.decode("ascii", "replace")) if raw is not None else None
         if call is not None and call.running:
             return was if was is not None else ("other", None)
         target = None
@@ -354,6 +399,7 @@ class LoaderStateExporter(base.Exporter):
             unix = self._unix(pid, call.first_arg, target)
         internet = call is not None and call.kind == "poll" and self._internet(pid)
         s = taskstate.classify(role, None, call, target, unix, internet)
+        by_call = s != "other"
         if s == "other":
             # the state decides only here (D: blocked in the kernel on storage), so stat is
             # read only for a task the call alone does not place
@@ -365,6 +411,8 @@ class LoaderStateExporter(base.Exporter):
             # an open/stat names its path only in the task's memory (never read): its time
             # is storage on a mount not known, as is a fault on a mapped file
             mount = self._mount_of(pid, target) if target and target.startswith("/") else UNATTRIBUTED
+        if raw is not None and by_call:  # one that took stat's state (D or not) is read again
+            self.seen[key] = (raw, now, (s, mount))
         return s, mount
 
     def _fd(self, pid: int, fd: int) -> str | None:
@@ -436,7 +484,7 @@ class LoaderStateExporter(base.Exporter):
                 rounds = [dict(self.totals.get(key, {}))]
             else:
                 since = self.host.clock() - seconds
-                rounds = [acc for t, acc in self.samples.get(key, ()) if t >= since]
+                rounds = [acc for second, acc in self.samples.get(key, ()) if second + 1 > since]
         for acc in rounds:
             for (role, state, mount), secs in acc.items():
                 out.setdefault(role, Split()).add(state, secs, mount)
