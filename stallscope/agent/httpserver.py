@@ -97,15 +97,11 @@ class Server:
         try:
             self._sel.register(self.socket, selectors.EVENT_READ, None)
             self._sel.register(self._inbox, selectors.EVENT_READ, None)
-            next_sweep = 0.0
             while not self._stop.is_set():
                 try:
-                    for key, events in self._sel.select(timeout=0.25):
+                    for key, events in self._sel.select(timeout=self._until_deadline()):
                         self._event(key.fileobj, key.data, events)
-                    now = time.monotonic()
-                    if now >= next_sweep:
-                        next_sweep = now + 0.1
-                        self._sweep(now)
+                    self._sweep(time.monotonic())
                 except Exception as e:  # nothing raises out of the loop
                     log("http loop: %s: %s" % (type(e).__name__, e))
         finally:
@@ -281,6 +277,16 @@ class Server:
     def _drain(self, conn: Conn) -> None:
         if not conn.sock.recv(65536):
             self._close(conn)
+
+    def _until_deadline(self) -> float | None:
+        """Seconds to the nearest deadline of a connection not being answered (None: no
+        such connection; a busy one's answer comes through the inbox, which wakes the
+        loop). The loop sleeps until then: a wake-up every 0.25 s with nothing to do cost
+        the idle agent more than a scrape (~0.1 ms of CPU a wake-up on a VM, issue 31)."""
+        deadlines = [c.deadline for c in self._conns.values() if c.state != BUSY]
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - time.monotonic()) + 0.005
 
     def _sweep(self, now: float) -> None:
         for conn in [c for c in self._conns.values() if c.state != BUSY and now >= c.deadline]:

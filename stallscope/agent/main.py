@@ -38,6 +38,9 @@ from .samples import SampleStore
 from .shards import ShardPart
 from .state import RankTable
 
+# Jobs due within this of each other run in one wake-up of the scheduler.
+JOB_SLACK_S = 0.05
+
 
 @dataclasses.dataclass(frozen=True)
 class AgentOptions:
@@ -237,17 +240,23 @@ class Agent:
         return int(self.server.server_address[1])
 
     def _scheduler(self) -> None:
-        next_run = {i: 0.0 for i in range(len(self.jobs))}
+        """Runs each job every its period, on a grid from the start, so the jobs due
+        together run in one wake-up, and sleeps until the next is due (it woke every 0.2 s:
+        a wake-up is ~0.1 ms of CPU on a VM, a fifth of this thread's cost)."""
+        next_run = [0.0] * len(self.jobs)
         while not self.stopping.is_set():
             now = time.monotonic()
             for i, (period, fn) in enumerate(self.jobs):
-                if now >= next_run[i]:
-                    next_run[i] = now + period
+                if now >= next_run[i] - JOB_SLACK_S:
+                    due = next_run[i] + period
+                    next_run[i] = due if due > now else now + period  # fell behind: no burst
                     try:
                         fn()
                     except Exception as e:  # one failing job must not stop the others
                         log("periodic job %s failed: %s" % (getattr(fn, "__qualname__", fn), e))
-            self.stopping.wait(0.2)
+            # a sleep, not stopping.wait(): ~half the CPU a wake-up on a VM (loaderstate.py);
+            # a stop is seen when the next job is due
+            time.sleep(max(0.0, min(min(next_run, default=now + 1.0) - time.monotonic(), 1.0)))
 
     def stop(self) -> None:
         """Idempotent: a second call (e.g. a test's cleanup after a signal) is a no-op."""
@@ -289,7 +298,7 @@ def run(config: Config) -> int:
     o = config.agent
     log("listening on %s, hook socket %s, node %s" % (o.listen, o.socket, agent.table.node))
     log(agent.budget.describe())
-    while not done.wait(1.0):
+    while not done.wait(60.0):  # a signal interrupts the wait (its handler sets done)
         pass
     agent.stop()
     log("stopped")

@@ -22,6 +22,8 @@ from ..host.families import family
 from ..host.options import flag
 from .base import Exporter
 
+STOP_CHECK_S = 30.0
+
 
 @dataclasses.dataclass(frozen=True)
 class ExportersOptions:
@@ -90,8 +92,12 @@ class Runner(Part):
             slot.trigger.set()
 
     def _loop(self, slot):
+        # Woken by its tick only: a timed wait that woke every second to look at
+        # ``stopping`` was most of an idle exporter's cost (a wake-up is ~0.1 ms of CPU on
+        # a VM, and the agent has a dozen exporters); the thread is a daemon, and ends
+        # within STOP_CHECK_S of the agent stopping.
         while not self.host.stopping.is_set():
-            if slot.trigger.wait(1.0):
+            if slot.trigger.wait(STOP_CHECK_S):
                 slot.trigger.clear()
                 self.run_once(slot)
 
