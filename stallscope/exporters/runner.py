@@ -70,6 +70,8 @@ class Runner(Part):
         self.interval = options.interval
         self.deadline = options.timeout
         self.slots = [Slot(e.name, e, x) for e, x in exporters]
+        self.baton = threading.Lock()  # held by the one exporter collecting (_take_baton)
+        self.baton_at = 0.0            # when it was last taken
         for e, _ in exporters:
             e.deadline = self.deadline
 
@@ -101,11 +103,31 @@ class Runner(Part):
                 slot.trigger.clear()
                 self.run_once(slot)
 
+    def _take_baton(self, now):
+        """Wait for the runner's baton (True once held): the exporters woken by one tick
+        collect one at a time. Run together, every read of a file handed the interpreter's
+        lock to another exporter's thread and back (~145 context switches a second in
+        the agent at 8 ranks x 8 workers, ~0.1 ms of CPU each on a VM, issue 31). An
+        exporter blocked past the deadline holding it (a dead FUSE mount) is waited for
+        no longer: the others then collect beside it, as before."""
+        wait = self.deadline - (now - self.baton_at) if self.baton.locked() else self.deadline
+        return self.baton.acquire(timeout=max(0.0, wait))
+
     def run_once(self, slot):
         """One collection of one exporter, in the calling thread."""
         exp = slot.exporter
+        slot.running_since = time.monotonic()
+        baton = self._take_baton(slot.running_since)
+        if baton:
+            self.baton_at = time.monotonic()
+        try:
+            self._collect(slot, exp)
+        finally:
+            if baton:
+                self.baton.release()
+
+    def _collect(self, slot, exp):
         start = time.monotonic()
-        slot.running_since = start
         families, error, reason, checked = [], None, None, False
         try:
             reason = exp.unavailable()
