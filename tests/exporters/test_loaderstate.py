@@ -193,7 +193,7 @@ def test_a_worker_pid_the_agent_did_not_accept_is_never_sampled():
         assert table.snapshot()[0].worker_pids == [] and table.refused_worker_pids == 1
         exp = LoaderStateExporter(context(table))
         exp.sample_once()
-        sampled = {pid for pid, _ in exp.prev}
+        sampled = {pid for (pid, _), task in exp.task.items() if task.looks}
         assert sampled == {main.pid}, sampled
     finally:
         for p in (main, stranger):
@@ -227,15 +227,13 @@ def test_workers_looked_at_every_other_round_keep_their_shares():
         table = table_with(dict(pid=main.pid, worker_pids=pids))
         exp = LoaderStateExporter(context(table), None)
         exp.options = dataclasses.replace(exp.options, window=60.0)
-        looks = collections.Counter()
         rounds = 0
         t_end = time.monotonic() + 6.0
         while time.monotonic() < t_end:
-            before = dict(exp.prev)
             exp.sample_once()
             rounds += 1
-            looks.update(pid for (pid, _), v in exp.prev.items() if before.get((pid, pid)) != v)
             time.sleep(0.1)
+        looks = collections.Counter({pid: task.looks for (pid, _), task in exp.task.items()})
         [rank] = table.snapshot()
         assert rank.worker_pids == pids
         shares = exp.split(rank.key)["worker"].shares()
