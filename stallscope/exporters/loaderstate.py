@@ -258,7 +258,7 @@ class LoaderStateExporter(base.Exporter):
         (benchmarks/bench_loaderstate.py)."""
         now = self.host.clock()
         round_no = self.sampled
-        schedule, _tasks = self.schedule, self.task
+        schedule = self.schedule
         if now - self.ranks_at >= 1.0:  # a copy of the table each round would cost more than the round
             self._refresh(now, round_no)
         draw = self.jitter.random
