@@ -155,6 +155,10 @@ class LoaderStateExporter(base.Exporter):
         self.mounts: dict[str, list[tuple[str, str]]] = {}              # mount ns -> [(mountpoint, kind)]
         self.unix: dict[tuple[int, int], tuple[str, bool]] = {}        # (pid, fd) -> (socket, is unix)
         self.internet: dict[int, tuple[float, bool]] = {}  # pid -> (read at, holds a non-unix socket)
+        self.kin_sockets: dict[int, tuple[float, frozenset[str]]] = {}  # pid -> (read at, its sockets)
+        # rank key -> (its training process, one of its workers): whose descriptors a
+        # task of the rank shares with the other side of the fork
+        self.kin: dict[Any, tuple[int, int | None]] = {}
         # rank key -> deque of (second, {(role, state, mount): task-seconds}), a second an entry
         Round = dict[tuple[str, str, "str | None"], float]
         self.samples: dict[Any, collections.deque[tuple[int, Round]]] = {}
@@ -328,6 +332,7 @@ class LoaderStateExporter(base.Exporter):
         """Once a second: the rank table, whose tasks are sampled (new ones looked at this
         round, departed ones forgotten) and which ranks' loops wait."""
         self.ranks_at, self.ranks = now, list(self.host.ranks())
+        self.kin = {r.key: (r.pid, next((w for w in r.worker_pids if w), None)) for r in self.ranks if r.pid}
         tasks_of = {r.key: self.tasks(r) for r in self.ranks}
         self.waiting = {r.key: self._waited(r) for r in self.ranks}
         owner = {(pid, tid): (rank_key, role)
@@ -355,7 +360,8 @@ class LoaderStateExporter(base.Exporter):
         raw = self._syscall(task)
         if raw is not None and raw == task.raw and now - task.raw_at < FD_CACHE_S and task.raw_state:
             return task.raw_state
-        state, by_call = self._classify(task.role, task.key[0], task.key[1], raw, task.state)
+        state, by_call = self._classify(task.role, task.key[0], task.key[1], raw, task.state,
+                                        self._kin_of(task))
         if raw is not None and by_call:  # one that took stat's state (D or not) is read again
             task.raw, task.raw_at, task.raw_state = raw, now, state
         return state
@@ -422,18 +428,27 @@ class LoaderStateExporter(base.Exporter):
             pass
         return None
 
-    def _off_cpu(self, role: str, pid: int, tid: int) -> tuple[str, str | None]:
+    def _off_cpu(self, role: str, pid: int, tid: int, kin: int | None = None) -> tuple[str, str | None]:
         """The state a task found now would have its off-CPU time put in (one look,
-        nothing kept)."""
+        nothing kept; ``kin``: the process on the other side of its fork, _kin_of)."""
         task = Task((pid, tid), None, role)
         try:
-            return self._classify(role, pid, tid, self._syscall(task), None)[0]
+            return self._classify(role, pid, tid, self._syscall(task), None, kin)[0]
         finally:
             if task.sysfd is not None:
                 os.close(task.sysfd)
 
+    def _kin_of(self, task: Task) -> int | None:
+        """The process on the other side of the fork from ``task``'s: a worker's training
+        process, a training process's (or its pin thread's) first worker."""
+        kin = self.kin.get(task.rank)
+        if kin is None:
+            return None
+        return kin[0] if task.role == "worker" else kin[1]
+
     def _classify(self, role: str, pid: int, tid: int, raw: bytes | None,
-                  was: tuple[str, str | None] | None) -> tuple[tuple[str, str | None], bool]:
+                  was: tuple[str, str | None] | None,
+                  kin: int | None = None) -> tuple[tuple[str, str | None], bool]:
         """(the state the task's off-CPU time since the last look is put in, whether the
         call alone decided it): the call it is blocked in now; one found running is on
         its way back from where it was (``was``, the last state found), so that is kept
@@ -449,7 +464,7 @@ class LoaderStateExporter(base.Exporter):
         if target is not None and target.startswith("socket:") and call is not None \
                 and call.first_arg is not None:
             unix = self._unix(pid, call.first_arg, target)
-        internet = call is not None and call.kind == "poll" and self._internet(pid)
+        internet = call is not None and call.kind == "poll" and self._internet(pid, kin)
         s = taskstate.classify(role, None, call, target, unix, internet)
         by_call = s != "other"
         if s == "other":
@@ -479,20 +494,42 @@ class LoaderStateExporter(base.Exporter):
         self.fds[(pid, fd)] = (now, target)
         return target
 
-    def _internet(self, pid: int) -> bool:
-        """Whether ``pid`` held a socket to another host (TCP, UDP) at its last look
-        (every FD_CACHE_S: its descriptors listed, only for a task found in a poll). An
-        HTTP client opens a connection a request or keeps a pool: either way a fetching
-        worker holds one most of the time, an idle one that polls its index queue none (or
-        its pool's idle connections: then its poll reads as network too)."""
+    def _internet(self, pid: int, kin: int | None = None) -> bool:
+        """Whether ``pid`` held a socket to another host at its last look (every
+        FD_CACHE_S: its descriptors listed, only for a task found in a poll). An HTTP
+        client opens a connection a request or keeps a pool: either way a fetching worker
+        holds one most of the time, an idle one that polls its index queue none (or its
+        pool's idle connections: then its poll reads as network too). A worker inherits
+        its training process's descriptors at fork, so both hold the process group's
+        connections (gloo's TCP pairs, NCCL's bootstrap), opened before the workers
+        started: a socket ``pid`` shares with ``kin`` (the other side of the fork,
+        _kin_of) is the group's, not a fetch of its own (every idle worker of a multi-rank
+        job read as network, 99.7 % of a healthy rank's workers' time in the lab's
+        trainer-throttled run, and a training process polling its result queue would
+        have too; issue 30). A rank without workers fetches in its training process,
+        whose connections then all count."""
         now = time.monotonic()
         hit = self.internet.get(pid)
         if hit and now - hit[0] < (FD_CACHE_S if hit[1] else NO_INTERNET_S):
             return hit[1]
-        held = taskstate.holds_internet_socket(self.host.procfs, pid)
+        own = taskstate.internet_sockets(self.host.procfs, pid)
+        if own and kin and kin != pid:
+            own = own - self._sockets_of(kin, now)
+        held = bool(own)
         if len(self.internet) > 4096:
             self.internet.clear()
         self.internet[pid] = (now, held)
+        return held
+
+    def _sockets_of(self, pid: int, now: float) -> frozenset[str]:
+        """The internet sockets ``pid`` holds, listed every FD_CACHE_S."""
+        hit = self.kin_sockets.get(pid)
+        if hit and now - hit[0] < FD_CACHE_S:
+            return hit[1]
+        held = taskstate.internet_sockets(self.host.procfs, pid)
+        if len(self.kin_sockets) > 4096:
+            self.kin_sockets.clear()
+        self.kin_sockets[pid] = (now, held)
         return held
 
     def _unix(self, pid: int, fd: int, target: str) -> bool:

@@ -155,20 +155,26 @@ def is_unix(protocol: str | None) -> bool:
     return protocol is not None and protocol.startswith("UNIX")
 
 
-def holds_internet_socket(procfs: str, pid: int) -> bool:
-    """Whether ``pid`` holds a socket to another host (TCP, UDP, SCTP) open: its ``fd``
-    links ``socket:[N]``, each one's protocol asked (a netlink or unix socket is not)."""
+def internet_sockets(procfs: str, pid: int) -> frozenset[str]:
+    """The sockets to another host (TCP, UDP, SCTP) ``pid`` holds open, as its ``fd``
+    links name them (``socket:[N]``, one per socket inode), each one's protocol asked (a
+    netlink or unix socket is not one)."""
     base = os.path.join(procfs, str(pid), "fd")
     try:
         names = os.listdir(base)
     except OSError:
-        return False
+        return frozenset()
+    held = set()
     for name in names:
         try:
-            if not os.readlink(os.path.join(base, name)).startswith("socket:"):
-                continue
+            target = os.readlink(os.path.join(base, name))
         except OSError:
             continue
-        if socket_protocol(procfs, pid, name) in INTERNET_PROTOCOLS:
-            return True
-    return False
+        if target.startswith("socket:") and socket_protocol(procfs, pid, name) in INTERNET_PROTOCOLS:
+            held.add(target)
+    return frozenset(held)
+
+
+def holds_internet_socket(procfs: str, pid: int) -> bool:
+    """Whether ``pid`` holds a socket to another host open."""
+    return bool(internet_sockets(procfs, pid))

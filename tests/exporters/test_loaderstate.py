@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -174,6 +175,66 @@ def test_a_poll_on_a_connection_is_network_and_on_a_pipe_idle():
             p.wait()
         if conn is not None:
             conn.close()
+        srv.close()
+
+
+def test_a_worker_s_inherited_connections_are_its_training_process_s():
+    """A loader worker forked after the process group started holds the training
+    process's TCP connections (gloo's pairs): polling its index queue it is idle, not
+    network (issue 30: every idle worker of a multi-rank lab job read as network), as is
+    the training process polling its result queue; a worker that opened a connection of
+    its own and polls it is network."""
+    import socket
+
+    from stallscope.exporters.loaderstate import LoaderStateExporter
+    from tests.helpers.exporters import context, table_with
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    code = ("import multiprocessing as mp, os, socket, time\n"
+            "group = socket.create_connection(('127.0.0.1', %d))  # the process group's\n"
+            "q = mp.Queue()\n"
+            "idle = os.fork()\n"
+            "if idle == 0:\n    q.get(timeout=30); os._exit(0)\n"
+            "fetching = os.fork()\n"
+            "if fetching == 0:\n"
+            "    s = socket.create_connection(('127.0.0.1', %d), timeout=30); s.recv(1); os._exit(0)\n"
+            "print(idle, fetching, flush=True)\n"
+            "mp.Queue().get(timeout=30)  # the result queue\n") % ((srv.getsockname()[1],) * 2)
+    main = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    conns, children = [], []
+    try:
+        idle, fetching = children = [int(x) for x in main.stdout.readline().split()]
+        conns = [srv.accept()[0] for _ in range(2)]  # accepted, never answered
+        time.sleep(1.0)  # both children blocked in their poll
+        table = table_with(dict(pid=main.pid, worker_pids=[idle, fetching]))
+        exp = LoaderStateExporter(context(table))
+        assert exp._off_cpu("worker", idle, idle, main.pid)[0] == "idle"
+        assert exp._off_cpu("worker", fetching, fetching, main.pid)[0] == "network"
+        assert exp._off_cpu("main", main.pid, main.pid, idle)[0] == "idle"
+        # what tells them apart: both hold an internet socket, the process group's
+        exp.internet.clear()
+        assert exp._off_cpu("worker", idle, idle)[0] == "network"
+        assert exp._off_cpu("main", main.pid, main.pid)[0] == "network"
+        # and the sampler's own looks pass each worker's training process
+        exp.internet.clear()
+        looked = {}
+        for _ in range(80):  # a task is looked at every WORKER_STRIDE (TRAINER_STRIDE) rounds on average
+            exp.sample_once()
+            looked = {pid: task.state[0] for (pid, _), task in exp.task.items() if task.state}
+            if {idle, fetching, main.pid} <= set(looked):
+                break
+            time.sleep(0.02)
+        assert looked.get(idle) == "idle" and looked.get(fetching) == "network", looked
+        assert looked.get(main.pid) == "idle", looked
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        main.kill()
+        main.wait()
+        for c in conns:
+            c.close()
         srv.close()
 
 
