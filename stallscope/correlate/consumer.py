@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ..vocabulary import DATA_WAIT_LINE, signal
+from ..vocabulary import DATA_WAIT_LINE, line_of, signal
 from .causes import make
 from .model import Cause, Evidence
 from .trace import RankTrace
@@ -37,6 +37,7 @@ CPU_CAUSES = ("cpu_throttle", "cpu_contention")
 WORKERS_IDLE = signal("loader_workers_idle_ratio").name
 WORKERS_CPU_WAIT = signal("loader_workers_cpu_wait_ratio").name
 MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
+THROTTLED = line_of("cpu_throttle", "cfs_throttled_ratio")
 # The main thread runnable with no CPU for a tenth of its time: a quota or a crowd holds
 # the consumer back (a loop that blocks in next() or sleeps on the GPU is not runnable),
 # when its workers wait for a CPU less than half as much.
@@ -75,15 +76,30 @@ def held_share(trace: RankTrace, ready_ratio: float | None) -> float | None:
     return 1.0 - (workers_wait or 0.0) / main_wait
 
 
+def throttled(trace: RankTrace) -> bool:
+    """Whether the rank's cgroups were throttled in at least the line's share of their CFS
+    periods over the window, on the mean (the kernel's own record, cpu.stat)."""
+    mean = _mean(trace, THROTTLED.signal)
+    return mean is not None and mean >= THROTTLED.threshold
+
+
 def promote(scored: Sequence[Cause], score: float, quota_cores: float | None,
-            note: str = "The training process was short of CPU while it took batches over.") -> list[Cause]:
+            note: str = "The training process was short of CPU while it took batches over.",
+            quota_throttled: bool = False) -> list[Cause]:
     """The CPU cause that held a side of the handoff back scored at least ``score``, the
     part of the wait its model explains (held_share here; the workers' side:
-    workers.cpu_short). Which one: the CPU cause the signals already scored higher (the
-    quota's throttling, or the run queue), else cpu_throttle under a CFS quota and
-    cpu_contention without one. ``note`` is added to its sentence."""
+    workers.cpu_short). Which one: cpu_throttle where ``quota_throttled`` (the consumer's
+    side: its CPU wait is its throttled time when the quota throttled the rank; the
+    co-occurrence scores cannot tell, as both CPU causes' are cut to 0 when the workers
+    were not starved, workers.contradict_cpu_shortage: a recorded trainer-throttled run,
+    which carries no quota, was named cpu_contention), else the CPU cause the signals
+    already scored higher (the quota's throttling, or the run queue), else cpu_throttle
+    under a CFS quota and cpu_contention without one. ``note`` is added to its sentence."""
     present = sorted((c for c in scored if c.cause in CPU_CAUSES and c.score > 0), key=lambda c: -c.score)
-    name = present[0].cause if present else ("cpu_throttle" if quota_cores is not None else "cpu_contention")
+    if quota_throttled or (not present and quota_cores is not None):
+        name = "cpu_throttle"
+    else:
+        name = present[0].cause if present else "cpu_contention"
     score = round(score, 4)
     out = list(scored)
     for i, c in enumerate(out):

@@ -242,7 +242,8 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     # the handoff its shortage explains (consumer.py), whatever the co-occurrence said
     consumer_held = consumer.held_share(trace, ready_ratio)
     if consumer_held is not None and whole is not None and whole[1] > 0:
-        scored = consumer.promote(scored, consumer_held * whole[3] / whole[1], quota.get("cores"))
+        scored = consumer.promote(scored, consumer_held * whole[3] / whole[1], quota.get("cores"),
+                                  quota_throttled=consumer.throttled(trace))
         starved = max(starved, consumer_held)
     for name, found in ((transfer.NAME, transfer.score(trace, steady, starved,
                                                        consumer=consumer_held is not None)),

@@ -69,10 +69,10 @@ def rank_rows(lab, base, now):
 
 
 # -- diagnosis ---------------------------------------------------------------------------
-def agent_diagnoses(lab):
-    """{rank: the agent's /api/v1/diagnosis for it}."""
+def agent_diagnoses(lab, ranks=None):
+    """{rank: the agent's /api/v1/diagnosis for it} (every rank's, or ``ranks``')."""
     out = {}
-    for rank in range(lab.world):
+    for rank in range(lab.world) if ranks is None else ranks:
         q = urllib.parse.urlencode({"pod": lab.pod(rank), "seconds": int(lab.duration)})
         try:
             out[rank] = lab.agent_of(rank).api("/api/v1/diagnosis?" + q)
@@ -122,6 +122,12 @@ def via_diagnose(lab):
                                          "cause": named[0]["cause"] if named else None}
         except dg.DiagnoseError as e:
             found["prometheus_alone"] = {"error": str(e)}
+        if getattr(lab.fault, "both_paths", False):  # and the agent's own answer, as polled
+            rank = doc["rank"]
+            own = agent_diagnoses(lab, ranks=(rank,))[rank]
+            named = own.get("causes") or []
+            found["agent_api"] = {"verdict": own.get("verdict"),
+                                  "cause": named[0].get("cause") if named else None}
     judged = judged_reports([found_first, found_doc] if found_doc is not found_first else [found_doc])
     return found, {"first": first if doc is not first else None, "report": doc,
                    "text": dg.render_text(found_doc)}, judged

@@ -197,6 +197,18 @@ SCENARIOS = (
                           target={"sample_cpu_s": 0.006, "sample_sleep_s": 0.0},
                           alerts=WAIT + _alerts("StallscopeCPUThrottled"), warns=QUOTA_WARNS),
              synthetic=synthetic.cpu_throttle),
+    # issue 30: the consumer throttled, not the loader. Its set-up checks are not judged:
+    # the quota comes after the first batch, when they are.
+    Scenario("trainer-throttled", "One rank's training process runs under a 0.03-CPU CFS quota "
+             "from its first batch on, its 2 loader workers (forked before) outside it. The workers "
+             "make samples at almost no cost and sit idle with batches ready; the training process "
+             "spends 2 ms of CPU taking each batch over (a per-batch record to unpickle) besides its "
+             "step's own CPU work, so its quota runs out in its loop, which waits throttled inside "
+             "next(). The consumer is held back, not the loader: the trainer container's CPU limit "
+             "is the fix, and more workers would not help.", _cause("cpu_throttle"),
+             real=RealRun(fault=lambda: faults.CpuQuota(0.03, trainer=True),
+                          target={"batch_unpickle_cpu_s": 0.002, "sample_sleep_s": 0.0},
+                          alerts=WAIT + _alerts("StallscopeCPUThrottled"), warns=None)),
     # issue 17: scenarios where the obvious fix is wrong or capped
     Scenario("quota-capped", "One rank's 2 loader workers need 10 ms of CPU per sample (80 ms a "
              "batch: 0.53 CPU at the job's pace) in a cgroup with a 0.4-CPU CFS quota: the loader "

@@ -36,7 +36,9 @@ The plan (JSON):
   ``tensors_per_sample`` N, N tensors that share them: N shared-memory file descriptors a
   batch for the training process to take over, a transfer cost); per batch, with
   ``batch_unpickle_s``, a record that takes that long to unpickle in the training
-  process (lab/handover.py: a fixed transfer cost)
+  process (lab/handover.py: a fixed transfer cost), or with ``batch_unpickle_cpu_s``
+  one that spends that much CPU time doing it (a cost a CPU limit on the training
+  process stretches)
 - per step: ``compute_s``; with ``compute_overlaps_cpu`` the step's CPU work (forward,
   backward, all_reduce, optimizer) runs while the simulated GPU computes, as it does
   when a real GPU runs ahead of the CPU: the step takes ``compute_s`` from the batch's
@@ -45,6 +47,8 @@ The plan (JSON):
 - epochs: ``epoch_batches`` (an epoch of that many batches, then a new iterator),
   ``persistent_workers`` (default true; false re-forks the workers every epoch),
   ``worker_start_s`` (each worker's start-up cost, slept in its worker_init_fn)
+- ``trainer_cgroup``: the training process joins that cgroup after its first batch (a
+  CFS quota that throttles it, not the workers it forked before)
 - loader workers: ``worker_cgroup`` (each joins that cgroup as it starts: a CFS quota
   throttles only them), ``worker_cpus`` (their CPU affinity), ``shm_retry_s`` (a collate
   that retries while /dev/shm is full); what each keeps per sample until the kernel
@@ -114,6 +118,12 @@ def _step(model, opt, batch, world, compute_s, overlap):
             time.sleep(left)
 
 
+def _join(cgroup):
+    # the training process alone: the loader workers it forked stay where they are
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
 def _wait_to_be_stopped(deadline):
     while not _stop and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -150,11 +160,13 @@ def main(argv):
                                                 plan.get("worker_start_s", 0.0))
         if plan.get("shm_retry_s"):
             kw["collate_fn"] = retrying_collate(plan["shm_retry_s"])
-        if plan.get("batch_unpickle_s"):
+        if plan.get("batch_unpickle_s") or plan.get("batch_unpickle_cpu_s"):
             from torch.utils.data import default_collate
 
             from .handover import with_cost
-            kw["collate_fn"] = with_cost(kw.get("collate_fn", default_collate), plan["batch_unpickle_s"])
+            on_cpu = bool(plan.get("batch_unpickle_cpu_s"))
+            cost = plan["batch_unpickle_cpu_s" if on_cpu else "batch_unpickle_s"]
+            kw["collate_fn"] = with_cost(kw.get("collate_fn", default_collate), cost, on_cpu)
         if plan.get("in_order") is False:
             kw["in_order"] = False  # torch >= 2.6
     if plan.get("pin_memory"):
@@ -176,7 +188,7 @@ def main(argv):
         # waits in the first all_reduce for a peer that started late.
         dist.barrier()
     done = lambda: _stop or time.monotonic() > deadline  # noqa: E731
-    unpickled = bool(plan.get("batch_unpickle_s") and workers)
+    unpickled = bool((plan.get("batch_unpickle_s") or plan.get("batch_unpickle_cpu_s")) and workers)
     restarts = 0
     try:
         while not done():
@@ -186,6 +198,8 @@ def main(argv):
                         batch = batch[0]  # the record paid its cost as it was unpickled
                     _step(model, opt, batch, world, compute_s, overlap)
                     steps += 1
+                    if steps == 1 and plan.get("trainer_cgroup"):
+                        _join(plan["trainer_cgroup"])
                     if done():
                         break
             except RuntimeError as e:

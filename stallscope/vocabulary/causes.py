@@ -23,7 +23,7 @@ MIN_BATCHES = 20
 _WAIT = ("StallscopeDataWaitHigh",)
 
 CAUSES = (
-    Cause("cpu_throttle", "The CFS quota throttled the loader", (
+    Cause("cpu_throttle", "The CFS quota throttled the rank", (
         Line("cfs_throttled_ratio", 0.1, scopes=("rank",)),
         Line("cfs_throttled_seconds_rate", 0.05, scopes=("rank",))),
         (CauseAlert(
@@ -43,7 +43,7 @@ CAUSES = (
     # Not throttling: the workers wait in the run queue with no quota holding them back (or
     # one that did not throttle), because the node's cores are all busy. A larger limit
     # buys nothing; less CPU work per sample, fewer processes or more nodes do (issue 16).
-    Cause("cpu_contention", "The node's CPUs were crowded (no quota throttled the loader)", (
+    Cause("cpu_contention", "The node's CPUs were crowded (no quota throttled the rank)", (
         Line("workers_runqueue_ratio", 0.2, scopes=("rank",)),), (),
         "StallscopeDataWaitHigh",
         "Cut the CPU work per sample (pre-decode, decode on the GPU, torch.set_num_threads(1) in "

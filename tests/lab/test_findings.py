@@ -176,7 +176,7 @@ def test_a_scenario_names_only_declared_checks_and_every_check_has_a_real_case()
     from stallscope.lab import scenarios
     with pytest.raises(ValueError, match="not declared"):
         scenarios._checks("no_such_check")
-    cased = {name for s in scenarios.REAL for name in s.real.warns}
+    cased = {name for s in scenarios.REAL for name in s.real.warns or ()}
     # /dev/shm too small for the batches: a real run of its own (tests/agent/test_small_shm.py),
     # the warning at the first batch, then torch's allocation error named shm_exhaustion
     assert cased | {"shm_too_small"} == {c.name for c in vocabulary.CHECKS}

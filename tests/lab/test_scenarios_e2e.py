@@ -58,6 +58,7 @@ VARIANTS = {
     "straggler-peer": "too-few-workers",     # the same job, judged from the peer's side
     "victims": "victims-over-line",          # the victims under the line instead of over it
     "quota-capped": "cpu-throttle",          # a larger CFS quota, still too small
+    "trainer-throttled": "cpu-throttle",     # the CFS quota on the training process, not its workers
     "cpu-crowded-quota": "cpu-crowded",      # a quota that never binds beside the hogs
     "margin": "too-few-workers",             # per-sample work that puts the wait just at the line
     "brownout-busy-node": "slow-storage",    # FUSE latency that browns out, on a busy node
@@ -161,9 +162,11 @@ def test_scenario_is_caught_and_named(name, tmp_path):
     assert alerts["matched"] is True, alerts
     assert set(s.real.alerts) <= set(alerts["fired"])
     # the set-up checks (issue 32): the target fails exactly the scenario's (none on a healthy
-    # set-up), at its first batch (epochs: by the end), and no other rank fails any
+    # set-up), at its first batch (epochs: by the end), and no other rank fails any; not
+    # judged where the fault comes after the first batch (warns None)
     setup = result["setup"]
-    assert setup["matched"], setup["problems"]
+    assert (setup is None) == (s.real.warns is None), setup
+    assert setup is None or setup["matched"], setup["problems"]
     # a store the fault runs: the bytes the agent counted for the rank are what the store's
     # own log says it served, over the same window (issue 31)
     parts = getattr(s.make_fault(), "parts", (s.make_fault(),))
@@ -173,6 +176,13 @@ def test_scenario_is_caught_and_named(name, tmp_path):
         assert abs(served["relative_error"]) <= 0.05, served
         # and both diagnose paths name its cause: with the agent, and Prometheus alone
         assert result["found"]["prometheus_alone"]["cause"] == s.cause, result["found"]
+    fault = s.make_fault()
+    if isinstance(fault, faults.CpuQuota) and fault.trainer:  # a throttled consumer (issue 30)
+        assert result["found"]["prometheus_alone"]["cause"] == s.cause, result["found"]
+        assert result["found"]["agent_api"] == {"verdict": "input_bound", "cause": s.cause}, result["found"]
+        # told from a throttled loader: the process held back and the fix are named
+        assert "the training process, the consumer" in result["report"], result["report"]
+        assert "Raise the trainer container's CPU limit" in result["report"], result["report"]
     if s.real.nodes:  # on lab nodes too (issue 35)
         assert result["found"]["prometheus_alone"]["cause"] == s.cause, result["found"]
     if s.real.beside:  # the job beside it on the same nodes, each rank on both paths

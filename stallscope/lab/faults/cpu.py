@@ -18,11 +18,21 @@ def _write(path, value):
 
 
 class CpuQuota(Fault):
+    """A cgroup with a CFS quota of ``cpus`` that the target's loader workers join as they
+    start (``worker_cgroup``), or with ``trainer`` that its training process joins after
+    its first batch (``trainer_cgroup``): its workers, forked before, stay outside, as in
+    the issue's measured case (issue 30: "the main process in a CFS quota, four idle
+    workers"), and its start-up (torch's imports, the workers' first batch) is not
+    stretched by a quota of a few hundredths of a core."""
     needs = ("root", "cpu_cgroup")
 
-    def __init__(self, cpus=0.1):
-        self.cpus = cpus
-        self.summary = "the target rank's loader workers share a cgroup with a %.2g-CPU CFS quota" % cpus
+    def __init__(self, cpus=0.1, trainer=False):
+        self.cpus, self.trainer = cpus, trainer
+        # a throttled consumer is told from the sampler's and the hook's numbers: the lab
+        # checks that Prometheus alone and the agent's own answer name it too
+        self.both_paths = trainer
+        self.summary = "the target rank's %s a cgroup with a %.2g-CPU CFS quota" % (
+            "training process runs in" if trainer else "loader workers share", cpus)
 
     def prepare(self, run):
         version, base = needs.cpu_cgroup()
@@ -36,7 +46,7 @@ class CpuQuota(Fault):
             _write(os.path.join(path, "cpu.cfs_quota_us"), int(self.cpus * period))
         else:
             _write(os.path.join(path, "cpu.max"), "%d %d" % (int(self.cpus * period), period))
-        run.plans[run.target]["worker_cgroup"] = path
+        run.plans[run.target]["trainer_cgroup" if self.trainer else "worker_cgroup"] = path
 
 
 # A busy loop pinned to one CPU: what a noisy neighbour without a CPU limit does.
