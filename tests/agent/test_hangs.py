@@ -36,7 +36,12 @@ class Shards(Dataset):
             w = get_worker_info().id
             self.f = open(FUSE_FILE if w == 0 else LOCAL_FILE, "rb", buffering=0)
         self.f.seek((i * (1 << 20)) % (60 << 20))  # a new MiB each time: past the readahead
-        return torch.tensor(len(self.f.read(4096)))
+        n = len(self.f.read(4096))
+        # and none from the page cache: once the offsets wrap, cached pages kept worker 0
+        # reading through the frozen mount (a freeze after ~15 s of steps never hung: the
+        # CI run where registering the workers took long)
+        os.posix_fadvise(self.f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        return torch.tensor(n)
 
 loader = stallscope.watch(DataLoader(Shards(), batch_size=2, num_workers=4, persistent_workers=True),
                           job="hangjob", rank=3, pod="p3")
