@@ -38,6 +38,7 @@ WORKERS_IDLE = signal("loader_workers_idle_ratio").name
 WORKERS_CPU_WAIT = signal("loader_workers_cpu_wait_ratio").name
 MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
 THROTTLED = line_of("cpu_throttle", "cfs_throttled_ratio")
+THROTTLED_SECONDS = signal("cfs_throttled_seconds_rate").name
 # The main thread runnable with no CPU for a tenth of its time: a quota or a crowd holds
 # the consumer back (a loop that blocks in next() or sleeps on the GPU is not runnable),
 # when its workers wait for a CPU less than half as much.
@@ -83,16 +84,35 @@ def throttled(trace: RankTrace) -> bool:
     return mean is not None and mean >= THROTTLED.threshold
 
 
+def workers_throttled(trace: RankTrace) -> bool:
+    """Whether the quota, not a crowd, held the rank's workers back: its cgroups' throttled
+    seconds a second (cpu.stat, summed over the CPUs' run queues) at least half the
+    seconds its workers waited for a CPU a second (schedstat, which counts a throttled
+    task's time as waiting). A throttled run queue holding two workers counts once there
+    and twice in schedstat, so a quota's share is if anything under-read. A crowd alone
+    leaves the throttled seconds near 0, and the co-occurrence scores decide as before
+    (a workers' quota of 0.2 CPU on a crowded node named cpu_contention for part of its
+    stall: the live mixin test's top)."""
+    if not throttled(trace):
+        return False
+    secs, wait = _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
+    workers = (trace.loader or {}).get("num_workers") or 0
+    if secs is None or wait is None or not workers:
+        return False
+    return secs >= 0.5 * wait * workers
+
+
 def promote(scored: Sequence[Cause], score: float, quota_cores: float | None,
             note: str = "The training process was short of CPU while it took batches over.",
             quota_throttled: bool = False) -> list[Cause]:
     """The CPU cause that held a side of the handoff back scored at least ``score``, the
     part of the wait its model explains (held_share here; the workers' side:
-    workers.cpu_short). Which one: cpu_throttle where ``quota_throttled`` (the consumer's
-    side: its CPU wait is its throttled time when the quota throttled the rank; the
+    workers.cpu_short). Which one: cpu_throttle where ``quota_throttled`` (the kernel's
+    record says the quota held that side back: ``throttled`` for the consumer, whose
     co-occurrence scores cannot tell, as both CPU causes' are cut to 0 when the workers
     were not starved, workers.contradict_cpu_shortage: a recorded trainer-throttled run,
-    which carries no quota, was named cpu_contention), else the CPU cause the signals
+    which carries no quota, was named cpu_contention; ``workers_throttled`` for the
+    workers), else the CPU cause the signals
     already scored higher (the quota's throttling, or the run queue), else cpu_throttle
     under a CFS quota and cpu_contention without one. ``note`` is added to its sentence."""
     present = sorted((c for c in scored if c.cause in CPU_CAUSES and c.score > 0), key=lambda c: -c.score)

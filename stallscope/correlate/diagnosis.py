@@ -234,7 +234,8 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     if short is not None:
         ready_share = whole[2] / whole[1] if whole is not None and whole[1] > 0 else 1.0
         scored = consumer.promote(scored, ready_share * short[0], quota.get("cores"),
-                                  short[1] + ": more workers would share the same CPUs.")
+                                  short[1] + ": more workers would share the same CPUs.",
+                                  quota_throttled=consumer.workers_throttled(trace))
     # short of CPU, workers answer the loop's requests for each batch late too
     starved = max((c.score for c in scored if c.cause in ("cpu_throttle", "cpu_contention")),
                   default=0.0)

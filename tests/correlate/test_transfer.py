@@ -3,7 +3,7 @@ for a ready batch and transfer, scored by the transfer's share of the steady wai
 import numpy as np
 import pytest
 
-from stallscope.correlate import diagnosis
+from stallscope.correlate import consumer, diagnosis
 from stallscope.correlate.trace import RankTrace, Series
 from stallscope.lab import synth
 from tests.helpers.correlate import trace_of, wire
@@ -186,3 +186,34 @@ def test_a_consumer_throttled_all_along_leads_over_the_handoff_it_stretches():
     crowded = wire(diagnosis.analyse(tr, quota={"measured": True, "cores": None}))
     assert crowded["causes"][0]["cause"] == "cpu_contention", crowded["causes"]
     assert "kept off the CPU" in crowded["causes"][0]["summary"]
+
+
+def test_which_cpu_cause_held_a_side_back_is_the_kernel_s_record():
+    """Throttled or crowded, by cpu.stat: the consumer of a rank throttled in a tenth of
+    its periods is cpu_throttle even where nothing says the quota (a recorded trace: the
+    lab's trainer-throttled run was named cpu_contention); its workers are held back by
+    the quota where its throttled seconds are at least half of their CPU wait, by a crowd
+    where they are not (schedstat counts both as waiting)."""
+    events, _ = synth.simulate(400, 4, lambda k, t: 0.02, lambda k, t: 0.15,
+                               transfer=lambda k, t: 0.06 if (t % 6) < 2 else 0.0002)
+    tr = trace_of(events, workers=4)
+    span = (int(tr.t_end[0] - tr.interval[0]), int(tr.t_end[-1]))
+
+    def signal(name, v):
+        tr.signals[name] = Series.from_points(synth.sampled(lambda t: v, *span))
+    signal("cfs_throttled_ratio", 0.9)
+    signal("cfs_throttled_seconds_rate", 0.5)
+    signal("loader_main_cpu_wait_ratio", 0.15)
+    signal("loader_workers_cpu_wait_ratio", 0.006)
+    signal("loader_workers_idle_ratio", 0.99)
+    unknown = {"measured": False, "cores": None}
+    assert wire(diagnosis.analyse(tr, quota=unknown))["causes"][0]["cause"] == "cpu_throttle"
+    # the workers' side: 0.5 throttled seconds a second against 4 workers' waits
+    assert consumer.throttled(tr)
+    signal("loader_workers_cpu_wait_ratio", 0.2)   # 0.8 s/s of waiting: the quota's 0.5 is over half
+    assert consumer.workers_throttled(tr)
+    signal("loader_workers_cpu_wait_ratio", 0.4)   # 1.6 s/s: a crowd, mostly
+    assert not consumer.workers_throttled(tr)
+    signal("cfs_throttled_ratio", 0.05)            # under the line: no quota held them back
+    signal("loader_workers_cpu_wait_ratio", 0.2)
+    assert not consumer.throttled(tr) and not consumer.workers_throttled(tr)
