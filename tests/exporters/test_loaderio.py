@@ -22,6 +22,11 @@ def test_io_text_parsed_or_refused():
         assert loaderio.parse_io(bad) is None, bad
 
 
+def _read_bytes(pid):
+    with open("/proc/%d/io" % pid) as f:
+        return loaderio.parse_io(f.read())[1]
+
+
 class _FileChunks:
     """Sample i: the i-th CHUNK of a file, read with plain open()/read()."""
 
@@ -62,6 +67,7 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
     assert exp.unavailable() is None
     rank = table.snapshot()[0]
     collect(exp, [rank])
+    before = [_read_bytes(pid) for pid in pids]  # the workers wait on ``start``: still
     start.set()
     read = batches = 0
     for batch in it:
@@ -71,15 +77,20 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
     rank.loader = {"batch_size": 4}
     time.sleep(0.1)
     got = samples_of(collect(exp, [rank]))
+    after = [_read_bytes(pid) for pid in pids]  # idle now: the loader is exhausted
     del it, loader
     total = {dict(k[1])["io"]: v for k, v in got.items() if k[0] == "stallscope_loader_read_bytes_total"}
     assert read == CHUNK * SAMPLES
     print("read %d, exported %s" % (read, total))
     # every byte the dataset read, and little else (the index queue's pickles)
     assert abs(total["all"] - read) <= 0.05 * read, (total, read)
-    # the file was cold: every byte came from the device (tmp_path is on this machine's
-    # ext4 disk; tmpfs would report none)
-    assert abs(total["block"] - read) <= 0.05 * read, total
+    # the block bytes are the kernel's own count for these workers, and the file was
+    # cold: every byte of it came from the device (tmp_path is on this machine's ext4
+    # disk; tmpfs would report none). The count may be larger, never smaller: it also
+    # holds the pages of code a worker ran for the first time (CI, a fresh venv after
+    # minutes of other tests: 1.8 MB over a 12.6 MB file), which no rchar shows.
+    assert total["block"] == sum(after) - sum(before), (total, before, after)
+    assert total["block"] >= 0.95 * read, total
     fields = exp.rank_fields(rank)["loader_io"]
     # 12 batches of 4 samples of CHUNK bytes
     assert batches == SAMPLES // 4
