@@ -43,7 +43,7 @@ test-frameworks: setup system $(VENV)/.loaders
 	$(PY) -m pytest -q -ra -m frameworks
 
 test-lab: setup system
-	$(PY) -m pytest -q -ra tests/lab/test_scenarios_e2e.py tests/lab/test_nodes_scenarios.py tests/lab/test_cleanup.py
+	$(PY) -m pytest -q -ra tests/lab/test_scenarios_e2e.py tests/lab/test_nodes.py tests/lab/test_nodes_scenarios.py tests/lab/test_cleanup.py
 
 # MosaicML Composer and Streaming in a virtualenv of their own: mosaicml 0.32 requires
 # torch<2.7.1 and streaming imports torchvision, neither of which fits the main venv's

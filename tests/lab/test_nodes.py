@@ -17,7 +17,8 @@ from stallscope.lab import scenarios
 from tests.helpers.lab import diagnose_json, lab_session, leftovers
 from tests.helpers.needs import need_lab_nodes, need_prometheus
 
-pytestmark = pytest.mark.slow
+# a long multi-node scenario (~55 s): `make test-lab`, not CI; each node's parts run in CI
+pytestmark = [pytest.mark.slow, pytest.mark.lab_variant]
 WINDOW = "15s"
 NODES = ("node-a", "node-b", "node-c")
 

@@ -61,7 +61,7 @@ VARIANTS = {
     "trainer-throttled": "cpu-throttle",     # the CFS quota on the training process, not its workers
     "cpu-crowded-quota": "cpu-crowded",      # a quota that never binds beside the hogs
     "margin": "too-few-workers",             # per-sample work that puts the wait just at the line
-    "brownout-busy-node": "slow-storage",    # FUSE latency that browns out, on a busy node
+    "brownout-busy-node": "slow-storage-plain",  # FUSE latency that browns out, on a busy node
     "dead-fuse": "hang",                     # the FUSE daemon killed (ENOTCONN) instead of stopped
     "compute-bound": "healthy",              # no fault, a slower step: nothing to name either
     "shm-bus-error": "shm-exhaustion",       # /dev/shm too small again; the worker dies of SIGBUS
@@ -70,6 +70,9 @@ VARIANTS = {
     "shm-full-node": "shm-exhaustion",       # the tiny /dev/shm a lab node's, not the pod's
     "stuck-mount-node": "hang",              # the frozen FUSE daemon inside a lab node
     "two-jobs-nodes": "too-few-workers",     # ... on two lab nodes beside a healthy job
+    "straggler-across-nodes": "too-few-workers",  # ... one rank a lab node (tests/lab/test_nodes.py)
+    "slow-storage": "slow-storage-plain",    # the slow FUSE mount read through the adapter
+    "checkpoint-burst": "checkpoint-read-disk",  # the burst an upload to the store, not a disk writer
 }
 
 # Scenarios whose fault and cause CI drives live in a test of its own, against a real agent
@@ -86,8 +89,6 @@ LIVE_ELSEWHERE = {
                 "_is_memory_limit_with_its_growth",
     "epoch-start": "tests/diagnose/test_steady_wait.py::test_both_paths_give_the_steady_wait_of_an"
                    "_epoch_start_run",
-    # the same job on three lab nodes, both diagnose paths and one node's agent alone
-    "straggler-across-nodes": "tests/lab/test_nodes.py::test_a_straggler_on_one_node_named_from_the_others",
     # the mixin's live setup runs this scenario as a one-rank job: its cause first in top
     # and in the job's report, its alert's probe against real Prometheus
     "storage-errors": "tests/mixin/test_live.py::test_top_ranks_the_stalled_jobs_first_each_with_its_cause",
