@@ -75,8 +75,12 @@ def job_median(cfg):
 
 
 def data_wait_ratio(cfg: Any, matchers: Sequence[str] = (), window: str | None = None) -> str:
-    """Per rank: seconds blocked in next(loader) per second of step time, in [0, 1]."""
-    return ("sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
+    """Per rank: seconds blocked in next(loader) per second of step time, in [0, 1].
+    A window in which no batch arrived has no ratio, not NaN (both rates 0): one NaN in a
+    recorded series makes every avg_over_time or sum_over_time over it NaN, and a job's
+    lost hours NaN sorted anywhere in ``stallscope top`` (CI: a slowed rank's first batch
+    took longer than the live test's 10 s window). NaN never fired an alert either."""
+    return ("sum by (%s) (%s)\n/\n(sum by (%s) (%s) > 0)" % (
         BY_RANK, rate(cfg, "stallscope_data_wait_seconds_sum", matchers, window),
         BY_RANK, rate(cfg, "stallscope_step_seconds_sum", matchers, window)))
 
@@ -94,7 +98,7 @@ def steady_data_wait_ratio(cfg: Any, matchers: Sequence[str] = (), window: str |
     # their wait, all of it moving when a batch arrives
     steady = "sum by (%s) (%s)" % (BY_RANK, rate(cfg, "stallscope_steady_data_wait_seconds_total",
                                                  matchers, window))
-    return ("%s\n/\n(sum by (%s) (%s) - sum by (%s) (%s) + %s)" % (
+    return ("%s\n/\n((sum by (%s) (%s) - sum by (%s) (%s) + %s) > 0)" % (
         steady, BY_RANK, rate(cfg, "stallscope_step_seconds_sum", matchers, window),
         BY_RANK, rate(cfg, "stallscope_data_wait_seconds_sum", matchers, window), steady))
 
@@ -103,7 +107,7 @@ def handoff_ratio(cfg: Any, matchers: Sequence[str] = (), window: str | None = N
     """Per rank: the share of the step time spent handing batches over (the waits less
     their ready wait: hook/transfer.py), the agent's transfer.handoff_ratio from the
     counters; with the data-wait share it says whether the loader keeps up (rules.py)."""
-    return "sum by (%s) (%s)\n/\nsum by (%s) (%s)" % (
+    return "sum by (%s) (%s)\n/\n(sum by (%s) (%s) > 0)" % (
         BY_RANK, rate(cfg, "stallscope_data_transfer_seconds_total", matchers, window),
         BY_RANK, rate(cfg, "stallscope_step_seconds_sum", matchers, window))
 

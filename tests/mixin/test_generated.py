@@ -126,7 +126,7 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
             assert 'cluster="a"' in sel[1], (sel, expr)
     alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
     assert alerts["StallscopeDataWaitHigh"]["for"] == "7m"
-    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("[2m]))\n) > 0.05")
+    assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("[2m])) > 0)\n) > 0.05")
     assert "> 0.4" in alerts["StallscopeCPUThrottled"]["expr"]
     assert alerts["StallscopeCPUThrottled"]["for"] == "3m"
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {

@@ -309,6 +309,33 @@ def test_idle_accelerators_rule_is_world_size_times_the_stragglers_share(tmp_pat
     assert r.returncode != 0
 
 
+def test_a_window_without_a_batch_has_no_ratio_rather_than_nan(tmp_path):
+    """A rank whose counters stop (start-up before its first batch, a hang) has no data-wait
+    ratio over a window without a batch: 0/0 was NaN, and one NaN made the job's
+    avg_over_time, and its lost hours in `stallscope top`, NaN (CI: top sorted the slowed
+    job last)."""
+    labels = dict(POD0, rank="0")
+    # 10 % waiting for 10 minutes, then no batch at all for 10 more
+    series = [(sel("stallscope_data_wait_seconds_sum", **labels), "0+6x10 60x10"),
+              (sel("stallscope_step_seconds_sum", **labels), "0+60x10 600x10"),
+              (sel("stallscope_step_seconds_count", **labels), "0+600x10 6000x10")]
+    n = promql.names(config.DEFAULT)
+    ranked = '{job="train", namespace="ml", node="n1", pod="train-0", rank="0"}'  # round() drops the name
+    doc = {"rule_files": RULE_FILES, "evaluation_interval": "1m", "group_eval_order": GROUPS,
+           "tests": [{"interval": "1m",
+                      "input_series": [{"series": s, "values": v} for s, v in series],
+                      "promql_expr_test": [
+                          {"expr": "round(%s, 1e-6)" % n["rank_ratio"], "eval_time": "8m",
+                           "exp_samples": [{"labels": ranked, "value": 0.1}]},
+                          {"expr": n["rank_ratio"], "eval_time": "18m", "exp_samples": []},
+                          {"expr": "round(avg_over_time(%s[20m]), 1e-6)" % n["rank_ratio"],
+                           "eval_time": "19m", "exp_samples": [{"labels": ranked, "value": 0.1}]}]}]}
+    path = tmp_path / "nobatch.test.yaml"
+    path.write_text(json.dumps(doc, indent=1))
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_priced_config_records_the_cost_per_day():
     cfg = config.load(gpu_hour_price=2.5)
     priced = {r["record"]: r["expr"] for r in rules.recording_rules(cfg)}
