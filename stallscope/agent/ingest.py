@@ -15,9 +15,10 @@ of a core at 48 messages/s; 0.87 % with a 0.25 s tick; at 25 messages/s, 0.67 % 
 0.25 s tick, 0.53 % with 0.5 s, 0.47 % with 1 s: a message handled after a sleep finds its
 data out of the CPU's caches, and the next ones of the pass find it in). A trainer's hook
 flushes once a second and detection works in seconds, so the delay costs nothing that
-matters. (A 1 s tick once seemed to keep tests/agent/test_hangs.py's frozen read from
-being triaged; the test's own reads came from the page cache after ~15 s, whatever the
-tick: fixed in the test, ec911c8.) Two things do not
+matters. (With a 1 s tick, a clean-clone CI run of 2026-12-06 had
+tests/agent/test_hangs.py's frozen FUSE read named storage_latency, not fuse_unhealthy,
+and `stallscope run`'s live view show its first batches a redraw later; 0.5 s it is.)
+Two things do not
 wait, through a second epoll that watches only them: a new connection is accepted at
 once (the sender's identity is read from /proc then: a process that connects, reports
 and exits within the tick would be gone), and one that closes is served as soon as it
@@ -59,7 +60,7 @@ MAX_CONNECTIONS_PER_DOMAIN = 512
 # send when it finds its connection closed.
 IDLE_S = 60.0
 UNIDENTIFIED = ("unidentified",)  # the domain of peers the kernel could not name
-TICK_S = 1.0
+TICK_S = 0.5
 READ_BOUND = 64  # messages from one connection per pass, so one chatty peer cannot starve others
 _UCRED = struct.Struct("3i")
 
