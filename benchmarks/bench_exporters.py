@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from prometheus_client import CollectorRegistry, generate_latest
 
 from stallscope import exporters
-from stallscope.agent import samples, state
+from stallscope.agent import malloc, samples, state
 from stallscope.agent.host import AgentHost
 
 RANKS, WORKERS, CYCLES = 8, 8, 30
@@ -63,6 +63,7 @@ def setup(procs, cgroups_made, fs):
 
 
 def main():
+    malloc.tune()  # the agent's allocator settings (agent/malloc.py): the reads pay them too
     procs, made, fs = [], [], None
     try:
         if os.geteuid() == 0 and os.path.exists("/dev/fuse") and shutil.which("fusermount3"):
