@@ -2,11 +2,18 @@
 last results to /metrics.
 
 Isolation (one that fails or hangs never fails the scrape or stalls the
-others): a tick of the agent's scheduler only wakes each exporter's thread; a scrape
-only reads what the threads left. An exporter still running when the next tick comes
-is not started again; once past its deadline it reports success 0 and its series are
-withheld until it returns. A dead FUSE mount can hold a thread in D state forever; it
-then holds exactly that one thread.
+others): a tick of the agent's scheduler only starts a pass over the exporters' threads;
+a scrape only reads what the threads left. An exporter still running when the next tick
+comes is not started again; once past its deadline it reports success 0, its series are
+withheld until it returns, and the pass goes on without it. A dead FUSE mount can hold a
+thread in D state forever; it then holds exactly that one thread.
+
+A pass is a relay: one exporter collects at a time, and its thread, done, wakes the
+next one's. Run together, every read of a file handed the interpreter's lock to another
+exporter's thread and back (~145 context switches a second in the agent at 8 ranks x 8
+workers; issue 31); woken together and queued on a lock, each thread still woke about six
+times a collection for its one run (tick, lock, interpreter lock), ~3 wake-ups a second
+for each of a dozen exporters that collect every 2 s: most of a small exporter's cost.
 """
 from __future__ import annotations
 
@@ -70,31 +77,51 @@ class Runner(Part):
         self.interval = options.interval
         self.deadline = options.timeout
         self.slots = [Slot(e.name, e, x) for e, x in exporters]
-        self.baton = threading.Lock()  # held by the one exporter collecting (_take_baton)
-        self.baton_at = 0.0            # when it was last taken
+        self.relay = threading.Lock()  # guards the pass: what is left of it, who runs now
+        self.left: list[Slot] = []     # the pass's exporters not yet started, in order
+        self.current: Slot | None = None  # the one collecting in this pass
         for e, _ in exporters:
             e.deadline = self.deadline
 
     # -- scheduling ---------------------------------------------------------------
     def tick(self) -> None:
-        """Wake every idle exporter (called by the agent's scheduler); never blocks."""
+        """Start a pass over the idle exporters, or move one on past an exporter stuck
+        beyond its deadline (called by the agent's scheduler); never blocks."""
         now = time.monotonic()
         for slot in self.slots:
             since = slot.running_since
-            if since is not None:
-                if now - since > self.deadline and not slot.overdue_noted:
-                    slot.overdue_noted = True
-                    log("exporter %s: still running after %.1fs (deadline %.1fs); "
-                        "not started again until it returns" % (slot.name, now - since, self.deadline))
-                continue
+            if since is not None and now - since > self.deadline and not slot.overdue_noted:
+                slot.overdue_noted = True
+                log("exporter %s: still running after %.1fs (deadline %.1fs); "
+                    "not started again until it returns" % (slot.name, now - since, self.deadline))
+        with self.relay:
+            current = self.current
+            if current is not None:
+                since = current.running_since
+                if since is not None and now - since <= self.deadline:
+                    return  # the pass goes on
+                self.current = None  # stuck past its deadline: the pass goes on without it
+            if not self.left:
+                self.left = [slot for slot in self.slots if slot.running_since is None]
+            self._start_next()
+
+    def _start_next(self) -> None:
+        """Wake the next exporter of the pass that is not running (under ``relay``)."""
+        while self.left:
+            slot = self.left.pop(0)
+            if slot.running_since is not None:
+                continue  # still stuck from an earlier pass: not started again
+            slot.running_since = time.monotonic()
+            self.current = slot
             if slot.thread is None:
                 slot.thread = threading.Thread(target=self._loop, args=(slot,), daemon=True,
                                                name="stallscope-exporter-" + slot.name)
                 slot.thread.start()
             slot.trigger.set()
+            return
 
     def _loop(self, slot):
-        # Woken by its tick only: a timed wait that woke every second to look at
+        # Woken by the relay only: a timed wait that woke every second to look at
         # ``stopping`` was most of an idle exporter's cost (a wake-up is ~0.1 ms of CPU on
         # a VM, and the agent has a dozen exporters); the thread is a daemon, and ends
         # within STOP_CHECK_S of the agent stopping.
@@ -102,29 +129,15 @@ class Runner(Part):
             if slot.trigger.wait(STOP_CHECK_S):
                 slot.trigger.clear()
                 self.run_once(slot)
-
-    def _take_baton(self, now):
-        """Wait for the runner's baton (True once held): the exporters woken by one tick
-        collect one at a time. Run together, every read of a file handed the interpreter's
-        lock to another exporter's thread and back (~145 context switches a second in
-        the agent at 8 ranks x 8 workers, 59 with the baton; issue 31). An
-        exporter blocked past the deadline holding it (a dead FUSE mount) is waited for
-        no longer: the others then collect beside it, as before."""
-        wait = self.deadline - (now - self.baton_at) if self.baton.locked() else self.deadline
-        return self.baton.acquire(timeout=max(0.0, wait))
+                with self.relay:
+                    if self.current is slot:  # not passed over meanwhile: hand on
+                        self.current = None
+                        self._start_next()
 
     def run_once(self, slot):
         """One collection of one exporter, in the calling thread."""
-        exp = slot.exporter
-        slot.running_since = time.monotonic()
-        baton = self._take_baton(slot.running_since)
-        if baton:
-            self.baton_at = time.monotonic()
-        try:
-            self._collect(slot, exp)
-        finally:
-            if baton:
-                self.baton.release()
+        slot.running_since = slot.running_since or time.monotonic()
+        self._collect(slot, slot.exporter)
 
     def _collect(self, slot, exp):
         start = time.monotonic()

@@ -146,3 +146,61 @@ def test_cli_flags_reach_the_agent(agent_factory):
     with pytest.raises(urllib.error.HTTPError) as e:
         b.api("/api/v1/exporters?x=1")
     assert e.value.code == 400 and "unknown parameters: x" in json.loads(e.value.read())["error"]
+
+
+class Probe(base.Exporter):
+    """Records when it collects, and how many exporters collect at once."""
+    name = "probe"
+    active = 0
+    most = 0
+    order: list = []
+    lock = threading.Lock()
+
+    def collect(self):
+        with Probe.lock:  # the counts are the base class's, shared by every probe
+            Probe.active += 1
+            Probe.most = max(Probe.most, Probe.active)
+            Probe.order.append(self.name)
+        threading.Event().wait(0.02)  # long enough for a second thread to overlap
+        with Probe.lock:
+            Probe.active -= 1
+        return [GaugeMetricFamily("test_" + self.name, "x", value=1)]
+
+
+def probes(n):
+    return [type("Probe%d" % i, (Probe,), {"name": "probe%d" % i}) for i in range(n)]
+
+
+def test_a_pass_is_a_relay_one_exporter_at_a_time_in_order():
+    Probe.active = Probe.most = 0
+    Probe.order = []
+    classes = probes(6)
+    run, stop = make(*[(c, False) for c in classes], deadline=1.0)
+    try:
+        run.tick()
+        wait_until(lambda: all(s.runs == 1 for s in run.slots))
+        run.tick()  # a second pass once the first is over
+        wait_until(lambda: all(s.runs == 2 for s in run.slots))
+        assert Probe.most == 1, "two exporters collected at once"
+        names = [c.name for c in classes]
+        assert Probe.order == names + names
+    finally:
+        stop.set()
+
+
+def test_a_pass_goes_on_past_an_exporter_stuck_beyond_its_deadline():
+    run, stop = make((Hanging, False), (Fixed, False), deadline=0.2)
+    hanging = run.slots[0].exporter
+    try:
+        run.tick()
+        wait_until(lambda: hanging.calls == 1)
+        run.tick()  # within the deadline: the pass waits for it
+        assert run.slots[1].runs == 0
+        wait_until(lambda: values(list(run.collect()), "stallscope_exporter_success",
+                                  exporter="hanging") == [0])
+        run.tick()  # past it: the rest of the pass collects beside the stuck one
+        wait_until(lambda: run.slots[1].runs == 1)
+        assert hanging.calls == 1 and run.slots[0].running_since is not None
+    finally:
+        hanging.release.set()
+        stop.set()
