@@ -44,23 +44,38 @@ def _merge(intervals):
     """Sorted, disjoint union of [start, end] rows."""
     if len(intervals) < 2:
         return intervals
-    iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
+    starts, ends = intervals[:, 0], intervals[:, 1]
+    if (starts[1:] > ends[:-1]).all():
+        # already sorted and apart: the rank's one loader, whose busy stretches run from
+        # a batch's arrival to the next next() call (one comparison instead of a sort and
+        # a scan: the simulation was a tenth of the agent's CPU at 8 ranks x 8 workers)
+        return intervals
+    iv = intervals[np.argsort(starts, kind="stable")]
     reach = np.maximum.accumulate(iv[:, 1])
     first = np.concatenate(([True], iv[1:, 0] > reach[:-1]))  # starts a new run
-    starts = np.nonzero(first)[0]
-    return np.stack((iv[starts, 0], np.maximum.reduceat(iv[:, 1], starts)), 1)
+    runs = np.nonzero(first)[0]
+    out = np.empty((len(runs), 2), np.int64)
+    out[:, 0] = iv[runs, 0]
+    out[:, 1] = np.maximum.reduceat(iv[:, 1], runs)
+    return out
 
 
 def _busy_until(busy, t):
     """Busy time of the disjoint sorted ``busy`` up to each time in ``t``."""
     if not len(busy):
         return np.zeros(len(t), np.int64)
-    lengths = busy[:, 1] - busy[:, 0]
-    before = np.concatenate(([0], np.cumsum(lengths)))  # before[k]: the first k intervals
-    started = np.searchsorted(busy[:, 0], t, side="right")  # intervals begun by t
-    last = np.maximum(started - 1, 0)
-    inside = np.clip(t - busy[last, 0], 0, lengths[last])  # of the last begun, so far
-    return np.where(started > 0, before[last] + inside, 0)
+    begins = busy[:, 0]
+    lengths = busy[:, 1] - begins
+    before = np.empty(len(busy) + 1, np.int64)  # before[k]: the first k intervals
+    before[0] = 0
+    np.cumsum(lengths, out=before[1:])
+    started = begins.searchsorted(t, side="right")  # intervals begun by t
+    last = started - 1
+    last[last < 0] = 0
+    inside = np.minimum(np.maximum(t - begins[last], 0), lengths[last])  # of the last begun, so far
+    out = before[last] + inside
+    out[started == 0] = 0
+    return out
 
 
 class SimulatedSource:
@@ -122,8 +137,11 @@ class SimulatedSource:
             arrays, _n = self._pending.pop(gpu.rank_key, ([], 0))
         if not arrays:
             return None
-        ev = np.concatenate(arrays)
-        return ev[np.argsort(ev[:, 0], kind="stable")]  # two loaders of one rank may interleave
+        ev = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+        ends = ev[:, 0]
+        if (ends[1:] >= ends[:-1]).all():  # one report, in order: the usual case
+            return ev
+        return ev[np.argsort(ends, kind="stable")]  # two loaders of one rank may interleave
 
     def read(self, gpu):
         st = gpu.state
@@ -137,8 +155,10 @@ class SimulatedSource:
         newest = int(end.max())
         st.watermark = newest if st.watermark is None else max(st.watermark, newest)
         keep = (stop > start) & (stop > st.cursor)
-        new = np.stack((np.maximum(start[keep], st.cursor), stop[keep]), 1)
-        st.busy = _merge(np.concatenate((st.busy, new)))
+        new = np.empty((int(keep.sum()), 2), np.int64)
+        np.maximum(start[keep], st.cursor, out=new[:, 0])
+        new[:, 1] = stop[keep]
+        st.busy = _merge(np.concatenate((st.busy, new)) if len(st.busy) else new)
         return self._emit(st)
 
     def _emit(self, st):
@@ -148,9 +168,9 @@ class SimulatedSource:
         k = (st.watermark - st.cursor) // period
         if k <= 0:
             return []
-        bounds = st.cursor + period * np.arange(k + 1, dtype=np.int64)
-        busy = np.diff(_busy_until(st.busy, bounds))
-        ratios = np.minimum(1.0, busy / period)
+        bounds = np.arange(st.cursor, st.cursor + period * (k + 1), period, dtype=np.int64)
+        until = _busy_until(st.busy, bounds)
+        ratios = np.minimum(1.0, (until[1:] - until[:-1]) / period)
         st.cursor = int(bounds[-1])
         st.busy = st.busy[st.busy[:, 1] > st.cursor]
         return [(b, period, r) for b, r in zip(bounds[1:].tolist(), ratios.tolist())]

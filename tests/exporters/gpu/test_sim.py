@@ -120,3 +120,36 @@ def test_sampler_drives_the_simulation_like_nvml():
     table.ranks.clear()  # the rank expired: its simulated GPU goes with it
     s.poll()
     assert s.snapshot() == []
+
+
+def _union(rows):
+    """The union of [start, end] rows, merged one row at a time (the reference)."""
+    out = []
+    for a, b in sorted(map(tuple, rows)):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def test_busy_stretches_merge_into_their_union_whether_apart_or_overlapping():
+    import numpy as np
+
+    from stallscope.exporters.gpu.sim import _busy_until, _merge
+
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randint(0, 40)
+        starts = sorted(rng.sample(range(0, 10_000), n))
+        if rng.random() < 0.5:  # one loader: sorted and apart (the fast path)
+            rows = [[s, s + rng.randint(1, 5)] for s in starts[::2]]
+        else:  # two loaders interleaving: overlapping, touching, out of order
+            rows = [[s, s + rng.randint(0, 600)] for s in starts]
+            rng.shuffle(rows)
+        iv = np.array(rows, np.int64).reshape(-1, 2)
+        merged = _merge(iv)
+        assert merged.tolist() == _union(rows)
+        t = np.array(sorted(rng.sample(range(-10, 11_000), 30)), np.int64)
+        want = [sum(max(0, min(b, x) - a) for a, b in _union(rows)) for x in t.tolist()]
+        assert _busy_until(merged, t).tolist() == want
