@@ -25,6 +25,7 @@ minutes before it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,16 @@ class Detection:
 
 
 NONE = Detection(False, None, 0.0, 0, 0.0, 0.0)
+_QUIET_ONES = np.ones(QUIET_BINS)
+
+
+def _sd(x: np.ndarray) -> float:
+    """x.std(ddof=1), the same operations as numpy's _var (sum, divide, subtract,
+    square, sum, divide) without its Python-level wrapper: every rank is judged every
+    second, and the wrapper was a third of the agent's detection CPU."""
+    dev = x - x.sum() / len(x)
+    np.multiply(dev, dev, out=dev)
+    return math.sqrt(dev.sum() / (len(x) - 1))
 
 
 def _hang(last: tuple[int, int, int], now_ns: int) -> Detection | None:
@@ -98,8 +109,8 @@ def judge(window: Window, last: tuple[int, int, int] | None, now_ns: int,
     cum = np.concatenate(([0.0], np.cumsum(excess)))
     first = 0
     if bins >= QUIET_BINS:
-        rw = np.convolve(w, np.ones(QUIET_BINS), "valid")
-        rs = np.convolve(s, np.ones(QUIET_BINS), "valid")
+        rw = np.convolve(w, _QUIET_ONES, "valid")
+        rs = np.convolve(s, _QUIET_ONES, "valid")
         quiet = (rs > 0) & (rw < line * rs)   # windows ending at QUIET_BINS-1, QUIET_BINS, ...
         if quiet[-1]:
             return NONE                        # the newest seconds stayed under the line
@@ -116,7 +127,7 @@ def judge(window: Window, last: tuple[int, int, int] | None, now_ns: int,
     live = s[seg] > 0
     shares = w[seg][live] / s[seg][live]
     k = len(shares)
-    se = float(shares.std(ddof=1)) / np.sqrt(k) if k > 1 else float("inf")
+    se = _sd(shares) / math.sqrt(k) if k > 1 else float("inf")
     z = (share - line) / se if se > 0 else (float("inf") if share > line else 0.0)
     stalled = bool(share >= line and excess_s >= MIN_EXCESS_S and ns >= MIN_BATCHES
                    and k >= MIN_BINS and z >= Z)  # a numpy bool would reach the JSON as "True"

@@ -134,3 +134,17 @@ def test_a_hung_rank_is_judged_on_the_window_its_hang_ends():
     step = (int(tr.t_end[-1]) - int(tr.t_end[0] - tr.interval[0])) / SEC
     assert out.data_wait_ratio == pytest.approx(float(tr.wait.sum()) / float(tr.interval.sum()), rel=1e-3)
     assert out.data_wait_ratio > 30 / step * 0.95  # the hang's 30 s dominate the window
+
+
+def test_the_bins_spread_is_numpys_own_to_the_bit():
+    # detect._sd replaces x.std(ddof=1) on the detector's hot path: the z it gives, and
+    # so every verdict at the line, must not move by a rounding
+    import numpy as np
+
+    from stallscope.correlate.detect import _sd
+
+    rng = np.random.default_rng(3)
+    for n in range(2, 400):
+        for scale in (1e-9, 1.0, 1e6):
+            x = rng.random(n) * scale
+            assert _sd(x) == float(x.std(ddof=1))
