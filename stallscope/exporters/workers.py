@@ -115,13 +115,13 @@ class WorkersExporter(base.Exporter):
         keys = {r.key for r in ranks}
         now = time.monotonic()
         wanted = {p for r in ranks for p in r.worker_pids}
+        live = {self._pod(r) for r in ranks}  # each rank's pod labels, once a collection
         with self.lock:
-            for r in ranks:
-                self.exits_seen[self._pod(r)] = now
+            for pod in live:
+                self.exits_seen[pod] = now
                 for reason in worker_deaths.REASONS:  # every reason from 0: increase() sees the first
-                    self.exits[self._pod(r) + (reason,)] += 0
+                    self.exits[pod + (reason,)] += 0
             self.exits_seen = {k: t for k, t in self.exits_seen.items() if now - t < DEATH_KEEP_S}
-            live = {self._pod(r) for r in ranks}
             departed = sorted((t, k) for k, t in self.exits_seen.items() if k not in live)
             for _t, k in departed[:max(0, len(departed) - DEPARTED_PODS_KEPT)]:
                 del self.exits_seen[k]
