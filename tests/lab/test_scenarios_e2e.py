@@ -93,6 +93,9 @@ LIVE_ELSEWHERE = {
                 "_is_memory_limit_with_its_growth",
     "epoch-start": "tests/diagnose/test_steady_wait.py::test_both_paths_give_the_steady_wait_of_an"
                    "_epoch_start_run",
+    # workers dying of SIGBUS on a full tmpfs /dev/shm, shm_exhaustion first on both paths
+    "shm-exhaustion": "tests/diagnose/test_deaths.py::test_deaths_counted_and_ranked_from_prometheus"
+                      "_as_by_the_agent",
     # the mixin's live setup runs this scenario as a one-rank job: its cause first in top
     # and in the job's report, its alert's probe against real Prometheus
     "storage-errors": "tests/mixin/test_live.py::test_top_ranks_the_stalled_jobs_first_each_with_its_cause",
