@@ -93,6 +93,12 @@ LIVE_ELSEWHERE = {
                 "_is_memory_limit_with_its_growth",
     "epoch-start": "tests/diagnose/test_steady_wait.py::test_both_paths_give_the_steady_wait_of_an"
                    "_epoch_start_run",
+    # a loader slowed mid-run on a real DataLoader: named within seconds, too_few_workers first
+    "too-few-workers": "tests/correlate/test_e2e.py::test_a_stall_starting_mid_run_is_named"
+                       "_within_seconds",
+    # a healthy pod of a live cluster: diagnose says so and exits 0 (the mixin's live job
+    # beside the stalled ones keeps its alert quiet against real Prometheus)
+    "healthy": "tests/diagnose/test_e2e.py::test_healthy_pod_exits_0",
     # workers dying of SIGBUS on a full tmpfs /dev/shm, shm_exhaustion first on both paths
     "shm-exhaustion": "tests/diagnose/test_deaths.py::test_deaths_counted_and_ranked_from_prometheus"
                       "_as_by_the_agent",
