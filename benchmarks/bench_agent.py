@@ -209,12 +209,12 @@ def real_load(seconds, ranks=8, workers=8):
 def synthetic_load(seconds, ranks=64, stress=False):
     """``ranks`` ranks of 8 workers each, every rank waiting 10 % of its steps (each is a
     stall: the analysis runs for all of them). At the hook's own cadence (channel.py): a
-    trainer reports its 100 batches once a second, each of its 8 workers its ~12 every 4 s.
+    trainer reports its 100 batches once a second, each of its 8 workers its ~24 every 8 s.
     ``stress``: every rank and a worker each 250 ms (4x the trainer's messages)."""
     if stress:
         what = "%d ranks, synthetic, stress: a trainer and a worker report every 250 ms" % ranks
     else:
-        what = "%d ranks x 8 workers, synthetic, at the hook's cadence (trainer 1 s, worker 4 s)" % ranks
+        what = "%d ranks x 8 workers, synthetic, at the hook's cadence (trainer 1 s, worker 8 s)" % ranks
     print(what + ":", flush=True)
     agent = AgentProcess(args=["--no-gpu.nvml", "--max-ranks", str(ranks)]).start()
     try:
@@ -230,11 +230,12 @@ def synthetic_load(seconds, ranks=64, stress=False):
                     s.send(v2_report(r, os.getpid(), 25))
                     s.send(v2_report(r, os.getpid(), 25, role="worker"))
                     continue
-                # a tick is 250 ms: a trainer's report every 4th, two of its 8 workers' every 2nd
+                # a tick is 250 ms: a trainer's report every 4th, one of its 8 workers' every
+                # 4th between them (each worker every 8 s)
                 if (tick + r) % 4 == 0:
                     s.send(v2_report(r, os.getpid(), 100))
-                if (tick + r) % 2 == 0:
-                    s.send(v2_report(r, os.getpid(), 12, role="worker"))
+                if (tick + r) % 4 == 2:
+                    s.send(v2_report(r, os.getpid(), 24, role="worker"))
             tick += 1
             if cost is None and time.monotonic() - t0 > 5:
                 cost = agent_cost_start(agent)

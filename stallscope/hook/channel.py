@@ -42,16 +42,19 @@ if TYPE_CHECKING:
     # (ident, role, payload) of one message that is not a stream's batches
     Extra = tuple[Ident, str, Message]
 
-# Each message costs the agent a fixed ~0.1-0.3 ms whatever it holds, and at 8 ranks x 8
+# Each message costs the agent a fixed ~0.1-0.4 ms whatever it holds, and at 8 ranks x 8
 # workers messages were most of its ingest CPU (issue 15: 48 messages/s, 1.1 % of a core;
-# 24/s, 0.67 %). So a trainer's batches go once a second (detection needs seconds: a 10 %
-# stall is still named in ~8 s) and its workers' every 4 s (their load times size the
-# loader over tens of seconds).
+# 24/s, 0.67-0.93 %; issue 31: 16/s). So a trainer's batches go once a second (detection
+# needs seconds: a 10 % stall is still named in ~8 s) and its workers' every 8 s: their
+# load times size the loader over a minute (agent/loader.py WINDOW_S), and a change in
+# them goes at once (stream.py moved).
 FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "1.0") or 1.0)
 HEARTBEAT_S = 5.0
 # A loader worker's stream is delivered at most this often, unless its load time moved
-# (stream.py moved: a loader that slows is news for the stall's cause at once).
-WORKER_FLUSH_S = 4.0
+# (stream.py moved: a loader that slows is news for the stall's cause at once), and at
+# least this often (its heartbeat: a worker's death is its connection's close, not a
+# missed report, so a worker needs none sooner).
+WORKER_FLUSH_S = 8.0
 BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
 BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)
 RECONNECT_S = 1.0
@@ -154,11 +157,12 @@ class Channel:
             done = stream.finished() and not stream.buf
             blocked = stream.blocked_since is not None and now - stream.last_sent >= BLOCKED_REPORT_S
             # A worker's batch times feed the loader's sizing, not the stall's detection:
-            # they go every WORKER_FLUSH_S: a rank with 8 workers sends 3 messages a
+            # they go every WORKER_FLUSH_S: a rank with 8 workers sends 2 messages a
             # second, not 9 (per-message work was most of the agent's ingest CPU, issue 15).
-            due = stream.pending and (stream.role != "worker" or now - stream.last_sent >= WORKER_FLUSH_S
-                                      or moved(stream))
-            if due or blocked or now - stream.last_sent >= HEARTBEAT_S or done:
+            worker = stream.role == "worker"
+            due = stream.pending and (not worker or now - stream.last_sent >= WORKER_FLUSH_S or moved(stream))
+            beat = WORKER_FLUSH_S if worker else HEARTBEAT_S
+            if due or blocked or now - stream.last_sent >= beat or done:
                 self._deliver(stream, now)
             if done and not stream.pending:
                 with self.lock:
