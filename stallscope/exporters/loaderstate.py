@@ -1,12 +1,11 @@
 """loaderstate: what every loader worker and the training process are doing, sampled from
 procfs at a fixed rate, with no line of instrumentation (issue 30, items 1 and 2).
 
-A sampler thread of its own makes a round every ``1/--exporter.loaderstate.rate`` seconds
-over each accepted rank's tasks: its main thread, its pin-memory thread (torch names it
-``pt_data_pin``) and every accepted worker's main thread (system/taskstate.py says what
-is read and how it is classified). A worker is looked at every WORKER_STRIDE rounds on
-average, the training process's threads every TRAINER_STRIDE, at random gaps.
-Each interval between looks at a task is split into the declared
+A sampler thread of its own makes ``--exporter.loaderstate.rate`` rounds a second on
+average, at random gaps (GAP_LO..GAP_HI of the mean), each over every accepted rank's
+tasks: its main thread, its pin-memory thread (torch names it ``pt_data_pin``) and every
+accepted worker's main thread (system/taskstate.py says what is read and how it is
+classified). Each interval between looks at a task is split into the declared
 states (vocabulary LOADER_STATES): on CPU and waiting for CPU by its ``schedstat``
 deltas, the rest by the call it is blocked in. A blocked storage read is kept with the
 kind of its mount and the rank's own mount point; an open or stat (its path is only in the
@@ -19,14 +18,10 @@ CPU-wait share are exported (off the per-rank series budget), and recorded as th
 correlator's signals. Without the right to read ``syscall`` (ptrace-read over the task)
 the off-CPU time is ``other`` and this is said once.
 
-Cost (benchmarks/bench_loaderstate.py, this 2-core machine, 64 workers and a main thread
-at 10 Hz, all-in: the thread, and collect() at a scrape a second): idle workers 0.40 %
-of one core; busy ones 0.34 % while their rank's loop keeps up, 0.43 % while it waits
-(was 0.94-1.28 % looking at every task every round, 0.73 % at a look every 2 rounds);
-workers that change state at nearly every look (``--moving``) 0.33 %, their 70/30 split
-kept. A blocked task that has not run since the previous look is not read again beyond
-its schedstat; the same bytes of a task's syscall file are not classified again. On by
-default.
+Cost (benchmarks/bench_loaderstate.py, this 2-core machine, 64 workers and a main thread,
+all-in: the thread, and collect() at a scrape a second): see RATE_HZ. A blocked task that
+has not run since the previous look is not read again beyond its schedstat; the same
+bytes of a task's syscall file are not classified again. On by default.
 
 Only the rank's accepted PIDs are read; no path of another pod is ever looked at, and
 no path at all is exported (the mount's kind only; the mount point in the rank's API).
@@ -55,44 +50,45 @@ MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
 MAX_WORKERS = 128            # worker tasks of one rank sampled, at most
 FD_CACHE_S = 5.0             # what a descriptor is open on (and a pin thread), re-read after this long
 # While a rank's loop is not waiting on its loader, its workers' blocked calls are read
-# every DETAIL_EVERY-th round (1 Hz at 10 Hz) and their last state carried in between:
-# their on-CPU and CPU-wait time stay exact (schedstat deltas every round), and what they
-# wait on matters to a diagnosis only while the loop waits, when every round reads it.
-DETAIL_EVERY = 10
+# once every DETAIL_S at most and their last state carried in between: their on-CPU and
+# CPU-wait time stay exact (schedstat deltas every round), and what they wait on matters
+# to a diagnosis only while the loop waits, when every round reads it.
+DETAIL_S = 1.0
 # A worker found in a poll holding no internet socket (an idle one polling its index
 # queue, the common case) is looked at again only after this long: listing a process's
 # descriptors is the costly part (64 polling workers every FD_CACHE_S took ~0.4 % of a
 # core in benchmarks/bench_agent.py's 8 x 8 run)
 NO_INTERNET_S = 30.0
 UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: no descriptor
-# A worker is looked at every WORKER_STRIDE rounds on average (2.5 Hz at 10 Hz), the gap
-# drawn at random from 1 to 2 x WORKER_STRIDE - 1 rounds whatever the task is found
-# doing; each look splits the time since the previous one (its on-CPU and CPU-wait time
-# exact from schedstat, the rest by the call it is blocked in now). The gap must not
-# depend on what the looks find: one that grew while consecutive looks agreed (up to 5
-# rounds) aliased with periodic workers and moved the estimate toward the states they
-# held longest (benchmarks/bench_loaderstate.py --moving: 44 % idle for 30 %; real FUSE
-# readers: 14-22 % of their storage time on the mount for 33 %). Looking at every task
-# every round cost 1.2-1.5 % of a core at 8 ranks x 8 busy workers (bench_agent.py). A
-# look costs ~19 us of CPU in a round on this loaded 2-core VM against ~2 us back to back
-# (the target's task and the sampler's own data are out of the caches after each sleep):
-# the number of looks, not their instructions, is the cost, so the stride went 2 -> 3 -> 4
-# (issue 31: the agent's 2 % at 8 x 8). The estimate's error at 4: the --moving split holds
-# (70/30 within 0.05 over 6 s in tests/exporters/test_loaderstate.py).
-WORKER_STRIDE = 4
-# The training process's threads (main, pin): what they wait on off the CPU is shown,
-# never scored (their CPU wait, the consumer's cause, is exact from schedstat at any
-# gap), so they are looked at less often.
-TRAINER_STRIDE = 5
-WORKER_SPAN, TRAINER_SPAN = 2 * WORKER_STRIDE - 1, 2 * TRAINER_STRIDE - 1  # the gap: 1 + draw x span
+# Rounds a second on average. Each look splits the time since the previous one (its
+# on-CPU and CPU-wait time exact from schedstat, the rest by the call the task is blocked
+# in now), so the rate sets the estimate's sampling error, not what it measures. Issue 30
+# asked for 10 Hz; looking at every task every round at 10 Hz cost 1.2-1.5 % of a core at
+# 8 ranks x 8 busy workers (bench_agent.py), so a worker was looked at every 4th round on
+# average (2.5 Hz a task) at 0.50-0.75 %. A look costs ~19 us of CPU alone in a round on
+# this loaded 2-core VM against ~2 us back to back (the sampler's code and data are out of
+# the caches after each sleep): the wake-ups, not the looks' instructions, were the cost.
+# Rounds of every task at the same 2.5 Hz a task: 0.35-0.50 % in the same runs (issue 31:
+# the agent's 2 % at 8 x 8). benchmarks/bench_loaderstate.py, 64 workers, the two ways
+# alternately on 2026-12-06: idle 0.27 -> 0.14 %, busy 0.41 -> 0.21 %, busy with the loop
+# waiting 0.56 -> 0.31 %, --moving 0.37 -> 0.23 % (its 70/30 split read 73/27, now 68/32;
+# within 0.05 over 6 s in tests/exporters/test_loaderstate.py).
+RATE_HZ = 2.5
+# The gap between rounds is drawn uniform over GAP_LO..GAP_HI of the mean, whatever the
+# looks find. Rounds on a fixed grid alias with periodic workers (one that sleeps exactly a
+# period is found in the same state at every look); a gap that grew while consecutive
+# looks agreed moved the estimate toward the states they held longest
+# (benchmarks/bench_loaderstate.py --moving: 44 % idle for 30 %; real FUSE readers: 14-22 %
+# of their storage time on the mount for 33 %).
+GAP_LO, GAP_HI = 0.25, 1.75
 
 
 class Task:
     """What the sampler keeps of one task: whose it is, its descriptors, its schedstat at
-    the last look, its off-CPU state then, and the round of its next look. One record a
-    task, read by attribute: a look touched six dicts keyed by (pid, tid) before."""
+    the last look and its off-CPU state then. One record a task, read by attribute: a
+    look touched six dicts keyed by (pid, tid) before."""
 
-    __slots__ = ("key", "rank", "role", "fd", "sysfd", "t", "on", "wait", "runs", "state", "due",
+    __slots__ = ("key", "rank", "role", "fd", "sysfd", "t", "on", "wait", "runs", "state",
                  "looks", "raw", "raw_at", "raw_state")
 
     def __init__(self, key: tuple[int, int], rank: Any, role: str) -> None:
@@ -102,7 +98,6 @@ class Task:
         self.t: float | None = None     # the last look, and schedstat's on-CPU ns, run-queue ns
         self.on = self.wait = self.runs = 0  # and timeslices then
         self.state: tuple[str, str | None] | None = None  # its off-CPU state at the last read
-        self.due = -1                   # the round of its next look (-1: none)
         self.looks = 0
         # its syscall file's bytes at the last full read, when, and the state they gave
         self.raw: bytes | None = None
@@ -112,9 +107,9 @@ class Task:
 
 @dataclasses.dataclass(frozen=True)
 class LoaderStateOptions:
-    rate: float = flag(10.0, "--exporter.loaderstate.rate",
-                       "Rounds a second of the loader-state sampler (a worker is looked at every "
-                       "4th round on average, at random gaps).", metavar="HZ")
+    rate: float = flag(RATE_HZ, "--exporter.loaderstate.rate",
+                       "Rounds a second of the loader-state sampler, on average, at random gaps; "
+                       "each round looks at every loader task.", metavar="HZ")
     window: float = flag(10.0, "--exporter.loaderstate.window",
                          "Seconds of samples the exported shares cover.", metavar="SECONDS")
 
@@ -166,7 +161,7 @@ class LoaderStateExporter(base.Exporter):
         self.sums: dict[Any, tuple[int, int]] = {}  # rank key -> (wait ns, step ns) at the last refresh
         self.waiting: dict[Any, bool] = {}   # rank key -> its loop waited on data since then
         self.ranks_at, self.ranks = -1.0, []  # the rank table, re-read once a second
-        self.schedule: dict[int, list[Task]] = {}  # round -> the tasks due then
+        self.detail_at = float("-inf")       # when the last round read every blocked call
         self.no_syscall = False
         self.thread: threading.Thread | None = None
         self.stop = threading.Event()
@@ -178,15 +173,18 @@ class LoaderStateExporter(base.Exporter):
             self.thread = threading.Thread(target=self._run, daemon=True, name="stallscope-loaderstate")
             self.thread.start()
 
+    def gap(self) -> float:
+        """Seconds to the next round: uniform over GAP_LO..GAP_HI of the mean period."""
+        return (GAP_LO + (GAP_HI - GAP_LO) * self.jitter.random()) / max(0.1, self.options.rate)
+
     def _run(self) -> None:
-        period = 1.0 / max(0.1, self.options.rate)
         next_at = time.monotonic()
         while not self.stop.is_set():
             try:
                 self.sample_once()
             except Exception as e:  # never take the agent down; say it once
                 self.note("loader state sampling failed: %s" % e)
-            next_at += period
+            next_at += self.gap()
             delay = next_at - time.monotonic()
             if delay < 0:  # fell behind (a loaded node): skip, do not burst
                 next_at, delay = time.monotonic(), 0.0
@@ -239,12 +237,10 @@ class LoaderStateExporter(base.Exporter):
         return task.fd
 
     def _close(self, key: tuple[int, int]) -> None:
-        """Forget a task (gone, or no longer the rank's): its descriptors closed, its
-        schedule entries void."""
+        """Forget a task (gone, or no longer the rank's): its descriptors closed."""
         task = self.task.pop(key, None)
         if task is None:
             return
-        task.due = -1
         for fd in (task.fd, task.sysfd):
             if fd is not None:
                 try:
@@ -254,23 +250,19 @@ class LoaderStateExporter(base.Exporter):
         task.fd = task.sysfd = None
 
     def sample_once(self) -> None:
-        """One round: the tasks due this round are looked at (each then drawn its next
-        round), and each rank's looks are added to its ring's entry for this second, of
-        {(role, state, mount): task-seconds}, however many workers it has. The loop is
-        written flat over one record a task and walks only the tasks due (a schedule by
-        round): at 64 workers and 10 Hz each look's few microseconds are the part's cost
+        """One round: every task is looked at, and each rank's looks are added to its
+        ring's entry for this second, of {(role, state, mount): task-seconds}, however
+        many workers it has. The loop is written flat over one record a task: at 64
+        workers each look's few microseconds are the part's cost
         (benchmarks/bench_loaderstate.py)."""
         now = self.host.clock()
-        round_no = self.sampled
-        schedule = self.schedule
         if now - self.ranks_at >= 1.0:  # a copy of the table each round would cost more than the round
-            self._refresh(now, round_no)
-        draw = self.jitter.random
-        detail_round = round_no % DETAIL_EVERY == 0
+            self._refresh(now)
+        detail_round = now - self.detail_at >= DETAIL_S
+        if detail_round:
+            self.detail_at = now
         accs: dict[Any, dict[tuple[str, str, str | None], float]] = {}
-        for task in schedule.pop(round_no, ()):
-            if task.due != round_no:
-                continue  # forgotten, or drawn anew since
+        for task in list(self.task.values()):
             fd = task.fd
             if fd is None:
                 fd = self._open(task)
@@ -284,14 +276,6 @@ class LoaderStateExporter(base.Exporter):
                 self._close(task.key)
                 continue
             role = task.role
-            # the next look: uniform over 1 .. 2 x stride - 1 rounds on, whatever this one
-            # finds (random(), not randint: randint was a seventh of a round's cost)
-            nxt = task.due = round_no + 1 + int(draw() * (WORKER_SPAN if role == "worker" else TRAINER_SPAN))
-            due_then = schedule.get(nxt)
-            if due_then is None:
-                schedule[nxt] = [task]
-            else:
-                due_then.append(task)
             task.looks += 1
             then, was_on, was_waiting, was_runs = task.t, task.on, task.wait, task.runs
             task.t, task.on, task.wait, task.runs = now, on, wait, runs
@@ -317,7 +301,7 @@ class LoaderStateExporter(base.Exporter):
             if rest > 0.001:
                 # a task that has not run since the last look (schedstat's timeslice count
                 # unchanged) is still blocked where it was: not read again; nor is a worker
-                # while its rank's loop does not wait (DETAIL_EVERY)
+                # while its rank's loop does not wait (DETAIL_S)
                 state = task.state
                 if state is None or (runs != was_runs and (
                         role != "worker" or detail_round or self.waiting.get(task.rank, True))):
@@ -328,9 +312,9 @@ class LoaderStateExporter(base.Exporter):
             self._add(accs, now)
         self.sampled += 1
 
-    def _refresh(self, now: float, round_no: int) -> None:
-        """Once a second: the rank table, whose tasks are sampled (new ones looked at this
-        round, departed ones forgotten) and which ranks' loops wait."""
+    def _refresh(self, now: float) -> None:
+        """Once a second: the rank table, whose tasks are sampled (new ones looked at from
+        this round, departed ones forgotten) and which ranks' loops wait."""
         self.ranks_at, self.ranks = now, list(self.host.ranks())
         self.kin = {r.key: (r.pid, next((w for w in r.worker_pids if w), None)) for r in self.ranks if r.pid}
         tasks_of = {r.key: self.tasks(r) for r in self.ranks}
@@ -342,9 +326,7 @@ class LoaderStateExporter(base.Exporter):
         for key, (rank_key, role) in owner.items():
             task = self.task.get(key)
             if task is None:
-                task = self.task[key] = Task(key, rank_key, role)
-                task.due = round_no
-                self.schedule.setdefault(round_no, []).append(task)
+                self.task[key] = Task(key, rank_key, role)
             else:
                 task.rank, task.role = rank_key, role
         with self.lock:

@@ -27,8 +27,9 @@ EXPORTERS = (
              "NUMA placement: the share of each rank's loader CPU time off its GPU's NUMA node."),
     Exporter("loaderstate", "loaderstate:LoaderStateExporter", True,
              "Loader time split: each worker's and the training process's state, sampled "
-             "from procfs at 10 Hz (on CPU, waiting for CPU, blocked reading storage by mount, "
-             "network, idle, handing over); benchmarks/bench_loaderstate.py measures its cost."),
+             "from procfs 2.5 times a second at random gaps (on CPU, waiting for CPU, blocked "
+             "reading storage by mount, network, idle, handing over); "
+             "benchmarks/bench_loaderstate.py measures its cost."),
     Exporter("loaderio", "loaderio:LoaderIoExporter", True,
              "Bytes each rank's loader reads (all reads, and from block devices), from the "
              "kernel's I/O accounting of its workers (/proc/<pid>/io)."),

@@ -43,7 +43,7 @@ from prometheus_client import generate_latest
 from stallscope import vocabulary
 from stallscope.agent import ingest
 from stallscope.agent.main import Agent, AgentOptions, Config
-from stallscope.exporters import ExportersOptions, loaderstate
+from stallscope.exporters import ExportersOptions
 from stallscope.exporters.fuse import FuseOptions
 from stallscope.exporters.gpu.options import GpuOptions
 from stallscope.exporters.workers import WorkersOptions
@@ -289,10 +289,9 @@ def drive(agent: Agent) -> None:
         poll_gpu()                  # the second half, recorded for the rank too
         states.sample_once()        # the loader tasks' first reading ...
         now[0] += 2.0
-        # ... and 2 s of their states (the tree's schedstat stands still): every task's
-        # next look falls within the longest gap the sampler draws
-        for _ in range(max(loaderstate.WORKER_SPAN, loaderstate.TRAINER_SPAN)):
-            states.sample_once()
+        # ... and 2 s of their states (the tree's schedstat stands still): a round looks
+        # at every task
+        states.sample_once()
         agent.runner.collect_now()
     finally:
         handler.selector.close()
