@@ -34,7 +34,7 @@ import os
 from typing import Any
 
 from ..host.families import family
-from ..system.procfs import pid_path, read_text
+from ..system.procfs import KeptFiles
 from ..vocabulary import labels, signal
 from . import base
 
@@ -64,6 +64,7 @@ class LoaderIoExporter(base.Exporter):
         super().__init__(host, options)
         self.rates = base.Rates(host)
         self.batches = base.Rates(host)
+        self.files = KeptFiles(host.procfs, "io")
         # bytes counted per rank (all reads, block reads), every worker generation
         self.totals: dict[Any, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
         self.pod_totals: dict[tuple[str, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
@@ -76,7 +77,7 @@ class LoaderIoExporter(base.Exporter):
 
     def collect(self) -> Any:
         fam = family("stallscope_loader_read_bytes_total")
-        live, pods = set(), set()
+        live, pods, looked = set(), set(), []
         for rank in self.host.ranks():
             producers = list(rank.worker_pids) or ([rank.pid] if rank.pid else [])
             if not producers:
@@ -84,8 +85,9 @@ class LoaderIoExporter(base.Exporter):
             live.add(rank.key)
             moved = [0.0, 0.0]
             dt = None
+            looked += producers
             for pid in producers:
-                got = parse_io(read_text(pid_path(self.host.procfs, pid, "io")))
+                got = parse_io(self.files.read(pid))
                 if got is None:
                     continue
                 d = self.rates.delta((rank.key, pid), got)  # a new PID starts afresh
@@ -128,6 +130,7 @@ class LoaderIoExporter(base.Exporter):
             self.last.pop(key, None)
         self.rates.prune()
         self.batches.prune()
+        self.files.keep(looked)
         return [fam.family]
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:

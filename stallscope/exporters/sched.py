@@ -14,17 +14,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..system.procfs import pid_path, read_text
+from ..system.procfs import KeptFiles
 from ..vocabulary import signal
 from . import base
 
 RUNQUEUE = signal("workers_runqueue_ratio").name
 
 
-def run_delay_ns(procfs: str, pid: Any) -> Any:
-    """The task's accumulated run-queue wait in ns, or None when unreadable."""
-    text = read_text(pid_path(procfs, pid, "schedstat")) or ""
-    parts = text.split()
+def run_delay_ns(text: str | None) -> int | None:
+    """The accumulated run-queue wait in ns of a ``schedstat``, or None when unreadable."""
+    parts = (text or "").split()
     try:
         return int(parts[1])
     except (IndexError, ValueError):
@@ -37,6 +36,7 @@ class SchedExporter(base.Exporter):
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
         self.rates = base.Rates(host)
+        self.files = KeptFiles(host.procfs, "schedstat")
 
     def unavailable(self):
         if os.path.exists(self.proc("self", "schedstat")):
@@ -44,10 +44,12 @@ class SchedExporter(base.Exporter):
         return "no /proc/<pid>/schedstat (a kernel without CONFIG_SCHED_INFO)"
 
     def collect(self) -> Any:
+        read = []
         for rank in self.host.ranks():
             shares = []
             for pid in list(rank.worker_pids):
-                delay = run_delay_ns(self.host.procfs, pid)
+                read.append(pid)
+                delay = run_delay_ns(self.files.read(pid))
                 if delay is None:
                     continue
                 d = self.rates.delta((rank.key, pid), (delay,))  # a new PID starts afresh
@@ -56,4 +58,5 @@ class SchedExporter(base.Exporter):
             if shares:
                 self.record(rank.key, RUNQUEUE, sum(shares) / len(shares))
         self.rates.prune()
+        self.files.keep(read)
         return []

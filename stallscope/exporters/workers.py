@@ -78,12 +78,13 @@ class WorkersExporter(base.Exporter):
         self.killed: collections.Counter = collections.Counter()  # (rank key, reason) -> n since last
         self.rss_seen: dict[int, tuple] = {}    # pid -> (t first, rss first, t last, rss last)
         self.rates = base.Rates(host)
+        self.files = procfs.KeptFiles(host.procfs, "stat")
 
     def _read(self, pid):
         """One worker from one read of /proc/<pid>/stat (proc(5)): its state, CPU time,
         RSS and start time. psutil read two files and cost 2.5x as much for the 64 workers
         of 8 ranks, every second (issue 15)."""
-        f = procfs.stat_fields(self.host.procfs, pid)
+        f = procfs.split_stat(self.files.read(pid))
         if f is None or len(f) < 22:
             return {"pid": pid, "state": "exited"}
         if f[0] == "Z":
@@ -133,6 +134,7 @@ class WorkersExporter(base.Exporter):
         with self.lock:
             self.killed = collections.Counter({k: v for k, v in self.killed.items() if k[0] in keys})
         self.rss_seen = {p: v for p, v in self.rss_seen.items() if p in wanted}
+        self.files.keep(wanted)
         self.cpu_seen = {k: v for k, v in self.cpu_seen.items() if k in seen}
         self.rows = {k: v for k, v in self.rows.items() if k in keys}
         for key, n in exits:

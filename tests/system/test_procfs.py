@@ -1,7 +1,10 @@
 """procfs.read_text: whole files, in parts where the kernel hands them over in parts, and
-with buffers the agent's allocator serves from its heap."""
+with buffers the agent's allocator serves from its heap. procfs.KeptFiles: a file of many
+processes kept open, re-read for current values, bound to the process it was opened on."""
+import os
 import subprocess
 import sys
+import time
 
 from stallscope.agent import malloc
 from stallscope.system import procfs
@@ -55,3 +58,74 @@ def test_a_read_buffer_comes_from_the_heap_under_the_agents_allocator():
     # with the read under the threshold).
     header = sys.getsizeof(b"")
     assert procfs.READ_CHUNK + header < malloc.MMAP_THRESHOLD
+
+
+SPIN = "import sys\nprint('ready', flush=True)\nwhile True:\n    sum(range(10000))\n"
+
+
+def _open_fds():
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_kept_file_gives_the_current_values_at_each_read():
+    """The kernel's own record moves between two reads of one kept descriptor: a spinning
+    child's schedstat (CPU ns, field 1) grows, as the same file opened afresh says."""
+    child = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+    files = procfs.KeptFiles("/proc", "schedstat")
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        first = int(files.read(child.pid).split()[0])
+        fd = files.fds[child.pid]
+        time.sleep(0.3)
+        second = int(files.read(child.pid).split()[0])
+        fresh = int(procfs.read_text("/proc/%d/schedstat" % child.pid).split()[0])
+        assert files.fds[child.pid] == fd  # the same descriptor, not opened again
+        assert second - first > 0.1e9 / 2  # ~0.3 s of a core's time, on a busy 2-core machine
+        assert first < second <= fresh
+        stat = procfs.split_stat(procfs.KeptFiles("/proc", "stat").read(child.pid))
+        assert stat[0] in ("R", "S") and int(stat[1]) == os.getpid()  # state, ppid
+    finally:
+        child.kill()
+        child.wait()
+        files.close()
+
+
+def test_a_kept_file_of_a_process_gone_reads_as_gone_and_is_closed():
+    """Reaped, the process's kept file fails its read (ESRCH: the descriptor holds that
+    process, not its PID), reads as None, and its descriptor is closed; one the owner no
+    longer reads is closed by keep()."""
+    before = _open_fds()
+    files = procfs.KeptFiles("/proc", "stat")
+    gone = subprocess.Popen(["sleep", "30"])
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        assert files.read(gone.pid) and files.read(alive.pid)
+        fd = files.fds[gone.pid]
+        assert len(_open_fds() - before) == 2
+        gone.kill()
+        gone.wait()
+        try:
+            os.pread(fd, 4096, 0)
+            raise AssertionError("a reaped process's stat read without error")
+        except ProcessLookupError:  # the kernel's answer: no such process
+            pass
+        assert files.read(gone.pid) is None
+        assert gone.pid not in files.fds
+        files.keep([])
+        assert files.fds == {} and _open_fds() == before
+        assert files.read(alive.pid).split()[0] == str(alive.pid)
+    finally:
+        alive.kill()
+        alive.wait()
+        files.close()
+    assert _open_fds() == before
+
+
+def test_a_kept_file_longer_than_its_part_is_read_whole_and_not_kept(tmp_path):
+    (tmp_path / "7").mkdir()
+    body = "x" * (3 * procfs.KeptFiles.SIZE) + " end"
+    (tmp_path / "7" / "big").write_text(body)
+    files = procfs.KeptFiles(str(tmp_path), "big")
+    assert files.read(7) == body
+    assert files.fds == {}
+    assert files.read(8) is None  # no such process
