@@ -8,6 +8,7 @@ import collections
 import queue
 import socket
 import threading
+import time
 from typing import Callable
 
 from ..host import log
@@ -46,11 +47,15 @@ class Workers:
         self._jobs.put(job)
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Ask every worker to end after the jobs queued; wait ``timeout`` in all, not
+        each (a stop waits for one slow job, not for one per thread): the threads are
+        daemons, and one still busy then ends with the process."""
         for _ in self._threads:
             self._jobs.put(None)
+        deadline = time.monotonic() + timeout
         for t in self._threads:
             if t.is_alive():
-                t.join(timeout)
+                t.join(max(0.0, deadline - time.monotonic()))
 
     def _work(self) -> None:
         while True:

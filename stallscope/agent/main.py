@@ -9,6 +9,7 @@ samples come from), and runs the hook socket, the HTTP server and the scheduler.
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import gc
 import os
 import signal
@@ -41,6 +42,9 @@ from .state import RankTable
 
 # Jobs due within this of each other run in one wake-up of the scheduler.
 JOB_SLACK_S = 0.05
+# A step of stop() that takes this long is logged (a Kubernetes pod has 30 s between
+# SIGTERM and SIGKILL; a CI run once saw the agent not gone 10 s after SIGTERM)
+SLOW_STOP_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,18 +268,34 @@ class Agent:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        steps = []  # (step, seconds): one that takes long is said, with what it waited on
+        t = time.monotonic()
+
+        def done(step: str) -> None:
+            nonlocal t
+            now = time.monotonic()
+            steps.append((step, now - t))
+            t = now
+
         if self.watcher is not None:
             self.watcher.stop()
+            done("pod watch")
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+            done("http server")
         if self.ingest is not None:
             self.ingest.stop()
             self.ingest.sock.close()
+            done("ingest")
         if self.hook_socket is not None:
             self.hook_socket.remove()
         if self._serving is not None:  # shutdown() has stopped it: this is its last instant
             self._serving.join(timeout=5.0)
+            done("http loop")
+        slow = ["%s %.1f s" % (step, secs) for step, secs in steps if secs >= SLOW_STOP_S]
+        if slow:
+            log("stopping took long: %s" % ", ".join(slow))
 
 
 def run(config: Config) -> int:
@@ -288,6 +308,9 @@ def run(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     signal.signal(signal.SIGHUP, lambda *_: agent.allow.request())  # reload --identity.allow
+    # `kill -USR1 <agent>` writes every thread's Python stack to stderr (the log): what a
+    # stop or a stuck collection waits on, without a debugger in the container
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         agent.start()
     except BindError as e:

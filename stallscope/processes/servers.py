@@ -5,6 +5,7 @@ temporary directory and stopped cleanly.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -76,6 +77,7 @@ class AgentProcess:
         return json.loads(http_get(self.url + path))
 
     def stop(self, sig=None):
+        killed = False
         if self.proc and self.proc.poll() is None:
             if sig is None:
                 self.proc.terminate()
@@ -84,10 +86,18 @@ class AgentProcess:
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
+                # what it was waiting on, into its log (the agent's SIGUSR1: faulthandler)
+                self.proc.send_signal(signal.SIGUSR1)
+                time.sleep(1.0)
                 self.proc.kill()
                 self.proc.wait()
+                killed = True
         if self._logf is not None:
             self._logf.close()
+        if killed:
+            with open(self.log, errors="replace") as f:
+                tail = f.read()[-8000:]
+            print("agent not gone 10 s after the signal, killed; its log ends:\n%s" % tail, file=sys.stderr)
         return self.proc.returncode if self.proc else None
 
     def __enter__(self):

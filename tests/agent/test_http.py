@@ -377,3 +377,33 @@ def test_health_and_metrics_answer_while_the_api_holds_every_worker_and_more_get
         c.close()
     r, body = s.get("/api/v1/slow")
     assert r.status == 200 and json.loads(body) == {"slow": True}
+
+
+def test_the_pool_s_stop_waits_its_timeout_in_all_not_per_thread():
+    """Three workers each busy with a 3 s job at the stop: it waits the 1 s timeout once
+    (its threads are daemons, ended with the process), not once per thread; an idle pool
+    stops at once."""
+    from stallscope.agent.httppool import Workers
+
+    busy, release = Workers(3, "test-busy"), threading.Event()
+    busy.start()
+    started = threading.Semaphore(0)
+
+    def job():
+        started.release()
+        release.wait(3.0)
+
+    for _ in range(3):
+        busy.submit(job)
+    for _ in range(3):
+        assert started.acquire(timeout=5)
+    t = time.monotonic()
+    busy.stop(timeout=1.0)
+    took = time.monotonic() - t
+    release.set()
+    assert 0.9 <= took < 2.0, took  # 3 s with a timeout per thread
+    idle = Workers(3, "test-idle")
+    idle.start()
+    t = time.monotonic()
+    idle.stop(timeout=1.0)
+    assert time.monotonic() - t < 0.5

@@ -110,3 +110,19 @@ def test_second_agent_on_same_socket_refuses(agent):
 def test_sigterm_stops_cleanly(agent):
     assert agent.stop(signal.SIGTERM) == 0
     assert not os.path.exists(agent.socket)
+
+
+def test_sigusr1_writes_every_thread_s_stack_to_the_log_and_the_agent_goes_on(agent):
+    """What a stop or a stuck collection waits on, from outside: SIGUSR1 (faulthandler)
+    writes each thread's Python stack to stderr, the log, and changes nothing else."""
+    os.kill(agent.proc.pid, signal.SIGUSR1)
+
+    def dumped():
+        with open(agent.log, errors="replace") as f:
+            text = f.read()
+        return text if text.count("Thread 0x") >= 3 else None
+
+    text = wait_until(dumped)
+    assert "ingest.py" in text and "serve_forever" in text  # the ingest loop, the HTTP loop
+    assert http_get(agent.url + "/healthz") == "ok\n"
+    assert agent.stop(signal.SIGTERM) == 0
