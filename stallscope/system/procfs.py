@@ -61,6 +61,9 @@ class KeptFiles:
     """
 
     SIZE = 4096  # stat, io and schedstat are a few hundred bytes; a longer file is read whole
+    # Past this many kept, a file is read and closed as read_text does: a node of more
+    # loader processes than this costs more a read, never the agent's descriptors.
+    MAX_KEPT = 4096
 
     def __init__(self, procfs: str, name: str) -> None:
         self.procfs, self.name = procfs, name
@@ -90,7 +93,10 @@ class KeptFiles:
         if len(data) >= self.SIZE:  # longer than a part: not kept, read whole
             os.close(fd)
             return read_text(path)
-        self.fds[pid] = fd
+        if len(self.fds) >= self.MAX_KEPT:
+            os.close(fd)
+        else:
+            self.fds[pid] = fd
         return data.decode("utf-8", "replace")
 
     def keep(self, pids: Iterable[int]) -> None:

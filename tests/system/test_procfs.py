@@ -129,3 +129,19 @@ def test_a_kept_file_longer_than_its_part_is_read_whole_and_not_kept(tmp_path):
     assert files.read(7) == body
     assert files.fds == {}
     assert files.read(8) is None  # no such process
+
+
+def test_past_its_cap_a_file_is_read_and_closed_not_kept(monkeypatch):
+    monkeypatch.setattr(procfs.KeptFiles, "MAX_KEPT", 1)
+    before = _open_fds()
+    files = procfs.KeptFiles("/proc", "stat")
+    a, b = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
+    try:
+        assert files.read(a.pid).split()[0] == str(a.pid)
+        assert files.read(b.pid).split()[0] == str(b.pid)  # read all the same
+        assert list(files.fds) == [a.pid] and len(_open_fds() - before) == 1
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+        files.close()
