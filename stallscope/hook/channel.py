@@ -55,6 +55,14 @@ HEARTBEAT_S = 5.0
 # least this often (its heartbeat: a worker's death is its connection's close, not a
 # missed report, so a worker needs none sooner).
 WORKER_FLUSH_S = 8.0
+
+
+def worker_gap(sent: int) -> float:
+    """Seconds from a worker's report to its next, after ``sent`` reports: 1, 2, 4, then
+    WORKER_FLUSH_S. A new loader's load times reach the agent within seconds (its sizing
+    and a start-up stall's cause need a few rounds of them: 4 reports in the first 7 s,
+    where every 4 s gave 2), and a steady one costs a message every 8 s."""
+    return min(WORKER_FLUSH_S, 2.0 ** max(0, sent - 1))
 BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
 BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)
 RECONNECT_S = 1.0
@@ -160,7 +168,8 @@ class Channel:
             # they go every WORKER_FLUSH_S: a rank with 8 workers sends 2 messages a
             # second, not 9 (per-message work was most of the agent's ingest CPU, issue 15).
             worker = stream.role == "worker"
-            due = stream.pending and (not worker or now - stream.last_sent >= WORKER_FLUSH_S or moved(stream))
+            gap = worker_gap(stream.sent) if worker else 0.0
+            due = stream.pending and (not worker or now - stream.last_sent >= gap or moved(stream))
             beat = WORKER_FLUSH_S if worker else HEARTBEAT_S
             if due or blocked or now - stream.last_sent >= beat or done:
                 self._deliver(stream, now)
@@ -202,6 +211,7 @@ class Channel:
                 stream.sent_load = load
             pending.drop_first(n)  # delivered, or counted as dropped
             stream.last_sent = now
+            stream.sent += 1
             if not pending:
                 return
 

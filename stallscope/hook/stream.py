@@ -34,7 +34,7 @@ class Stream:
     """The batches of one iterator (one epoch of one watched loader)."""
 
     __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
-                 "last_sent", "sent_load", "blocked_since", "polls", "nested", "__weakref__")
+                 "last_sent", "sent", "sent_load", "blocked_since", "polls", "nested", "__weakref__")
 
     def __init__(self, ident: Ident, role: str = "main", owner: object = None) -> None:
         self.buf: list[int] = []  # flat [start, end, start, end, ...] appended by the loop
@@ -48,6 +48,7 @@ class Stream:
         # The stream ends when its owner goes away; a weakref.ref, or None for never.
         self.owner: Callable[[], object] | None = weakref.ref(owner) if owner is not None else None
         self.last_sent = 0.0
+        self.sent = 0  # messages delivered (a worker's first ones come sooner: channel.py)
         self.sent_load: float | None = None  # mean wait (a worker's: load time) last sent
         # The loader's queue polls, flat [start, end, ...] (hook/transfer.py), when the
         # waits are split into waiting for a ready batch and transfer; nested: every poll
