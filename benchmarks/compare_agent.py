@@ -6,7 +6,7 @@ hour to the next (docs/deploy.md), so a change's effect is a ratio taken in one 
 
 BASE_TREE is a checkout of the code to compare with (``git worktree add /tmp/base REV``).
 Each run is bench_agent.py's real load in a fresh process whose stallscope is that tree's:
-an agent with the simulated GPU, 8 trainers of 8 workers at ~100 batches/s each, 40 s to
+an agent with the simulated GPU, 8 trainers of 8 workers at ~100 batches/s each, 45 s to
 settle, then ``--seconds`` measured from the agent's own per-thread CPU
 (/api/v1/agent). The order alternates pair by pair; printed: each run with its largest
 threads, each tree's mean, and this tree's over the base's.
@@ -50,7 +50,7 @@ try:
                          "POD_NAME": "bench-%d" % r, "POD_NAMESPACE": "bench", "OMP_NUM_THREADS": "1"})
         procs.append(subprocess.Popen([sys.executable, "-c", TRAINER], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    time.sleep(40)
+    time.sleep(45)  # past the young stalls' re-ranking (bench_agent.py ONSET_S)
     t0, a = time.monotonic(), agent_json(agent)
     time.sleep(seconds)
     b, span = agent_json(agent), time.monotonic() - t0
