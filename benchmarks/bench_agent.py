@@ -136,9 +136,19 @@ def ingest_over_socket(seconds=10):
         agent.stop()
 
 
+SCRAPE_S = 15.0  # deploy/kubernetes/base/podmonitor.yaml: Prometheus scrapes the agent this often
+
+
 def agent_cost(agent, seconds):
+    """The agent's cost over ``seconds`` while it is scraped as deployed (all-in: the
+    scrape's rendering counts)."""
     start = agent_cost_start(agent)
-    time.sleep(seconds)
+    end = time.monotonic() + seconds
+    while True:
+        time.sleep(max(0.0, min(SCRAPE_S, end - time.monotonic())))
+        if time.monotonic() >= end - 0.05:
+            break
+        urllib.request.urlopen(agent.url + "/metrics", timeout=30).read()
     return agent_cost_end(agent, start)
 
 
@@ -217,12 +227,13 @@ def real_load(seconds, ranks=8, workers=8):
 def synthetic_load(seconds, ranks=64, stress=False):
     """``ranks`` ranks of 8 workers each, every rank waiting 10 % of its steps (each is a
     stall: the analysis runs for all of them). At the hook's own cadence (channel.py): a
-    trainer reports its 100 batches once a second, each of its 8 workers its ~24 every 8 s.
+    trainer whose wait holds steady reports its 200 batches every 2 s, each of its 8
+    workers its ~24 every 8 s.
     ``stress``: every rank and a worker each 250 ms (4x the trainer's messages)."""
     if stress:
         what = "%d ranks, synthetic, stress: a trainer and a worker report every 250 ms" % ranks
     else:
-        what = "%d ranks x 8 workers, synthetic, at the hook's cadence (trainer 1 s, worker 8 s)" % ranks
+        what = "%d ranks x 8 workers, synthetic, at the hook's cadence (trainer 2 s, worker 8 s)" % ranks
     print(what + ":", flush=True)
     agent = AgentProcess(args=["--no-gpu.nvml", "--max-ranks", str(ranks)]).start()
     try:
@@ -238,10 +249,10 @@ def synthetic_load(seconds, ranks=64, stress=False):
                     s.send(v2_report(r, os.getpid(), 25))
                     s.send(v2_report(r, os.getpid(), 25, role="worker"))
                     continue
-                # a tick is 250 ms: a trainer's report every 4th, one of its 8 workers' every
+                # a tick is 250 ms: a trainer's report every 8th, one of its 8 workers' every
                 # 4th between them (each worker every 8 s)
-                if (tick + r) % 4 == 0:
-                    s.send(v2_report(r, os.getpid(), 100))
+                if (tick + r) % 8 == 0:
+                    s.send(v2_report(r, os.getpid(), 200))
                 if (tick + r) % 4 == 2:
                     s.send(v2_report(r, os.getpid(), 24, role="worker"))
             tick += 1

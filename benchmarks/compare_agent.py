@@ -8,8 +8,9 @@ BASE_TREE is a checkout of the code to compare with (``git worktree add /tmp/bas
 Each run is bench_agent.py's real load in a fresh process whose stallscope is that tree's:
 an agent with the simulated GPU, 8 trainers of 8 workers at ~100 batches/s each, 45 s to
 settle, then ``--seconds`` measured from the agent's own per-thread CPU
-(/api/v1/agent). The order alternates pair by pair; printed: each run with its largest
-threads, each tree's mean, and this tree's over the base's.
+(/api/v1/agent) while /metrics is scraped every 15 s, as deployed. The order alternates
+pair by pair; printed: each run with its largest threads, each tree's mean, and this
+tree's over the base's.
 """
 import argparse
 import json
@@ -52,7 +53,10 @@ try:
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(45)  # past the young stalls' re-ranking (bench_agent.py ONSET_S)
     t0, a = time.monotonic(), agent_json(agent)
-    time.sleep(seconds)
+    while time.monotonic() - t0 < seconds - 0.05:  # scraped as deployed (podmonitor.yaml): 15 s
+        time.sleep(max(0.0, min(15.0, seconds - (time.monotonic() - t0))))
+        if time.monotonic() - t0 < seconds - 0.05:
+            urllib.request.urlopen(agent.url + "/metrics", timeout=30).read()
     b, span = agent_json(agent), time.monotonic() - t0
     before = {(t["name"], t["native_id"]): t["cpu_seconds"] for t in a["threads"]}
     split = {}

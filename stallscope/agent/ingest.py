@@ -14,7 +14,7 @@ per message was half of the agent's ingest CPU at 8 ranks x 8 workers (issue 15:
 of a core at 48 messages/s; 0.87 % with a 0.25 s tick; at 25 messages/s, 0.67 % with a
 0.25 s tick, 0.53 % with 0.5 s, 0.47 % with 1 s: a message handled after a sleep finds its
 data out of the CPU's caches, and the next ones of the pass find it in). A trainer's hook
-flushes once a second and detection works in seconds, so the delay costs nothing that
+flushes at most once a second and detection works in seconds, so the delay costs nothing that
 matters. (With a 1 s tick, a clean-clone CI run of 2026-12-06 had
 tests/agent/test_hangs.py's frozen FUSE read named storage_latency, not fuse_unhealthy,
 and `stallscope run`'s live view show its first batches a redraw later; 0.5 s it is.)

@@ -3,7 +3,8 @@
 The training loop only appends two integers to a list per batch (see loop.py), and two
 per poll of a DataLoader's queue where the wait is split (transfer.py). A daemon thread
 in each process drains those lists once a second and sends one message per
-stream over a unix SOCK_SEQPACKET connection to the agent, non-blocking.
+stream that has news (see TRAINER_FLUSH_S and WORKER_FLUSH_S below) over a unix
+SOCK_SEQPACKET connection to the agent, non-blocking.
 
 Why SEQPACKET: it keeps message boundaries like a datagram, but each connection has its
 own send buffer. Unix datagram sockets share one receive queue of
@@ -28,7 +29,7 @@ import threading
 import time
 
 from . import phases, wire
-from .stream import Stream, moved
+from .stream import Stream, moved, share_moved, wait_share
 
 __all__ = ["Channel", "Stream", "get"]
 
@@ -44,11 +45,16 @@ if TYPE_CHECKING:
 
 # Each message costs the agent a fixed ~0.1-0.4 ms whatever it holds, and at 8 ranks x 8
 # workers messages were most of its ingest CPU (issue 15: 48 messages/s, 1.1 % of a core;
-# 24/s, 0.67-0.93 %; issue 31: 16/s). So a trainer's batches go once a second (detection
-# needs seconds: a 10 % stall is still named in ~8 s) and its workers' every 8 s: their
-# load times size the loader over a minute (agent/loader.py WINDOW_S), and a change in
-# them goes at once (stream.py moved).
+# 24/s, 0.67-0.93 %; issue 31: 16/s). So the flush thread looks once a second, a trainer's
+# batches go then when they are news (its first reports, a wait share that moved: a stall
+# that begins or ends, stream.py share_moved; a next() blocked past BLOCKED_REPORT_S) and
+# every TRAINER_FLUSH_S while its wait holds steady (issue 31: 16 -> 12 messages a second
+# at 8 x 8, where every rank waits steadily), and its workers' every 8 s: their load times
+# size the loader over a minute (agent/loader.py WINDOW_S), and a change in them goes at
+# once (stream.py moved).
 FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "1.0") or 1.0)
+TRAINER_FLUSH_S = 2.0
+TRAINER_PROMPT_REPORTS = 3  # a new iterator's first reports go each flush: its start is news
 HEARTBEAT_S = 5.0
 # A loader worker's stream is delivered at most this often, unless its load time moved
 # (stream.py moved: a loader that slows is news for the stall's cause at once), and at
@@ -163,13 +169,23 @@ class Channel:
         for stream in streams:
             self._drain(stream)
             done = stream.finished() and not stream.buf
-            blocked = stream.blocked_since is not None and now - stream.last_sent >= BLOCKED_REPORT_S
+            # A next() call that has lasted BLOCKED_REPORT_S (a hang must show before its
+            # batch comes); a short one in progress is most flushes of a rank that waits,
+            # and no news.
+            blocked = stream.blocked_since is not None and \
+                now - stream.last_sent >= BLOCKED_REPORT_S and \
+                time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS
             # A worker's batch times feed the loader's sizing, not the stall's detection:
             # they go every WORKER_FLUSH_S: a rank with 8 workers sends 2 messages a
             # second, not 9 (per-message work was most of the agent's ingest CPU, issue 15).
             worker = stream.role == "worker"
-            gap = worker_gap(stream.sent) if worker else 0.0
-            due = stream.pending and (not worker or now - stream.last_sent >= gap or moved(stream))
+            if worker:
+                due = stream.pending and (now - stream.last_sent >= worker_gap(stream.sent)
+                                          or moved(stream))
+            else:
+                due = stream.pending and (stream.sent < TRAINER_PROMPT_REPORTS
+                                          or now - stream.last_sent >= TRAINER_FLUSH_S
+                                          or share_moved(stream))
             beat = WORKER_FLUSH_S if worker else HEARTBEAT_S
             if due or blocked or now - stream.last_sent >= beat or done:
                 self._deliver(stream, now)
@@ -204,11 +220,14 @@ class Channel:
                     time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
                 msg["blocked_since_ns"] = stream.blocked_since
             load = sum(pending.waits[:n]) / n if n else None
+            share = wait_share(pending, n)
             status = self._send(msg, n, pending.block(n))
             if status == "busy":
                 return  # the agent is slow: keep the events for the next flush
             if load is not None:
                 stream.sent_load = load
+            if share is not None:
+                stream.sent_share = share
             pending.drop_first(n)  # delivered, or counted as dropped
             stream.last_sent = now
             stream.sent += 1

@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 # times from before it, its cause read "unexplained").
 MOVED = 1.5
 MOVED_MIN_BATCHES = 3
+# A trainer's stream goes before its TRAINER_FLUSH_S (channel.py) when the share of its
+# time spent waiting in next() since its last report moved by SHARE_MOVED_ABS, or by
+# SHARE_MOVED_REL of the last report's share if more: a stall that begins or ends is the
+# detector's news (a 10 % stall's share rises by ~0.1 against a healthy rank's ~0.01;
+# a steady rank's per-report share wanders by a few hundredths).
+SHARE_MOVED_ABS = 0.05
+SHARE_MOVED_REL = 0.25
 # Per stream, at most this many batches wait for delivery; past it the oldest are
 # dropped (and counted), so a process that never reaches an agent keeps bounded memory.
 MAX_PENDING = 50_000
@@ -34,7 +41,8 @@ class Stream:
     """The batches of one iterator (one epoch of one watched loader)."""
 
     __slots__ = ("buf", "pending", "ident", "role", "loader", "cuda", "prev_end", "owner",
-                 "last_sent", "sent", "sent_load", "blocked_since", "polls", "nested", "__weakref__")
+                 "last_sent", "sent", "sent_load", "sent_share", "blocked_since", "polls", "nested",
+                 "__weakref__")
 
     def __init__(self, ident: Ident, role: str = "main", owner: object = None) -> None:
         self.buf: list[int] = []  # flat [start, end, start, end, ...] appended by the loop
@@ -50,6 +58,7 @@ class Stream:
         self.last_sent = 0.0
         self.sent = 0  # messages delivered (a worker's first ones come sooner: channel.py)
         self.sent_load: float | None = None  # mean wait (a worker's: load time) last sent
+        self.sent_share: float | None = None  # the wait share of the last report's batches
         # The loader's queue polls, flat [start, end, ...] (hook/transfer.py), when the
         # waits are split into waiting for a ready batch and transfer; nested: every poll
         # lies inside one next() call (the loop polls itself).
@@ -120,3 +129,24 @@ def moved(stream: Stream) -> bool:
         return False
     mean = sum(pending.waits) / len(pending)
     return mean > MOVED * sent or mean * MOVED < sent
+
+
+def wait_share(pending: wire.Columns, n: int | None = None) -> float | None:
+    """The share of the first ``n`` pending batches' time spent waiting in next()."""
+    n = len(pending) if n is None else n
+    if not n:
+        return None
+    total = sum(pending.intervals[:n])
+    return sum(pending.waits[:n]) / total if total > 0 else None
+
+
+def share_moved(stream: Stream) -> bool:
+    """Whether a trainer's batches since its last report waited a share of their time
+    that moved from that report's (SHARE_MOVED_ABS, SHARE_MOVED_REL)."""
+    sent = stream.sent_share
+    if sent is None:
+        return True
+    share = wait_share(stream.pending)
+    if share is None:
+        return False
+    return abs(share - sent) > max(SHARE_MOVED_ABS, SHARE_MOVED_REL * sent)

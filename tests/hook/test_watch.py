@@ -351,6 +351,93 @@ class _OwnLoader:
         return iter([1, 2])
 
 
+def test_a_trainer_reports_every_trainer_flush_while_its_wait_holds_steady(tmp_path, monkeypatch):
+    """Issue 31: a trainer's batches go at each of its first flushes, then every
+    TRAINER_FLUSH_S while its wait share holds, and at the next flush when the share
+    moved (a stall that begins or ends) or a next() has been blocked BLOCKED_REPORT_S;
+    a short next() in progress at a flush is no news."""
+    import socket
+
+    path = str(tmp_path / "agent.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(4)
+    clock = [1000.0]
+    t = [10**12]  # the loop's clock (perf_counter_ns), ns
+    monkeypatch.setattr(channel.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(channel.time, "perf_counter_ns", lambda: t[0])
+    ch = channel.Channel(path=path)
+    stream = channel.Stream({"job": "j", "rank": 0}, role="main")
+    ch.streams.append(stream)
+    conn = []
+
+    def second(wait_share, inside=0.0):
+        """One second of a loop taking a batch every 100 ms, waiting ``wait_share`` of
+        it in next(), then a flush while a next() call has lasted ``inside`` seconds
+        (it ends after the flush): the number of reports the agent got."""
+        for _ in range(10):
+            t[0] += int(100 * 10**6 * (1 - wait_share))
+            stream.buf.extend([t[0], t[0] + int(100 * 10**6 * wait_share)])
+            t[0] += int(100 * 10**6 * wait_share)
+        if inside:
+            stream.buf.append(t[0])
+            t[0] += int(inside * 1e9)
+        clock[0] += 1.0
+        ch.flush()
+        if inside:
+            stream.buf.append(t[0])  # the call ends: a batch
+        if not conn:
+            conn.append(srv.accept()[0])
+            conn[0].setblocking(False)
+        got = 0
+        while True:
+            try:
+                conn[0].recv(70000)
+            except BlockingIOError:
+                return got
+            got += 1
+
+    try:
+        every = int(channel.TRAINER_FLUSH_S)
+        quiet = [0] * (every - 1)
+        prompt = channel.TRAINER_PROMPT_REPORTS
+        assert [second(0.02) for _ in range(prompt)] == [1] * prompt  # its start: each flush
+        assert [second(0.02) for _ in range(2 * every)] == (quiet + [1]) * 2  # steady
+        assert [second(0.02, inside=0.01) for _ in range(every)] == quiet + [1]  # short calls: no news
+        second(0.02)
+        blocked = channel.BLOCKED_REPORT_S * 1.5
+        assert second(0.02, inside=blocked) == 1  # a call blocked past BLOCKED_REPORT_S: at once
+        assert second(0.02) == 1  # the long batch: a share that moved
+        assert second(0.02) == 1  # and back
+        assert [second(0.02) for _ in range(every)] == quiet + [1]  # steady again
+        assert second(0.02 + 2 * hook_stream.SHARE_MOVED_ABS) == 1  # a stall begins: at once
+        assert [second(0.12) for _ in range(every)] == quiet + [1]  # the new level holds
+        assert second(0.12 + hook_stream.SHARE_MOVED_ABS / 2) == 0  # within the noise
+        second(0.12)
+        assert second(0.02) == 1  # it ends: at once too
+    finally:
+        srv.close()
+        for c in conn:
+            c.close()
+
+
+def test_a_trainers_wait_share_moves_by_its_absolute_or_relative_bound():
+    s = channel.Stream({"job": "j", "rank": 0}, role="main")
+    assert hook_stream.share_moved(s)  # nothing sent yet: news
+    s.sent_share = 0.6
+    s.pending.extend([1, 2], [55, 55], [100, 100])  # 0.55: within 0.25 x 0.6
+    assert not hook_stream.share_moved(s)
+    s.pending = channel.wire.Columns()
+    s.pending.extend([1], [40], [100])  # 0.40: past it
+    assert hook_stream.share_moved(s)
+    s.sent_share = 0.0
+    s.pending = channel.wire.Columns()
+    s.pending.extend([1], [4], [100])  # 0.04: within SHARE_MOVED_ABS
+    assert not hook_stream.share_moved(s)
+    assert hook_stream.wait_share(s.pending) == 0.04
+    assert hook_stream.wait_share(channel.wire.Columns()) is None
+
+
 def test_a_loader_that_is_not_a_dataloader_says_once_what_is_not_introspected():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
