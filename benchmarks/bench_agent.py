@@ -228,12 +228,12 @@ def synthetic_load(seconds, ranks=64, stress=False):
     """``ranks`` ranks of 8 workers each, every rank waiting 10 % of its steps (each is a
     stall: the analysis runs for all of them). At the hook's own cadence (channel.py): a
     trainer whose wait holds steady reports its 200 batches every 2 s, each of its 8
-    workers its ~24 every 8 s.
+    workers its ~48 every 16 s.
     ``stress``: every rank and a worker each 250 ms (4x the trainer's messages)."""
     if stress:
         what = "%d ranks, synthetic, stress: a trainer and a worker report every 250 ms" % ranks
     else:
-        what = "%d ranks x 8 workers, synthetic, at the hook's cadence (trainer 2 s, worker 8 s)" % ranks
+        what = "%d ranks x 8 workers, synthetic, at the hook's cadence (trainer 2 s, worker 16 s)" % ranks
     print(what + ":", flush=True)
     agent = AgentProcess(args=["--no-gpu.nvml", "--max-ranks", str(ranks)]).start()
     try:
@@ -250,11 +250,11 @@ def synthetic_load(seconds, ranks=64, stress=False):
                     s.send(v2_report(r, os.getpid(), 25, role="worker"))
                     continue
                 # a tick is 250 ms: a trainer's report every 8th, one of its 8 workers' every
-                # 4th between them (each worker every 8 s)
+                # 8th between them (each worker every 16 s)
                 if (tick + r) % 8 == 0:
                     s.send(v2_report(r, os.getpid(), 200))
-                if (tick + r) % 4 == 2:
-                    s.send(v2_report(r, os.getpid(), 24, role="worker"))
+                if (tick + r) % 8 == 4:
+                    s.send(v2_report(r, os.getpid(), 48, role="worker"))
             tick += 1
             if cost is None and time.monotonic() - t0 > 5:
                 cost = agent_cost_start(agent)

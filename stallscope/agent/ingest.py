@@ -56,7 +56,7 @@ MAX_CONNECTIONS = 4096
 # are 264.
 MAX_CONNECTIONS_PER_DOMAIN = 512
 # A connection that sends nothing for this long is closed: every hook stream reports at
-# least every 8 s (hook/channel.py HEARTBEAT_S, WORKER_FLUSH_S), and the hook reconnects before its next
+# least every 16 s (hook/channel.py HEARTBEAT_S, WORKER_FLUSH_S), and the hook reconnects before its next
 # send when it finds its connection closed.
 IDLE_S = 60.0
 UNIDENTIFIED = ("unidentified",)  # the domain of peers the kernel could not name

@@ -59,15 +59,18 @@ HEARTBEAT_S = 5.0
 # A loader worker's stream is delivered at most this often, unless its load time moved
 # (stream.py moved: a loader that slows is news for the stall's cause at once), and at
 # least this often (its heartbeat: a worker's death is its connection's close, not a
-# missed report, so a worker needs none sooner).
-WORKER_FLUSH_S = 8.0
+# missed report, so a worker needs none sooner). The loader is sized from a minute of
+# load times (agent/loader.py WINDOW_S): 16 s leaves each worker's in it 3-4 times, and
+# at 8 ranks x 8 workers the workers' reports were 8 of the agent's 12 messages a
+# second with 8 s (issue 31).
+WORKER_FLUSH_S = 16.0
 
 
 def worker_gap(sent: int) -> float:
-    """Seconds from a worker's report to its next, after ``sent`` reports: 1, 2, 4, then
-    WORKER_FLUSH_S. A new loader's load times reach the agent within seconds (its sizing
-    and a start-up stall's cause need a few rounds of them: 4 reports in the first 7 s,
-    where every 4 s gave 2), and a steady one costs a message every 8 s."""
+    """Seconds from a worker's report to its next, after ``sent`` reports: 1, 2, 4, 8,
+    then WORKER_FLUSH_S. A new loader's load times reach the agent within seconds (its
+    sizing and a start-up stall's cause need a few rounds of them: 4 reports in the
+    first 7 s, where every 4 s gave 2), and a steady one costs a message every 16 s."""
     return min(WORKER_FLUSH_S, 2.0 ** max(0, sent - 1))
 BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
 BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)

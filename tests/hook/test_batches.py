@@ -333,7 +333,7 @@ for batch in loader:
 @pytest.mark.slow
 def test_a_worker_making_a_batch_sends_every_worker_flush_not_every_second(tmp_path):
     """A worker is inside a fetch most of the time (an odd buffer, like a loop blocked in
-    next()): its batches must still go at its worker_gap (1, 2, 4 s, then every
+    next()): its batches must still go at its worker_gap (1, 2, 4, 8 s, then every
     WORKER_FLUSH_S), not every BLOCKED_REPORT_S, and without a blocked_since_ns (issue 15:
     twice the messages the agent must parse)."""
     import socket

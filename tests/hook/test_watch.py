@@ -291,7 +291,7 @@ def test_exit_codes_are_read_without_reaping():
 
 def test_a_worker_reports_every_worker_flush_unless_its_load_time_moves(tmp_path, monkeypatch):
     """Issue 15: a worker's batches go every WORKER_FLUSH_S once its first few reports
-    have gone (1, 2, 4 s apart), and at the next flush when their mean load time moved
+    have gone (1, 2, 4, 8 s apart), and at the next flush when their mean load time moved
     by MOVED since its last report (a loader that slows is
     news for the cause of a stall the detector names in seconds)."""
     import socket
@@ -330,9 +330,10 @@ def test_a_worker_reports_every_worker_flush_unless_its_load_time_moves(tmp_path
     try:
         every = int(channel.WORKER_FLUSH_S)
         quiet = [0] * (every - 1)
-        # the first at once, then 1, 2 and 4 s apart (channel.worker_gap) ...
-        assert [second(50) for _ in range(8)] == [1, 1, 0, 1, 0, 0, 0, 1]
-        # ... then every WORKER_FLUSH_S (8 s)
+        # the first at once, then 1, 2, 4 and 8 s apart (channel.worker_gap) ...
+        assert [second(50) for _ in range(16)] == [1, 1, 0, 1, 0, 0, 0, 1] + [0] * 7 + [1]
+        assert [channel.worker_gap(k) for k in range(1, 7)] == [1, 2, 4, 8, every, every]
+        # ... then every WORKER_FLUSH_S (16 s)
         assert [second(50) for _ in range(2 * every)] == quiet + [1] + quiet + [1]
         assert second(50 * hook_stream.MOVED * 1.2) == 1  # slower by more than MOVED: at once
         assert [second(50 * hook_stream.MOVED * 1.2) for _ in range(every)] == quiet + [1]  # the new level
