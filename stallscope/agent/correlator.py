@@ -37,6 +37,12 @@ from .settingswatch import SettingsWatch
 
 MAX_CAUSE_SERIES = 3
 GATHERING_S = 2.0   # re-run this often while a rank has too few batches for a verdict
+# A rank with no news since its last test (no new batch, the same call blocked in next())
+# is tested again only this long after it: a steady trainer reports every 2 s
+# (hook/channel.py TRAINER_FLUSH_S), so half the tests of a second read the same input,
+# and the answer moves with time alone only at the horizon's edge and when a long wait
+# that ended grows older than detect.QUIET_BINS (issue 31).
+REJUDGE_NS = 2_000_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +91,8 @@ class CorrelatorPart(Part):
         self.last_run = float("-inf")
         self.results: dict[Any, Result] = {}    # rank key -> the last scheduled run's
         self.detections: dict[Any, detect.Detection] = {}   # rank key -> the latest test
+        # rank key -> (its detection_news, when tested, the test): see REJUDGE_NS
+        self.judged: dict[Any, tuple[Any, int, detect.Detection]] = {}
         self.stalls: dict[Any, Stall] = {}      # rank key -> its stall, while it stalls
         self.bases: dict[Any, tuple[standing.Basis, float]] = {}  # rank key -> (basis, analysed at)
         self.stall_runs = 0                 # stall analyses run (one per due rank)
@@ -173,11 +181,17 @@ class CorrelatorPart(Part):
     def detect(self, now: float) -> None:
         now_ns = time.monotonic_ns()
         ranks = self.host.ranks()
-        found = {}
+        found, judged = {}, {}
         for r in ranks:
+            news = self.host.detection_news(r)
+            held = self.judged.get(r.key)
+            if held is not None and held[0] == news and now_ns - held[1] < REJUDGE_NS:
+                found[r.key], judged[r.key] = held[2], held
+                continue
             SCRAPES.pause()
             found[r.key] = detect.judge(*self.host.detection_input(r, now_ns), now_ns)
-        self.detections = found
+            judged[r.key] = (news, now_ns, found[r.key])
+        self.detections, self.judged = found, judged
         for key in [k for k in self.stalls if not (found.get(k) and found[k].stalled)]:
             del self.stalls[key]
             self.bases.pop(key, None)

@@ -50,6 +50,10 @@ class AgentHost:
         """t_end of the open wait a timeline(open_wait=True) ends with, or None."""
         return self.table.open_wait_end(rank)
 
+    def detection_news(self, rank: RankState) -> Any:
+        """(newest batch, blocked call) of the rank (RankTable.detection_news)."""
+        return self.table.detection_news(rank)
+
     def detection_input(self, rank: RankState, now_ns: int) -> Any:
         """(bins, newest batch) for the change-point test (RankTable.detection_input)."""
         return self.table.detection_input(rank, now_ns)

@@ -227,6 +227,12 @@ class RankTable:
             return [r for r in self.ranks.values()
                     if all(str(r.ident.get(k)) == str(v) for k, v in match.items())]
 
+    def detection_news(self, rank: RankState) -> tuple[Any, ...]:
+        """What changes whenever detection_input has news: the newest batch and the call
+        still blocked in next() (equal values: the same input, up to the passing time)."""
+        with self.lock:
+            return rank.timeline.newest(), rank.provisional_ns, rank.provisional_start_ns
+
     def detection_input(self, rank: RankState, now_ns: int) -> tuple[Window, Event | None]:
         """What the change-point test reads (correlate/detect.py judge): the rank's bins
         up to ``now_ns`` and its newest batch, with the call still blocked in next() as

@@ -146,6 +146,11 @@ class Host(Protocol):
         """t_end of the open wait a timeline(open_wait=True) ends with (a call still
         blocked in next()), or None."""
 
+    def detection_news(self, rank: Rank) -> tuple[Any, ...]:
+        """A value that changes whenever detection_input has news (a new batch, a call
+        blocked in next() that grew): equal values, the same input up to the passing time."""
+        ...
+
     def detection_input(self, rank: Rank, now_ns: int) -> tuple[Any, tuple[int, int, int] | None]:
         """(the rank's per-second wait bins up to ``now_ns``, its newest batch or the
         call still blocked in next()): what the change-point test reads

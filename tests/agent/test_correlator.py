@@ -209,3 +209,35 @@ def test_one_analysis_per_rank_and_window_for_each_diagnosis_answer(tmp_path):
     before = b.correlator.analyses
     _, body = route(b, pod="pod-0")
     assert len(body["matched_ranks"]) == 2 and b.correlator.analyses - before == 2
+
+
+def test_a_rank_without_news_is_tested_again_only_after_rejudge(tmp_path, monkeypatch):
+    """Issue 31: a steady trainer reports every 2 s, so half of the detector's tests of a
+    second read the same input. A rank with no new batch and the same blocked call keeps
+    its test for REJUDGE_NS; a new batch, or a call blocked in next(), is tested at once."""
+    from stallscope.agent import correlator as part
+    from stallscope.correlate import detect
+
+    a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
+    t0 = time.monotonic_ns() - 80 * synth.SEC
+    slow, _ = simulated(1, 2, load=0.8, compute=0.1, n=200, t0=t0)
+    a.apply(report("train", 0, "pod-0", slow[:150]))
+    tests = []
+    real = detect.judge
+    monkeypatch.setattr(part.detect, "judge", lambda *args: tests.append(1) or real(*args))
+    clock = [time.monotonic_ns()]
+    monkeypatch.setattr(part.time, "monotonic_ns", lambda: clock[0])
+    c = a.correlator
+    c.detect(now=1000.0)
+    first = next(iter(c.detections.values()))
+    assert first.stalled and len(tests) == 1
+    clock[0] += part.REJUDGE_NS - 1
+    c.detect(now=1001.0)
+    assert len(tests) == 1 and next(iter(c.detections.values())) is first  # no news: kept
+    a.apply(report("train", 0, "pod-0", slow[150:]))
+    c.detect(now=1001.5)
+    assert len(tests) == 2  # a new batch: tested at once
+    clock[0] += part.REJUDGE_NS
+    c.detect(now=1003.0)
+    assert len(tests) == 3  # no news, but REJUDGE_NS passed: tested again
+    assert next(iter(c.detections.values())).stalled
