@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..hook.channel import WORKER_FLUSH_S
 from ..vocabulary import signal
 from .causes import make
 from .model import Cause, Evidence, WorkerSpread
@@ -37,6 +38,12 @@ SPREAD_LOW, SPREAD_HIGH = 1.25, 2.0   # slowest / others' median load: no .. cle
 CONSISTENCY_MISS = 0.25
 REPLAY_BATCHES = 600
 SEED = 17
+# A worker reports its batches every WORKER_FLUSH_S once its first reports have gone
+# (hook/channel.py worker_gap), each on its own beat: the newest seconds of the window
+# hold some workers' batches and not yet the others'. A worker whose newest batch is
+# older than the newest of all by more than a report's gap and this slack is silent (it
+# made nothing, or died), not late.
+REPORT_SLACK_NS = int(2e9)
 
 
 def per_worker(trace: Any) -> dict[int, np.ndarray] | None:
@@ -61,26 +68,47 @@ def _completions(trace: Any, span: tuple[int, int]) -> tuple[np.ndarray, np.ndar
     return load.t, who.v.astype(np.int64)
 
 
-def attribute(trace: Any, steady: np.ndarray) -> tuple[dict[int, float], dict[int, float]]:
+def reported_until(trace: Any) -> int | None:
+    """The newest time up to which every reporting worker's batches have arrived: the
+    oldest of the workers' newest completions, silent workers aside; None without any."""
+    t_done, pid = _completions(trace, trace.span())
+    if not len(t_done):
+        return None
+    newest = {int(p): int(t_done[pid == p].max()) for p in np.unique(pid)}
+    latest = max(newest.values())
+    late = int(WORKER_FLUSH_S * 1e9) + REPORT_SLACK_NS
+    return min(t for t in newest.values() if t >= latest - late)
+
+
+def attribute(trace: Any, steady: np.ndarray) -> tuple[dict[int, float], dict[int, float], float]:
     """Per worker PID: (seconds of steady wait its batch ended, of those seconds the part
     whose wait began with another batch ready: finished by a worker, not yet taken by
-    the loop, which only the order keeps it from taking)."""
+    the loop, which only the order keeps it from taking), and the seconds of steady wait
+    counted: those that ended by ``reported_until``. A wait the workers' reports have not
+    reached yet has no batch to end it and would look like a transfer, given to no worker:
+    in a 30 s window with workers reporting every 16 s, half of a slow worker's share."""
+    until = reported_until(trace)
     t_done, pid = _completions(trace, trace.span())
     behind: dict[int, float] = {}
     held: dict[int, float] = {}
-    ends, waits = trace.t_end[steady], trace.wait[steady]
+    if until is None:
+        return behind, held, 0.0
+    known = steady & (trace.t_end <= until)
+    ends, waits = trace.t_end[known], trace.wait[known]
     starts = ends - waits
     last = np.searchsorted(t_done, ends, side="right") - 1   # the batch that ended each wait
     first = np.searchsorted(t_done, starts, side="right")    # batches finished before it began
-    # batches taken by the loop before each wait began (prefetched batches finished before
-    # the window are not counted: the ready count errs low)
+    # batches taken by the loop before each wait began
     taken = np.searchsorted(trace.t_end, starts, side="right")
-    ready = first - taken
-    if len(ready) and ready.min() < 0:
-        # Completions missing from the window's start (reports that came late or went,
-        # batches the loop took that no report covers) shift every count by as many:
-        # counted from the lowest point, where none was ready (the count errs low).
-        ready = ready - ready.min()
+    # The batches the window's first takes got were finished before the window began:
+    # missing from the completions, by a constant count M, the batches ready at its
+    # start. The loop takes only finished batches, so after each take (completions so
+    # far + M) >= (takes so far): M is at least the largest shortfall, and exactly that
+    # where a take left none ready (the count errs low by the fewest ever left ready).
+    takes = trace.t_end[trace.t_end <= until]
+    shortfall = np.arange(1, len(takes) + 1) - np.searchsorted(t_done, takes, side="right")
+    missing = max(0, int(shortfall.max())) if len(shortfall) else 0
+    ready = first + missing - taken
     # a wait whose batch was finished before it began was a transfer, not a worker's
     for i in np.nonzero((waits > 0) & (last >= 0) & (last >= first))[0]:
         w = int(pid[last[i]])
@@ -88,7 +116,7 @@ def attribute(trace: Any, steady: np.ndarray) -> tuple[dict[int, float], dict[in
         behind[w] = behind.get(w, 0.0) + s
         if ready[i] > 0:
             held[w] = held.get(w, 0.0) + s
-    return behind, held
+    return behind, held, float(waits.sum()) / 1e9
 
 
 def replay(loads: list[np.ndarray], compute: np.ndarray, prefetch: int, in_order: bool,
@@ -161,8 +189,7 @@ def analyse(trace: Any, steady: np.ndarray) -> WorkerSpread | None:
     others = float(np.median(rest))
     spread = medians[slowest] / others if others > 0 else float("inf")
     consistent = float(np.quantile(loads[slowest], 0.25)) > float(np.quantile(rest, 0.75))
-    behind, held = attribute(trace, steady)
-    total = float(trace.wait[steady].sum()) / 1e9
+    behind, held, total = attribute(trace, steady)
     compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
     prefetch = (trace.loader or {}).get("prefetch_factor") or 2
     wait_share = round(float(behind.get(slowest, 0.0) / total), 4) if total > 0 else 0.0

@@ -15,13 +15,14 @@ SEC = 1_000_000_000
 
 
 def simulate(n, workers, load, compute, prefetch=2, t0=10 * SEC, extra=None, collective=None,
-             transfer=None):
+             transfer=None, completions=None):
     """Batch events of ``n`` batches. ``load(k, t_s)`` and ``compute(k, t_s)`` give seconds;
     ``extra(k, t_s)`` adds a wait on top (a stuck read); ``collective(k, t_s)`` adds time
     after compute in which the GPU is idle but the loop is not waiting on data;
     ``transfer(k, t_s)`` is the time the loop takes to get a ready batch from the workers
     (receive, unpickle): with it, each event carries a fourth number, its ready wait (the
-    hook's split, hook/transfer.py).
+    hook's split, hook/transfer.py). ``completions``: a list that gets each worker batch's
+    (done ns, worker index, load seconds), as the workers' own reports carry them.
     Returns (events, compute_phases) with phases as [(start_ns, end_ns)] of GPU work."""
     events, phases = [], []
     ready = {}
@@ -37,7 +38,10 @@ def simulate(n, workers, load, compute, prefetch=2, t0=10 * SEC, extra=None, col
                 if j not in ready and j in request:
                     w = j % workers
                     start = max(worker_free[w], request[j])
-                    worker_free[w] = ready[j] = start + int(load(j, start / SEC) * SEC)
+                    took = load(j, start / SEC)
+                    worker_free[w] = ready[j] = start + int(took * SEC)
+                    if completions is not None:
+                        completions.append((ready[j], w, took))
             got = max(t, ready.pop(k))
         if extra is not None:
             got += int(extra(k, got / SEC) * SEC)

@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 from stallscope.correlate import slow_worker
-from stallscope.lab import scenarios
+from stallscope.correlate.trace import RankTrace
+from stallscope.hook.channel import WORKER_FLUSH_S
+from stallscope.lab import scenarios, synth
 from tests.helpers.lab import lab_session
+
+SEC = synth.SEC
 
 
 def get(agent, path):
@@ -34,6 +38,61 @@ def test_replay_in_order_waits_behind_the_slow_worker_and_out_of_order_does_not(
     even = [np.full(20, 0.8)] * 4
     assert slow_worker.replay(even, compute, 2, False) == pytest.approx(
         slow_worker.replay(even, compute, 2, True), abs=0.02)
+
+
+def _slow_worker_trace(reported=None, skip=0):
+    """30 s of a loop behind worker 2 of 4 (0.8 s a batch against 0.02 s, 0.15 s of
+    compute); ``reported``: per worker, the seconds before the end its reports have not
+    yet covered (the hook sends a worker's batches every WORKER_FLUSH_S, each on its own
+    beat); ``skip``: the window begins that many batches into the run, with batches
+    finished before it, ready, that the window's completions do not hold."""
+    done = []
+    events, _ = synth.simulate(150 + skip, 4, lambda k, t: 0.8 if k % 4 == 2 else 0.02,
+                               lambda k, t: 0.15, completions=done)
+    events = events[skip:]
+    end = events[-1][0]
+    lag = reported or {}
+    kept = [(t, w, took) for t, w, took in done if t <= end - int(lag.get(w, 0.0) * SEC)]
+    signals = {"batch_load_seconds": [[t, took] for t, _, took in kept],
+               "batch_worker_pid": [[t, 100 + w] for t, w, _ in kept]}
+    return RankTrace.from_timeline(synth.body(events, workers=4, signals=signals))
+
+
+def test_the_slow_workers_share_of_the_wait_counts_only_waits_every_worker_has_reported():
+    whole = _slow_worker_trace()
+    steady = whole.interval != whole.wait
+    told = slow_worker.analyse(whole, steady)
+    # every steady wait is for worker 2's batch: the others' are ready long before
+    assert told.pid == 102 and told.wait_share > 0.95
+    # the slow worker's newest 14 s not yet reported, the others' 1-9 s: before, the waits
+    # of those seconds had no batch to end them and went to no worker (~half the share)
+    late = _slow_worker_trace({0: 3.0, 1: 9.0, 2: WORKER_FLUSH_S - 2, 3: 1.0})
+    found = slow_worker.analyse(late, late.interval != late.wait)
+    assert found.pid == 102
+    assert found.wait_share == pytest.approx(told.wait_share, abs=0.05)
+    assert slow_worker.score(late, late.interval != late.wait).score > 0.9
+    # a worker silent for longer than a report's gap made nothing: it holds back no one
+    assert slow_worker.reported_until(late) < late.t_end[-1] - 13 * SEC
+    silent = _slow_worker_trace({0: WORKER_FLUSH_S + 5, 2: 1.0})
+    assert slow_worker.reported_until(silent) >= silent.t_end[-1] - 2 * SEC
+
+
+def test_batches_held_behind_the_slow_one_are_counted_when_the_window_begins_mid_run():
+    # at each wait for worker 2's batch the 3 fast workers' next 6 are ready (prefetch 2);
+    # the window begins mid-run, its first takes finished before it: the count of those
+    # comes from the takes that left fewest ready (3, before worker 2's next batch)
+    for skip in (0, 41, 102):
+        tr = _slow_worker_trace({0: 3.0, 1: 9.0, 2: 14.0, 3: 1.0}, skip=skip)
+        found = slow_worker.analyse(tr, tr.interval != tr.wait)
+        assert found.wait_share > 0.95 and found.held_share > 0.95, (skip, found)
+    # equal workers too slow for the compute: a take often leaves none ready, nothing is held
+    done = []
+    events, _ = synth.simulate(250, 4, lambda k, t: 0.8, lambda k, t: 0.15, completions=done)
+    signals = {"batch_load_seconds": [[t, took] for t, _, took in done],
+               "batch_worker_pid": [[t, 100 + w] for t, w, _ in done]}
+    even = RankTrace.from_timeline(synth.body(events[60:], workers=4, signals=signals))
+    _, held, total = slow_worker.attribute(even, even.interval != even.wait)
+    assert total > 0 and sum(held.values()) < 0.05 * total, (held, total)
 
 
 @pytest.mark.slow
