@@ -16,8 +16,10 @@ from typing import Any
 
 from .detect import Detection
 from .model import (
+    Budget,
     Cause,
     Change,
+    Component,
     Diagnosis,
     Evidence,
     GpuView,
@@ -155,7 +157,34 @@ def encode(d: Diagnosis, now_ns: int | None = None) -> JSON:
     out["checks_unknown"] = list(d.checks_unknown)
     if d.loader_error is not None:
         out["loader_error"] = _fields(d.loader_error)
+    if d.budget is not None:
+        out["budget"] = budget(d.budget)
     return out
+
+
+def budget(b: Budget) -> JSON:
+    """The stall's time budget (correlate/budget.py): each component's seconds, share of
+    the wait and cause, largest first, and its words for a report."""
+    return {"wait_seconds": b.wait_seconds, "ready_seconds": b.ready_seconds,
+            "handoff_seconds": b.handoff_seconds, "workers_idle_ratio": b.workers_idle,
+            "sampled": b.sampled, "critical": b.critical.name if b.critical else None,
+            "components": [{"name": c.name, "seconds": c.seconds, "share": c.share,
+                            "cause": c.cause, "words": c.words} for c in b.components]}
+
+
+def decode_budget(body: Any) -> Budget:
+    b = _map(body, "budget")
+    comps = []
+    for x in _list(b, "components"):
+        c = _map(x, "a budget component")
+        name = _str(c, "name")
+        if not name:
+            raise Malformed("a budget component has no name")
+        comps.append(Component(name, _num(c, "seconds") or 0.0, _num(c, "share") or 0.0,
+                               _str(c, "cause")))
+    return Budget(_num(b, "wait_seconds") or 0.0, _num(b, "ready_seconds") or 0.0,
+                  _num(b, "handoff_seconds") or 0.0, tuple(comps), _num(b, "workers_idle_ratio"),
+                  bool(b.get("sampled")))
 
 
 def change(c: Change) -> JSON:
@@ -333,4 +362,5 @@ def decode(body: Any) -> Diagnosis:
         warnings=tuple(_dataclass(SetupWarning, w, "a warning") for w in _list(b, "warnings")),
         checks_unknown=tuple(str(x) for x in _list(b, "checks_unknown")),
         loader_error=(_dataclass(LoaderError, b["loader_error"], "loader_error")
-                      if b.get("loader_error") is not None else None))
+                      if b.get("loader_error") is not None else None),
+        budget=decode_budget(b["budget"]) if b.get("budget") is not None else None)

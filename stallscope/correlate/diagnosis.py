@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
-from . import causes as causes_mod
 from . import (
+    budget,
     checks,
     consumer,
     deaths,
@@ -40,8 +40,9 @@ from . import (
     transfer,
     workers,
 )
+from . import causes as causes_mod
 from .context import Context
-from .model import Cause, Diagnosis, GpuView, Identity, Loop, Matched, RankRow, Straggler
+from .model import Budget, Cause, Diagnosis, GpuView, Identity, Loop, Matched, RankRow, Straggler
 from .overlap import InputBound, after_start, data_wait_ratio
 from .queue import Memory
 from .sawtooth import sawtooth
@@ -201,7 +202,7 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
         return out
     split = transfer.split(trace, ctx.steady)
     ready = split[2] / split[4] if split is not None and split[4] > 0 else None
-    scored, missing = rank_causes(ctx, quota or {}, facts, ready)
+    scored, missing, spent = rank_causes(ctx, quota or {}, facts, ready)
     m = measured.measure(ctx, quota, memory)
     ranked = causes_mod.rank_causes(scored)
     ranked = consumer.attribute(ranked, trace, ready, handoff)
@@ -210,14 +211,18 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
                   else c for i, c in enumerate(ranked)]
     return dataclasses.replace(
         out, causes=tuple(ranked), headroom=predict.headroom(m) if m is not None else None,
+        budget=spent,
         not_evaluated=tuple(sorted(missing, key=causes_mod.VOCABULARY.index)))
 
 
 def rank_causes(ctx: Context, quota: Mapping[str, Any],
                 facts: standing_causes.Facts | None,
-                ready_ratio: float | None = None) -> tuple[list[Cause], list[str]]:
+                ready_ratio: float | None = None
+                ) -> tuple[list[Cause], list[str], Budget | None]:
     """Every candidate cause scored on the context (each by its kind: co-occurrence,
-    computed, standing), and the names of those that could not be evaluated.
+    computed, standing, and at least the share of the wait its mechanism was measured
+    holding), the names of those that could not be evaluated, and the stall's time
+    budget (budget.py) the measured step used.
     ``ready_ratio``: the share of the step spent waiting for a ready batch (the hook's
     split), which tells a CPU-short consumer from a CPU-short loader (consumer.py)."""
     trace, steady = ctx.trace, ctx.steady
@@ -256,7 +261,12 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     held, absent = standing_causes.score(ctx, facts)
     scored += held
     missing += absent
-    others = max((c.score for c in scored), default=0.0)
+    spent = budget.account(ctx, {c.cause: c.score for c in scored})
+    # what else explains the wait, by its score or by the share its mechanism held: a slow
+    # loader is too slow *because of* it (workers.score takes it off)
+    measured_others = {c.cause for c in spent.components} - {None, "too_few_workers"} if spent else set()
+    others = max([c.score for c in scored] + [spent.share_of(n) for n in measured_others if n and spent],
+                 default=0.0)
     tfw = workers.score(trace, ctx.period, others, ctx.steady_waits, ctx.steady)
     if tfw is None:
         missing.append("too_few_workers")
@@ -271,9 +281,38 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     # the whole window, as the signals are (a stall segment the detector dated from
     # steady batches may begin after the deaths that caused most of the wait)
     scored = deaths.merge(scored, deaths.score(ctx.whole))
+    # Step ``measured`` (issue 49): a cause scores at least the share of the stall's wait
+    # that its mechanism was measured holding (budget.py). Co-occurrence judges whether a
+    # signal moves with the stalls; a mechanism on all the time holds the wait as surely
+    # as one that comes and goes, and is not discounted for it.
+    scored = measured_floor(scored, spent)
     named = {c.cause for c in scored}
     missing = [c for c in dict.fromkeys(missing + list(deaths.CAUSES)) if c not in named]
-    return scored, missing
+    return scored, missing, spent
+
+
+def measured_floor(scored: list[Cause], spent: Budget | None) -> list[Cause]:
+    """Each cause the budget's components name scored at least their share of the wait,
+    with the budget's row and sentence; a cause the budget names that nothing scored yet
+    is added. The other causes are left as they are."""
+    if spent is None:
+        return scored
+    out = list(scored)
+    for name in dict.fromkeys(c.cause for c in spent.components if c.cause is not None):
+        share = spent.share_of(name)
+        if share <= 0:
+            continue
+        row = budget.evidence(spent, name)
+        note = " Measured: %s held %.0f%% of the wait (the stall's time budget)." % (
+            " and ".join(c.words for c in spent.components if c.cause == name), 100 * share)
+        at = next((i for i, c in enumerate(out) if c.cause == name), None)
+        if at is None:
+            out.append(causes_mod.make(name, share, note.strip(), [row]))
+        elif out[at].score < share:
+            out[at] = dataclasses.replace(out[at].with_score(share, note, row), kind=out[at].kind)
+        else:
+            out[at] = out[at].with_score(out[at].score, "", row)
+    return out
 
 
 def _severity(d: Diagnosis) -> tuple[int, float]:

@@ -243,6 +243,61 @@ class LoaderError:
     text: str = ""
 
 
+# The time budget's components in words (correlate/budget.py names them)
+BUDGET_WORDS = {
+    "loop.handoff": "the training thread handing batches over",
+    "loop.cpu_wait": "the training thread runnable with no CPU",
+    "workers.on_cpu": "the workers on a CPU",
+    "workers.cpu_wait": "the workers runnable with no CPU",
+    "workers.storage": "the workers blocked reading storage",
+    "workers.network": "the workers blocked on the network",
+    "workers.sleeping": "the workers in a sleep or a wait of their own code",
+    "workers.other": "the workers in other calls",
+    "loop.unsampled": "the handoff, with the training thread not sampled",
+    "unsplit": "waits the hook could not split",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """One measured part of the stall's wait."""
+    name: str            # WORDS' key: "<side>.<state>"
+    seconds: float       # of the loop's wait it held
+    share: float         # of the loop's wait
+    cause: str | None    # the mechanism's cause in its context (None: nothing measured names one)
+
+    @property
+    def words(self) -> str:
+        return BUDGET_WORDS.get(self.name, self.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """The stall's wait, accounted. ``components`` sum to the wait (less what the sampler
+    did not see, which is ``workers.other``), largest first; ``workers_idle``: the
+    workers' share of their time idle, waiting for work, while the loop waited."""
+    wait_seconds: float
+    ready_seconds: float
+    handoff_seconds: float
+    components: tuple[Component, ...]
+    workers_idle: float | None
+    sampled: bool        # the loader-state sampler measured the workers' states
+
+    @property
+    def critical(self) -> Component | None:
+        """The component that held most of the wait."""
+        return self.components[0] if self.components else None
+
+    def share_of(self, cause: str) -> float:
+        """The share of the wait held by the mechanisms that ``cause`` names."""
+        return float(sum(c.share for c in self.components if c.cause == cause))
+
+    def text(self) -> str:
+        """One line: the components over 5 % of the wait."""
+        parts = ["%s %.0f%%" % (c.words, 100 * c.share) for c in self.components if c.share >= 0.05]
+        return "The wait went to " + (", ".join(parts) or "no component over 5%") + "."
+
+
 @dataclasses.dataclass(frozen=True)
 class Diagnosis:
     """The node-local diagnosis of one rank (diagnosis.analyse)."""
@@ -276,6 +331,7 @@ class Diagnosis:
     warnings: tuple[SetupWarning, ...] = ()
     checks_unknown: tuple[str, ...] = ()
     loader_error: LoaderError | None = None
+    budget: Budget | None = None          # the stall's time budget (budget.py)
 
     @property
     def prediction(self) -> Prediction | None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..correlate import codec
-from ..correlate.model import Cause, Change, Diagnosis, GpuView, LoaderError, Prediction, SetupWarning
+from ..correlate.model import Budget, Cause, Change, Diagnosis, GpuView, LoaderError, Prediction, SetupWarning
 
 JSON = dict[str, Any]
 
@@ -302,6 +302,7 @@ class Report:
     checks_unknown: tuple[str, ...] = ()
     checks_note: str = ""
     loader_error: LoaderError | None = None
+    budget: Budget | None = None         # the stall's time budget, from the agent (correlate/budget.py)
 
 
 def _fields(obj: Any) -> JSON | None:
@@ -367,6 +368,7 @@ def encode(r: Report) -> JSON:
         "setup_warnings": [_fields(w) for w in r.setup_warnings],
         "checks_unknown": list(r.checks_unknown),
         "loader_error": _fields(r.loader_error),
+        "budget": codec.budget(r.budget) if r.budget is not None else None,
     }
     if r.checks_note:
         out["checks_note"] = r.checks_note

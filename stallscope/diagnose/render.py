@@ -108,6 +108,17 @@ def render_text(doc: Report) -> str:
     if doc.job_scope == "node":
         out.append("  (job max and median cover this node's ranks only: no cluster view)")
 
+    spent = doc.budget
+    if spent is not None and spent.components:
+        out += ["", "Time budget of the wait (%.3gs: %.0f%% waiting for a batch to be ready, %.0f%% "
+                "handing batches over)" % (spent.wait_seconds, 100 * spent.ready_seconds / spent.wait_seconds,
+                                          100 * spent.handoff_seconds / spent.wait_seconds)]
+        out += ["  %3.0f%%  %-52s %s" % (100 * c.share, c.words, "-> " + c.cause if c.cause else "")
+                for c in spent.components if c.share >= 0.01]
+        if spent.workers_idle is not None:
+            out.append("  (the workers were idle, waiting for work, %.0f%% of their time)"
+                       % (100 * spent.workers_idle))
+
     causes = [c for c in doc.causes if c.score > 0]  # the JSON keeps them all
     if causes:
         out += ["", "Likely causes"]

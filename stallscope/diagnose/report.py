@@ -300,6 +300,7 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
         cost=outlook.cost(v, causes, me.data_wait_ratio, me.job_max, me.job_ranks, me.job_scope),
         change=diag.change if diag is not None else None,
         evidence=tuple(verdict.evidence(me, cl, diag, info, causes)), stacks=stack_doc,
+        budget=diag.budget if diag is not None and v == diag.verdict == "input_bound" else None,
         sources=tuple(sources), warnings=tuple(warnings))
     doc = _with_setup(doc, diag)
     if plot:

@@ -1,0 +1,140 @@
+"""The time budget of a stall: where the time of the batches the loop waited on went
+(issue 49, item 1).
+
+Each steady wait in ``next()`` is split by the hook (hook/transfer.py) into the wait for a
+batch the workers had not finished (``ready``) and the handoff of a finished one. Each
+part is then accounted by what the tasks on it were measured doing while the loop waited
+(the loader-state sampler, exporters/loaderstate.py: schedstat for on a CPU and waiting
+for one, the blocked call for the rest):
+
+- the handoff, by the training thread: runnable without a CPU for the share its CPU
+  wait takes of the step (``loader_main_cpu_wait_ratio``), on the handoff itself for
+  the rest;
+- the ready wait, by the workers that were producing the batch: on a CPU, runnable
+  without one, blocked on storage, on the network, in a sleep, or in another call,
+  each in proportion to their measured share of the workers' time. Idle workers (waiting
+  for work) hold no batch the loop waits on: their share is reported beside the budget,
+  not in it.
+
+Every component is a measured mechanism with its share of the wait. The mechanism maps
+to a cause by its context (``MECHANISMS``; which CPU cause by the kernel's throttling
+record, bandwidth where a link was measured at its capacity, a FUSE mount's health), and
+the cause is scored at least the share of the wait its mechanism held
+(diagnosis.rank_causes, step ``measured``): a condition that is on all the time is not
+discounted for being on outside the stalls too, which co-occurrence alone does (issue 49:
+a mount slow all along read storage_latency 0.25 beside "blocked reading storage 92 %").
+Co-occurrence still names what made a mechanism slow when timing is the mechanism (write
+bursts, cold cache: the vocabulary's ``symptom_of``) and corroborates.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..vocabulary import ATTRIBUTE, signal
+from . import consumer, transfer
+from .context import Context
+from .model import Budget, Component, Evidence
+from .trace import RankTrace, Series, WaitIndex
+
+# The workers' states that can hold a batch the loop waits on, in the order a report
+# lists them (the vocabulary's LOADER_STATES less ``idle``, which holds none).
+WORKER_STATES = ("on_cpu", "cpu_wait", "storage", "network", "sleeping")
+
+
+def _during(trace: RankTrace, name: str, waits: WaitIndex) -> float | None:
+    """The signal's mean weighted by the loop's wait in each of its samples: its value
+    during the stalls."""
+    _, series = trace.signal(signal(name).name, ("rank",))
+    span = trace.span()
+    if series is None or span is None:
+        return None
+    s: Series = series.clip(*span)
+    if not len(s):
+        return None
+    waited = waits.per_sample(s)
+    weight = waited if waited.sum() > 0 else s.dt().astype(np.float64)
+    if weight.sum() <= 0:
+        return None
+    return float((s.v * weight).sum() / weight.sum())
+
+
+def _fuse_down(trace: RankTrace, waits: WaitIndex) -> bool:
+    """A FUSE mount the rank reads was down or its probe hung while the loop waited."""
+    up = _during(trace, "fuse_up", waits)
+    return up is not None and up < 0.5
+
+
+def mechanisms(trace: RankTrace, scored: Mapping[str, float], waits: WaitIndex) -> dict[str, str | None]:
+    """Each component's cause in its context. ``scored``: the causes' scores so far, for
+    the one context a score gives (a link measured at its capacity: bandwidth_bound)."""
+    at_capacity = scored.get("bandwidth_bound", 0.0) >= ATTRIBUTE
+    storage = "fuse_unhealthy" if _fuse_down(trace, waits) else (
+        "bandwidth_bound" if at_capacity else "storage_latency")
+    return {
+        "loop.handoff": "transfer_cost",
+        "loop.cpu_wait": "cpu_throttle" if consumer.throttled(trace) else "cpu_contention",
+        "workers.on_cpu": "too_few_workers",
+        "workers.cpu_wait": "cpu_throttle" if consumer.workers_throttled(trace) else "cpu_contention",
+        "workers.storage": storage,
+        "workers.network": "bandwidth_bound" if at_capacity else "storage_latency",
+        # a sleep call in the dataset's own code (a retry, a rate limiter) is a mechanism
+        # the sampler does not place: named by no cause, left to the other evidence
+        "workers.sleeping": None,
+    }
+
+
+def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget | None:
+    """The budget of the judged segment's steady waits, or None when the loop did not wait."""
+    trace = ctx.trace
+    steady = ctx.steady
+    if not steady.any():
+        return None
+    wait = float(trace.wait[steady].sum()) / 1e9
+    if wait <= 0:
+        return None
+    waits = ctx.steady_waits
+    found = transfer.split(trace, steady)
+    shares = {s: _during(trace, "loader_workers_%s_ratio" % s, waits) for s in WORKER_STATES}
+    idle = _during(trace, "loader_workers_idle_ratio", waits)
+    sampled = any(v is not None for v in shares.values())
+    causes = mechanisms(trace, scored or {}, waits)
+    parts: dict[str, float] = {}
+    if found is None:
+        ready, handoff, step = wait, 0.0, float(trace.interval[steady].sum()) / 1e9
+    else:
+        _, split_wait, ready_ns, moved_ns, step_ns = found
+        # the waits the hook did not split (an older hook's batches) go with the ready part
+        ready = ready_ns / 1e9 + max(0.0, wait - split_wait / 1e9)
+        handoff, step = moved_ns / 1e9, step_ns / 1e9
+    main_wait = _during(trace, "loader_main_cpu_wait_ratio", waits)
+    if handoff > 0 and main_wait is not None:
+        starved = min(handoff, main_wait * step)
+        parts["loop.cpu_wait"] = starved
+        parts["loop.handoff"] = handoff - starved
+    elif handoff > 0:
+        # the training thread not sampled: the handoff is measured (the hook's split), what
+        # held it is not (throttled workers answer it late too, transfer.py)
+        parts["loop.unsampled"] = handoff
+    if sampled and ready > 0:
+        busy = {s: max(0.0, v or 0.0) for s, v in shares.items()}
+        # what the sampler saw the producing workers doing, idle time left out; the rest of
+        # their time (other calls) stays in the budget as ``workers.other``
+        producing = max(1.0 - (idle or 0.0), sum(busy.values()), 1e-9)
+        for s, v in busy.items():
+            parts["workers." + s] = ready * v / producing
+        parts["workers.other"] = ready * max(0.0, 1.0 - sum(busy.values()) / producing)
+    elif ready > 0:
+        parts["unsplit"] = parts.get("unsplit", 0.0) + ready
+    comps = sorted((Component(name, round(sec, 6), round(sec / wait, 4), causes.get(name))
+                    for name, sec in parts.items() if sec > 0), key=lambda c: -c.seconds)
+    return Budget(round(wait, 6), round(ready, 6), round(handoff, 6), tuple(comps),
+                  None if idle is None else round(idle, 4), sampled)
+
+
+def evidence(b: Budget, cause: str) -> Evidence:
+    """The budget's row for a cause: the share of the wait its mechanisms held."""
+    names = "+".join(c.name for c in b.components if c.cause == cause)
+    return Evidence("time_budget " + names, round(b.share_of(cause), 4), ATTRIBUTE, "above",
+                    None, "rank", round(b.share_of(cause), 4), judged_by="measured")

@@ -1,0 +1,147 @@
+"""The stall's time budget (correlate/budget.py, issue 49 item 1): the wait accounted by
+what the loop's and the workers' tasks were measured doing, and the cause scored at least
+the share its mechanism held, whether or not it moved with the stalls."""
+import numpy as np
+import pytest
+
+from stallscope.correlate import budget, codec, diagnosis
+from stallscope.correlate.context import Context
+from stallscope.correlate.trace import Series
+from stallscope.lab import synth
+from tests.helpers.correlate import trace_of, wire
+
+
+def _signals(tr, **values):
+    span = (int(tr.t_end[0] - tr.interval[0]), int(tr.t_end[-1]))
+    for name, v in values.items():
+        tr.signals[name] = Series.from_points(synth.sampled(lambda t, v=v: v, *span, every=1.0))
+    return tr
+
+
+def _steady_slow_mount(storage=0.92, workers=8, load=3.0, compute=0.2, n=200):
+    """Workers blocked on a mount slow all the time: each takes ``load`` s a batch against
+    ``compute`` s of compute, so the loop stalls every ``workers`` batches and is quiet in
+    between (the quiet time that co-occurrence discounts a steady condition against)."""
+    rng = np.random.default_rng(3)
+    j = synth.jitter(rng, 0.05)
+    events, _ = synth.simulate(n, workers, lambda k, t: j(load), lambda k, t: j(compute),
+                               transfer=lambda k, t: 0.001)
+    tr = trace_of(events, workers=workers,
+                  signals={"batch_load_seconds": [[int(e[0]), j(load)] for e in events]})
+    return _signals(tr, loader_workers_storage_ratio=storage, loader_workers_on_cpu_ratio=0.03,
+                    loader_workers_cpu_wait_ratio=0.005, loader_workers_idle_ratio=0.0,
+                    loader_workers_network_ratio=0.0, loader_workers_sleeping_ratio=0.0,
+                    loader_main_cpu_wait_ratio=0.001, workers_cpu_ratio=0.03 * workers)
+
+
+def test_a_mount_slow_all_the_time_is_named_by_the_share_of_the_wait_it_held():
+    """Issue 49: "workers blocked reading storage 92 %" named too_few_workers, storage_latency
+    0.25, because the mount was slow outside the stalls too. The budget puts the ready
+    wait (nearly all of it) on the workers' storage time."""
+    tr = _steady_slow_mount()
+    d = wire(diagnosis.analyse(tr))
+    assert d["verdict"] == "input_bound"
+    top = d["causes"][0]
+    b = d["budget"]
+    assert b["critical"] == "workers.storage", b
+    store = next(c for c in b["components"] if c["name"] == "workers.storage")
+    # the ready wait's share of the wait x the storage share of the producing workers' time
+    ready_share = b["ready_seconds"] / b["wait_seconds"]
+    assert store["share"] == pytest.approx(ready_share * 0.92, abs=0.01)
+    assert top["cause"] == "storage_latency", d["causes"]
+    assert top["score"] == pytest.approx(store["share"], abs=0.01)
+    assert "held 9" in top["summary"] and "time budget" in top["summary"], top["summary"]
+    rows = [e for e in top["evidence"] if e["signal"].startswith("time_budget")]
+    assert rows and rows[0]["judged_by"] == "measured"
+    # too_few_workers: its model holds (load / workers > compute) but what the workers did
+    # was wait on the mount, which more of them share
+    tfw = next(c for c in d["causes"] if c["cause"] == "too_few_workers")
+    assert tfw["score"] < top["score"] - 0.3, d["causes"]
+
+
+def test_without_the_sampler_the_budget_names_no_mechanism_and_changes_nothing():
+    tr = _steady_slow_mount()
+    for name in list(tr.signals):
+        if name.startswith("loader_"):
+            del tr.signals[name]
+    d = diagnosis.analyse(tr)
+    assert d.budget is not None and not d.budget.sampled
+    assert {c.name for c in d.budget.components} == {"loop.unsampled", "unsplit"}
+    assert all(c.cause is None for c in d.budget.components)
+    assert not any(e.signal.startswith("time_budget") for c in d.causes for e in c.evidence)
+
+
+def test_components_sum_to_the_wait_and_follow_the_injected_shares():
+    # the states add up to the workers' whole time: 0.395 + 0.3 + 0.1 + 0.005 + idle 0.2
+    tr = _steady_slow_mount(storage=0.395)
+    _signals(tr, loader_workers_on_cpu_ratio=0.3, loader_workers_network_ratio=0.1,
+             loader_workers_idle_ratio=0.2)
+    ctx = Context(tr)
+    b = budget.account(ctx)
+    assert sum(c.seconds for c in b.components) == pytest.approx(b.wait_seconds, rel=0.01)
+    by = {c.name: c for c in b.components}
+    # the producing workers' time is the 80 % that was not idle
+    for state, share in (("storage", 0.395), ("on_cpu", 0.3), ("network", 0.1), ("cpu_wait", 0.005)):
+        assert by["workers." + state].seconds == pytest.approx(b.ready_seconds * share / 0.8, rel=0.02)
+    assert by["workers.on_cpu"].cause == "too_few_workers"
+    assert by["workers.network"].cause == "storage_latency"
+    assert b.workers_idle == pytest.approx(0.2, abs=0.001)
+
+
+def test_a_handoff_held_by_a_training_thread_without_a_cpu_is_the_cpu_not_the_handoff():
+    """Issue 49: workers saturating the node's cores; the loop's wait was the handoff, and
+    the training thread waited for a CPU through it: "the per-batch handoff costs 50 %"
+    (transfer_cost 0.96) was the node's CPU."""
+    rng = np.random.default_rng(5)
+    j = synth.jitter(rng, 0.05)
+    events, _ = synth.simulate(300, 2, lambda k, t: j(0.05), lambda k, t: j(0.1),
+                               transfer=lambda k, t: j(0.1))
+    tr = trace_of(events, workers=2)
+    # the main thread runnable with no CPU half its time: more than the whole handoff
+    _signals(tr, loader_main_cpu_wait_ratio=0.5, loader_workers_on_cpu_ratio=0.9,
+             loader_workers_cpu_wait_ratio=0.05, loader_workers_idle_ratio=0.05,
+             loader_workers_storage_ratio=0.0, loader_workers_network_ratio=0.0,
+             loader_workers_sleeping_ratio=0.0)
+    d = wire(diagnosis.analyse(tr))
+    top = d["causes"][0]
+    assert d["budget"]["critical"] == "loop.cpu_wait", d["budget"]
+    assert top["cause"] == "cpu_contention", d["causes"]
+    assert top["score"] > 0.9
+    # nothing throttled the rank: no quota, so not cpu_throttle
+    assert all(c["cause"] != "cpu_throttle" or c["score"] < 0.1 for c in d["causes"])
+
+
+def test_a_frozen_mount_under_a_blocked_read_is_named_while_the_hang_lasts():
+    """Issue 49 item 3: the worker the loop waits on is blocked reading a FUSE mount that
+    does not answer; the budget puts the open wait on storage and the mount's health names it."""
+    rng = np.random.default_rng(7)
+    j = synth.jitter(rng, 0.05)
+    events, _ = synth.simulate(200, 2, lambda k, t: j(0.05), lambda k, t: j(0.1),
+                               transfer=lambda k, t: 0.001)
+    last = events[-1]
+    hang_ns = 20 * 10**9
+    events.append((last[0] + hang_ns, hang_ns, hang_ns + 10**8, hang_ns))
+    tr = trace_of(events, workers=2)
+    tr.open_ns = int(events[-1][0])
+    span = (int(events[0][0]), int(events[-1][0]))
+    hung_at = last[0]
+
+    def step(before, after):
+        return Series.from_points(synth.sampled(lambda t: before if t * 1e9 < hung_at else after, *span,
+                                                every=1.0))
+    tr.signals["loader_workers_storage_ratio"] = step(0.05, 0.98)
+    tr.signals["loader_workers_on_cpu_ratio"] = step(0.4, 0.0)
+    tr.signals["loader_workers_idle_ratio"] = step(0.5, 0.0)
+    tr.signals["loader_main_cpu_wait_ratio"] = step(0.01, 0.0)
+    tr.signals["fuse_up"] = step(1.0, 0.0)
+    d = diagnosis.analyse(tr, since_ns=int(hung_at) - 10**9)
+    assert d.verdict == "input_bound"
+    assert d.budget.critical.name == "workers.storage" and d.budget.critical.cause == "fuse_unhealthy"
+    assert d.causes[0].cause == "fuse_unhealthy", [(c.cause, c.score) for c in d.causes]
+
+
+def test_the_budget_travels_through_the_codec():
+    d = diagnosis.analyse(_steady_slow_mount())
+    back = codec.decode(codec.encode(d))
+    assert back.budget == d.budget
+    assert codec.encode(d)["budget"]["components"][0]["words"] == "the workers blocked reading storage"
