@@ -165,9 +165,12 @@ class CorrelatorPart(Part):
         """The cfs exporter's RankQuota fact; not measured while there is none (it is off,
         or has not collected the rank yet)."""
         q = self.host.facts.value(RankQuota, key)
+        cpuset = self.host.facts.value(RankCpuset, key)
+        # the CPUs the rank may run on: the cores capacity of its workers (capacity.py)
+        cpus = cpuset.cpus if cpuset is not None and cpuset.cpus > 0 else None
         if q is None:
-            return {"measured": False, "cores": None, "ranks": None}
-        return {"measured": True, "cores": q.cores, "ranks": q.ranks}
+            return {"measured": False, "cores": None, "ranks": None, "cpus": cpus}
+        return {"measured": True, "cores": q.cores, "ranks": q.ranks, "cpus": cpus}
 
     def memory(self, key: Any) -> Memory | None:
         """The workers exporter's RankMemory fact as the correlator's model takes it."""

@@ -176,6 +176,8 @@ def _loader(raw: Any) -> dict[str, Any] | None:
                                 _int(c, -128, 255, "loader.worker_exits[][1]")] for p, c in exits]
     if raw.get("batch_bytes") is not None:
         out["batch_bytes"] = _int(raw["batch_bytes"], 1, MAX_BATCH_BYTES, "loader.batch_bytes")
+    if raw.get("dataset_shards") is not None:  # an iterable dataset's shards (hook/watch.py)
+        out["dataset_shards"] = _int(raw["dataset_shards"], 1, 1 << 20, "loader.dataset_shards")
     if raw.get("error") is not None:
         out["error"] = _loader_error(raw["error"])
     return out

@@ -82,7 +82,7 @@ def prediction(p: Prediction) -> JSON:
         if "num_workers" in p.rules_out and p.settings:
             out["workers_alone_useless"] = True
     for k in ("cpu_limit_cores", "crowded_ratio", "first_batch_seconds", "removed_share", "cpu_note",
-              "memory_note"):
+              "memory_note", "bound_by"):
         v = getattr(p, k)
         if v is not None:
             out[k] = v
@@ -283,7 +283,7 @@ def decode_prediction(body: Any) -> Prediction:
                       _str(b, "basis") or "", _str(b, "confidence") or "", rules_out,
                       _num(b, "cpu_limit_cores"), _num(b, "crowded_ratio"),
                       _num(b, "first_batch_seconds"), _num(b, "removed_share"),
-                      _str(b, "cpu_note"), _str(b, "memory_note"))
+                      _str(b, "cpu_note"), _str(b, "memory_note"), _str(b, "bound_by"))
 
 
 def decode_cause(body: Any) -> Cause:

@@ -24,6 +24,7 @@ THROTTLED = signal("cfs_throttled_seconds_rate").name
 RUNQUEUE = signal("workers_runqueue_ratio").name
 SHARD_BYTES = signal("shard_read_bytes").name
 LOADER_BYTES = signal("loader_read_bytes_rate").name
+BLOCK_BYTES = signal("loader_block_read_bytes_rate").name
 LINK_RATIO = signal("link_receive_ratio").name
 LINK_CAPACITY = signal("link_capacity_bytes_rate").name
 
@@ -99,7 +100,9 @@ def measure(ctx: Context, quota: Mapping[str, Any] | None = None,
         shm_size = float(free[-1] / (1 - used[-1]))
         shm_used = float(shm_size * used.max())
     throttled, runqueue = _values(trace, THROTTLED), _values(trace, RUNQUEUE)
+    block = _values(trace, BLOCK_BYTES)
     q = quota or {}
+    shards = loader.get("dataset_shards")
     by_worker = slow_worker.per_worker(trace)
     return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
         step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
@@ -114,4 +117,6 @@ def measure(ctx: Context, quota: Mapping[str, Any] | None = None,
         shm_size_bytes=shm_size, shm_used_bytes=shm_used,
         throttled_seconds_rate=float(throttled.mean()) if throttled is not None else None,
         runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=memory,
-        link=link(ctx.whole))
+        link=link(ctx.whole), cpus=q.get("cpus"), io_read_limit=q.get("io_read_bps"),
+        block_read_bytes_per_second=float(block.mean()) if block is not None else None,
+        dataset_shards=shards if isinstance(shards, int) and shards > 0 else None)

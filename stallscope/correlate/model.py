@@ -67,6 +67,7 @@ class Prediction:
     removed_share: float | None = None
     cpu_note: str | None = None
     memory_note: str | None = None
+    bound_by: str | None = None            # the capacity that binds it (capacity.py)
 
     @property
     def configured(self) -> bool:

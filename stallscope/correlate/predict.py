@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import slow_worker
+from . import capacity, slow_worker
 from .cpulimit import cpu_limit
 from .model import Headroom, Prediction
 from .queue import MAIN_CORE, MAX_WORKERS, REPLAY_BATCHES, TARGET, Measured, Memory, prediction, replay
@@ -133,31 +133,40 @@ def why_not_more_workers(m: Measured) -> str | None:
     load, _ = service_times(m)
     if load is None or not len(load) or not len(m.compute) or m.workers is None:
         return None
-    w, wait, _ = fewest_workers(m, m.prefetch or 2, floor_of(m))
+    caps = capacity.of(m)
+    bound, by = capacity.floor(caps)
+    w, wait, _ = fewest_workers(m, m.prefetch or 2, bound)
     fit = m.memory_workers
     if fit is not None and w > m.workers >= fit:
         return memory_note(m, w, fit)
+    most, count = capacity.most_workers(caps)
+    if count is not None and count.name == "shards" and most is not None and m.workers >= most:
+        return ("the dataset has %d shards and an iterable dataset feeds at most one worker a "
+                "shard: workers past %d get no data" % (most, most))
     if wait > TARGET and w >= MAX_WORKERS:
         return "even %d workers are replayed to wait %.1f%%" % (w, 100 * wait)
-    if link_floor(m) > m.compute_mean * (1 - TARGET):
-        return ("the link at capacity gives the loader one batch every %.3gs at most, against "
-                "%.3gs of compute: more workers share the same link" % (link_floor(m), m.compute_mean))
+    if by is not None and by.name != "cpu_quota" and bound > m.compute_mean * (1 - TARGET):
+        return ("%s gives the loader one batch every %.3gs at most, against %.3gs of compute: "
+                "more workers share the same %s" % (by.words, bound, m.compute_mean, by.short))
     if w == m.workers:
         return "the DataLoader's queue replayed with these %d workers keeps up" % w
     return None
 
 
 def workers(m: Measured, basis: str = "") -> Prediction | None:
-    """The worker count that keeps up (replayed with the measured spread), capped by
-    the CPU quota; when the cap binds, the CPU limit that would be needed."""
+    """The worker count that keeps up (replayed with the measured spread), under every
+    capacity it touches (capacity.py): the CPU quota, else the cores, the link, the
+    device's read limit set floors on the batch time; the dataset's shards and the
+    memory limit cap the count. When the quota binds, the CPU limit that would be
+    needed; when another capacity binds, which one."""
     load, times = service_times(m)
     if load is None or not len(load) or not len(m.compute) or m.workers is None:
         return None
     prefetch = m.prefetch or 2
-    floor = cpu_floor(m, m.loader_cores)
-    if link_floor(m) > m.compute_mean * (1 - TARGET):
-        return None  # the link caps the loader: why_not_more_workers says so
-    floor = max(floor, link_floor(m))
+    caps = capacity.of(m)
+    floor, bound_by = capacity.floor(caps)
+    if bound_by is not None and bound_by.name != "cpu_quota" and floor > m.compute_mean * (1 - TARGET):
+        return None  # a capacity more workers share caps the loader: why_not_more_workers says so
     mean_need = max(1, math.ceil(float(np.mean(load)) / max(m.compute_mean, 1e-9)))
     # a worker uses its share of the workers' CPU; W workers can use no more cores than the quota
     per_worker = (m.workers_cpu_cores / m.workers) if m.workers_cpu_cores and m.workers else None
@@ -171,12 +180,14 @@ def workers(m: Measured, basis: str = "") -> Prediction | None:
     if mean_need != w:
         text += "; the means alone say %d" % mean_need
     cap = m.loader_cores
-    if floor and (floor > m.compute_mean * (1 - TARGET) or wait > TARGET):
+    if bound_by is not None and bound_by.name == "cpu_quota" and (
+            floor > m.compute_mean * (1 - TARGET) or wait > TARGET):
         text += ("; the CPU quota (%.2g cores for the workers) lets them deliver one batch per "
                  "%.3gs at most (%.3g CPU-s a batch): more workers share the same CPU" % (
                      cap or 0.0, floor, m.cpu_per_batch or 0.0))
         return cpu_limit(m, basis=text, capped_workers=w)
     more: dict[str, Any] = {}
+    most, count = capacity.most_workers(caps)
     fit = m.memory_workers
     if fit is not None and w > fit:
         # issue 30: a count the pod cannot hold is no fix (a newcomer's script was told "1 to
@@ -187,17 +198,34 @@ def workers(m: Measured, basis: str = "") -> Prediction | None:
         w = fit
         wait, step = replay(load, m.compute, w, prefetch, floor, times=times)
         text += "; " + more["memory_note"]
+        bound_by = count if count is not None and count.name == "memory" else bound_by
     elif wait > TARGET and w >= MAX_WORKERS:
         return None
+    if count is not None and count.name == "shards" and most is not None and w > most:
+        if most <= m.workers:
+            return None  # why_not_more_workers says so
+        w, bound_by = most, count
+        wait, step = replay(load, m.compute, w, prefetch, floor, times=times)
+        text += "; the dataset's %d shards feed at most %d workers" % (most, most)
     if w == m.workers:
         return None  # the queue keeps up with these workers: not a worker problem
     if per_worker and cap and w * per_worker > cap:
         more["cpu_note"] = "%d workers use ~%.2g cores, over the quota's %.2g" % (w, w * per_worker, cap)
+    if bound_by is not None and wait > TARGET:
+        text += "; %s binds: the queue replayed under it still waits %.1f%%" % (bound_by.words, 100 * wait)
+        more["bound_by"] = bound_by.name
+    confidence = "high" if len(load) >= 50 else "medium"
+    assumes = capacity.assumed(m, caps, w, m.step_seconds / step if step > 0 else None)
+    if assumes:
+        # no "high" across a capacity that was not measured (issue 49)
+        confidence = "medium"
+        text += "; assumes " + " and ".join(assumes)
     change = "raise num_workers from %d to %d" % (m.workers, w)
     if "memory_note" in more:
         change += " (the most the pod's memory limit holds)"
-    return prediction(change, {"num_workers": w},
-                      wait, step, m, basis + text, "high" if len(load) >= 50 else "medium", **more)
+    elif bound_by is not None and bound_by.name == "shards":
+        change += " (one a shard)"
+    return prediction(change, {"num_workers": w}, wait, step, m, basis + text, confidence, **more)
 
 
 def persistent(m: Measured) -> Prediction | None:

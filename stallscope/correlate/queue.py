@@ -116,6 +116,16 @@ class Measured:
     waits: np.ndarray | None = None         # per-batch steady waits (the load itself without workers)
     memory: Memory | None = None            # the memory limit more workers must fit in
     link: Link | None = None                # the node's busiest link and the rank's bytes
+    cpus: int | None = None                 # CPUs the rank's cpuset allows (capacity.py)
+    io_read_limit: float | None = None      # bytes/s its cgroup may read from its device
+    block_read_bytes_per_second: float | None = None  # what its workers read from block devices
+    dataset_shards: int | None = None       # an iterable dataset's shards: workers that get data
+
+    @property
+    def block_read_bytes_per_batch(self) -> float | None:
+        if not self.block_read_bytes_per_second or self.step_seconds <= 0:
+            return None
+        return self.block_read_bytes_per_second * self.step_seconds
 
     @property
     def compute_mean(self) -> float:

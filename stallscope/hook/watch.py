@@ -186,7 +186,29 @@ def loader_info(loader: object, it: object = None) -> dict[str, object] | None:
         info[field] = value if isinstance(value, (bool, int, type(None))) else str(value)
     workers = getattr(it, "_workers", None) or []
     info["worker_pids"] = [w.pid for w in workers if getattr(w, "pid", None)]
+    shards = _dataset_shards(getattr(loader, "dataset", None))
+    if shards is not None:
+        info["dataset_shards"] = shards
     return info
+
+
+def _dataset_shards(dataset: object) -> int | None:
+    """The shards of an iterable dataset that splits them among workers (Hugging Face
+    ``datasets``' ``IterableDataset``, a torch ``IterableDataset``: ``num_shards``, earlier
+    ``n_shards``; N shards feed at most N workers, the rest are stopped with a warning),
+    or None. Read once an iterator, never raising."""
+    data = sys.modules.get("torch.utils.data")
+    iterable = getattr(data, "IterableDataset", None)
+    if iterable is None or not isinstance(dataset, iterable):
+        return None
+    for name in ("num_shards", "n_shards"):
+        try:
+            n = getattr(dataset, name, None)
+        except Exception:  # a property of someone else's class: anything may come out of it
+            continue
+        if type(n) is int and n > 0:
+            return n
+    return None
 
 
 def watch(iterable: _IterableT, **overrides: object) -> _IterableT:
