@@ -89,12 +89,18 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
     """The budget of the judged segment's steady waits, or None when the loop did not wait."""
     trace = ctx.trace
     steady = ctx.steady
+    waits = ctx.steady_waits
+    if ctx.hung:
+        # a hang: what holds the loop now is its open wait, whatever the window held before
+        # it (issue 49 item 3: named from the blocked call at every poll of the hang)
+        steady = np.zeros(trace.n, dtype=bool)
+        steady[-1] = True
+        waits = WaitIndex(trace.t_end[-1:], trace.wait[-1:])
     if not steady.any():
         return None
     wait = float(trace.wait[steady].sum()) / 1e9
     if wait <= 0:
         return None
-    waits = ctx.steady_waits
     found = transfer.split(trace, steady)
     shares = {s: _during(trace, "loader_workers_%s_ratio" % s, waits) for s in WORKER_STATES}
     idle = _during(trace, "loader_workers_idle_ratio", waits)

@@ -17,11 +17,33 @@ from .overlap import InputBound, input_bound, iterator_starts
 from .period import StallPeriod, stall_period
 from .trace import RankTrace, WaitIndex
 
+HUNG_MIN_S = 1.0   # blocked in next() this long, and HUNG_STEPS of its steps, is a hang
+# Three steps, not ten (issue 49, item 3: a rank of 4.5 s steps hung on a frozen mount
+# read "unknown" on the agent for its first 45 s, and diagnose, which judged it stuck,
+# dropped the agent's causes with its verdict): what the loop's workers are blocked in
+# names the cause from the hang's first seconds (budget.py), so the hang is judged as
+# soon as it is longer than a slow step can be.
+HUNG_STEPS = 3
+
+
+def hung(trace: RankTrace) -> bool:
+    """The rank is blocked in next() now (the agent's open wait) for longer than its steps
+    take: at least HUNG_MIN_S and HUNG_STEPS times its median interval."""
+    if trace.open_ns is None or trace.n < 2 or int(trace.t_end[-1]) != trace.open_ns:
+        return False
+    typical = float(np.median(trace.interval[:-1])) / 1e9
+    return float(trace.wait[-1]) / 1e9 >= max(HUNG_MIN_S, HUNG_STEPS * typical)
+
 
 class Context:
     def __init__(self, trace: RankTrace, whole: RankTrace | None = None) -> None:
         self.trace = trace
         self.whole = whole if whole is not None else trace
+
+    @functools.cached_property
+    def hung(self) -> bool:
+        """The judged trace ends in a hang (hung()): what holds the loop now is its open wait."""
+        return hung(self.trace)
 
     @functools.cached_property
     def starts(self) -> np.ndarray:

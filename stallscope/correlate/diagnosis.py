@@ -22,13 +22,12 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import (
     budget,
     checks,
     consumer,
+    context,
     deaths,
     epochs,
     loader_errors,
@@ -129,16 +128,7 @@ def _with_error(d: Diagnosis, error: Mapping[str, Any] | None, setup: checks.Set
     return dataclasses.replace(out, causes=(named,) + rest)
 
 
-HUNG_MIN_S = 1.0   # blocked in next() this long, and 10 of its steps, is a hang
-
-
-def hung(trace: RankTrace) -> bool:
-    """The rank is blocked in next() now (the agent's open wait) for far longer than its
-    steps take: at least HUNG_MIN_S and 10 times its median interval."""
-    if trace.open_ns is None or trace.n < 2 or int(trace.t_end[-1]) != trace.open_ns:
-        return False
-    typical = float(np.median(trace.interval[:-1])) / 1e9
-    return float(trace.wait[-1]) / 1e9 >= max(HUNG_MIN_S, 10 * typical)
+hung = context.hung  # the Context's test, named here since the verdict's path turns on it
 
 
 def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_seconds: float | None,

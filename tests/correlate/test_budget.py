@@ -145,3 +145,36 @@ def test_the_budget_travels_through_the_codec():
     back = codec.decode(codec.encode(d))
     assert back.budget == d.budget
     assert codec.encode(d)["budget"]["components"][0]["words"] == "the workers blocked reading storage"
+
+
+def test_a_hang_over_slow_steps_is_judged_from_its_first_steps_by_the_blocked_read():
+    """Issue 49 item 3: steps of 1.5 s, a stall dated three batches ago, then the loop
+    blocked in next() for 5 s on a worker's read of a mount that does not answer. Ten steps
+    (15 s) were needed before; three do now, and the workers' blocked reads name it."""
+    from stallscope.correlate.trace import RankTrace
+    from tests.helpers.correlate import events_from_waits
+
+    SEC = synth.SEC
+    events = events_from_waits([0.9] * 60 + [1.2] * 3, compute_s=0.6)
+    since = int(events[-3][0] - events[-3][1])
+    last = int(events[-1][0])
+    hang = {"t_end_ns": last + 5 * SEC, "wait_ns": 5 * SEC, "interval_ns": 5 * SEC}
+    span = (int(events[0][0]), last + 5 * SEC)
+
+    def series(before, after):
+        return synth.sampled(lambda t: before if t * 1e9 < last else after, *span, every=0.5)
+    signals = {"loader_workers_storage_ratio": series(0.1, 0.99),
+               "loader_workers_on_cpu_ratio": series(0.8, 0.0),
+               "loader_workers_idle_ratio": series(0.0, 0.0),
+               "loader_main_cpu_wait_ratio": series(0.0, 0.0)}
+    body = synth.body(events, workers=2, signals=signals)
+    d = diagnosis.analyse(RankTrace.from_timeline(dict(body, open_wait=hang)), since_ns=since)
+    assert d.verdict == "input_bound", (d.verdict, d.reason)
+    assert d.budget.critical.name == "workers.storage"
+    # no FUSE health measured: the mount's latency, with the share of the wait it held
+    assert d.causes[0].cause == "storage_latency", [(c.cause, c.score) for c in d.causes]
+    assert d.causes[0].score == pytest.approx(d.budget.share_of("storage_latency"), abs=0.01)
+    signals["fuse_up"] = series(1.0, 0.0)
+    body = synth.body(events, workers=2, signals=signals)
+    d = diagnosis.analyse(RankTrace.from_timeline(dict(body, open_wait=hang)), since_ns=since)
+    assert d.causes[0].cause == "fuse_unhealthy", [(c.cause, c.score) for c in d.causes]
