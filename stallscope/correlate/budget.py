@@ -101,7 +101,7 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
     wait = float(trace.wait[steady].sum()) / 1e9
     if wait <= 0:
         return None
-    found = transfer.split(trace, steady)
+    found = ctx.split if not ctx.hung else transfer.split(trace, steady)
     shares = {s: _during(trace, "loader_workers_%s_ratio" % s, waits) for s in WORKER_STATES}
     idle = _during(trace, "loader_workers_idle_ratio", waits)
     sampled = any(v is not None for v in shares.values())

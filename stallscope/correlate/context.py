@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 
+from . import transfer, workers
 from .overlap import InputBound, input_bound, iterator_starts
 from .period import StallPeriod, stall_period
 from .trace import RankTrace, WaitIndex
@@ -70,6 +71,21 @@ class Context:
             return self.steady_waits
         steady = ~iterator_starts(self.whole)
         return WaitIndex(self.whole.t_end[steady], self.whole.wait[steady])
+
+    @functools.cached_property
+    def split(self) -> tuple[int, float, float, float, float] | None:
+        """The steady waits split by the hook into ready wait and handoff (transfer.split)."""
+        return transfer.split(self.trace, self.steady)
+
+    @functools.cached_property
+    def busy(self) -> tuple[str | None, float | None]:
+        """(scope, each worker's CPU share during the stalls): workers.busy_share."""
+        return workers.busy_share(self.trace, self.steady_waits)
+
+    @functools.cached_property
+    def runnable(self) -> tuple[float, float] | None:
+        """(on a CPU, waiting for one) of the workers during the stalls: workers.runnable_split."""
+        return workers.runnable_split(self.trace, self.steady_waits)
 
     @functools.cached_property
     def loop(self) -> InputBound:

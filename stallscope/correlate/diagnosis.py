@@ -19,7 +19,7 @@ of the job *on this node*; ``stallscope diagnose`` adds the cluster view.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
@@ -190,7 +190,7 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
         straggler=straggler(_wait(ident, ib.data_wait_ratio, node, after), waits, who.node or node))
     if j.verdict != "input_bound":
         return out
-    split = transfer.split(trace, ctx.steady)
+    split = ctx.split
     ready = split[2] / split[4] if split is not None and split[4] > 0 else None
     scored, missing, spent = rank_causes(ctx, quota or {}, facts, ready)
     m = measured.measure(ctx, quota, memory)
@@ -205,80 +205,171 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
         not_evaluated=tuple(sorted(missing, key=causes_mod.VOCABULARY.index)))
 
 
+@dataclasses.dataclass
+class Scoring:
+    """What the steps of rank_causes read and write: the context and the rank's facts in,
+    the causes scored so far, the causes that could not be evaluated, the stall's time
+    budget, and how sure it is that a side of the handoff was short of CPU."""
+    ctx: Context
+    quota: Mapping[str, Any]
+    facts: standing_causes.Facts | None
+    ready_ratio: float | None
+    scored: list[Cause] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+    budget: Budget | None = None
+    starved: float = 0.0
+    consumer_held: float | None = None
+
+    @property
+    def split(self) -> tuple[int, float, float, float, float] | None:
+        return self.ctx.split
+
+
+def _signals(s: Scoring) -> None:
+    s.scored, s.missing = causes_mod.score_signal_causes(s.ctx.whole, s.ctx.whole_steady_waits)
+
+
+def _fed(s: Scoring) -> None:
+    _, share = s.ctx.busy
+    s.scored = [workers.contradict_cpu_shortage(c, share, s.ctx.runnable) for c in s.scored]
+
+
+def _quota(s: Scoring) -> None:
+    s.scored = causes_mod.separate_cpu(s.scored, s.quota)
+
+
+def _workers_short(s: Scoring) -> None:
+    trace, whole = s.ctx.trace, s.split
+    short = workers.cpu_short(trace, s.ctx.steady_waits, trace.compute_ns() / 1e9, s.ctx.runnable)
+    if short is not None:
+        ready_share = whole[2] / whole[1] if whole is not None and whole[1] > 0 else 1.0
+        s.scored = consumer.promote(s.scored, ready_share * short[0], s.quota.get("cores"),
+                                    short[1] + ": more workers would share the same CPUs.",
+                                    quota_throttled=consumer.workers_throttled(trace))
+    s.starved = max((c.score for c in s.scored if c.cause in consumer.CPU_CAUSES), default=0.0)
+
+
+def _consumer_short(s: Scoring) -> None:
+    trace, whole = s.ctx.trace, s.split
+    s.consumer_held = consumer.held_share(trace, s.ready_ratio)
+    if s.consumer_held is not None and whole is not None and whole[1] > 0:
+        s.scored = consumer.promote(s.scored, s.consumer_held * whole[3] / whole[1], s.quota.get("cores"),
+                                    quota_throttled=consumer.throttled(trace))
+        s.starved = max(s.starved, s.consumer_held)
+
+
+def _computed(s: Scoring) -> None:
+    trace, steady = s.ctx.trace, s.ctx.steady
+    for name, found in ((transfer.NAME, transfer.score(trace, steady, s.starved,
+                                                       consumer=s.consumer_held is not None,
+                                                       found=s.split)),
+                        (slow_worker.NAME, slow_worker.score(trace, steady))):
+        if found is None:
+            s.missing.append(name)
+        else:
+            s.scored.append(found)
+
+
+def _standing(s: Scoring) -> None:
+    held, absent = standing_causes.score(s.ctx, s.facts)
+    s.scored += held
+    s.missing += absent
+
+
+def _budget(s: Scoring) -> None:
+    s.budget = budget.account(s.ctx, {c.cause: c.score for c in s.scored})
+
+
+def _too_few(s: Scoring) -> None:
+    ctx, spent = s.ctx, s.budget
+    measured_others = {c.cause for c in spent.components} - {None, "too_few_workers"} if spent else set()
+    others = max([c.score for c in s.scored] + [spent.share_of(n) for n in measured_others if n and spent],
+                 default=0.0)
+    tfw = workers.score(ctx.trace, ctx.period, others, ctx.steady_waits, ctx.steady,
+                        (ctx.busy, ctx.runnable))
+    if tfw is None:
+        s.missing.append("too_few_workers")
+    else:
+        s.scored.append(tfw)
+
+
+def _starts(s: Scoring) -> None:
+    ctx = s.ctx
+    started = epochs.score(ctx.loop, deaths.restarts(ctx.trace, ctx.starts), ctx.trace)
+    if started is not None:
+        s.scored = epochs.steady_part(s.scored, started)
+        s.scored.append(started)
+
+
+def _deaths(s: Scoring) -> None:
+    s.scored = deaths.merge(s.scored, deaths.score(s.ctx.whole))
+
+
+def _measured(s: Scoring) -> None:
+    s.scored = measured_floor(s.scored, s.budget)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of the cause ranking: its name, what it does, and why it is where it is."""
+    name: str
+    run: Callable[[Scoring], None]
+    reason: str
+
+
+# The causes' scoring, in order. Each step reads what the steps before it wrote; nothing
+# else reorders or rewrites the scores (issue 49: what is left of ordering rules is this
+# declared list, each with its reason). causes.rank_causes then sorts and adds unexplained.
+STEPS: tuple[Step, ...] = (
+    Step("signals", _signals, "each co-occurrence cause: does its signal move with the stalls "
+         "(causes.py), judged over the whole window, whose quiet part is the comparison"),
+    Step("fed", _fed, "workers measured running whenever they could were not starved of CPU: "
+         "a CPU cause's co-occurrence is taken off by that share (workers.py)"),
+    Step("quota", _quota, "a CFS quota's throttling explains its share of the run-queue wait: "
+         "cpu_throttle where a quota held them, cpu_contention where none did (causes.py)"),
+    Step("workers_short", _workers_short, "workers measured waiting for a CPU would have kept up "
+         "running whenever they could: the CPU cause holds the part of the ready wait that "
+         "counterfactual removes (workers.cpu_short), which the budget's proportional split "
+         "under-counts when either part alone would have been fast enough"),
+    Step("consumer_short", _consumer_short, "a training thread measured waiting for a CPU that "
+         "its idle workers did not: the CPU cause holds the handoff's share that wait explains "
+         "(consumer.py)"),
+    Step("computed", _computed, "the causes the hook's own numbers measure: the handoff "
+         "(transfer.py, less what a CPU shortage of either side held) and one slow worker "
+         "(slow_worker.py); after the CPU steps, whose shortage they discount"),
+    Step("standing", _standing, "conditions of the set-up and placement, scored by how much of "
+         "the wait their model explains (standing_causes.py)"),
+    Step("budget", _budget, "the stall's time budget (budget.py), after the standing causes, "
+         "whose link at capacity is a context that names a component's cause"),
+    Step("too_few_workers", _too_few, "too slow a loader is the remainder: whatever the other "
+         "causes explain, by score or by the share of the wait their mechanism held, is taken "
+         "off (workers.py), so it comes after every other cause"),
+    Step("starts", _starts, "an iterator's first batches wait for its workers to start: the "
+         "other causes keep the steady part of the wait (epochs.py)"),
+    Step("deaths", _deaths, "the restarts after a worker's death are the death's, judged on the "
+         "whole wait, the restarts' included (deaths.py)"),
+    Step("measured", _measured, "a cause scores at least the share of the wait its mechanism was "
+         "measured holding (budget.py): co-occurrence never discounts a mechanism that is on all "
+         "the time; last, so no step after it lowers a measured share"),
+)
+
+
 def rank_causes(ctx: Context, quota: Mapping[str, Any],
                 facts: standing_causes.Facts | None,
                 ready_ratio: float | None = None
                 ) -> tuple[list[Cause], list[str], Budget | None]:
-    """Every candidate cause scored on the context (each by its kind: co-occurrence,
-    computed, standing, and at least the share of the wait its mechanism was measured
-    holding), the names of those that could not be evaluated, and the stall's time
-    budget (budget.py) the measured step used.
+    """Every candidate cause scored on the context by STEPS (each by its kind:
+    co-occurrence, computed, standing, and at least the share of the wait its mechanism
+    was measured holding), the names of those that could not be evaluated, and the
+    stall's time budget (budget.py).
     ``ready_ratio``: the share of the step spent waiting for a ready batch (the hook's
     split), which tells a CPU-short consumer from a CPU-short loader (consumer.py)."""
-    trace, steady = ctx.trace, ctx.steady
-    scored, missing = causes_mod.score_signal_causes(ctx.whole, ctx.whole_steady_waits)
-    _, share = workers.busy_share(trace, ctx.steady_waits)
-    runnable = workers.runnable_split(trace, ctx.steady_waits)
-    scored = [workers.contradict_cpu_shortage(c, share, runnable) for c in scored]
-    scored = causes_mod.separate_cpu(scored, quota)
-    # workers short of CPU are late (issue 30: a CPU-bound loader on a node without spare
-    # CPU): the CPU cause explains the part of the wait for ready batches their shortage
-    # does (workers.cpu_short), whatever the co-occurrence said of a crowding all along
-    short = workers.cpu_short(trace, ctx.steady_waits, trace.compute_ns() / 1e9)
-    whole = transfer.split(trace, steady)
-    if short is not None:
-        ready_share = whole[2] / whole[1] if whole is not None and whole[1] > 0 else 1.0
-        scored = consumer.promote(scored, ready_share * short[0], quota.get("cores"),
-                                  short[1] + ": more workers would share the same CPUs.",
-                                  quota_throttled=consumer.workers_throttled(trace))
-    # short of CPU, workers answer the loop's requests for each batch late too
-    starved = max((c.score for c in scored if c.cause in ("cpu_throttle", "cpu_contention")),
-                  default=0.0)
-    # ... and so does a consumer short of CPU: its wait beyond its workers' is the part of
-    # the handoff its shortage explains (consumer.py), whatever the co-occurrence said
-    consumer_held = consumer.held_share(trace, ready_ratio)
-    if consumer_held is not None and whole is not None and whole[1] > 0:
-        scored = consumer.promote(scored, consumer_held * whole[3] / whole[1], quota.get("cores"),
-                                  quota_throttled=consumer.throttled(trace))
-        starved = max(starved, consumer_held)
-    for name, found in ((transfer.NAME, transfer.score(trace, steady, starved,
-                                                       consumer=consumer_held is not None)),
-                        (slow_worker.NAME, slow_worker.score(trace, steady))):
-        if found is None:
-            missing.append(name)
-        else:
-            scored.append(found)
-    held, absent = standing_causes.score(ctx, facts)
-    scored += held
-    missing += absent
-    spent = budget.account(ctx, {c.cause: c.score for c in scored})
-    # what else explains the wait, by its score or by the share its mechanism held: a slow
-    # loader is too slow *because of* it (workers.score takes it off)
-    measured_others = {c.cause for c in spent.components} - {None, "too_few_workers"} if spent else set()
-    others = max([c.score for c in scored] + [spent.share_of(n) for n in measured_others if n and spent],
-                 default=0.0)
-    tfw = workers.score(trace, ctx.period, others, ctx.steady_waits, ctx.steady)
-    if tfw is None:
-        missing.append("too_few_workers")
-    else:
-        scored.append(tfw)
-    # the restarts after a worker's death are the death's, not epochs' (deaths.py)
-    started = epochs.score(ctx.loop, deaths.restarts(trace, ctx.starts), trace)
-    if started is not None:
-        scored = epochs.steady_part(scored, started)
-        scored.append(started)
-    # judged on the whole wait, the restarts' included: not discounted as steady; over
-    # the whole window, as the signals are (a stall segment the detector dated from
-    # steady batches may begin after the deaths that caused most of the wait)
-    scored = deaths.merge(scored, deaths.score(ctx.whole))
-    # Step ``measured`` (issue 49): a cause scores at least the share of the stall's wait
-    # that its mechanism was measured holding (budget.py). Co-occurrence judges whether a
-    # signal moves with the stalls; a mechanism on all the time holds the wait as surely
-    # as one that comes and goes, and is not discounted for it.
-    scored = measured_floor(scored, spent)
-    named = {c.cause for c in scored}
-    missing = [c for c in dict.fromkeys(missing + list(deaths.CAUSES)) if c not in named]
-    return scored, missing, spent
+    s = Scoring(ctx, quota, facts, ready_ratio)
+    for step in STEPS:
+        step.run(s)
+    named = {c.cause for c in s.scored}
+    missing = [c for c in dict.fromkeys(s.missing + list(deaths.CAUSES)) if c not in named]
+    return s.scored, missing, s.budget
 
 
 def measured_floor(scored: list[Cause], spent: Budget | None) -> list[Cause]:

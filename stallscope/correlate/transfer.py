@@ -58,12 +58,14 @@ def handoff_ratio(trace: RankTrace) -> float | None:
     return float((wait - np.minimum(trace.ready[known], wait)).sum()) / step
 
 
-def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0, consumer: bool = False) -> Cause | None:
+def score(trace: RankTrace, steady: np.ndarray, starved: float = 0.0, consumer: bool = False,
+          found: tuple[int, float, float, float, float] | None = None) -> Cause | None:
     """The transfer_cost Cause, or None when the hook did not split the waits
     (a single-process loader, another iterable, an older hook). ``starved``: how sure it
     is that a side of the handoff was short of CPU: the workers (the CPU causes' score)
-    or, with ``consumer``, the training process (consumer.held_share)."""
-    found = split(trace, steady)
+    or, with ``consumer``, the training process (consumer.held_share). ``found``: the
+    split when the caller has it (the Context's)."""
+    found = found if found is not None else split(trace, steady)
     if found is None:
         return None
     n, wait, ready, moved, step = found

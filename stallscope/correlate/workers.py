@@ -152,7 +152,8 @@ def contradict_cpu_shortage(cause: Cause, share: float | None,
     return cause.with_score(cause.score * (1.0 - f), note, row)
 
 
-def cpu_short(trace: RankTrace, wait_index: WaitIndex, compute_s: float) -> tuple[float, str] | None:
+def cpu_short(trace: RankTrace, wait_index: WaitIndex, compute_s: float,
+              runnable: tuple[float, float] | None = None) -> tuple[float, str] | None:
     """How much of the loader's lateness its workers' CPU shortage explains, with the
     sentence that says so (issue 30: a CPU-bound loader on a node without spare CPU was
     told to add workers). The sampler measured them running ``on`` and waiting for a CPU
@@ -160,7 +161,8 @@ def cpu_short(trace: RankTrace, wait_index: WaitIndex, compute_s: float) -> tupl
     would have taken on / (on + wait) of its measured batch load time. The wait left at
     that pace against the compute is what the shortage does not explain. None: no
     sampler, no load times, or workers not short of CPU."""
-    split = runnable_split(trace, wait_index)
+    # ``runnable``: runnable_split's answer when the caller has it (the Context's)
+    split = runnable if runnable is not None else runnable_split(trace, wait_index)
     workers = (trace.loader or {}).get("num_workers")
     span = trace.span()
     _, load = trace.signal(BATCH_LOAD, ("rank",))
@@ -202,7 +204,9 @@ def _off_cpu_split(trace: RankTrace, span: tuple[int, int], wait_index: WaitInde
 
 
 def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
-          wait_index: WaitIndex | None = None, steady: np.ndarray | None = None) -> Cause | None:
+          wait_index: WaitIndex | None = None, steady: np.ndarray | None = None,
+          measured: tuple[tuple[str | None, float | None], tuple[float, float] | None] | None = None
+          ) -> Cause | None:
     """The too_few_workers Cause, or None when nothing bears on it. ``steady``: the mask
     of batches that start no iterator, when the caller has it (correlate/context.py)."""
     workers = (trace.loader or {}).get("num_workers")
@@ -257,8 +261,9 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
     if lasting < 0.7:
         reasons.append("but the stalls come and go (in %.0f%% of the window), so something "
                        "changed over time" % (100 * lasting))
-    scope, busy_mean = busy_share(trace, wi)
-    split = runnable_split(trace, wi)
+    # ``measured``: (busy_share, runnable_split) when the caller has them (the Context's)
+    (scope, busy_mean), split = measured if measured is not None else (
+        busy_share(trace, wi), runnable_split(trace, wi))
     if busy_mean is None:
         factor = OFF_CPU
     else:
