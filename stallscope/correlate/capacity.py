@@ -6,7 +6,9 @@ quota, else the CPUs of their cpuset less a core for the training process), the 
 busiest link, the bytes a second the rank's cgroup may read from its device (cgroup
 ``blkio.throttle.read_bps_device`` / ``io.max``), the dataset's shards (an iterable
 dataset of N shards feeds at most N workers: Hugging Face ``datasets`` stops the rest)
-and the memory limit. A capacity bounds a prediction two ways: a *floor* on the time
+and the memory limit. On a crowded node the cores are what the node gave the workers (what
+they used plus their wait for a CPU at the rate they ran), not the cpuset's count: more
+workers would share the same busy CPUs. A capacity bounds a prediction two ways: a *floor* on the time
 between batches, however many workers share it (CPU-seconds or bytes a batch over the
 capacity), and a *count* of workers past which none does more work. A predicted fix is
 the queue replayed under every floor and count it touches (predict.py), and says which
@@ -69,6 +71,11 @@ def of(m: Measured) -> tuple[Capacity, ...]:
     cpu = m.cpu_per_batch
     if m.loader_cores:
         out.append(Capacity("cpu_quota", m.loader_cores, "cores", cpu / m.loader_cores if cpu else 0.0))
+    elif m.node_cores is not None:
+        # a crowded node: the workers get what they got plus their held-back time at the
+        # rate they ran while runnable (queue.Measured.node_cores); more of them share it
+        cores = max(m.node_cores, 0.1)
+        out.append(Capacity("cores", cores, "cores", cpu / cores if cpu else 0.0))
     elif m.cpus:
         # the workers have the cpuset's CPUs less the training process's core, and at least
         # what they use now (the training process may need less than a core)

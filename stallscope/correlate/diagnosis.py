@@ -75,12 +75,16 @@ def decide(ib: InputBound, peers: Iterable[rules.RankWait], ident: Mapping[str, 
     return j
 
 
-def straggler(me: rules.RankWait, peers: Sequence[rules.RankWait], node: str) -> Straggler:
+def straggler(me: rules.RankWait, peers: Sequence[rules.RankWait], node: str,
+              world: int | None = None) -> Straggler:
     """The rank of this job with the highest data-wait share among those on this node
     (RankWait; rules.straggler_of: a rank still starting is none)."""
     worst = rules.straggler_of([me] + list(peers))
     note = ("The agent sees only the ranks on node %s; `stallscope diagnose` adds the "
             "cluster view from Prometheus." % (node or "?"))
+    ranks = world if world is not None else max(2, 1 + len(peers))  # others may be elsewhere
+    if worst is not None and rules.over(worst.ratio) and not rules.names_straggler(worst.ratio, ranks):
+        return Straggler(None, None, None, None, "A job of one rank has no straggler.")
     if worst is None or not rules.over(worst.ratio):
         return Straggler(None, None, None, None, "No rank of this job on this node waits on its "
                          "loader: the straggler, if any, is on another node. " + note)
@@ -187,7 +191,8 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
         gpu=GpuView(ib.gpu_signal, trace.gpu_source if ib.gpu_signal else None, ib.gpu_samples,
                     ib.gpu_idle_ratio, ib.gpu_idle_without_wait_ratio),
         gpu_idle_overlap_ratio=ib.gpu_idle_overlap_ratio, stall=per, sawtooth=saw,
-        straggler=straggler(_wait(ident, ib.data_wait_ratio, node, after), waits, who.node or node))
+        straggler=straggler(_wait(ident, ib.data_wait_ratio, node, after), waits, who.node or node,
+                            who.world_size))
     if j.verdict != "input_bound":
         return out
     split = ctx.split

@@ -168,11 +168,14 @@ class Identity:
     pod: str | None = None
     namespace: str | None = None
     node: str | None = None
+    world_size: int | None = None
 
     @classmethod
     def of(cls, ident: Mapping[str, Any], node: str = "") -> Identity:
+        world = ident.get("world_size")
         return cls(ident.get("job"), ident.get("rank"), ident.get("pod"), ident.get("namespace"),
-                   ident.get("node") or node or None)
+                   ident.get("node") or node or None,
+                   world if isinstance(world, int) and not isinstance(world, bool) else None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,6 +107,13 @@ def straggler_of(job: list[RankWait]) -> RankWait | None:
     return max(known, key=lambda r: (r.ratio, -_order(r.rank)))
 
 
+def names_straggler(worst: float | None, ranks: int) -> bool:
+    """Whether a report names the job's worst rank as its straggler: it waits over the
+    line and the job has another rank to be slower than (issue 49: single-rank runs named
+    their only rank, and a healthy four-rank job one of its ranks, through Prometheus)."""
+    return ranks > 1 and over(worst)
+
+
 def _order(rank: Any) -> float:
     try:
         return float(rank)

@@ -11,6 +11,7 @@ import statistics
 import time
 from typing import Any
 
+from ..correlate import rules
 from ..correlate.model import Diagnosis
 from . import agents as agents_mod
 from . import cluster as cluster_mod
@@ -128,11 +129,16 @@ def _identity(cl: ClusterView | None, nd: NodeView | None, others: list[JobRank]
 
 
 def _straggler(cl: ClusterView | None, diag: Diagnosis | None, me: Subject) -> JobRank | None:
+    """The job's worst rank, named only when it waits over the line and the job has other
+    ranks (rules.names_straggler, the one rule both paths apply)."""
     if cl is not None:
-        return cl.straggler
+        worst = cl.straggler
+        return worst if worst is not None and rules.names_straggler(worst.data_wait_ratio, cl.job_ranks) \
+            else None
     if me.job_scope == "agents":  # the job's worst rank, as the cluster view names it
         known = [x for x in me.job_rows or () if x.data_wait_ratio is not None and not verdict.starting(x)]
-        return max(known, key=lambda x: (x.data_wait_ratio or 0.0, -_order(x.rank)), default=None)
+        top = max(known, key=lambda x: (x.data_wait_ratio or 0.0, -_order(x.rank)), default=None)
+        return top if top is not None and rules.names_straggler(top.data_wait_ratio, len(known)) else None
     s = diag.straggler if diag is not None else None
     if s is None or s.rank is None:
         return None
