@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
 from ..correlate import change, checks, codec, detect, diagnosis, standing
+from ..correlate.facts import RankFacts
 from ..correlate.model import Diagnosis
 from ..correlate.queue import Memory
 from ..correlate.trace import RankTrace, Series
@@ -139,9 +140,7 @@ class CorrelatorPart(Part):
             SCRAPES.pause()
             found[r.key] = diagnosis.analyse(traces[r.key], list(traces.values()), node=self.host.node,
                                              window_seconds=seconds, since_ns=since_of.get(r.key),
-                                             quota=self.quota(r.key), setup=self.setup(r),
-                                             loader_error=getattr(r, "loader_error", None),
-                                             memory=self.memory(r.key))
+                                             facts=self.facts(r))
             self.analyses += 1
         return found
 
@@ -161,16 +160,25 @@ class CorrelatorPart(Part):
                             shm_size_bytes=shm.size_bytes if shm is not None else None,
                             wants_pinned=wants_pinned)
 
-    def quota(self, key: Any) -> dict[str, Any]:
-        """The cfs exporter's RankQuota fact; not measured while there is none (it is off,
-        or has not collected the rank yet)."""
+    def facts(self, rank: Any) -> RankFacts:
+        """What the host's exporters know of the rank, as the analysis takes it
+        (correlate/facts.py): the cfs exporter's quota (not measured while it has not
+        collected the rank), the cpuset's CPUs, the memory limit, the set-up, the loader's
+        error."""
+        key = rank.key
         q = self.host.facts.value(RankQuota, key)
         cpuset = self.host.facts.value(RankCpuset, key)
-        # the CPUs the rank may run on: the cores capacity of its workers (capacity.py)
-        cpus = cpuset.cpus if cpuset is not None and cpuset.cpus > 0 else None
-        if q is None:
-            return {"measured": False, "cores": None, "ranks": None, "cpus": cpus}
-        return {"measured": True, "cores": q.cores, "ranks": q.ranks, "cpus": cpus}
+        return RankFacts(quota_measured=q is not None, quota_cores=q.cores if q is not None else None,
+                         quota_ranks=q.ranks if q is not None else None,
+                         # the CPUs the rank may run on: its workers' cores capacity (capacity.py)
+                         cpus=cpuset.cpus if cpuset is not None and cpuset.cpus > 0 else None,
+                         memory=self.memory(key), setup=self.setup(rank),
+                         loader_error=getattr(rank, "loader_error", None))
+
+    def quota_cores(self, key: Any) -> float | None:
+        """The cfs exporter's quota over the rank's loader, in cores (None: none, or not yet)."""
+        q = self.host.facts.value(RankQuota, key)
+        return q.cores if q is not None else None
 
     def memory(self, key: Any) -> Memory | None:
         """The workers exporter's RankMemory fact as the correlator's model takes it."""
@@ -257,7 +265,7 @@ class CorrelatorPart(Part):
         return None
 
     def watch_settings(self) -> None:
-        self.settings.look(self.host.ranks(), self.current(), lambda key: self.quota(key)["cores"])
+        self.settings.look(self.host.ranks(), self.current(), self.quota_cores)
 
     def refresh(self, now: float | None = None) -> None:
         t0 = time.monotonic()

@@ -21,7 +21,7 @@ discounted more than a rank's own: other tenants share it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -245,19 +245,20 @@ def order(causes: Sequence[Cause]) -> list[Cause]:
     return [c for _, c in keyed]
 
 
-def separate_cpu(scored: list[Cause], quota: Mapping[str, Any]) -> list[Cause]:
+def separate_cpu(scored: list[Cause], quota_measured: bool, quota_cores: float | None) -> list[Cause]:
     """cpu_throttle (a CFS quota held the loader back: raise the limit) vs cpu_contention
     (it waited for a core with no quota throttling it: the node is crowded, a limit buys
-    nothing). ``quota``: {"measured": the cfs exporter ran, "cores": the rank's effective
-    quota or None}. Throttled tasks queue too, so when throttling explains the stalls it
-    takes its share off the run-queue cause; without a quota there is no throttling."""
+    nothing). ``quota_measured``: the cfs exporter ran; ``quota_cores``: the rank's
+    effective quota or None. Throttled tasks queue too, so when throttling explains the
+    stalls it takes its share off the run-queue cause; without a quota there is no
+    throttling."""
     by = {c.cause: c for c in scored}
     contention, throttle = by.get("cpu_contention"), by.get("cpu_throttle")
     if contention is None:
         return scored
     out = contention
-    if quota.get("measured"):
-        cores = quota.get("cores")
+    if quota_measured:
+        cores = quota_cores
         out = out.with_score(out.score, " The rank's cgroups have no CFS quota: nothing throttled "
                              "them." if cores is None else "",
                              Evidence("cfs_quota_cores", cores, None, "above", None, "rank"))

@@ -41,9 +41,9 @@ from . import (
 )
 from . import causes as causes_mod
 from .context import Context
+from .facts import NONE, RankFacts
 from .model import Budget, Cause, Diagnosis, GpuView, Identity, Loop, Matched, RankRow, Straggler
 from .overlap import InputBound, after_start, data_wait_ratio
-from .queue import Memory
 from .sawtooth import sawtooth
 from .trace import RankTrace
 
@@ -99,24 +99,18 @@ def _row(p: rules.RankWait) -> RankRow:
 
 def analyse(trace: RankTrace, peers: Iterable[RankTrace] = (), node: str = "",
             window_seconds: float | None = None, since_ns: int | None = None,
-            quota: Mapping[str, Any] | None = None,
-            facts: standing_causes.Facts | None = None,
-            setup: checks.SetUp | None = None,
-            loader_error: Mapping[str, Any] | None = None,
-            memory: Memory | None = None) -> Diagnosis:
+            facts: RankFacts = NONE) -> Diagnosis:
     """Diagnose ``trace``; ``peers`` are the other ranks' traces on this node (any job).
 
     ``since_ns``: a stall began then (detect.py). The verdict, the loader's numbers and
     the stall period are judged on the stall's own segment; the signals' co-occurrence
     with the waits on the whole trace, whose earlier part gives the quiet time to compare
-    against. ``quota``: the rank's CFS quota, {"measured", "cores"} (causes.separate_cpu).
-    ``facts``: what the host knows of the rank's set-up and placement, for the standing
-    causes (standing_causes.py). ``setup``: what the set-up checks are judged on
-    (checks.py; from the first batch, whatever the verdict); ``loader_error``: the
-    loader's own error as the hook reported it (loader_errors.py); ``memory``: the rank's
-    memory limit and its workers' size, which caps the worker counts predicted (queue.py)."""
-    return _with_error(_analyse(trace, peers, node, window_seconds, since_ns, quota, facts, setup, memory),
-                       loader_error, setup)
+    against. ``facts``: what the host knows of the rank beyond its trace (facts.py): its
+    CFS quota (causes.separate_cpu), cpuset and read limit (capacity.py), memory limit
+    (which caps the worker counts predicted), set-up (checks.py; judged from the first
+    batch, whatever the verdict) and the loader's own error (loader_errors.py)."""
+    return _with_error(_analyse(trace, peers, node, window_seconds, since_ns, facts),
+                       facts.loader_error, facts.setup)
 
 
 def _with_error(d: Diagnosis, error: Mapping[str, Any] | None, setup: checks.SetUp | None) -> Diagnosis:
@@ -136,9 +130,7 @@ hung = context.hung  # the Context's test, named here since the verdict's path t
 
 
 def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_seconds: float | None,
-             since_ns: int | None, quota: Mapping[str, Any] | None,
-             facts: standing_causes.Facts | None, setup: checks.SetUp | None,
-             memory: Memory | None = None) -> Diagnosis:
+             since_ns: int | None, facts: RankFacts) -> Diagnosis:
     whole = trace
     segment = trace.since(since_ns) if since_ns is not None else trace
     if since_ns is not None and segment.n < MIN_BATCHES and hung(trace):
@@ -163,6 +155,7 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
                      verdict="unknown", reason="",
                      job_ranks_on_node=tuple(sorted((_row(p) for p in waits), key=lambda r: r.rank)),
                      since_ns=int(since_ns) if since_ns is not None else None)
+    setup = facts.setup
     if setup is not None:
         # judged on the whole trace: the epochs before a stall are the set-up's too
         epoch_s, startup_s = checks.epochs(whole)
@@ -197,8 +190,8 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
         return out
     split = ctx.split
     ready = split[2] / split[4] if split is not None and split[4] > 0 else None
-    scored, missing, spent = rank_causes(ctx, quota or {}, facts, ready)
-    m = measured.measure(ctx, quota, memory)
+    scored, missing, spent = rank_causes(ctx, facts, ready)
+    m = measured.measure(ctx, facts)
     ranked = causes_mod.rank_causes(scored)
     ranked = consumer.attribute(ranked, trace, ready, handoff)
     if m is not None:
@@ -216,8 +209,7 @@ class Scoring:
     the causes scored so far, the causes that could not be evaluated, the stall's time
     budget, and how sure it is that a side of the handoff was short of CPU."""
     ctx: Context
-    quota: Mapping[str, Any]
-    facts: standing_causes.Facts | None
+    facts: RankFacts
     ready_ratio: float | None
     scored: list[Cause] = dataclasses.field(default_factory=list)
     missing: list[str] = dataclasses.field(default_factory=list)
@@ -240,7 +232,7 @@ def _fed(s: Scoring) -> None:
 
 
 def _quota(s: Scoring) -> None:
-    s.scored = causes_mod.separate_cpu(s.scored, s.quota)
+    s.scored = causes_mod.separate_cpu(s.scored, s.facts.quota_measured, s.facts.quota_cores)
 
 
 def _workers_short(s: Scoring) -> None:
@@ -248,7 +240,7 @@ def _workers_short(s: Scoring) -> None:
     short = workers.cpu_short(trace, s.ctx.steady_waits, trace.compute_ns() / 1e9, s.ctx.runnable)
     if short is not None:
         ready_share = whole[2] / whole[1] if whole is not None and whole[1] > 0 else 1.0
-        s.scored = consumer.promote(s.scored, ready_share * short[0], s.quota.get("cores"),
+        s.scored = consumer.promote(s.scored, ready_share * short[0], s.facts.quota_cores,
                                     short[1] + ": more workers would share the same CPUs.",
                                     quota_throttled=consumer.workers_throttled(trace))
     s.starved = max((c.score for c in s.scored if c.cause in consumer.CPU_CAUSES), default=0.0)
@@ -258,7 +250,7 @@ def _consumer_short(s: Scoring) -> None:
     trace, whole = s.ctx.trace, s.split
     s.consumer_held = consumer.held_share(trace, s.ready_ratio)
     if s.consumer_held is not None and whole is not None and whole[1] > 0:
-        s.scored = consumer.promote(s.scored, s.consumer_held * whole[3] / whole[1], s.quota.get("cores"),
+        s.scored = consumer.promote(s.scored, s.consumer_held * whole[3] / whole[1], s.facts.quota_cores,
                                     quota_throttled=consumer.throttled(trace))
         s.starved = max(s.starved, s.consumer_held)
 
@@ -276,7 +268,7 @@ def _computed(s: Scoring) -> None:
 
 
 def _standing(s: Scoring) -> None:
-    held, absent = standing_causes.score(s.ctx, s.facts)
+    held, absent = standing_causes.score(s.ctx)
     s.scored += held
     s.missing += absent
 
@@ -359,9 +351,7 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def rank_causes(ctx: Context, quota: Mapping[str, Any],
-                facts: standing_causes.Facts | None,
-                ready_ratio: float | None = None
+def rank_causes(ctx: Context, facts: RankFacts = NONE, ready_ratio: float | None = None
                 ) -> tuple[list[Cause], list[str], Budget | None]:
     """Every candidate cause scored on the context by STEPS (each by its kind:
     co-occurrence, computed, standing, and at least the share of the wait its mechanism
@@ -369,7 +359,7 @@ def rank_causes(ctx: Context, quota: Mapping[str, Any],
     stall's time budget (budget.py).
     ``ready_ratio``: the share of the step spent waiting for a ready batch (the hook's
     split), which tells a CPU-short consumer from a CPU-short loader (consumer.py)."""
-    s = Scoring(ctx, quota, facts, ready_ratio)
+    s = Scoring(ctx, facts, ready_ratio)
     for step in STEPS:
         step.run(s)
     named = {c.cause for c in s.scored}

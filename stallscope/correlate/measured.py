@@ -4,7 +4,6 @@ settings, the workers' CPU use, the CFS quota and how long it held them back, th
 run-queue wait, shard reads, /dev/shm and the iterators' first batches."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -12,8 +11,9 @@ import numpy as np
 from ..vocabulary import signal
 from . import slow_worker
 from .context import Context
+from .facts import NONE, RankFacts
 from .predict import Measured
-from .queue import Link, Memory
+from .queue import Link
 
 BATCH_LOAD = signal("batch_load_seconds").name
 WORKERS_CPU = signal("workers_cpu_ratio").name
@@ -77,11 +77,10 @@ def link(trace: Any) -> Link | None:
                 rate[0], per_batch)
 
 
-def measure(ctx: Context, quota: Mapping[str, Any] | None = None,
-            memory: Memory | None = None) -> Measured | None:
+def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
     """predict.Measured for the context's trace, or None with too few steady batches.
-    ``memory``: the rank's memory limit and its workers' size (the agent's), which caps
-    the worker counts."""
+    ``facts``: the rank's quota, cpuset, read limit and memory limit (the agent's), the
+    capacities its predictions run into."""
     trace, ib, steady = ctx.trace, ctx.loop, ctx.steady
     if steady.sum() < 5:
         return None
@@ -101,22 +100,21 @@ def measure(ctx: Context, quota: Mapping[str, Any] | None = None,
         shm_used = float(shm_size * used.max())
     throttled, runqueue = _values(trace, THROTTLED), _values(trace, RUNQUEUE)
     block = _values(trace, BLOCK_BYTES)
-    q = quota or {}
     shards = loader.get("dataset_shards")
     by_worker = slow_worker.per_worker(trace)
     return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
         step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
         load=load, load_times=_times(trace, BATCH_LOAD), workers=loader.get("num_workers"),
         prefetch=loader.get("prefetch_factor"),
-        persistent=loader.get("persistent_workers"), quota_cores=q.get("cores"),
-        quota_ranks=q.get("ranks"), workers_cpu_cores=float(cpu.mean()) if cpu is not None else None,
+        persistent=loader.get("persistent_workers"), quota_cores=facts.quota_cores,
+        quota_ranks=facts.quota_ranks, workers_cpu_cores=float(cpu.mean()) if cpu is not None else None,
         iterator_starts=ib.iterator_starts, iterator_start_wait_seconds=ib.iterator_start_wait_seconds,
         steady_wait_seconds=float(wait.mean()), waits=wait, batches=trace.n, window_seconds=seconds,
         shard_read_p99=float(np.quantile(reads, 0.99)) if reads is not None else None,
         shard_reads_per_second=(len(reads) / seconds) if reads is not None and seconds > 0 else None,
         shm_size_bytes=shm_size, shm_used_bytes=shm_used,
         throttled_seconds_rate=float(throttled.mean()) if throttled is not None else None,
-        runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=memory,
-        link=link(ctx.whole), cpus=q.get("cpus"), io_read_limit=q.get("io_read_bps"),
+        runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=facts.memory,
+        link=link(ctx.whole), cpus=facts.cpus, io_read_limit=facts.io_read_limit,
         block_read_bytes_per_second=float(block.mean()) if block is not None else None,
         dataset_shards=shards if isinstance(shards, int) and shards > 0 else None)

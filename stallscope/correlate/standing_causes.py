@@ -63,11 +63,6 @@ MOST_LOST = 0.95  # a load time is never modelled to vanish
 NETWORK_LINE = 0.5
 
 
-class Facts:
-    """Facts the host publishes about a rank that a standing cause's model may use
-    beyond its signals (none needed yet: kept so the models' inputs have one home)."""
-
-
 def _level(ctx: Context, name: str, scopes: tuple[str, ...] = ("rank",)) -> float | None:
     """The signal's mean during the waits (time-weighted when there was no wait)."""
     scope, s = ctx.whole.signal(name, scopes)
@@ -230,7 +225,7 @@ MODELS = {NUMA: numa_remote, BANDWIDTH: bandwidth_bound, STORAGE_ERRORS: storage
 
 
 
-def score(ctx: Context, facts: Facts | None = None) -> tuple[list[Cause], list[str]]:
+def score(ctx: Context) -> tuple[list[Cause], list[str]]:
     """(the standing causes whose condition was measured, those without a measurement)."""
     found: list[Cause] = []
     missing: list[str] = []

@@ -7,6 +7,7 @@ import pytest
 
 from stallscope import vocabulary
 from stallscope.correlate import checks, codec, diagnosis
+from stallscope.correlate.facts import RankFacts
 from stallscope.correlate.trace import RankTrace
 
 MiB = 1 << 20
@@ -104,7 +105,8 @@ def test_the_diagnosis_carries_the_warnings_at_the_first_batch_and_through_the_c
     loader = dict(HEALTHY_LOADER, num_workers=0, pin_memory=False)
     tr = RankTrace.from_events({"job": "j", "rank": 0, "pod": "p"}, loader,
                                np.stack([ends, waits, intervals], 1).tolist(), {}, {})
-    d = diagnosis.analyse(tr, [tr], node="n", setup=dataclasses.replace(HEALTHY, loader=None))
+    facts = RankFacts(setup=dataclasses.replace(HEALTHY, loader=None))
+    d = diagnosis.analyse(tr, [tr], node="n", facts=facts)
     assert d.verdict == "unknown"
     assert {w.check for w in d.warnings} == {"no_workers_with_gpu", "pin_memory_off_with_gpu"}
     back = codec.decode(codec.encode(d))

@@ -181,12 +181,11 @@ def test_diagnose_from_prometheus_orders_the_causes_as_the_agent_does():
 def test_cpu_contention_is_told_from_throttling_by_the_measured_quota():
     from stallscope.correlate import causes
     # no quota on the rank's cgroups (measured): contention stands, and says so
-    out = wire(causes.separate_cpu([cause("cpu_contention", 0.8)], {"measured": True, "cores": None}))
+    out = wire(causes.separate_cpu([cause("cpu_contention", 0.8)], True, None))
     assert out[0]["score"] == 0.8 and "no CFS quota" in out[0]["summary"]
     assert {"signal": "cfs_quota_cores", "value": None}.items() <= out[0]["evidence"][-1].items()
     # a quota that throttles explains the run-queue wait: throttling leads
-    out = causes.separate_cpu([cause("cpu_contention", 0.8), cause("cpu_throttle", 0.75)],
-                              {"measured": True, "cores": 2.0})
+    out = causes.separate_cpu([cause("cpu_contention", 0.8), cause("cpu_throttle", 0.75)], True, 2.0)
     ranked = wire(causes.rank_causes(out))
     assert ranked[0]["cause"] == "cpu_throttle"
     assert {c["cause"]: c["score"] for c in ranked}["cpu_contention"] == pytest.approx(0.2)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from stallscope.correlate import consumer, diagnosis
+from stallscope.correlate.facts import RankFacts
 from stallscope.correlate.trace import RankTrace, Series
 from stallscope.lab import synth
 from tests.helpers.correlate import trace_of, wire
@@ -165,13 +166,13 @@ def test_a_consumer_throttled_all_along_leads_over_the_handoff_it_stretches():
     # throttled every period, stalls or not, as the lab's run measured (0.56-0.62 s/s)
     signal("cfs_throttled_ratio", 0.93, 0.07)
     signal("cfs_throttled_seconds_rate", 0.55, 0.1)
-    quota = {"measured": True, "cores": 0.5}
-    before = causes(wire(diagnosis.analyse(tr, quota=quota)))
+    quota = RankFacts(quota_measured=True, quota_cores=0.5)
+    before = causes(wire(diagnosis.analyse(tr, facts=quota)))
     assert max(before, key=lambda c: before[c]["score"]) == "transfer_cost", before
     signal("loader_main_cpu_wait_ratio", 0.15)
     signal("loader_workers_cpu_wait_ratio", 0.006)
     signal("loader_workers_idle_ratio", 0.99)
-    d = wire(diagnosis.analyse(tr, quota=quota))
+    d = wire(diagnosis.analyse(tr, facts=quota))
     share = before["transfer_cost"]["evidence"][0]["value"]   # the handoff's share of the wait
     held = 1 - 0.006 / 0.15
     top, second = d["causes"][0], causes(d)["transfer_cost"]
@@ -188,7 +189,7 @@ def test_a_consumer_throttled_all_along_leads_over_the_handoff_it_stretches():
     # no quota over the rank (nothing throttled): the CPUs were crowded, cpu_contention
     for name in ("cfs_throttled_ratio", "cfs_throttled_seconds_rate"):
         del tr.signals[name]
-    crowded = wire(diagnosis.analyse(tr, quota={"measured": True, "cores": None}))
+    crowded = wire(diagnosis.analyse(tr, facts=RankFacts(quota_measured=True)))
     assert crowded["causes"][0]["cause"] == "cpu_contention", crowded["causes"]
     assert "kept off the CPU" in crowded["causes"][0]["summary"]
 
@@ -211,8 +212,8 @@ def test_which_cpu_cause_held_a_side_back_is_the_kernel_s_record():
     signal("loader_main_cpu_wait_ratio", 0.15)
     signal("loader_workers_cpu_wait_ratio", 0.006)
     signal("loader_workers_idle_ratio", 0.99)
-    unknown = {"measured": False, "cores": None}
-    assert wire(diagnosis.analyse(tr, quota=unknown))["causes"][0]["cause"] == "cpu_throttle"
+    unknown = RankFacts()
+    assert wire(diagnosis.analyse(tr, facts=unknown))["causes"][0]["cause"] == "cpu_throttle"
     # the workers' side: 0.5 throttled seconds a second against 4 workers' waits
     assert consumer.throttled(tr)
     signal("loader_workers_cpu_wait_ratio", 0.2)   # 0.8 s/s of waiting: the quota's 0.5 is over half
