@@ -133,14 +133,14 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
         parts["workers.other"] = ready * max(0.0, 1.0 - sum(busy.values()) / producing)
     elif ready > 0:
         parts["unsplit"] = parts.get("unsplit", 0.0) + ready
-    comps = sorted((Component(name, round(sec, 6), round(sec / wait, 4), causes.get(name))
+    # unrounded: the codec rounds, once, where the numbers leave as JSON
+    comps = sorted((Component(name, sec, sec / wait, causes.get(name))
                     for name, sec in parts.items() if sec > 0), key=lambda c: -c.seconds)
-    return Budget(round(wait, 6), round(ready, 6), round(handoff, 6), tuple(comps),
-                  None if idle is None else round(idle, 4), sampled)
+    return Budget(wait, ready, handoff, tuple(comps), idle, sampled)
 
 
 def evidence(b: Budget, cause: str) -> Evidence:
     """The budget's row for a cause: the share of the wait its mechanisms held."""
     names = "+".join(c.name for c in b.components if c.cause == cause)
-    return Evidence("time_budget " + names, round(b.share_of(cause), 4), ATTRIBUTE, "above",
-                    None, "rank", round(b.share_of(cause), 4), judged_by="measured")
+    return Evidence("time_budget " + names, b.share_of(cause), ATTRIBUTE, "above",
+                    None, "rank", b.share_of(cause), judged_by="measured")

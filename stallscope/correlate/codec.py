@@ -58,15 +58,21 @@ def _fields(obj: Any) -> JSON:
 
 
 # -- encode ---------------------------------------------------------------------------
+def _rf(v: Any) -> Any:
+    """A measured float rounded as the API shows it; anything else as it is."""
+    return round(v, 6) if isinstance(v, float) else v
+
+
 def evidence(e: Evidence) -> JSON:
-    out: JSON = {"signal": e.signal, "value": e.during_stalls, "during_stalls": e.during_stalls,
-                 "outside_stalls": e.outside_stalls, "threshold": e.threshold,
+    during = _rf(e.during_stalls)
+    out: JSON = {"signal": e.signal, "value": during, "during_stalls": during,
+                 "outside_stalls": _rf(e.outside_stalls), "threshold": e.threshold,
                  "direction": e.direction}
     for k in ("scope", "explained_wait_share", "quiet_time_active_share", "samples", "judged_by",
               "worker_pid", "starts"):
         v = getattr(e, k)
         if v is not None:
-            out[k] = v
+            out[k] = _rf(v)
     if e.judged_by in ("co-occurrence", "intensity", "level") and e.quiet_time_active_share is None:
         out["quiet_time_active_share"] = None  # level-only: no quiet time to judge by
     return out
@@ -165,10 +171,10 @@ def encode(d: Diagnosis, now_ns: int | None = None) -> JSON:
 def budget(b: Budget) -> JSON:
     """The stall's time budget (correlate/budget.py): each component's seconds, share of
     the wait and cause, largest first, and its words for a report."""
-    return {"wait_seconds": b.wait_seconds, "ready_seconds": b.ready_seconds,
-            "handoff_seconds": b.handoff_seconds, "workers_idle_ratio": b.workers_idle,
+    return {"wait_seconds": _r(b.wait_seconds), "ready_seconds": _r(b.ready_seconds),
+            "handoff_seconds": _r(b.handoff_seconds), "workers_idle_ratio": _r(b.workers_idle, 4),
             "sampled": b.sampled, "critical": b.critical.name if b.critical else None,
-            "components": [{"name": c.name, "seconds": c.seconds, "share": c.share,
+            "components": [{"name": c.name, "seconds": _r(c.seconds), "share": _r(c.share, 4),
                             "cause": c.cause, "words": c.words} for c in b.components]}
 
 
