@@ -30,7 +30,7 @@ from ..correlate.queue import Memory
 from ..correlate.trace import RankTrace, Series
 from ..host import ApiError, Part, Query, one
 from ..host.contract import no_params
-from ..host.facts import RankCpuset, RankGpu, RankMemory, RankQuota, RankShm
+from ..host.facts import RankCpuset, RankGpu, RankIoLimit, RankMemory, RankQuota, RankShm
 from ..host.families import family
 from ..host.options import flag
 from .scrapefirst import SCRAPES
@@ -168,10 +168,12 @@ class CorrelatorPart(Part):
         key = rank.key
         q = self.host.facts.value(RankQuota, key)
         cpuset = self.host.facts.value(RankCpuset, key)
+        io = self.host.facts.value(RankIoLimit, key)
         return RankFacts(quota_measured=q is not None, quota_cores=q.cores if q is not None else None,
                          quota_ranks=q.ranks if q is not None else None,
                          # the CPUs the rank may run on: its workers' cores capacity (capacity.py)
                          cpus=cpuset.cpus if cpuset is not None and cpuset.cpus > 0 else None,
+                         io_read_limit=io.read_bytes_per_second if io is not None else None,
                          memory=self.memory(key), setup=self.setup(rank),
                          loader_error=getattr(rank, "loader_error", None))
 

@@ -41,6 +41,13 @@ class RankQuota:
 
 
 @dataclasses.dataclass(frozen=True)
+class RankIoLimit:
+    """The bytes a second a rank's cgroup may read from a block device (iolimit exporter):
+    the tightest along its ancestors, None for no limit."""
+    read_bytes_per_second: float | None
+
+
+@dataclasses.dataclass(frozen=True)
 class RankCpuset:
     """Whether a rank's pod has CPUs of its own (cpuset exporter): its QoS class from the
     cgroup path (None off Kubernetes), the CPUs its container's cpuset allows, whether no

@@ -36,6 +36,9 @@ EXPORTERS = (
     Exporter("links", "links:LinksExporter", True,
              "The node's network links: receive throughput against capacity (link speed, or "
              "--exporter.links.capacity), as a share per pod on the node."),
+    Exporter("iolimit", "iolimit:IoLimitExporter", True,
+             "The bytes a second each rank's cgroup may read from a block device (blkio / io.max), "
+             "the device capacity of the predictions; a host fact only."),
     Exporter("cpuset", "cpuset:CpusetExporter", True,
              "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
              "containers or the node's FUSE daemons."),
