@@ -41,6 +41,9 @@ from .trace import RankTrace, Series, WaitIndex
 # The workers' states that can hold a batch the loop waits on, in the order a report
 # lists them (the vocabulary's LOADER_STATES less ``idle``, which holds none).
 WORKER_STATES = ("on_cpu", "cpu_wait", "storage", "network", "sleeping")
+# the producing workers' share of their time below which the budget places only that
+# share of the ready wait (the rest: ``workers.idle``, no cause)
+PRODUCING_MIN = 0.1
 
 
 def _during(trace: RankTrace, name: str, waits: WaitIndex) -> float | None:
@@ -58,6 +61,19 @@ def _during(trace: RankTrace, name: str, waits: WaitIndex) -> float | None:
     if weight.sum() <= 0:
         return None
     return float((s.v * weight).sum() / weight.sum())
+
+
+def _main_split(trace: RankTrace, waits: WaitIndex) -> tuple[float | None, float | None]:
+    """(the training thread's CPU-wait share, its on-CPU share) while the loop waited: the
+    sampler's signals, else a recorded timeline's split of the window."""
+    wait = _during(trace, "loader_main_cpu_wait_ratio", waits)
+    on = _during(trace, "loader_main_on_cpu_ratio", waits)
+    split = (trace.loader_split or {}).get("main")
+    if on is None and split is not None:
+        on = split.get("on_cpu", 0.0)
+        if wait is None or "cpu_wait" in split:
+            wait = split.get("cpu_wait", 0.0)
+    return wait, on
 
 
 def _fuse_down(trace: RankTrace, waits: WaitIndex) -> bool:
@@ -79,9 +95,11 @@ def mechanisms(trace: RankTrace, scored: Mapping[str, float], waits: WaitIndex) 
         "workers.cpu_wait": "cpu_throttle" if consumer.workers_throttled(trace) else "cpu_contention",
         "workers.storage": storage,
         "workers.network": "bandwidth_bound" if at_capacity else "storage_latency",
-        # a sleep call in the dataset's own code (a retry, a rate limiter) is a mechanism
-        # the sampler does not place: named by no cause, left to the other evidence
-        "workers.sleeping": None,
+        # a sleep in the dataset's own code (a simulated or remote wait, a rate limiter, a
+        # retry's backoff) is per-sample time more workers overlap: the loader is too slow;
+        # where a full /dev/shm or a store's failures make them retry, the vocabulary's
+        # symptom_of puts that cause first
+        "workers.sleeping": "too_few_workers",
     }
 
 
@@ -114,8 +132,15 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
         # the waits the hook did not split (an older hook's batches) go with the ready part
         ready = ready_ns / 1e9 + max(0.0, wait - split_wait / 1e9)
         handoff, step = moved_ns / 1e9, step_ns / 1e9
-    main_wait = _during(trace, "loader_main_cpu_wait_ratio", waits)
-    if handoff > 0 and main_wait is not None:
+    main_wait, main_on = _main_split(trace, waits)
+    if handoff > 0 and main_wait is not None and main_on is not None and main_wait + main_on > 0:
+        # taking a batch over, the training thread is on a CPU or runnable without one:
+        # the handoff splits as its time does while it could run
+        starved = handoff * main_wait / (main_wait + main_on)
+        parts["loop.cpu_wait"] = starved
+        parts["loop.handoff"] = handoff - starved
+    elif handoff > 0 and main_wait is not None:
+        # an older agent's trace: the CPU wait alone, all of it put on the handoff at most
         starved = min(handoff, main_wait * step)
         parts["loop.cpu_wait"] = starved
         parts["loop.handoff"] = handoff - starved
@@ -128,9 +153,14 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
         # what the sampler saw the producing workers doing, idle time left out; the rest of
         # their time (other calls) stays in the budget as ``workers.other``
         producing = max(1.0 - (idle or 0.0), sum(busy.values()), 1e-9)
+        # workers found idle nearly all the time while the loop waited for their batch hold
+        # it in nothing the sampler placed (a wait it reads as idle: a loopback socket):
+        # their few busy samples are not blown up to the whole wait
+        placed = ready * min(1.0, producing / PRODUCING_MIN)
         for s, v in busy.items():
-            parts["workers." + s] = ready * v / producing
-        parts["workers.other"] = ready * max(0.0, 1.0 - sum(busy.values()) / producing)
+            parts["workers." + s] = placed * v / producing
+        parts["workers.other"] = placed * max(0.0, 1.0 - sum(busy.values()) / producing)
+        parts["workers.idle"] = ready - placed
     elif ready > 0:
         parts["unsplit"] = parts.get("unsplit", 0.0) + ready
     # unrounded: the codec rounds, once, where the numbers leave as JSON

@@ -27,13 +27,23 @@ HUNG_MIN_S = 1.0   # blocked in next() this long, and HUNG_STEPS of its steps, i
 HUNG_STEPS = 3
 
 
+# A rank blocked in next() since before its first batch has no step to compare with:
+# longer than this, it is not its workers starting (forks, imports, opening the dataset)
+# but a hang (issue 49: a /dev/shm with room for one batch read "unknown, only 1 batch")
+HUNG_START_S = 10.0
+
+
 def hung(trace: RankTrace) -> bool:
     """The rank is blocked in next() now (the agent's open wait) for longer than its steps
-    take: at least HUNG_MIN_S and HUNG_STEPS times its median interval."""
-    if trace.open_ns is None or trace.n < 2 or int(trace.t_end[-1]) != trace.open_ns:
+    take: at least HUNG_MIN_S and HUNG_STEPS times its median interval; with no step
+    before it, at least HUNG_START_S."""
+    if trace.open_ns is None or trace.n < 1 or int(trace.t_end[-1]) != trace.open_ns:
         return False
+    blocked = float(trace.wait[-1]) / 1e9
+    if trace.n < 2:
+        return blocked >= HUNG_START_S
     typical = float(np.median(trace.interval[:-1])) / 1e9
-    return float(trace.wait[-1]) / 1e9 >= max(HUNG_MIN_S, HUNG_STEPS * typical)
+    return blocked >= max(HUNG_MIN_S, HUNG_STEPS * typical)
 
 
 class Context:
@@ -48,8 +58,14 @@ class Context:
 
     @functools.cached_property
     def starts(self) -> np.ndarray:
-        """The judged batches that start an iterator (overlap.iterator_starts)."""
-        return iterator_starts(self.trace)
+        """The judged batches that start an iterator (overlap.iterator_starts); a hang's
+        open wait is not one, whatever batch it waits for (a rank hung before its first
+        batch is not starting: HUNG_START_S)."""
+        out = iterator_starts(self.trace)
+        if self.hung and out[-1]:
+            out = out.copy()
+            out[-1] = False
+        return out
 
     @functools.cached_property
     def steady(self) -> np.ndarray:

@@ -164,14 +164,15 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
             epoch_seconds=setup.epoch_seconds if setup.epoch_seconds is not None else epoch_s,
             startup_seconds=setup.startup_seconds if setup.startup_seconds is not None else startup_s))
         base = dataclasses.replace(base, warnings=warned, checks_unknown=unknown)
-    if trace.n < MIN_BATCHES:
+    if trace.n < MIN_BATCHES and not ctx.hung:  # a hang is judged while it lasts (issue 49)
         return dataclasses.replace(base, reason="Only %d batches in the window (need %d)." % (
             trace.n, MIN_BATCHES))
     ib = ctx.loop
     per = ctx.period
     saw = sawtooth(trace, per.period_seconds, ctx.waits, per.stall_batches)
     # a detected stall is judged on its own segment, whatever start it holds
-    after = ib.data_wait_ratio_after_start if since_ns is None else None
+    # (and a hang on what it is blocked in now, the first batch's included)
+    after = ib.data_wait_ratio_after_start if since_ns is None and not ctx.hung else None
     handoff = transfer.handoff_ratio(trace)
     j = decide(ib, waits, ident, node, after, handoff)
     out = dataclasses.replace(
@@ -247,12 +248,15 @@ def _workers_short(s: Scoring) -> None:
 
 
 def _consumer_short(s: Scoring) -> None:
-    trace, whole = s.ctx.trace, s.split
-    s.consumer_held = consumer.held_share(trace, s.ready_ratio)
-    if s.consumer_held is not None and whole is not None and whole[1] > 0:
-        s.scored = consumer.promote(s.scored, s.consumer_held * whole[3] / whole[1], s.facts.quota_cores,
-                                    quota_throttled=consumer.throttled(trace))
-        s.starved = max(s.starved, s.consumer_held)
+    trace, spent = s.ctx.trace, s.budget
+    if consumer.held_share(trace, s.ready_ratio) is None or spent is None or spent.handoff_seconds <= 0:
+        return
+    # the share of the handoff the training thread spent runnable without a CPU, as the
+    # budget measured it: the CPU cause holds that much of the wait (step ``measured``),
+    # the handoff's own work the rest
+    held = sum(c.seconds for c in spent.components if c.name == "loop.cpu_wait") / spent.handoff_seconds
+    s.consumer_held = held
+    s.starved = max(s.starved, held)
 
 
 def _computed(s: Scoring) -> None:
@@ -328,16 +332,16 @@ STEPS: tuple[Step, ...] = (
          "running whenever they could: the CPU cause holds the part of the ready wait that "
          "counterfactual removes (workers.cpu_short), which the budget's proportional split "
          "under-counts when either part alone would have been fast enough"),
-    Step("consumer_short", _consumer_short, "a training thread measured waiting for a CPU that "
-         "its idle workers did not: the CPU cause holds the handoff's share that wait explains "
-         "(consumer.py)"),
-    Step("computed", _computed, "the causes the hook's own numbers measure: the handoff "
-         "(transfer.py, less what a CPU shortage of either side held) and one slow worker "
-         "(slow_worker.py); after the CPU steps, whose shortage they discount"),
     Step("standing", _standing, "conditions of the set-up and placement, scored by how much of "
          "the wait their model explains (standing_causes.py)"),
     Step("budget", _budget, "the stall's time budget (budget.py), after the standing causes, "
          "whose link at capacity is a context that names a component's cause"),
+    Step("consumer_short", _consumer_short, "a training thread measured waiting for a CPU that "
+         "its idle workers did not: the share of the handoff the budget puts on that wait "
+         "is the CPU's, not the handoff's own work (consumer.py); after the budget"),
+    Step("computed", _computed, "the causes the hook's own numbers measure: the handoff "
+         "(transfer.py, less what a CPU shortage of either side held) and one slow worker "
+         "(slow_worker.py); after the CPU steps and the budget, whose shortage they discount"),
     Step("too_few_workers", _too_few, "too slow a loader is the remainder: whatever the other "
          "causes explain, by score or by the share of the wait their mechanism held, is taken "
          "off (workers.py), so it comes after every other cause"),

@@ -257,6 +257,7 @@ BUDGET_WORDS = {
     "workers.network": "the workers blocked on the network",
     "workers.sleeping": "the workers in a sleep or a wait of their own code",
     "workers.other": "the workers in other calls",
+    "workers.idle": "the workers found idle (a wait the sampler did not place)",
     "loop.unsampled": "the handoff, with the training thread not sampled",
     "unsplit": "waits the hook could not split",
 }

@@ -98,6 +98,10 @@ class RankTrace:
     # open wait): part of the wait the SLI counts, not yet a batch whose kind is known
     # (an iterator's first or a steady one), so the steady figures leave it out (issue 29)
     open_ns: int | None = None
+    # the loader-state sampler's split of each role's time over the window ("main",
+    # "worker": {state: share}) where a recorded timeline carries it and no signal does
+    # (the budget's fallback for the training thread's on-CPU share, budget.py)
+    loader_split: dict[str, dict[str, float]] | None = None
 
     @property
     def n(self) -> int:
@@ -219,10 +223,16 @@ class RankTrace:
         gpu_doc = body.get("gpu")
         gpu: dict[str, Any] = gpu_doc if isinstance(gpu_doc, dict) else {}
         first = body.get("first_batch_ns")
-        return cls.from_events(body.get("rank") or {}, body.get("loader"), events, signals, node,
-                               gpu.get("source") or body.get("gpu_source"),
-                               first if isinstance(first, int) and not isinstance(first, bool) else None,
-                               open_ns)
+        out = cls.from_events(body.get("rank") or {}, body.get("loader"), events, signals, node,
+                              gpu.get("source") or body.get("gpu_source"),
+                              first if isinstance(first, int) and not isinstance(first, bool) else None,
+                              open_ns)
+        state = body.get("loader_state")
+        if isinstance(state, dict):
+            out.loader_split = {role: {k: float(v) for k, v in (part.get("shares") or {}).items()
+                                       if isinstance(v, (int, float))}
+                                for role, part in state.items() if isinstance(part, dict)}
+        return out
 
 def points_array(points: Sequence[Sequence[float]]) -> np.ndarray:
     """[(t_ns, value)] (tuples or JSON lists) -> a structured array; fromiter beats

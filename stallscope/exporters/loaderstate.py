@@ -47,6 +47,7 @@ STATES = tuple(s.name for s in LOADER_STATES)
 EXPORTED = ("on_cpu", "cpu_wait", "storage", "network", "idle", "sleeping")  # per-pod worker shares
 WORKER_SIGNALS = {s: signal("loader_workers_%s_ratio" % s).name for s in EXPORTED}
 MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
+MAIN_ON_CPU = signal("loader_main_on_cpu_ratio").name
 MAX_WORKERS = 128            # worker tasks of one rank sampled, at most
 FD_CACHE_S = 5.0             # what a descriptor is open on (and a pin thread), re-read after this long
 # While a rank's loop is not waiting on its loader, its workers' blocked calls are read
@@ -581,7 +582,9 @@ class LoaderStateExporter(base.Exporter):
                 for s in EXPORTED:
                     self.record(rank.key, WORKER_SIGNALS[s], shares[s])
             if m is not None:
-                self.record(rank.key, MAIN_CPU_WAIT, m.shares()["cpu_wait"])
+                main_shares = m.shares()
+                self.record(rank.key, MAIN_CPU_WAIT, main_shares["cpu_wait"])
+                self.record(rank.key, MAIN_ON_CPU, main_shares["on_cpu"])
             pod = (rank.ident.get("namespace"), rank.ident.get("pod"))
             merged, _ = by_pod.setdefault(pod, ({}, rank.labels))
             for role, sp in parts.items():

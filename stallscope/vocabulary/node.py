@@ -236,6 +236,10 @@ SIGNALS = (
     Signal("loader_main_cpu_wait_ratio", "ratio", ("rank",), "loaderstate",
            "Share of the training process's main-thread time runnable, waiting for a CPU.",
            "max by (namespace, pod) (stallscope_loader_main_cpu_wait_ratio{$sel})", ("namespace", "pod")),
+    Signal("loader_main_on_cpu_ratio", "ratio", ("rank",), "loaderstate",
+           "Share of the training process's main-thread time on a CPU: beside its CPU wait, "
+           "how a handoff's time splits between its work and its wait for a core (the "
+           "correlator's time budget)."),
     Signal("cpuset_exclusive", "flag", ("rank",), "cpuset",
            "1 when the rank's pod has CPUs of its own (an exclusive cpuset), 0 on the shared pool.",
            "max by (namespace, pod) (stallscope_pod_cpuset_exclusive{$sel})",

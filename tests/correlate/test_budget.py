@@ -183,3 +183,45 @@ def test_a_hang_over_slow_steps_is_judged_from_its_first_steps_by_the_blocked_re
     body = synth.body(events, workers=2, signals=signals)
     d = diagnosis.analyse(RankTrace.from_timeline(dict(body, open_wait=hang)), since_ns=since)
     assert d.causes[0].cause == "fuse_unhealthy", [(c.cause, c.score) for c in d.causes]
+
+
+def test_a_rank_hung_before_its_first_batch_is_judged_by_what_its_workers_do():
+    """Issue 49: a /dev/shm with room for one batch: the loop blocked in next() from the
+    start, its workers retrying (asleep) on a full /dev/shm, read "unknown, only 1 batch"."""
+    from stallscope.correlate.trace import RankTrace
+
+    SEC = synth.SEC
+    t0 = 100 * SEC
+    wait = 20 * SEC
+    span = (t0, t0 + wait)
+    signals = {"loader_workers_sleeping_ratio": synth.sampled(lambda t: 0.999, *span, every=1.0),
+               "loader_workers_idle_ratio": synth.sampled(lambda t: 0.0, *span, every=1.0),
+               "loader_main_cpu_wait_ratio": synth.sampled(lambda t: 0.0, *span, every=1.0),
+               "shm_used_ratio": synth.sampled(lambda t: 0.97, *span, every=1.0)}
+    body = dict(synth.body([], workers=3, signals=signals),
+                open_wait={"t_end_ns": t0 + wait, "wait_ns": wait, "interval_ns": wait})
+    tr = RankTrace.from_timeline(body)
+    assert tr.n == 1 and diagnosis.hung(tr)
+    d = diagnosis.analyse(tr)
+    assert d.verdict == "input_bound", d.reason
+    # sleeping in their own code is per-sample time (too_few_workers' mechanism); the full
+    # /dev/shm that makes them retry is its cause (the vocabulary's symptom_of) and leads
+    assert d.budget.critical.name == "workers.sleeping"
+    assert [c.cause for c in d.causes[:2]] == ["shm_exhaustion", "too_few_workers"], \
+        [(c.cause, c.score) for c in d.causes]
+    # 5 s blocked before any batch: a start, not yet a hang
+    short = dict(body, open_wait={"t_end_ns": t0 + 5 * SEC, "wait_ns": 5 * SEC, "interval_ns": 5 * SEC})
+    assert not diagnosis.hung(RankTrace.from_timeline(short))
+
+
+def test_workers_idle_while_the_loop_waits_place_only_what_the_sampler_saw():
+    """The loop waits for a batch its workers are found idle through (a wait the sampler
+    reads as idle, a loopback socket): their 1 % busy time is not blown up to the wait."""
+    tr = _steady_slow_mount(storage=0.0)
+    _signals(tr, loader_workers_on_cpu_ratio=0.005, loader_workers_cpu_wait_ratio=0.005,
+             loader_workers_idle_ratio=0.99)
+    b = budget.account(Context(tr))
+    by = {c.name: c for c in b.components}
+    assert by["workers.idle"].share == pytest.approx(0.9 * b.ready_seconds / b.wait_seconds, abs=0.01)
+    assert by["workers.idle"].cause is None
+    assert by["workers.on_cpu"].share == pytest.approx(0.05 * b.ready_seconds / b.wait_seconds, abs=0.01)
