@@ -157,8 +157,8 @@ def judge(me: RankWait, job: list[RankWait], gpu: Gpu | None = None,
         return Judgement("input_bound", (
             "The loader keeps up; the per-batch handoff costs %s of the step. Rank %s waits in "
             "next() for %s of its step time (line: %s), yet only %s waiting for a worker's "
-            "batch to be ready: the rest is receiving, unpickling and taking over each batch "
-            "from the workers, which more workers or faster storage do not remove." % (
+            "batch to be ready: the rest is taking each ready batch over from the workers "
+            "(the causes say what held it: its own work, or a process short of CPU)." % (
                 pct(me.handoff), me.rank, pct(me.ratio), pct(DATA_WAIT_LINE),
                 pct(max(0.0, me.ratio - me.handoff)))), "handoff", worst)
     if over(me.ratio):

@@ -312,8 +312,13 @@ def evidence(me: Subject, cluster: ClusterView | None, diag: Diagnosis | None,
         cluster.sizing if cluster is not None else Sizing())
     if sizing.num_workers is not None and sizing.workers_needed is not None:
         needed = sizing.workers_needed
+        top = causes[0].prediction if causes else None
+        # the loader's means say more workers; the top cause's model, which bounds them by
+        # every capacity they share, may rule them out: the row does not say "over" then
+        # (issue 49: "workers_needed 15 > 4" under a cause that ruled more workers out)
+        ruled = top is not None and "num_workers" in top.rules_out
         add("workers_needed", needed, sizing.num_workers, "above", "agent" if rank_info else "prometheus",
-            status="over" if needed and needed > sizing.num_workers else "ok")
+            status=("ruled out" if ruled else "over") if needed and needed > sizing.num_workers else "ok")
     seen = {"workers_needed", "stall_period_steps"}
     for c in list(causes)[:3]:
         for e in c.evidence:
