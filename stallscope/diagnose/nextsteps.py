@@ -57,6 +57,10 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
             text = "%s %s" % (head, text)
     elif p is not None and not p.configured and p.rules_out:
         text = "%s (%s)." % (text.rstrip("."), p.change)
+    if c.cause == "too_few_workers" and not (p is not None and p.configured) \
+            and (doc.loader or {}).get("persistent_workers") is False:
+        # only where it is off (issue 49: a report told a loader that had it to set it)
+        text += " Set persistent_workers=True."
     return NextStep(text, RUNBOOK % alert if alert else None)
 
 

@@ -113,3 +113,17 @@ def test_every_cause_with_a_configuration_fix_gets_a_prediction_zero_workers_inc
             assert p.cause == name and p.predicted_step_seconds > 0
         p = predict.for_cause("too_few_workers", m)
         assert p.configured and p.settings["num_workers"] > workers, (workers, p)
+
+
+def test_the_steps_never_ask_for_a_setting_the_loader_already_has():
+    """Issue 49: a shm-exhaustion report's second step said "set persistent_workers=True",
+    which it already was (too_few_workers' advice, its workers ruled out)."""
+    m = _crowded()
+    ruled = replace(cause("too_few_workers", 0.6), prediction=predict.for_cause("cpu_contention", m))
+    loader = {"num_workers": 2, "persistent_workers": True}
+    d = report(causes=(cause("shm_exhaustion", 0.8), ruled), loader=loader, sizing=Sizing(num_workers=2))
+    texts = [s.step for s in nextsteps.steps(d)]
+    assert not any("persistent_workers=True" in t for t in texts), texts
+    d = report(causes=(cause("shm_exhaustion", 0.8), ruled), loader=dict(loader, persistent_workers=False),
+               sizing=Sizing(num_workers=2))
+    assert any("Set persistent_workers=True" in s.step for s in nextsteps.steps(d))
