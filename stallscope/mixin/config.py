@@ -114,6 +114,13 @@ class MixinConfig:
     dashboard_time_from: str = "now-1h"
     topk: int = 10
 
+    @property
+    def data_wait_page(self):
+        """The slowest rank's wait share that pages when it holds (the smallest page burn
+        factor x the error budget: 6 x 2 % = 12 % by default); the dashboards' red."""
+        pages = [b.factor for b in self.slo.burns if b.severity == "critical"]
+        return round(min(pages) * self.slo.budget, 12) if pages else None
+
     def runbook_url(self, alert):
         return self.runbook_base_url + alert + ".md"
 
