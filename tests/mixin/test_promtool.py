@@ -129,8 +129,9 @@ CASES = {
     # its agent is up; job done's pod finished (phase Running 0); job half still has a
     # rank reporting (StallscopeRankSilent's case, not this one).
     "StallscopeJobNotWatched": (
+        # (rank 1 steps slower: topk(1) names rank 0's pod, the one with the most steps)
         [(sel("stallscope_step_seconds_count", **dict(POD0, rank=str(r), pod="train-%d" % r)),
-          "0+600x10 stale") for r in (0, 1)]
+          "0+%dx10 stale" % (600 - 300 * r)) for r in (0, 1)]
         + [(sel("stallscope_step_seconds_count", **dict(POD0, job="done", rank="0", pod="done-0")),
             "0+600x10 stale"),
            (sel("stallscope_step_seconds_count", **dict(POD0, job="half", rank="0", pod="half-0")),
@@ -418,8 +419,20 @@ def test_priced_config_records_the_cost_per_day():
     assert name not in {r["record"] for r in rules.recording_rules(config.DEFAULT)}
 
 
-def _promtool(tmp_path, name, series, alert_tests=(), expr_tests=(), rule_files=None):
-    doc = {"rule_files": rule_files or RULE_FILES, "evaluation_interval": "1m", "group_eval_order": GROUPS,
+def _step(b):
+    """Minutes between evaluations in a burn alert's window tests: 10 for windows of days
+    (4,700 evaluations of a 3-day window at 1m took a minute of CI; at 10m the windows
+    hold 433 samples and the `for:` of hours 18 evaluations), else 1."""
+    return 10 if _minutes(b.long) >= 1440 else 1
+
+
+def _at(t, step):
+    """Minute ``t`` rounded up to an evaluation."""
+    return -(-t // step) * step
+
+
+def _promtool(tmp_path, name, series, alert_tests=(), expr_tests=(), rule_files=None, step=1):
+    doc = {"rule_files": rule_files or RULE_FILES, "evaluation_interval": "%dm" % step, "group_eval_order": GROUPS,
            "tests": [{"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
                       "alert_rule_test": list(alert_tests), "promql_expr_test": list(expr_tests)}]}
     path = tmp_path / ("%s.test.yaml" % name)
@@ -481,14 +494,14 @@ def test_the_short_window_resets_a_burn_alert_the_long_one_still_holds(name, tmp
     one still holds over it, and the alert no longer fires (the short window gates the
     long: it resets soon after the stall ends)."""
     b = BURNS[name]
-    long_, short = _minutes(b.long), _minutes(b.short)
+    long_, short, step = _minutes(b.long), _minutes(b.short), _step(b)
     share = 1.5 * b.factor * SLO.budget
-    after = short + 6 + 5
-    end = long_ + 1  # minute the stall's last sample is at
+    after = short + 6 + 5 + step
+    end = _at(long_ + 1, step)  # the stall's last sample is at long_ + 1
     series = _stall(0.0, 1, share, long_, 0.0, after)
     burn = promql.slo_names(config.DEFAULT)
-    reset = end + short + _minutes(config.DEFAULT.rate_window) + 1
-    code, out = _promtool(tmp_path, name, series, alert_tests=[
+    reset = _at(long_ + 1 + short + _minutes(config.DEFAULT.rate_window) + 1, step)
+    code, out = _promtool(tmp_path, name, series, step=step, alert_tests=[
         {"eval_time": "%dm" % reset, "alertname": name, "exp_alerts": []}],
         expr_tests=[_firing(name, end), _over(burn["burn_" + b.long], b.factor, reset),
                     _under(burn["burn_" + b.short], b.factor, reset)])
@@ -503,23 +516,23 @@ def test_a_short_spike_the_long_window_does_not_hold_pages_nobody(name, tmp_path
     alert's `for:` (the long window gates the short). The same spike held until the long
     window reaches the factor does fire: the case can fail."""
     b = BURNS[name]
-    long_, short = _minutes(b.long), _minutes(b.short)
+    long_, short, step = _minutes(b.long), _minutes(b.short), _step(b)
     ramp = _minutes(config.DEFAULT.rate_window)
     spike = max(int(long_ * b.factor * SLO.budget * 0.5), int(short * b.factor * SLO.budget * 2) + ramp + 1)
     burn = promql.slo_names(config.DEFAULT)
     for_ = _minutes(b.for_)
-    series = _stall(0.0, long_ + 1, 1.0, spike, 0.0, for_ + 2)
-    t = long_ + 1 + spike
-    code, out = _promtool(tmp_path, name, series, alert_tests=[
+    series = _stall(0.0, long_ + 1, 1.0, spike, 0.0, for_ + 2 + step)
+    t = _at(long_ + 1 + spike, step)
+    code, out = _promtool(tmp_path, name, series, step=step, alert_tests=[
         {"eval_time": "%dm" % (t + m), "alertname": name, "exp_alerts": []} for m in (0, for_)],
         expr_tests=[_over(burn["burn_" + b.short], b.factor, t), _under(burn["burn_" + b.long], b.factor, t)])
     assert code == 0, out
     # held on: the long window's burn crosses the factor after long x factor x budget
     # minutes of it (+ the rate window's ramp), and the alert fires `for:` later
     crossing = int(long_ * b.factor * SLO.budget) + _minutes(config.DEFAULT.rate_window) + 2
-    series = _stall(0.0, long_ + 1, 1.0, crossing + for_ + 1)
-    code, out = _promtool(tmp_path, name + "-held", series,
-                          expr_tests=[_firing(name, long_ + 1 + crossing + for_)])
+    series = _stall(0.0, long_ + 1, 1.0, crossing + for_ + step + 1)
+    code, out = _promtool(tmp_path, name + "-held", series, step=step,
+                          expr_tests=[_firing(name, _at(long_ + 1 + crossing + for_, step))])
     assert code == 0, out
 
 
