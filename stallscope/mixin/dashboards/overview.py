@@ -99,7 +99,7 @@ def slo_row(b, cfg, job_sel):
                 "over the time range split by cause in proportion to the accelerator-hours each "
                 "cause lost: the answer to \"how much budget did this job spend this week, and on "
                 "what\" (range: last 7 days).",
-                [q("sort_desc(\n%s\n/ on (namespace, job) group_left ()\n%s\n* on (namespace, job) "
+                [q("sort_desc(\n(%s)\n/ on (namespace, job) group_left ()\n(%s)\n* on (namespace, job) "
                    "group_left ()\n%s\n)" % (
                        hours_lost(cfg, n["job_idle_cause"], job_sel, by_job + ", cause"),
                        hours_lost(cfg, n["job_idle"], job_sel, by_job), budget_spent(cfg, job_sel)),
