@@ -159,7 +159,8 @@ def _validate_slo(cfg):
         raise ValueError("slo.target: expected a number between 0 and 1, got %r" % (slo.target,))
     if abs(slo.budget - cfg.data_wait_warning) > 1e-9:
         raise ValueError("slo.target %s and data_wait_warning %s disagree: the error budget "
-                         "(1 - target) is the data-wait line; set one of them" % (slo.target, cfg.data_wait_warning))
+                         "(1 - target) is the data-wait line; set one of them"
+                         % (slo.target, cfg.data_wait_warning))
     for name, value in [("slo.period", slo.period)] + [
             ("slo.burns[%d].%s" % (i, f), getattr(b, f)) for i, b in enumerate(slo.burns)
             for f in ("long", "short", "for_")]:
@@ -236,20 +237,24 @@ def load(path=None, **overrides):
     # either (the other follows) or both alike (validate says when they disagree)
     target_set = isinstance(values.get("slo"), SLO) or "target" in (values.get("slo") or {})
     line = values.get("data_wait_warning")
-    number = (lambda x: isinstance(x, (int, float)) and not isinstance(x, bool))
-    if target_set and line is None and number(slo.target):
+    if target_set and line is None and _number(slo.target):
         values["data_wait_warning"] = slo.budget
-    elif not target_set and number(line):
+    elif not target_set and _number(line):
         slo = dataclasses.replace(slo, target=round(1 - line, 12))
     values["slo"] = slo
     return validate(dataclasses.replace(DEFAULT, **values))
+
+
+def _number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _slo_from_json(doc):
     known = {f.name for f in dataclasses.fields(SLO)}
     unknown = sorted(set(doc) - known)
     if unknown:
-        raise ValueError("slo: unknown field(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(known))))
+        raise ValueError("slo: unknown field(s) %s; known: %s"
+                         % (", ".join(unknown), ", ".join(sorted(known))))
     values = dict(doc)
     if "targets" in values:
         if not isinstance(values["targets"], dict):

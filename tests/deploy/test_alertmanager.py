@@ -114,7 +114,8 @@ def test_a_page_inhibits_its_jobs_tickets_only(alertmanager):
 
     fast, slow, ticket = "StallscopeInputGoodputFastBurn", "StallscopeInputGoodputSlowBurn", \
         "StallscopeInputGoodputBudgetBurn"
-    sent = [alert(fast, "critical", "a"), alert(ticket, "warning", "a"), alert("StallscopeDataWaitHigh", "warning", "a"),
+    sent = [alert(fast, "critical", "a"), alert(ticket, "warning", "a"),
+            alert("StallscopeDataWaitHigh", "warning", "a"),
             alert(slow, "critical", "b"), alert("StallscopeDataWaitHigh", "warning", "b"),
             alert(ticket, "warning", "c"), alert("StallscopeDataWaitHigh", "warning", "c"),
             alert("StallscopeStragglerRank", "warning", "a")]

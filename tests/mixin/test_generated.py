@@ -135,9 +135,10 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
     assert "> 0.4" in alerts["StallscopeCPUThrottled"]["expr"]
     assert alerts["StallscopeCPUThrottled"]["for"] == "3m"
     # the SLO block: its budget is the line (1 - 0.95), its windows and period are the config's
-    assert cfg.slo.target == 0.95 and "* 0.05" in exprs[[r.get("record") for g in groups for r in g["rules"]].index(
-        promql.slo_names(cfg)["budget"])]
-    assert "StallscopeInputGoodputSlowBurn" not in alerts and alerts["StallscopeInputGoodputFastBurn"]["for"] == "1m"
+    records = [r.get("record") for g in groups for r in g["rules"]]
+    assert cfg.slo.target == 0.95 and "* 0.05" in exprs[records.index(promql.slo_names(cfg)["budget"])]
+    assert "StallscopeInputGoodputSlowBurn" not in alerts
+    assert alerts["StallscopeInputGoodputFastBurn"]["for"] == "1m"
     assert "rate4m > 14.4" in alerts["StallscopeInputGoodputFastBurn"]["expr"]
     assert any("[14d]" in e for e in exprs)
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {

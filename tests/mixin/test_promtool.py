@@ -160,7 +160,8 @@ CASES = {
               rank="1", node="n1", **AGENT), "0+600x40"),
          (sel("stallscope_step_seconds_count", **dict(POD0, rank="2", pod="train-2",
                                                        instance="10.0.0.2:9478")), "0+600x40"),
-         (sel("up", **AGENT), "1+0x40"), (sel("up", job="stallscope", instance="10.0.0.2:9478"), "1+0x40")], 0,
+         (sel("up", **AGENT), "1+0x40"),
+         (sel("up", job="stallscope", instance="10.0.0.2:9478"), "1+0x40")], 0,
         [(dict(AGENT), "The stallscope agent at 10.0.0.1:9478 is scraped without the training jobs' labels.",
           "2 step series the agent at 10.0.0.1:9478 serves reach Prometheus (scrape job stallscope) "
           "without their training job's namespace and job: the scrape lacks `honor_labels: true`, so "
@@ -432,7 +433,8 @@ def _at(t, step):
 
 
 def _promtool(tmp_path, name, series, alert_tests=(), expr_tests=(), rule_files=None, step=1):
-    doc = {"rule_files": rule_files or RULE_FILES, "evaluation_interval": "%dm" % step, "group_eval_order": GROUPS,
+    doc = {"rule_files": rule_files or RULE_FILES, "evaluation_interval": "%dm" % step,
+           "group_eval_order": GROUPS,
            "tests": [{"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
                       "alert_rule_test": list(alert_tests), "promql_expr_test": list(expr_tests)}]}
     path = tmp_path / ("%s.test.yaml" % name)
@@ -456,7 +458,8 @@ def _firing(name, t):
 
 
 def _under(record, factor, t):
-    return dict(_over(record, factor, t), exp_samples=[{"labels": '{job="train", namespace="ml"}', "value": 0}])
+    return dict(_over(record, factor, t),
+                exp_samples=[{"labels": '{job="train", namespace="ml"}', "value": 0}])
 
 
 def _stall(share_before, minutes_before, share, minutes, share_after=0.0, minutes_after=0):

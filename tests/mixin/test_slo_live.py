@@ -152,7 +152,8 @@ def live(tmp_path_factory):
             env = {"STALLSCOPE_SOCKET": agent.socket, "STALLSCOPE_JOB": job, "RANK": str(rank),
                    "WORLD_SIZE": str(world), "POD_NAME": "%s-%d" % (job, rank), "POD_NAMESPACE": NS}
             return session.popen("%s rank %d" % (job, rank), str(d / ("%s-%d.log" % (job, rank))),
-                                 [sys.executable, str(script), str(share), stall_flag, str(stall), str(seconds)],
+                                 [sys.executable, str(script), str(share), stall_flag, str(stall),
+                                  str(seconds)],
                                  env=children.child_env(env))
 
         started = time.monotonic()
@@ -190,7 +191,8 @@ def test_a_severe_stall_pages_within_its_windows_bound_and_resets_within_its_sho
     assert paged <= bound, (paged, bound)
     assert alert["labels"]["severity"] == "critical" and alert["labels"]["namespace"] == NS
     assert "the slowest is rank 0 (pod severe-0 on node lab-node)" in text, text
-    assert "`stallscope diagnose severe-0 -n %s`" % NS in text and "of the budget over the last 10m is left" in text
+    assert "`stallscope diagnose severe-0 -n %s`" % NS in text
+    assert "of the budget over the last 10m is left" in text
     # the stall ended: the short window falls under the factor within itself plus the
     # rate window (and the same reporting/evaluation slack), and the page resolves
     reset_bound = config.seconds(fast.short) + config.seconds(CFG.rate_window) + 2 + 3
@@ -227,7 +229,8 @@ def test_a_run_whose_hook_stops_reporting_fires_not_watched(live):
     prom = live["prom"]
     # the trainer with the hook exits after 8 s; the pod, kube-state-metrics says, runs on
     live["unwatched"].wait(30)
-    (alert,) = _until("StallscopeJobNotWatched", lambda: _firing(prom, "StallscopeJobNotWatched", "unwatched"), 60)
+    (alert,) = _until("StallscopeJobNotWatched",
+                      lambda: _firing(prom, "StallscopeJobNotWatched", "unwatched"), 60)
     assert "e.g. pod unwatched-0 on node lab-node" in alert["annotations"]["description"]
     for job in ("severe", "mild", "healthy"):
         assert not _firing(prom, "StallscopeJobNotWatched", job)

@@ -81,13 +81,16 @@ def slo_row(b, cfg, job_sel):
                s["burn_" + slo.windows()[0]].replace(slo.windows()[0], "<window>"),
                " or ".join("%sx (%s and %s)" % (num(b_.factor), b_.long, b_.short)
                            for b_ in slo.burns if b_.severity == "critical"),
-               " and ".join("%s and %s" % (b_.long, b_.short) for b_ in slo.burns if b_.severity == "warning")),
-           [q(promql.sel(cfg, s["burn_" + w], *job_sel), "{{namespace}}/{{job}} %s" % w) for w in slo.windows()],
+               " and ".join("%s and %s" % (b_.long, b_.short)
+                            for b_ in slo.burns if b_.severity == "warning")),
+           [q(promql.sel(cfg, s["burn_" + w], *job_sel), "{{namespace}}/{{job}} %s" % w)
+            for w in slo.windows()],
            "short", min_val=0, warn=1, crit=pages[0] if pages else None),
         ts("Input goodput per window", "The SLI over each window the alerts read (recorded as %s): "
            "1 - the mean of the slowest rank's wait share over it." % (
                s["sli_" + slo.windows()[0]].replace(slo.windows()[0], "<window>")),
-           [q(promql.sel(cfg, s["sli_" + w], *job_sel), "{{namespace}}/{{job}} %s" % w) for w in slo.windows()],
+           [q(promql.sel(cfg, s["sli_" + w], *job_sel), "{{namespace}}/{{job}} %s" % w)
+            for w in slo.windows()],
            "percentunit", max_val=1),
         tabular("Accelerator-hours lost by cause over the time range", "Per job, the accelerator-hours "
                 "lost to input wait over the time range by the cause the correlator scored best at "
@@ -120,7 +123,8 @@ def build(cfg):
     b.add(
         single("Worst rank: data-wait", "Largest share of step time any selected rank spent "
                "blocked in next(loader) over the last %s (recorded as %s). Above %s for %s opens "
-               "the ticket StallscopeDataWaitHigh; in synchronous training every rank runs at this rank's pace."
+               "the ticket StallscopeDataWaitHigh; in synchronous training every rank runs at this "
+               "rank's pace."
                % (cfg.rate_window, n["job_max"], pct(warn), cfg.data_wait_for),
                q("max(%s)" % ratio), "percentunit", warn=warn, crit=crit),
         single("Median rank: data-wait", "The job's median rank. Close to the worst: the whole job "
