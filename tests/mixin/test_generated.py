@@ -100,6 +100,18 @@ def test_alerts_warns_while_the_runbook_links_are_the_placeholder(tmp_path):
     ('{"rate_window": "5 minutes"}', "rate_window: '5 minutes' is not a Prometheus duration"),
     ('{"data_wait_warning": "high"}', "data_wait_warning: expected a number"),
     ("[1, 2]", "expected a JSON object"),
+    # the SLO block (issue 53)
+    ('{"slo": {"target": 0.95}, "data_wait_warning": 0.02}',
+     "slo.target 0.95 and data_wait_warning 0.02 disagree"),
+    ('{"slo": {"target": 1.5}}', "slo.target: expected a number between 0 and 1"),
+    ('{"slo": {"period": "a week"}}', "slo.period: 'a week' is not a Prometheus duration"),
+    ('{"slo": {"targets": {"bert": 0.9}}}', "slo.targets: 'bert' is not \"namespace/job\""),
+    ('{"slo": {"tagets": {}}}', "slo: unknown field(s) tagets"),
+    ('{"slo": {"burns": [{"alert": "StallscopeX"}]}}', "slo.burns: expected a list of objects with"),
+    ('{"slo": {"burns": [{"alert": "StallscopeX", "severity": "page", "long": "1h", "short": "5m", '
+     '"factor": 14.4, "for": "2m"}]}}', "severity 'page' is not critical (page) or warning (ticket)"),
+    ('{"rate_window": "10m"}',
+     "StallscopeInputGoodputFastBurn: expected rate_window (10m) <= short (5m) < long"),
 ])
 def test_cli_config_errors_are_one_line(tmp_path, content, message):
     path = tmp_path / "cfg.json"
