@@ -92,6 +92,13 @@ def slo_row(b, cfg, job_sel):
            [q(promql.sel(cfg, s["sli_" + w], *job_sel), "{{namespace}}/{{job}} %s" % w)
             for w in slo.windows()],
            "percentunit", max_val=1),
+        tabular("Accelerator-hours lost by cause over the SLO period (%s)" % slo.period, "Per job, the "
+                "accelerator-hours lost to input wait over the last %s (the budget-left window) by the "
+                "cause the correlator scored best at each moment (%s, sampled each minute)."
+                % (slo.period, n["job_idle_cause"]),
+                [q("sort_desc(sum by (%s, cause) (sum_over_time(%s[%s:1m])) / 60)" % (
+                    by_job, promql.sel(cfg, n["job_idle_cause"], *job_sel), slo.period),
+                   instant=True, fmt=TABLE)]),
         tabular("Accelerator-hours lost by cause over the time range", "Per job, the accelerator-hours "
                 "lost to input wait over the time range by the cause the correlator scored best at "
                 "each moment (%s); time before a cause was scored is in the total, not here."
