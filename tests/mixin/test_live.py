@@ -230,7 +230,8 @@ def test_query_returns_data(live, expr):
 def test_table_links_find_their_fields_in_the_tables_rows(live):
     """A data link fills ${__data.fields.X} from the row's column X: each X must be a label
     of what the table's query returns (issue 34: the Slowest ranks table links the pod's
-    drill-down with its variables; the firing alerts link their runbooks by name)."""
+    drill-down with its variables; the firing alerts link their runbooks by name; issue 53:
+    the fleet's jobs by budget spent link the job overview)."""
     import re
 
     _wait_alert(live.prometheus, "StallscopeDataWaitHigh", job="mixin-slow")
@@ -250,7 +251,7 @@ def test_table_links_find_their_fields_in_the_tables_rows(live):
                 for r in rows:
                     assert wanted <= set(r["metric"]), (p["title"], wanted, r["metric"])
                 checked += 1
-    assert checked == 3
+    assert checked == 4
 
 
 def test_headline_fires_for_the_slowed_job_and_never_for_the_healthy_one(live):
