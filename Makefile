@@ -119,7 +119,9 @@ scale: setup system
 # golden /metrics from a real agent over the golden node (tests/golden/fixtures/node.py);
 # CI fails when the checked-in files differ from what they generate.
 generate: setup
-	$(VENV)/bin/stallscope alerts --out alerts --prometheusrule deploy/kubernetes/base/prometheusrule.yaml
+	$(VENV)/bin/stallscope alerts --out alerts --prometheusrule deploy/kubernetes/base/prometheusrule.yaml \
+	  --inhibit-rules deploy/alertmanager/inhibit-rules.yaml \
+	  --alertmanagerconfig deploy/kubernetes/examples/alertmanagerconfig.yaml
 	$(VENV)/bin/stallscope dashboards --out dashboards
 	$(PY) -m stallscope.vocabulary.reference docs
 	# the golden exposition and signal table: the agent over the golden node's tree

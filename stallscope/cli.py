@@ -46,23 +46,30 @@ _CONFIG_HELP = ("JSON object overriding fields of the mixin config (selectors, t
 @click.option("--out", required=True, metavar="DIR", help="Directory for rules.yaml and alerts.yaml.")
 @click.option("--prometheusrule", metavar="FILE",
               help="Also write the same groups as a Prometheus Operator PrometheusRule manifest.")
+@click.option("--inhibit-rules", "inhibit_rules", metavar="FILE",
+              help="Also write Alertmanager inhibit_rules: a burn-rate page mutes its job's tickets.")
+@click.option("--alertmanagerconfig", metavar="FILE",
+              help="Also write the same inhibition as a Prometheus Operator AlertmanagerConfig.")
 @click.option("--config", "config_path", metavar="FILE", help=_CONFIG_HELP)
 @click.option("--check", is_flag=True,
               help="Write nothing; exit 1 and show a diff where the files differ from the generator.")
-def alerts(out, prometheusrule, config_path, check):
+def alerts(out, prometheusrule, inhibit_rules, alertmanagerconfig, config_path, check):
     """Generate the Prometheus recording rules and alerts (with runbook_url annotations).
 
     \b
     Files:
       DIR/rules.yaml    recording rules for the data-wait SLI (per rank; max and median per job)
-      DIR/alerts.yaml   StallscopeDataWaitHigh/Critical, StallscopeStragglerRank, the cause
+                        and input goodput as an SLO (SLI, burn rate, budget left per job)
+      DIR/alerts.yaml   the burn-rate pages and ticket (StallscopeInputGoodput*Burn), the 2 %
+                        line's ticket StallscopeDataWaitHigh, StallscopeStragglerRank, the cause
                         alerts (throttling, pressure, /dev/shm, FUSE, shard reads, cache) and
                         self-health; each has a runbook in runbooks/<AlertName>.md
     Load both files with `rule_files:`; check them with `promtool check rules`.
     """
     from .mixin import commands
 
-    sys.exit(commands.alerts(out, prometheusrule, config_path, check))
+    sys.exit(commands.alerts(out, prometheusrule, config_path, check, inhibit_rules=inhibit_rules,
+                             alertmanagerconfig=alertmanagerconfig))
 
 
 @main.command()

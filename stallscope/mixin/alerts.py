@@ -15,6 +15,9 @@ from . import promql
 from .promql import indent, num, pct
 
 CAUSE_JOIN = "* on (namespace, pod) group_left (job, node)"
+# The seed's "2 % for 15 m": input goodput's SLO at 1x burn, a ticket (severity warning);
+# the burn-rate pages (config.SLO.burns) inhibit it for their job (rules.inhibit_rules).
+TICKET = "StallscopeDataWaitHigh"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,14 +84,51 @@ def _cause(cfg, name, signal, cmp, metrics, summary, description):
 # -- the alerts ----------------------------------------------------------------------------
 def _headline(cfg, name, severity, threshold):
     job_max = promql.job_max_now(cfg)  # not the record: one evaluation sooner (issue 20)
+    if cfg.slo.targets:
+        # per-job SLO targets: each job's line is its own error budget (the record is
+        # constant, so reading it costs no freshness)
+        cmp = "%s\n> on (namespace, job) group_left ()\n%s" % (job_max, promql.slo_names(cfg)["budget"])
+        line = _query("%s{namespace=%%q, job=%%q}" % promql.slo_names(cfg)["budget"],
+                      "$labels.namespace", "$labels.job")
+        line = "{{ with %s }}{{ . | first | value | humanizePercentage }}{{ end }}" % line
+    else:
+        cmp, line = "%s > %s" % (job_max, num(threshold)), pct(threshold)
     return Alert(
-        name, "stallscope.slo", severity, cfg.data_wait_for,
-        "%s > %s" % (job_max, num(threshold)), promql.job_max(cfg),
+        name, "stallscope.slo", severity, cfg.data_wait_for, cmp, promql.job_max(cfg),
         "Training job {{ $labels.namespace }}/{{ $labels.job }} is waiting on its input pipeline.",
         "The slowest rank of job {{ $labels.job }} spent {{ $value | humanizePercentage }} of its "
         "step time blocked in next(loader) over the last %s (threshold %s); in synchronous "
         "training every rank runs at its pace: %s." % (
-            cfg.rate_window, pct(threshold), _worst_rank(cfg)),
+            cfg.rate_window, line, _worst_rank(cfg)),
+        ("stallscope_data_wait_seconds", "stallscope_step_seconds"))
+
+
+def _job_record(record, then):
+    """``{{ with <record of this alert's job> }}<then>{{ end }}``."""
+    return "{{ with %s }}%s{{ end }}" % (_query("%s{namespace=%%q, job=%%q}" % record, "$labels.namespace",
+                                                 "$labels.job"), then)
+
+
+def _burn(cfg, b):
+    """A multi-window burn-rate alert (config.Burn) on the job's input goodput."""
+    n = promql.slo_names(cfg)
+    page = b.severity == "critical"
+    expr = "%s > %s\nand on (namespace, job)\n%s > %s" % (
+        n["burn_" + b.long], num(b.factor), n["burn_" + b.short], num(b.factor))
+    first = "{{ . | first | value | %s }}"
+    return Alert(
+        b.alert, "stallscope.slo", b.severity, b.for_, expr, n["burn_" + b.long],
+        "Training job {{ $labels.namespace }}/{{ $labels.job }} spends its input-goodput error budget "
+        "at %sx the pace its SLO allows%s." % (num(b.factor), "" if page else " (a ticket)"),
+        "Job {{ $labels.job }} spent its input-goodput error budget at {{ printf \"%%.3g\" $value }}x "
+        "the allowed pace over the last %s and at %sx over the last %s (this alert: over %sx in both; "
+        "input goodput is 1 - the slowest rank's share of step time blocked in next(loader), its "
+        "error budget %s of step time). %s of the budget over the last %s is left. In synchronous "
+        "training every rank runs at the slowest's pace: %s." % (
+            b.long, _job_record(n["burn_" + b.short], first % 'printf "%.3g"'), b.short, num(b.factor),
+            _job_record(n["budget"], first % "humanizePercentage"),
+            _job_record(n["budget_left"], first % "humanizePercentage"), cfg.slo.period,
+            _worst_rank(cfg)),
         ("stallscope_data_wait_seconds", "stallscope_step_seconds"))
 
 
@@ -187,7 +227,45 @@ def _health(cfg):
         promql.BY_RANK, step_count, cfg.silent_lookback, step_count))
     success = promql.sel(cfg, "stallscope_exporter_success")
     dropped = "sum by (%s) (%s)" % (promql.BY_RANK, promql.rate(cfg, "stallscope_hook_dropped_events_total"))
+    up_now = "(%s == 1)" % up
+    last_seen = "group by (namespace, job, pod, node, instance) (last_over_time(%s[%s]))" % (
+        step_count, cfg.silent_lookback)
+    unwatched = "%s\nunless on (namespace, job)\n%s\nand on (instance)\n%s" % (last_seen, step_count, up_now)
+    unwatched_probe = "%s\nand on (instance)\n%s" % (last_seen, up_now)
+    if cfg.pod_running:
+        unwatched += "\nand on (namespace, pod)\n(%s)" % cfg.pod_running
+    one_pod = ("{{ with %s }}{{ with first . }}, e.g. pod {{ label \"pod\" . }} on node "
+               "{{ label \"node\" . }}{{ end }}{{ end }}" % _query(
+                   "topk(1, last_over_time(stallscope_step_seconds_count{%s}[%s]))" % (
+                       cfg.sel("namespace=%q", "job=%q"), cfg.silent_lookback),
+                   "$labels.namespace", "$labels.job"))
+    # A series that lost its training job's labels: the scrape renamed them (exported_*)
+    # or the agent's series arrived without them.
+    unlabelled = " or ".join(promql.sel(cfg, "stallscope_step_seconds_count", m) for m in (
+        'exported_job!=""', 'exported_namespace!=""', 'namespace=""'))
+    honor = "count by (job, instance) (\n  %s\n)\nand on (instance)\n%s" % (unlabelled, up_now)
     return [
+        Alert("StallscopeJobNotWatched", "stallscope.health", "warning", cfg.health_for,
+              "count by (namespace, job) (\n%s\n)" % indent(unwatched),
+              "count by (namespace, job) (\n%s\n)" % indent(unwatched_probe),
+              "No rank of job {{ $labels.namespace }}/{{ $labels.job }} reports while its pods run.",
+              "The hooks of job {{ $labels.job }} reported within the last %s and none reports now, "
+              "while {{ $value }} of its pods still run%s%s, and the agents that carried their series "
+              "are up: the training loop stopped being watched (a framework upgrade that no longer "
+              "calls the wrapped loader, the hook turned off, the agent's socket not mounted into a "
+              "restarted pod). Every other stallscope alert about this job is silent until it "
+              "reports again." % (cfg.silent_lookback, " (%s)" % cfg.pod_running.split("{")[0].split()[0]
+                                   if cfg.pod_running else "", one_pod),
+              ("stallscope_step_seconds",)),
+        Alert("StallscopeHonorLabelsMissing", "stallscope.health", "warning", cfg.health_for,
+              honor, "count by (job, instance) (%s)\nand on (instance)\n%s" % (
+                  promql.sel(cfg, "stallscope_step_seconds_count"), up),
+              "The stallscope agent at {{ $labels.instance }} is scraped without the training jobs' labels.",
+              "{{ $value }} step series the agent at {{ $labels.instance }} serves reach Prometheus (scrape "
+              "job {{ $labels.job }}) without their training job's namespace and job: the scrape lacks "
+              "`honor_labels: true`, so Prometheus renamed them exported_job and exported_namespace. No "
+              "SLI, burn-rate or cause alert matches them: every job on that node goes unwatched.",
+              ("stallscope_step_seconds",)),
         Alert("StallscopeAgentDown", "stallscope.health", "warning", cfg.health_for,
               "%s == 0" % up, up,
               "A stallscope agent is down.",
@@ -220,7 +298,6 @@ def _health(cfg):
 
 
 def all_alerts(cfg):
-    return ([_headline(cfg, "StallscopeDataWaitHigh", "warning", cfg.data_wait_warning),
-             _headline(cfg, "StallscopeDataWaitCritical", "critical", cfg.data_wait_critical),
-             _straggler(cfg), _no_progress(cfg)]
+    return ([_burn(cfg, b) for b in cfg.slo.burns]
+            + [_headline(cfg, TICKET, "warning", cfg.data_wait_warning), _straggler(cfg), _no_progress(cfg)]
             + _causes(cfg) + [_worker_killed(cfg), _loader_error(cfg)] + _health(cfg))

@@ -29,7 +29,8 @@ def _finish(command, diffs, written, check):
     return 0
 
 
-def alerts(out, prometheusrule=None, config_path=None, check=False):
+def alerts(out, prometheusrule=None, config_path=None, check=False, inhibit_rules=None,
+           alertmanagerconfig=None):
     cfg, err = _load("alerts", config_path)
     if err is not None:
         return err
@@ -39,15 +40,18 @@ def alerts(out, prometheusrule=None, config_path=None, check=False):
     if warning and not check:
         print("stallscope alerts: warning: %s" % warning, file=sys.stderr)
     files = generate.alert_files(cfg)
+    extra = [(path, text(cfg)) for path, text in (
+        (prometheusrule, generate.prometheus_rule_text), (inhibit_rules, generate.inhibit_rules_text),
+        (alertmanagerconfig, generate.alertmanagerconfig_text)) if path]
     try:
         if check:
             diffs = generate.drift(files, out)
-            if prometheusrule:
-                diffs += generate.drift_file(prometheusrule, generate.prometheus_rule_text(cfg))
+            for path, text in extra:
+                diffs += generate.drift_file(path, text)
             return _finish("alerts", diffs, [], True)
         written = generate.write(files, out)
-        if prometheusrule:
-            written.append(generate.write_file(prometheusrule, generate.prometheus_rule_text(cfg)))
+        for path, text in extra:
+            written.append(generate.write_file(path, text))
     except OSError as e:
         return _fail("alerts", "cannot write %s: %s" % (e.filename, e.strerror))
     return _finish("alerts", [], written, False)

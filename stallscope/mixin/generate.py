@@ -6,6 +6,7 @@ dashboards/, alerts/ and deploy/ can be compared byte for byte: CI fails on drif
 import difflib
 import json
 import os
+import re
 
 from . import rules, yamlout
 from .banner import BANNER
@@ -27,6 +28,43 @@ def alert_files(cfg):
 
 def prometheus_rule_text(cfg):
     return _yaml("alerts --prometheusrule", rules.prometheus_rule(cfg))
+
+
+def inhibit_rules_text(cfg):
+    """Alertmanager inhibit_rules (rules.inhibit_rules), to merge into alertmanager.yml."""
+    return ("# %s\n"
+            "# Merge `inhibit_rules:` into your alertmanager.yml (docs/deploy.md, \"Alertmanager\"). A page\n"
+            "# on a job's input goodput (a burn-rate alert of severity critical) mutes that job's\n"
+            "# tickets: the 1x burn-rate alert and StallscopeDataWaitHigh (the 2 %% line), for the same\n"
+            "# namespace and job only (another job's ticket still notifies). The cause alerts are\n"
+            "# not inhibited: they say why. Checked by tests/deploy/test_alertmanager.py (amtool\n"
+            "# check-config, then a real Alertmanager given a page and tickets).\n%s" % (
+                BANNER % "alerts --inhibit-rules", yamlout.dump({"inhibit_rules": rules.inhibit_rules(cfg)})))
+
+
+def _operator_matchers(matchers):
+    out = []
+    for m in matchers:
+        name, op, value = re.fullmatch(r'(\w+) (=~|=) "(.*)"', m).groups()
+        out.append({"name": name, "value": value, "matchType": op})
+    return out
+
+
+def alertmanagerconfig_text(cfg):
+    """The same inhibition as a Prometheus Operator AlertmanagerConfig."""
+    doc = {"apiVersion": "monitoring.coreos.com/v1alpha1", "kind": "AlertmanagerConfig",
+           "metadata": {"name": "stallscope-inhibit", "labels": {"app.kubernetes.io/name": "stallscope"}},
+           "spec": {"inhibitRules": [{"sourceMatch": _operator_matchers(r["source_matchers"]),
+                                      "targetMatch": _operator_matchers(r["target_matchers"]),
+                                      "equal": r["equal"]} for r in rules.inhibit_rules(cfg)]}}
+    return ("# %s\n"
+            "# The inhibition of deploy/alertmanager/inhibit-rules.yaml for an Alertmanager run by the\n"
+            "# Prometheus Operator: an AlertmanagerConfig in the namespace your Alertmanager's\n"
+            "# alertmanagerConfigSelector picks. The Operator adds a `namespace` matcher for this\n"
+            "# object's namespace to each rule, so apply it in the namespace the alerts carry as\n"
+            "# their `namespace` label (one per training namespace), or put the rule in the\n"
+            "# Alertmanager's own config instead.\n%s" % (
+                BANNER % "alerts --alertmanagerconfig", yamlout.dump(doc)))
 
 
 def dashboard_files(cfg):

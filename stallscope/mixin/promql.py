@@ -47,6 +47,33 @@ def names(cfg: Any) -> dict[str, str]:
     }
 
 
+def slo_names(cfg: Any) -> dict[str, str]:
+    """Recorded names of input goodput as an SLO (rules.slo_rules), per window of the
+    burn-rate alerts: the SLI, the burn rate, and the job's error budget and budget left."""
+    slo = cfg.slo
+    out = {"budget": "job:stallscope_input_goodput_error_budget:ratio",
+           "budget_left": "job:stallscope_input_goodput_error_budget_remaining:ratio_rate%s" % slo.period}
+    for w in slo.windows():
+        out["sli_" + w] = "job:stallscope_input_goodput_ratio:rate%s" % w
+        out["burn_" + w] = "job:stallscope_input_goodput_burn_rate:rate%s" % w
+    return out
+
+
+def badput(cfg: Any, window: str, matchers: Sequence[str] = ()) -> str:
+    """The job's input badput over ``window``: its slowest rank's share of step time
+    blocked in next(loader) (Google's DATA_LOADING_SYNC). Over the rate window it is the
+    job_max record; over a longer one the record's mean over it. Not each rank's share over
+    the whole window, then the max: every rank of a synchronous job idles while the
+    slowest waits, so the job's loss over hours is the mean of its worst rank's share
+    moment by moment, whichever rank that was (a straggler that moves from rank 3 to rank
+    5 halves each one's 6 h share and loses the job the same time). A moment with no batch
+    has no share and is left out of the mean (data_wait_ratio)."""
+    record = sel(cfg, names(cfg)["job_max"], *matchers) if matchers else names(cfg)["job_max"]
+    if window == cfg.rate_window:
+        return record
+    return "avg_over_time(%s[%s])" % (record, window)
+
+
 def job_max(cfg):
     """The job's slowest rank, from the rank-level record: for the straggler's median,
     probes and annotations. Not from the job-level record: a rule evaluator that reads

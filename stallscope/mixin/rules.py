@@ -38,6 +38,31 @@ def cost_rules(cfg):
     return rules
 
 
+def slo_rules(cfg):
+    """Input goodput as an SLO, per job: the error budget (1 - target, per job where the
+    config overrides it), the SLI and the burn rate over each window the burn-rate alerts
+    read, and the budget left over the SLO period. From the job_max record of the
+    stallscope.sli group, so at most one evaluation behind it (groups are evaluated side
+    by side): nothing here is read within seconds."""
+    slo, n = cfg.slo, promql.slo_names(cfg)
+    job_max = promql.names(cfg)["job_max"]
+
+    def budget_of(matchers, value):
+        # every job seen over the period has a budget, also while it has no batch now
+        return "group by (namespace, job) (last_over_time(%s[%s])) * %s" % (
+            promql.sel(cfg, job_max, *matchers) if matchers else job_max, slo.period, promql.num(value))
+    budgets = [budget_of(('namespace="%s"' % key.split("/")[0], 'job="%s"' % key.split("/")[1]),
+                         round(1 - target, 12)) for key, target in slo.targets]
+    out = [{"record": n["budget"], "expr": "\nor\n".join(budgets + [budget_of((), slo.budget)])}]
+    for w in slo.windows():
+        out.append({"record": n["sli_" + w], "expr": "1 - %s" % promql.badput(cfg, w)})
+    for w in slo.windows():
+        out.append({"record": n["burn_" + w], "expr": "%s\n/\n%s" % (promql.badput(cfg, w), n["budget"])})
+    out.append({"record": n["budget_left"], "expr": "1 - %s\n/\n%s" % (
+        promql.badput(cfg, slo.period), n["budget"])})
+    return out
+
+
 def distribution_rules(cfg):
     """The overview's data-wait distribution over a whole job: summed from every rank's
     buckets at view time it took 4.5 s at 2,048 ranks on one Prometheus, growing with the
@@ -53,6 +78,7 @@ def distribution_rules(cfg):
 
 def recording_groups(cfg):
     return [{"name": "stallscope.sli", "rules": recording_rules(cfg)},
+            {"name": "stallscope.input_goodput", "rules": slo_rules(cfg)},
             {"name": "stallscope.distribution", "rules": distribution_rules(cfg)}]
 
 
@@ -68,6 +94,24 @@ def alert_rule(cfg, a):
             "runbook_url": cfg.runbook_url(a.name),
         },
     }
+
+
+def inhibit_rules(cfg):
+    """Alertmanager's inhibit_rules: a page about a job's input goodput (a burn-rate alert
+    of severity critical) mutes its tickets (the burn-rate alerts of severity warning and
+    StallscopeDataWaitHigh, the seed's 2 % line at 1x burn) for the same namespace and
+    job. Nothing else is inhibited: the cause alerts say why, and another job's ticket
+    still notifies."""
+    pages = [b.alert for b in cfg.slo.burns if b.severity == "critical"]
+    tickets = [b.alert for b in cfg.slo.burns if b.severity == "warning"] + [_alerts.TICKET]
+    if not pages:
+        return []
+
+    def matcher(names):
+        return ('alertname = "%s"' % names[0]) if len(names) == 1 else (
+            'alertname =~ "%s"' % "|".join(sorted(names)))
+    return [{"source_matchers": [matcher(pages)], "target_matchers": [matcher(tickets)],
+             "equal": ["namespace", "job"]}]
 
 
 def alert_groups(cfg):

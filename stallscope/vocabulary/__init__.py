@@ -19,7 +19,7 @@ lacks an alert, a runbook or advice.
 from typing import TypeVar
 
 from . import agent, causes, checks, hook, labels, node
-from .causes import ATTRIBUTE, DATA_WAIT_CRITICAL, DATA_WAIT_LINE, MIN_BATCHES, STRAGGLER_FACTOR, VERDICTS
+from .causes import ATTRIBUTE, DATA_WAIT_LINE, MIN_BATCHES, STRAGGLER_FACTOR, VERDICTS
 from .entries import (
     CADENCES,
     KINDS,
@@ -35,7 +35,7 @@ from .entries import (
     Signal,
 )
 
-__all__ = ["ATTRIBUTE", "CAUSES", "CHECKS", "Check", "DATA_WAIT_CRITICAL", "DATA_WAIT_LINE", "EXPORTERS",
+__all__ = ["ATTRIBUTE", "CAUSES", "CHECKS", "Check", "DATA_WAIT_LINE", "EXPORTERS",
            "LOADER_STATES", "MIN_BATCHES", "METRICS", "SIGNALS", "STRAGGLER_FACTOR", "VERDICTS", "Cause",
            "CauseAlert", "Exporter", "Line", "LoaderState", "Metric", "Signal", "cause", "labels", "metric",
            "signal"]

@@ -10,9 +10,9 @@ from .entries import Cause, CauseAlert, Line
 VERDICTS = ("healthy", "input_bound", "not_input_bound", "unknown")
 # The SLI line: a rank that waits on its own loader for this share of its step time is
 # input-bound. The headline alert (StallscopeDataWaitHigh), the correlator's verdict,
-# diagnose on both paths and the cause alerts' "waiting rank" gate all draw it here.
+# diagnose on both paths and the cause alerts' "waiting rank" gate all draw it here; it is
+# also input goodput's error budget (the mixin's SLO target is 1 - it: 98 %).
 DATA_WAIT_LINE = 0.02
-DATA_WAIT_CRITICAL = 0.10
 # A straggler: its data-wait above this many times the job's median (and over the line).
 STRAGGLER_FACTOR = 3.0
 # A cause is named as the finding when its correlator score reaches this.

@@ -1,8 +1,8 @@
-"""The Alertmanager inhibition example (deploy/alertmanager/inhibit-rules.yaml, and the
-Prometheus Operator's AlertmanagerConfig in deploy/kubernetes/examples/): amtool accepts
-it, and a real Alertmanager given both data-wait alerts mutes the warning under the
-critical for the same namespace and job, and only there (issue 34: Warning and
-Critical both fired above 10 % with no inhibition rule)."""
+"""The Alertmanager inhibition the mixin generates (deploy/alertmanager/inhibit-rules.yaml,
+and the Prometheus Operator's AlertmanagerConfig in deploy/kubernetes/examples/): amtool
+accepts it, and a real Alertmanager given a burn-rate page and the tickets mutes the
+tickets of the paged job, and only those (issue 34: two levels fired with no inhibition
+rule; issue 53: a page mutes its ticket for the same job)."""
 import datetime
 import json
 import os
@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 import yaml
 
-from stallscope.mixin import config, generate
+from stallscope.mixin import config, generate, rules
 from stallscope.processes.servers import free_port, http_get
 from tests.helpers import ROOT
 
@@ -34,19 +34,30 @@ def _config(tmp_path):
     return path
 
 
-def test_the_rules_name_generated_alerts_that_carry_the_equal_labels():
+def _names(matcher):
+    return matcher.split('"')[1].split("|")
+
+
+def test_the_rules_are_generated_and_name_alerts_that_carry_the_equal_labels():
+    assert open(RULES).read() == generate.inhibit_rules_text(config.DEFAULT)
+    assert open(OPERATOR).read() == generate.alertmanagerconfig_text(config.DEFAULT)
     with open(RULES) as f:
         (rule,) = yaml.safe_load(f)["inhibit_rules"]
     groups = yaml.safe_load(generate.alert_files(config.DEFAULT)["alerts.yaml"])["groups"]
     alerts = {r["alert"]: r for g in groups for r in g["rules"]}
-    for side in ("source_matchers", "target_matchers"):
-        (m,) = rule[side]
-        name = m.split("=")[1].strip().strip('"')
+    (source,), (target,) = rule["source_matchers"], rule["target_matchers"]
+    burns = {b.alert: b for b in config.DEFAULT.slo.burns}
+    assert sorted(_names(source)) == sorted(n for n, b in burns.items() if b.severity == "critical") != []
+    assert sorted(_names(target)) == sorted([n for n, b in burns.items() if b.severity == "warning"]
+                                            + ["StallscopeDataWaitHigh"])
+    for name in _names(source) + _names(target):
         assert name in alerts, name
-        assert "max by (namespace, job)" in alerts[name]["expr"], alerts[name]["expr"]
+        # every one is per (namespace, job): the equal labels exist on both sides
+        assert alerts[name]["expr"].startswith(("job:", "max by (namespace, job)")), alerts[name]["expr"]
     assert rule["equal"] == ["namespace", "job"]
-    assert alerts["StallscopeDataWaitCritical"]["labels"]["severity"] == "critical"
-    assert alerts["StallscopeDataWaitHigh"]["labels"]["severity"] == "warning"
+    assert {alerts[n]["labels"]["severity"] for n in _names(source)} == {"critical"}
+    assert {alerts[n]["labels"]["severity"] for n in _names(target)} == {"warning"}
+    assert rules.inhibit_rules(config.DEFAULT) == [rule]
 
 
 def test_amtool_accepts_the_config(tmp_path):
@@ -92,7 +103,7 @@ def alertmanager(tmp_path):
         log.close()
 
 
-def test_critical_inhibits_the_warning_for_the_same_job_only(alertmanager):
+def test_a_page_inhibits_its_jobs_tickets_only(alertmanager):
     now = datetime.datetime.now(datetime.timezone.utc)
     starts = (now - datetime.timedelta(minutes=1)).isoformat()
     ends = (now + datetime.timedelta(hours=1)).isoformat()
@@ -101,20 +112,27 @@ def test_critical_inhibits_the_warning_for_the_same_job_only(alertmanager):
         return {"labels": {"alertname": name, "severity": severity, "namespace": "ml", "job": job},
                 "startsAt": starts, "endsAt": ends}
 
-    _post(alertmanager, [alert("StallscopeDataWaitCritical", "critical", "a"),
-                         alert("StallscopeDataWaitHigh", "warning", "a"),
-                         alert("StallscopeDataWaitHigh", "warning", "b")])
+    fast, slow, ticket = "StallscopeInputGoodputFastBurn", "StallscopeInputGoodputSlowBurn", \
+        "StallscopeInputGoodputBudgetBurn"
+    sent = [alert(fast, "critical", "a"), alert(ticket, "warning", "a"),
+            alert("StallscopeDataWaitHigh", "warning", "a"),
+            alert(slow, "critical", "b"), alert("StallscopeDataWaitHigh", "warning", "b"),
+            alert(ticket, "warning", "c"), alert("StallscopeDataWaitHigh", "warning", "c"),
+            alert("StallscopeStragglerRank", "warning", "a")]
+    _post(alertmanager, sent)
+    muted = {(ticket, "a"), ("StallscopeDataWaitHigh", "a"), ("StallscopeDataWaitHigh", "b")}
     deadline = time.monotonic() + 30
     while True:
         got = {(a["labels"]["alertname"], a["labels"]["job"]): a["status"]
                for a in json.loads(http_get(alertmanager + "/api/v2/alerts"))}
-        if len(got) == 3 and got[("StallscopeDataWaitHigh", "a")]["inhibitedBy"]:
+        if len(got) == len(sent) and all(got[k]["inhibitedBy"] for k in muted):
             break
         assert time.monotonic() < deadline, got
         time.sleep(0.2)
-    assert got[("StallscopeDataWaitHigh", "a")]["state"] == "suppressed", got
-    assert not got[("StallscopeDataWaitHigh", "b")]["inhibitedBy"], got  # another job
-    assert not got[("StallscopeDataWaitCritical", "a")]["inhibitedBy"], got
+    for key, status in got.items():
+        # the paged jobs' tickets are suppressed; the pages, job c's tickets (no page) and
+        # the straggler alert (not a ticket of the SLO) still notify
+        assert (status["state"] == "suppressed") == (key in muted), (key, status)
 
 
 def test_the_operator_example_validates_and_says_the_same():
@@ -123,8 +141,9 @@ def test_the_operator_example_validates_and_says_the_same():
     (rule,) = obj["spec"]["inhibitRules"]
     with open(RULES) as f:
         (plain,) = yaml.safe_load(f)["inhibit_rules"]
-    assert [m["value"] for m in rule["sourceMatch"]] == ["StallscopeDataWaitCritical"]
-    assert [m["value"] for m in rule["targetMatch"]] == ["StallscopeDataWaitHigh"]
+    for side, plain_side in (("sourceMatch", "source_matchers"), ("targetMatch", "target_matchers")):
+        ((m,), (p,)) = rule[side], plain[plain_side]
+        assert (m["name"], m["matchType"], m["value"]) == tuple(p.split(" ", 2)[:2]) + (p.split('"')[1],)
     assert rule["equal"] == plain["equal"]
     node_modules = os.path.join(ROOT, "tests", "deploy", "node_modules")
     if not shutil.which("node") or not os.path.isdir(node_modules):

@@ -100,6 +100,18 @@ def test_alerts_warns_while_the_runbook_links_are_the_placeholder(tmp_path):
     ('{"rate_window": "5 minutes"}', "rate_window: '5 minutes' is not a Prometheus duration"),
     ('{"data_wait_warning": "high"}', "data_wait_warning: expected a number"),
     ("[1, 2]", "expected a JSON object"),
+    # the SLO block (issue 53)
+    ('{"slo": {"target": 0.95}, "data_wait_warning": 0.02}',
+     "slo.target 0.95 and data_wait_warning 0.02 disagree"),
+    ('{"slo": {"target": 1.5}}', "slo.target: expected a number between 0 and 1"),
+    ('{"slo": {"period": "a week"}}', "slo.period: 'a week' is not a Prometheus duration"),
+    ('{"slo": {"targets": {"bert": 0.9}}}', "slo.targets: 'bert' is not \"namespace/job\""),
+    ('{"slo": {"tagets": {}}}', "slo: unknown field(s) tagets"),
+    ('{"slo": {"burns": [{"alert": "StallscopeX"}]}}', "slo.burns: expected a list of objects with"),
+    ('{"slo": {"burns": [{"alert": "StallscopeX", "severity": "page", "long": "1h", "short": "5m", '
+     '"factor": 14.4, "for": "2m"}]}}', "severity 'page' is not critical (page) or warning (ticket)"),
+    ('{"rate_window": "10m"}',
+     "StallscopeInputGoodputFastBurn: expected rate_window (10m) <= short (5m) < long"),
 ])
 def test_cli_config_errors_are_one_line(tmp_path, content, message):
     path = tmp_path / "cfg.json"
@@ -116,6 +128,11 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
     path.write_text(json.dumps({
         "selector": 'cluster="a"', "rate_window": "2m", "data_wait_for": "7m", "cause_for": "3m",
         "data_wait_warning": 0.05, "lines": {"StallscopeCPUThrottled": 0.4},
+        "slo": {"period": "14d", "burns": [
+            {"alert": "StallscopeInputGoodputFastBurn", "severity": "critical", "long": "1h", "short": "4m",
+             "factor": 14.4, "for": "1m"},
+            {"alert": "StallscopeInputGoodputBudgetBurn", "severity": "warning", "long": "3d", "short": "6h",
+             "factor": 1, "for": "3h"}]},
         "runbook_base_url": "https://runbooks.example/x/", "dashboard_uid_prefix": "ss-"}))
     cfg = config.load(str(path))
     groups = rules.all_groups(cfg)
@@ -129,6 +146,13 @@ def test_one_config_reaches_every_rule_and_panel(tmp_path):
     assert alerts["StallscopeDataWaitHigh"]["expr"].endswith("[2m])) > 0)\n) > 0.05")
     assert "> 0.4" in alerts["StallscopeCPUThrottled"]["expr"]
     assert alerts["StallscopeCPUThrottled"]["for"] == "3m"
+    # the SLO block: its budget is the line (1 - 0.95), its windows and period are the config's
+    records = [r.get("record") for g in groups for r in g["rules"]]
+    assert cfg.slo.target == 0.95 and "* 0.05" in exprs[records.index(promql.slo_names(cfg)["budget"])]
+    assert "StallscopeInputGoodputSlowBurn" not in alerts
+    assert alerts["StallscopeInputGoodputFastBurn"]["for"] == "1m"
+    assert "rate4m > 14.4" in alerts["StallscopeInputGoodputFastBurn"]["expr"]
+    assert any("[14d]" in e for e in exprs)
     assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
         "https://runbooks.example/x/%s.md" % name for name in alerts}
     files = generate.dashboard_files(cfg)
@@ -202,14 +226,16 @@ def test_dashboards_and_alerts_share_the_sli_definition(boards):
     assert n["rank_ratio"] in text and n["job_max"] in text and n["job_median"] in text
     recorded = {r["record"] for g in rules.recording_groups(config.DEFAULT) for r in g["rules"]}
     # the cost per day is recorded only when the config names a price per GPU-hour
-    assert recorded == set(n.values()) - {n["job_idle_cost"]}
+    assert recorded == set(n.values()) - {n["job_idle_cost"]} | set(promql.slo_names(config.DEFAULT).values())
     assert n["job_idle"] in text and n["job_idle_cause"] in text
-    # the raw SLI formula, one definition: the rank record and the two headline alerts,
-    # which read it at evaluation time rather than one evaluation late (issue 20)
+    # the raw SLI formula, one definition: the rank record and the headline alert (the
+    # 2 % line's ticket), which reads it at evaluation time rather than one evaluation
+    # late (issue 20); the burn-rate alerts read the SLO records, from the job_max record
+    assert all(s_ in text for s_ in promql.slo_names(config.DEFAULT).values())
     raw = promql.indent(promql.data_wait_ratio(config.DEFAULT))
     readers = sorted(r.get("record") or r["alert"] for g in rules.all_groups(config.DEFAULT)
                      for r in g["rules"] if "stallscope_data_wait_seconds_sum" in r["expr"])
-    assert readers == ["StallscopeDataWaitCritical", "StallscopeDataWaitHigh", n["rank_ratio"]]
+    assert readers == ["StallscopeDataWaitHigh", n["rank_ratio"]]
     for g in rules.all_groups(config.DEFAULT):
         for r in g["rules"]:
             if r.get("alert", "").startswith("StallscopeDataWait"):

@@ -17,14 +17,14 @@ import subprocess
 import pytest
 
 from stallscope import vocabulary
-from stallscope.mixin import alerts, config, promql, rules
+from stallscope.mixin import alerts, config, generate, promql, rules
 from tests.helpers import ROOT
-from tests.helpers.alertcases import CannotDerive, cause_case
+from tests.helpers.alertcases import CannotDerive, cause_case, humanize_percentage
 
 RULE_FILES = [os.path.join(ROOT, "alerts", "rules.yaml"), os.path.join(ROOT, "alerts", "alerts.yaml")]
 RUNBOOKS = "https://github.com/stallscope/stallscope/blob/main/runbooks/"
-GROUPS = ["stallscope.sli", "stallscope.distribution", "stallscope.slo", "stallscope.causes",
-          "stallscope.health"]
+GROUPS = ["stallscope.sli", "stallscope.input_goodput", "stallscope.distribution", "stallscope.slo",
+          "stallscope.causes", "stallscope.health"]
 AGENT = dict(job="stallscope", instance="10.0.0.1:9478")
 POD0 = dict(job="train", namespace="ml", pod="train-0", node="n1", instance="10.0.0.1:9478")
 WHERE0 = "pod ml/train-0 (job train, node n1)"
@@ -39,13 +39,13 @@ def sel(metric, **labels):
     return "%s{%s}" % (metric, ",".join('%s="%s"' % kv for kv in sorted(labels.items())))
 
 
-def rank(r, wait_per_min, job="train", pod=None, steps_per_min=600, node="n1"):
+def rank(r, wait_per_min, job="train", pod=None, steps_per_min=600, node="n1", minutes=40):
     """A rank's hook series: 60 s of steps per minute, ``wait_per_min`` of them waiting."""
     labels = dict(job=job, rank=str(r), pod=pod or "%s-%d" % (job, r), namespace="ml", node=node,
                   instance="10.0.0.1:9478")
-    return [(sel("stallscope_data_wait_seconds_sum", **labels), "0+%gx40" % wait_per_min),
-            (sel("stallscope_step_seconds_sum", **labels), "0+%gx40" % (60 if steps_per_min else 0)),
-            (sel("stallscope_step_seconds_count", **labels), "0+%gx40" % steps_per_min)]
+    return [(sel("stallscope_data_wait_seconds_sum", **labels), "0+%gx%d" % (wait_per_min, minutes)),
+            (sel("stallscope_step_seconds_sum", **labels), "0+%gx%d" % (60 if steps_per_min else 0, minutes)),
+            (sel("stallscope_step_seconds_count", **labels), "0+%gx%d" % (steps_per_min, minutes))]
 
 
 def pod_labels(pod, **extra):
@@ -66,12 +66,6 @@ CASES = {
         [(dict(namespace="ml", job="train"), "Training job ml/train is waiting on its input pipeline.",
           "The slowest rank of job train spent 5% of its step time blocked in next(loader) over the "
           "last 5m (threshold 2%); in synchronous training every rank runs at its pace: the slowest "
-          "is rank 0 (pod train-0 on node n1); run `stallscope diagnose train-0 -n ml`.")]),
-    "StallscopeDataWaitCritical": (
-        rank(0, 12) + rank(1, 0.6) + rank(0, 3, job="warm"), 1,
-        [(dict(namespace="ml", job="train"), "Training job ml/train is waiting on its input pipeline.",
-          "The slowest rank of job train spent 20% of its step time blocked in next(loader) over the "
-          "last 5m (threshold 10%); in synchronous training every rank runs at its pace: the slowest "
           "is rank 0 (pod train-0 on node n1); run `stallscope diagnose train-0 -n ml`.")]),
     "StallscopeStragglerRank": (
         rank(0, 6) + rank(1, 0.6) + rank(2, 0.6) + sum((rank(r, 6, job="even") for r in range(3)), []), 1,
@@ -131,6 +125,48 @@ CASES = {
           "shm_exhaustion (shm_exhaustion: a worker could not allocate a batch in /dev/shm). "
           "`stallscope diagnose train-0 -n ml` shows the error and the /dev/shm size that would "
           "have been enough." % WHERE0)]),
+    # Every rank of job train stopped reporting at minute 10 while its two pods run and
+    # its agent is up; job done's pod finished (phase Running 0); job half still has a
+    # rank reporting (StallscopeRankSilent's case, not this one).
+    "StallscopeJobNotWatched": (
+        # (rank 1 steps slower: topk(1) names rank 0's pod, the one with the most steps)
+        [(sel("stallscope_step_seconds_count", **dict(POD0, rank=str(r), pod="train-%d" % r)),
+          "0+%dx10 stale" % (600 - 300 * r)) for r in (0, 1)]
+        + [(sel("stallscope_step_seconds_count", **dict(POD0, job="done", rank="0", pod="done-0")),
+            "0+600x10 stale"),
+           (sel("stallscope_step_seconds_count", **dict(POD0, job="half", rank="0", pod="half-0")),
+            "0+600x10 stale"),
+           (sel("stallscope_step_seconds_count", **dict(POD0, job="half", rank="1", pod="half-1")),
+            "0+600x40"),
+           (sel("up", **AGENT), "1+0x40")]
+        + [(sel("kube_pod_status_phase", job="kube-state-metrics", namespace="ml", pod=p, phase="Running"),
+            "1+0x40") for p in ("train-0", "train-1", "half-0", "half-1")]
+        + [(sel("kube_pod_status_phase", job="kube-state-metrics", namespace="ml", pod="done-0",
+                phase="Running"), "1x10 0x30")], 11,
+        [(dict(namespace="ml", job="train"),
+          "No rank of job ml/train reports while its pods run.",
+          "The hooks of job train reported within the last 1h and none reports now, while 2 of its "
+          "pods still run (kube_pod_status_phase), e.g. pod train-0 on node n1, and the agents that "
+          "carried their series are up: the training loop stopped being watched (a framework upgrade "
+          "that no longer calls the wrapped loader, the hook turned off, the agent's socket not "
+          "mounted into a restarted pod). Every other stallscope alert about this job is silent "
+          "until it reports again.")]),
+    # The agent at 10.0.0.1 is scraped without honor_labels (its training labels renamed
+    # exported_*); the one at 10.0.0.2 keeps them.
+    "StallscopeHonorLabelsMissing": (
+        [(sel("stallscope_step_seconds_count", exported_job="train", exported_namespace="ml", pod="train-0",
+              rank="0", node="n1", **AGENT), "0+600x40"),
+         (sel("stallscope_step_seconds_count", exported_job="train", exported_namespace="ml", pod="train-1",
+              rank="1", node="n1", **AGENT), "0+600x40"),
+         (sel("stallscope_step_seconds_count", **dict(POD0, rank="2", pod="train-2",
+                                                       instance="10.0.0.2:9478")), "0+600x40"),
+         (sel("up", **AGENT), "1+0x40"),
+         (sel("up", job="stallscope", instance="10.0.0.2:9478"), "1+0x40")], 0,
+        [(dict(AGENT), "The stallscope agent at 10.0.0.1:9478 is scraped without the training jobs' labels.",
+          "2 step series the agent at 10.0.0.1:9478 serves reach Prometheus (scrape job stallscope) "
+          "without their training job's namespace and job: the scrape lacks `honor_labels: true`, so "
+          "Prometheus renamed them exported_job and exported_namespace. No SLI, burn-rate or cause "
+          "alert matches them: every job on that node goes unwatched.")]),
     "StallscopeExporterFailing": (
         [(sel("stallscope_exporter_success", exporter="fuse", **AGENT), "0+0x40"),
          (sel("stallscope_exporter_success", exporter="psi", **AGENT), "1+0x40")], 0,
@@ -149,9 +185,49 @@ CASES = {
 
 
 def _minutes(duration):
-    m = re.fullmatch(r"(\d+)m", duration)
-    assert m, "test cases assume `for:` in whole minutes, got %r" % duration
-    return int(m.group(1))
+    m = re.fullmatch(r"(\d+)(m|h|d)", duration)
+    assert m, "test cases assume `for:` and windows in whole minutes, hours or days, got %r" % duration
+    return int(m.group(1)) * {"m": 1, "h": 60, "d": 1440}[m.group(2)]
+
+
+# -- input goodput's burn-rate alerts: cases derived from the config's SLO block ---------
+SLO = config.DEFAULT.slo
+BURNS = {b.alert: b for b in SLO.burns}
+# just over and just under a burn rate: the worst rank's wait share at (1 +- MARGIN) x
+# factor x budget
+MARGIN = 0.05
+
+
+def burn_ranks(share, minutes, job="train"):
+    """A job of two ranks whose worst (rank 0) waits ``share`` of its step time throughout
+    (rank 1 a tenth of that): its SLI is 1 - share over every window from minute 1 on."""
+    return rank(0, 60 * share, job=job, minutes=minutes) + rank(1, 6 * share, job=job, minutes=minutes)
+
+
+def burn_case(b):
+    """(series, t_true, expected) of burn-rate alert ``b``: the worst rank's share just over
+    its factor x budget from the start (every window's burn rate is share / budget from
+    minute 1 on); a second job just under it must not fire."""
+    over, under = b.factor * SLO.budget * (1 + MARGIN), b.factor * SLO.budget * (1 - MARGIN)
+    minutes = _minutes(b.for_) + 10
+    burn = over / SLO.budget
+    left = 1 - burn
+    page = b.severity == "critical"
+    description = (
+        "Job train spent its input-goodput error budget at %.3gx the allowed pace over the last %s and "
+        "at %.3gx over the last %s (this alert: over %sx in both; input goodput is 1 - the slowest "
+        "rank's share of step time blocked in next(loader), its error budget %s of step time). %s of the "
+        "budget over the last %s is left. In synchronous training every rank runs at the slowest's "
+        "pace: the slowest is rank 0 (pod train-0 on node n1); run `stallscope diagnose train-0 -n ml`."
+        % (burn, b.long, burn, b.short, promql.num(b.factor), humanize_percentage(SLO.budget),
+           humanize_percentage(left), SLO.period))
+    return (burn_ranks(over, minutes) + burn_ranks(under, minutes, job="under"), 1,
+            [(dict(namespace="ml", job="train"),
+              "Training job ml/train spends its input-goodput error budget at %sx the pace its SLO "
+              "allows%s." % (promql.num(b.factor), "" if page else " (a ticket)"), description)])
+
+
+CASES.update({name: burn_case(b) for name, b in BURNS.items()})
 
 
 ALERTS = {a.name: a for a in alerts.all_alerts(config.DEFAULT)}
@@ -342,3 +418,175 @@ def test_priced_config_records_the_cost_per_day():
     name = promql.names(cfg)["job_idle_cost"]
     assert priced[name].endswith("* 24 * 2.5")
     assert name not in {r["record"] for r in rules.recording_rules(config.DEFAULT)}
+
+
+def _step(b):
+    """Minutes between evaluations in a burn alert's window tests: 10 for windows of days
+    (4,700 evaluations of a 3-day window at 1m took a minute of CI; at 10m the windows
+    hold 433 samples and the `for:` of hours 18 evaluations), else 1."""
+    return 10 if _minutes(b.long) >= 1440 else 1
+
+
+def _at(t, step):
+    """Minute ``t`` rounded up to an evaluation."""
+    return -(-t // step) * step
+
+
+def _promtool(tmp_path, name, series, alert_tests=(), expr_tests=(), rule_files=None, step=1):
+    doc = {"rule_files": rule_files or RULE_FILES, "evaluation_interval": "%dm" % step,
+           "group_eval_order": GROUPS,
+           "tests": [{"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+                      "alert_rule_test": list(alert_tests), "promql_expr_test": list(expr_tests)}]}
+    path = tmp_path / ("%s.test.yaml" % name)
+    path.write_text(json.dumps(doc, indent=1))
+    r = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout + r.stderr
+
+
+def _over(record, factor, t):
+    """An expression test: ``record`` of job train is over ``factor`` at minute ``t``."""
+    return {"expr": "%s > bool %s" % (record, promql.num(factor)), "eval_time": "%dm" % t,
+            "exp_samples": [{"labels": '{job="train", namespace="ml"}', "value": 1}]}
+
+
+def _firing(name, t):
+    """An expression test: alert ``name`` fires for job train at minute ``t`` (its labels
+    and annotations are the burn case's business)."""
+    return {"expr": 'count by (job, severity) (ALERTS{alertname="%s", alertstate="firing"})' % name,
+            "eval_time": "%dm" % t,
+            "exp_samples": [{"labels": '{job="train", severity="%s"}' % BURNS[name].severity, "value": 1}]}
+
+
+def _under(record, factor, t):
+    return dict(_over(record, factor, t),
+                exp_samples=[{"labels": '{job="train", namespace="ml"}', "value": 0}])
+
+
+def _stall(share_before, minutes_before, share, minutes, share_after=0.0, minutes_after=0):
+    """Rank 0 of job train waits ``share_before`` of its step time, then ``share``, then
+    ``share_after`` (each for that many minutes); rank 1 never waits."""
+    labels = dict(job="train", rank="0", pod="train-0", namespace="ml", node="n1", instance="10.0.0.1:9478")
+    total = minutes_before + minutes + minutes_after
+    parts, at = [], 0.0
+    for s, m in ((share_before, minutes_before), (share, minutes), (share_after, minutes_after)):
+        if m:
+            parts.append("%s+%gx%d" % (promql.num(round(at, 6)), 60 * s, m))
+            at += 60 * s * m
+    series = [(sel("stallscope_data_wait_seconds_sum", **labels), _chain(parts)),
+              (sel("stallscope_step_seconds_sum", **labels), "0+60x%d" % total),
+              (sel("stallscope_step_seconds_count", **labels), "0+600x%d" % total)]
+    return series + rank(1, 0, minutes=total)
+
+
+def _chain(parts):
+    """Expanding notation pieces back to back: "a+bxn" then the next piece's start is the
+    previous value plus its step (promtool repeats a piece n+1 times: its start and n steps)."""
+    out, value = [], 0.0
+    for p in parts:
+        start, rest = p.split("+", 1)
+        step, n = rest.split("x")
+        out.append("%s+%sx%d" % (promql.num(round(value, 6)), step, int(n) - 1))
+        value += float(step) * int(n)
+    return " ".join(out)
+
+
+@pytest.mark.parametrize("name", sorted(BURNS))
+def test_the_short_window_resets_a_burn_alert_the_long_one_still_holds(name, tmp_path):
+    """A stall at 1.5x the burn rate for a whole long window pages; once it ends, the short
+    window falls under the factor within short + the rate window + a minute while the long
+    one still holds over it, and the alert no longer fires (the short window gates the
+    long: it resets soon after the stall ends)."""
+    b = BURNS[name]
+    long_, short, step = _minutes(b.long), _minutes(b.short), _step(b)
+    share = 1.5 * b.factor * SLO.budget
+    after = short + 6 + 5 + step
+    end = _at(long_ + 1, step)  # the stall's last sample is at long_ + 1
+    series = _stall(0.0, 1, share, long_, 0.0, after)
+    burn = promql.slo_names(config.DEFAULT)
+    reset = _at(long_ + 1 + short + _minutes(config.DEFAULT.rate_window) + 1, step)
+    code, out = _promtool(tmp_path, name, series, step=step, alert_tests=[
+        {"eval_time": "%dm" % reset, "alertname": name, "exp_alerts": []}],
+        expr_tests=[_firing(name, end), _over(burn["burn_" + b.long], b.factor, reset),
+                    _under(burn["burn_" + b.short], b.factor, reset)])
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("name", sorted(BURNS))
+def test_a_short_spike_the_long_window_does_not_hold_pages_nobody(name, tmp_path):
+    """After a healthy long window, the worst rank waits all the time (50x the burn rate) for
+    long enough that the short window is over the factor, and short enough that the long
+    one stays near half of it; then it is healthy again: nothing fires, through the
+    alert's `for:` (the long window gates the short). The same spike held until the long
+    window reaches the factor does fire: the case can fail."""
+    b = BURNS[name]
+    long_, short, step = _minutes(b.long), _minutes(b.short), _step(b)
+    ramp = _minutes(config.DEFAULT.rate_window)
+    spike = max(int(long_ * b.factor * SLO.budget * 0.5), int(short * b.factor * SLO.budget * 2) + ramp + 1)
+    burn = promql.slo_names(config.DEFAULT)
+    for_ = _minutes(b.for_)
+    series = _stall(0.0, long_ + 1, 1.0, spike, 0.0, for_ + 2 + step)
+    t = _at(long_ + 1 + spike, step)
+    code, out = _promtool(tmp_path, name, series, step=step, alert_tests=[
+        {"eval_time": "%dm" % (t + m), "alertname": name, "exp_alerts": []} for m in (0, for_)],
+        expr_tests=[_over(burn["burn_" + b.short], b.factor, t), _under(burn["burn_" + b.long], b.factor, t)])
+    assert code == 0, out
+    # held on: the long window's burn crosses the factor after long x factor x budget
+    # minutes of it (+ the rate window's ramp), and the alert fires `for:` later
+    crossing = int(long_ * b.factor * SLO.budget) + _minutes(config.DEFAULT.rate_window) + 2
+    series = _stall(0.0, long_ + 1, 1.0, crossing + for_ + step + 1)
+    code, out = _promtool(tmp_path, name + "-held", series, step=step,
+                          expr_tests=[_firing(name, _at(long_ + 1 + crossing + for_, step))])
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("name", sorted(BURNS))
+def test_a_burn_case_fails_when_the_rules_move_its_factor_or_for(name, tmp_path):
+    """The burn case tests the config's factor and `for:`: a factor moved past the
+    injected share (MARGIN either side), or a `for:` a minute longer or shorter, in a
+    scratch copy of the generated rules fails it."""
+    b = BURNS[name]
+    minutes = _minutes(b.for_)
+    cmp = "> %s\n" % promql.num(b.factor)
+    changes = {
+        "factor up": lambda r: r.replace(cmp, "> %s\n" % promql.num(round(b.factor * (1 + 2 * MARGIN), 6))),
+        "factor down": lambda r: r.replace(cmp, "> %s\n" % promql.num(round(b.factor * (1 - 2 * MARGIN), 6))),
+        "for longer": lambda r: r.replace("for: %s\n" % b.for_, "for: %dm\n" % (minutes + 1)),
+        "for shorter": lambda r: r.replace("for: %s\n" % b.for_, "for: %dm\n" % (minutes - 1)),
+    }
+    # a lower factor also fires the job just under it: the expected alerts differ
+    failed = {what: unit_test(name, tmp_path, rule_files=_mutated(tmp_path, name, change))[0] != 0
+              for what, change in changes.items()}
+    assert failed == {what: True for what in changes}
+
+
+def test_slo_records_are_the_worst_ranks_share_against_the_budget(tmp_path):
+    """At a constant worst-rank share of 10 % (rank 1 at 1 %): input goodput 0.9 over every
+    window, burn rate 5 (10 % / the 2 % budget), the budget 0.02 and the budget left over
+    the period 1 - 5 = -4. A job a config gives an 85 % target (budget 15 %) burns at 2/3
+    and its 10 % opens no StallscopeDataWaitHigh ticket; another job's does."""
+    n = promql.slo_names(config.DEFAULT)
+    job = '{job="train", namespace="ml"}'
+    series = rank(0, 6, minutes=70) + rank(1, 0.6, minutes=70)
+    tests = [{"expr": "round(%s, 1e-6)" % n["budget"], "eval_time": "65m",
+              "exp_samples": [{"labels": job, "value": 0.02}]},
+             {"expr": "round(%s, 1e-6)" % n["budget_left"], "eval_time": "65m",
+              "exp_samples": [{"labels": job, "value": -4}]}]
+    for w in SLO.windows():
+        tests.append({"expr": "round(%s, 1e-6)" % n["sli_" + w], "eval_time": "65m",
+                      "exp_samples": [{"labels": job, "value": 0.9}]})
+        tests.append({"expr": "round(%s, 1e-6)" % n["burn_" + w], "eval_time": "65m",
+                      "exp_samples": [{"labels": job, "value": 5}]})
+    code, out = _promtool(tmp_path, "records", series, expr_tests=tests)
+    assert code == 0, out
+    # per-job target by config: ml/train at 95 % (budget 5 %), every other job the default
+    cfg = config.load(slo={"targets": {"ml/train": 0.85}})
+    rules_dir = tmp_path / "override"
+    rule_files = generate.write(generate.alert_files(cfg), str(rules_dir))
+    series += rank(0, 6, job="other", minutes=70)
+    code, out = _promtool(tmp_path, "override", series, rule_files=rule_files, expr_tests=[
+        {"expr": "round(%s, 1e-6)" % n["burn_1h"], "eval_time": "65m",
+         "exp_samples": [{"labels": job, "value": 0.666667},
+                         {"labels": '{job="other", namespace="ml"}', "value": 5}]},
+        {"expr": 'count by (job) (ALERTS{alertname="StallscopeDataWaitHigh", alertstate="firing"})',
+         "eval_time": "30m", "exp_samples": [{"labels": '{job="other"}', "value": 1}]}])
+    assert code == 0, out

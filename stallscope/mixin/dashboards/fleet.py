@@ -49,6 +49,13 @@ def build(cfg):
         tabular("Lost by cause", "The same hours by the cause the correlator scored best for the job "
                 "at each moment (the diagnosis's first cause).",
                 [q("sort_desc(%s)" % hours(n["job_idle_cause"], "cause"), instant=True, fmt=TABLE)]),
+        field_link(tabular(
+            "Jobs by error budget spent", "Each job's input-goodput error budget spent over the range, "
+            "most first: its mean badput (the slowest rank's wait share) over the range / its budget "
+            "(1 - its SLO target); 1 is its whole budget for the time it ran. A job links its overview, "
+            "whose SLO row says over which windows and on what cause.",
+            [q("sort_desc(%s)" % overview.budget_spent(cfg, ns), instant=True, fmt=TABLE)], "percentunit",
+            w=24), "job", "Job overview", drill_down_url(cfg, overview.UID, ("namespace", "job"))),
         ts("Idle accelerators on input wait, per namespace", "Accelerators idle on input wait now, "
            "summed over each namespace's jobs.",
            [q("sum by (namespace) (%s)" % promql.sel(cfg, n["job_idle"], *ns), "{{namespace}}")],

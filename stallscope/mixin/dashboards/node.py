@@ -32,7 +32,7 @@ def build(cfg):
         ts("Data-wait per rank", "Share of step time each selected rank spent blocked in "
            "next(loader) (the SLI, %s)." % n["rank_ratio"],
            [q(promql.sel(cfg, n["rank_ratio"], *VARS_RANK), rank_legend)], "percentunit", min_val=0,
-           warn=cfg.data_wait_warning, crit=cfg.data_wait_critical),
+           warn=cfg.data_wait_warning, crit=cfg.data_wait_page),
         ts("Batches per second per rank", "Pace of each rank's loop. A rank at 0 while it still "
            "reports is blocked in next(): a dead mount or a hung worker.",
            [q(promql.sel(cfg, n["rank_steps"], *VARS_RANK), rank_legend)], BATCHES_PER_SECOND, min_val=0),

@@ -1,7 +1,7 @@
 """Job overview: is the job waiting on data, which ranks, since when, and what the GPU
 and the correlator say about it."""
 from .. import promql
-from ..promql import pct
+from ..promql import num, pct
 from . import node
 from .panels import (
     BATCHES_PER_SECOND,
@@ -29,11 +29,99 @@ def _m(cfg, metric, *extra):
     return promql.sel(cfg, metric, *(VARS_RANK + extra))
 
 
+def budget_spent(cfg, matchers, by="namespace, job"):
+    """Each job's error budget spent over the dashboard's time range: its mean input
+    badput (the slowest rank's wait share, moment by moment) over its error budget; 1 is
+    the whole budget of the time it ran. For "how much budget did this job spend this
+    week": set the time range to the last 7 days."""
+    n, s = promql.names(cfg), promql.slo_names(cfg)
+    return "max by (%s) (\n  avg_over_time(%s[$__range])\n  /\n  last_over_time(%s[$__range])\n)" % (
+        by, promql.sel(cfg, n["job_max"], *matchers), promql.sel(cfg, s["budget"], *matchers))
+
+
+def hours_lost(cfg, record, matchers, by):
+    """Accelerator-hours of idle-accelerator ``record`` over the range, per ``by``: a
+    sample every $__interval (Grafana's, from the range and the panel's width), each
+    standing for that long."""
+    return "sum by (%s) (sum_over_time(%s[$__range:$__interval])) * $__interval_ms / 3600000" % (
+        by, promql.sel(cfg, record, *matchers))
+
+
+def slo_row(b, cfg, job_sel):
+    """Input goodput as an SLO: the SLI and burn rate over each window the alerts read,
+    the budget left over the SLO period, the budget spent over the time range and on what
+    (accelerator-hours lost by cause, and the budget by cause)."""
+    n, s, slo = promql.names(cfg), promql.slo_names(cfg), cfg.slo
+    pages = sorted({b_.factor for b_ in slo.burns if b_.severity == "critical"})
+    by_job = "namespace, job"
+    short = slo.windows()[0]
+    b.row("Input goodput SLO (target %s; error budget %s of step time)" % (pct(slo.target), pct(slo.budget)))
+    b.add(
+        single("Input goodput (%s)" % short, "1 - the slowest rank's share of step time "
+               "blocked in next(loader) over the last %s, the worst selected job (recorded as %s). "
+               "The same figure as Google's goodput: 1 - DATA_LOADING_SYNC badput's share."
+               % (short, s["sli_" + short]),
+               q("min(%s)" % promql.sel(cfg, s["sli_" + short], *job_sel)), "percentunit"),
+        single("Error budget left (%s)" % slo.period, "Share of the error budget left over the last "
+               "%s (the SLO period): 1 - the mean badput over it / the budget; below 0 once "
+               "overspent. The selected job that has least left (recorded as %s)."
+               % (slo.period, s["budget_left"]),
+               q("min(%s)" % promql.sel(cfg, s["budget_left"], *job_sel)), "percentunit"),
+        single("Error budget spent over the time range", "The selected jobs' error budget spent over "
+               "the dashboard's time range, the most any spent: their mean badput over the range / "
+               "the budget (1 = all of it; set the range to the last 7 days for the week).",
+               q("max(%s)" % budget_spent(cfg, job_sel)), "percentunit", warn=1),
+        single("Accelerator-hours lost over the time range", "Accelerator-hours the selected jobs idled "
+               "on input wait over the time range: world size x the straggler's waiting share, "
+               "integrated (%s)." % n["job_idle"],
+               q("sum(%s)" % hours_lost(cfg, n["job_idle"], job_sel, by_job))),
+        ts("Burn rate per window", "How many times faster than the SLO allows each job spends its error "
+           "budget, over each window the burn-rate alerts read (recorded as %s). Pages fire while a "
+           "long window and its short one both exceed %s; the ticket at 1x over %s." % (
+               s["burn_" + slo.windows()[0]].replace(slo.windows()[0], "<window>"),
+               " or ".join("%sx (%s and %s)" % (num(b_.factor), b_.long, b_.short)
+                           for b_ in slo.burns if b_.severity == "critical"),
+               " and ".join("%s and %s" % (b_.long, b_.short)
+                            for b_ in slo.burns if b_.severity == "warning")),
+           [q(promql.sel(cfg, s["burn_" + w], *job_sel), "{{namespace}}/{{job}} %s" % w)
+            for w in slo.windows()],
+           "short", min_val=0, warn=1, crit=pages[0] if pages else None),
+        ts("Input goodput per window", "The SLI over each window the alerts read (recorded as %s): "
+           "1 - the mean of the slowest rank's wait share over it." % (
+               s["sli_" + slo.windows()[0]].replace(slo.windows()[0], "<window>")),
+           [q(promql.sel(cfg, s["sli_" + w], *job_sel), "{{namespace}}/{{job}} %s" % w)
+            for w in slo.windows()],
+           "percentunit", max_val=1),
+        tabular("Accelerator-hours lost by cause over the SLO period (%s)" % slo.period, "Per job, the "
+                "accelerator-hours lost to input wait over the last %s (the budget-left window) by the "
+                "cause the correlator scored best at each moment (%s, sampled each minute)."
+                % (slo.period, n["job_idle_cause"]),
+                [q("sort_desc(sum by (%s, cause) (sum_over_time(%s[%s:1m])) / 60)" % (
+                    by_job, promql.sel(cfg, n["job_idle_cause"], *job_sel), slo.period),
+                   instant=True, fmt=TABLE)]),
+        tabular("Accelerator-hours lost by cause over the time range", "Per job, the accelerator-hours "
+                "lost to input wait over the time range by the cause the correlator scored best at "
+                "each moment (%s); time before a cause was scored is in the total, not here."
+                % n["job_idle_cause"],
+                [q("sort_desc(%s)" % hours_lost(cfg, n["job_idle_cause"], job_sel, by_job + ", cause"),
+                   instant=True, fmt=TABLE)]),
+        tabular("Error budget spent by cause over the time range", "Per job, the error budget spent "
+                "over the time range split by cause in proportion to the accelerator-hours each "
+                "cause lost: the answer to \"how much budget did this job spend this week, and on "
+                "what\" (range: last 7 days).",
+                [q("sort_desc(\n(%s)\n/ on (namespace, job) group_left ()\n(%s)\n* on (namespace, job) "
+                   "group_left ()\n%s\n)" % (
+                       hours_lost(cfg, n["job_idle_cause"], job_sel, by_job + ", cause"),
+                       hours_lost(cfg, n["job_idle"], job_sel, by_job), budget_spent(cfg, job_sel)),
+                   instant=True, fmt=TABLE)], "percentunit"),
+    )
+
+
 def build(cfg):
     n = promql.names(cfg)
     ratio = _m(cfg, n["rank_ratio"])
     job_sel = ('namespace=~"$namespace"', 'job=~"$job"')
-    warn, crit = cfg.data_wait_warning, cfg.data_wait_critical
+    warn, crit = cfg.data_wait_warning, cfg.data_wait_page
     b = Board(cfg, UID, "stallscope / Job overview",
               "Are the GPUs waiting on the input pipeline, on which rank, and why?")
     b.link("Node and pod drill-down", "node")
@@ -41,8 +129,9 @@ def build(cfg):
     b.row("Is the job waiting on data?")
     b.add(
         single("Worst rank: data-wait", "Largest share of step time any selected rank spent "
-               "blocked in next(loader) over the last %s (recorded as %s). Above %s for %s pages "
-               "StallscopeDataWaitHigh; in synchronous training every rank runs at this rank's pace."
+               "blocked in next(loader) over the last %s (recorded as %s). Above %s for %s opens "
+               "the ticket StallscopeDataWaitHigh; in synchronous training every rank runs at this "
+               "rank's pace."
                % (cfg.rate_window, n["job_max"], pct(warn), cfg.data_wait_for),
                q("max(%s)" % ratio), "percentunit", warn=warn, crit=crit),
         single("Median rank: data-wait", "The job's median rank. Close to the worst: the whole job "
@@ -55,8 +144,9 @@ def build(cfg):
                "slowest selected rank: the pace of the whole job.",
                q("min(%s)" % _m(cfg, n["rank_steps"])), BATCHES_PER_SECOND),
         ts("Data-wait: worst and median rank per job", "Share of step time blocked in next(loader), "
-           "per job: the worst rank (solid) and the median rank. Dashed lines: the warning (%s) and "
-           "critical (%s) levels of the alerts." % (pct(warn), pct(crit)),
+           "per job: the worst rank (solid) and the median rank. Dashed lines: the SLO's line (%s, "
+           "a ticket when it holds) and the share that pages when it holds (%s, the slow-burn "
+           "page's)." % (pct(warn), pct(crit)),
            [q(promql.sel(cfg, n["job_max"], *job_sel), "{{namespace}}/{{job}} worst"),
             q(promql.sel(cfg, n["job_median"], *job_sel), "{{namespace}}/{{job}} median")],
            "percentunit", w=24, min_val=0, warn=warn, crit=crit),
@@ -96,6 +186,8 @@ def build(cfg):
              q("sum by (le) (%s)" % promql.sel(cfg, n["job_wait_buckets"], *job_sel),
                "{{le}}", fmt=HEATMAP), w=24),
     )
+
+    slo_row(b, cfg, job_sel)
 
     b.row("Step time and GPU")
     by = "namespace, job, rank"
