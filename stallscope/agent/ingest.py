@@ -58,10 +58,12 @@ MAX_CONNECTIONS = 4096
 # trainer out (issue 33). A process holds one; 8 ranks of 16 workers in two loaders each
 # are 264.
 MAX_CONNECTIONS_PER_DOMAIN = 512
-# ... and one process (its SO_PEERCRED PID) at most this many of its domain's: a hook
-# holds one a process (hook/channel.py; a forked child connects on its own), and closes
-# it before it reconnects. Slack for a close the agent has not read yet.
-MAX_CONNECTIONS_PER_PROCESS = 4
+# ... and one process (its SO_PEERCRED PID) at most this many of its domain's, so that
+# no process can take its own pod's share (issue 50): a hook holds one a process
+# (hook/channel.py; a forked loader worker connects on its own). An eighth of the share:
+# a sender that opens, sends and closes in quick turns (tools, tests) is not refused for
+# closes the agent has not read yet, and 448 stay for the pod's other processes.
+MAX_CONNECTIONS_PER_PROCESS = 64
 # A connection that sends nothing for this long is closed: every hook stream reports at
 # least every LONGEST_SILENCE_S (16 s; the report cadences, vocabulary/hook.py), and the
 # hook reconnects before its next send when it finds its connection closed.

@@ -30,7 +30,7 @@ import time
 
 from ..vocabulary import hook as cadence
 from . import phases, wire
-from .stream import Stream, moved, share_moved, wait_share
+from .stream import Stream, moved, share_moved
 
 __all__ = ["Channel", "Stream", "get"]
 
@@ -206,8 +206,9 @@ class Channel:
             if stream.blocked_since is not None and \
                     time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
                 msg["blocked_since_ns"] = stream.blocked_since
-            load = sum(pending.waits[:n]) / n if n else None
-            share = wait_share(pending, n)
+            waits, intervals = pending.sums(n)
+            load = waits / n if n else None
+            share = waits / intervals if n and intervals > 0 else None
             status = self._send(msg, n, pending.block(n))
             if status == "busy":
                 return  # the agent is slow: keep the events for the next flush

@@ -127,7 +127,7 @@ def moved(stream: Stream) -> bool:
     sent, pending = stream.sent_load, stream.pending
     if not sent or len(pending) < MOVED_MIN_BATCHES:
         return False
-    mean = sum(pending.waits) / len(pending)
+    mean = pending.wait_sum / len(pending)
     return mean > MOVED * sent or mean * MOVED < sent
 
 
@@ -136,8 +136,8 @@ def wait_share(pending: wire.Columns, n: int | None = None) -> float | None:
     n = len(pending) if n is None else n
     if not n:
         return None
-    total = sum(pending.intervals[:n])
-    return sum(pending.waits[:n]) / total if total > 0 else None
+    waits, total = pending.sums(n)  # the running sums when all of them (wire.py)
+    return waits / total if total > 0 else None
 
 
 def share_moved(stream: Stream) -> bool:

@@ -75,13 +75,19 @@ class Columns:
     """Batch events waiting for delivery, as three int64 columns (no object per event),
     and a fourth, the ready wait, for a stream whose waits are split (``ready=True``)."""
 
-    __slots__ = ("ends", "waits", "intervals", "ready")
+    __slots__ = ("ends", "waits", "intervals", "ready", "wait_sum", "interval_sum")
 
     def __init__(self, ready: bool = False) -> None:
         self.ends = array("q")
         self.waits = array("q")
         self.intervals = array("q")
         self.ready: array[int] | None = array("q") if ready else None
+        # Running sums of the waits and intervals held: the flush thread's cadence
+        # decisions (stream.py share_moved, moved) read them each tick, which re-summing
+        # every pending batch made O(pending) a tick (issue 50). Each batch is added once
+        # and taken off once.
+        self.wait_sum = 0
+        self.interval_sum = 0
 
     @property
     def cols(self) -> int:
@@ -111,12 +117,26 @@ class Columns:
         self.ends.extend(ends)
         self.waits.extend(waits)
         self.intervals.extend(intervals)
+        self.wait_sum += sum(waits)
+        self.interval_sum += sum(intervals)
         if self.ready is not None:
             # Never without values: unknown, the whole wait counts as waiting for a ready
             # batch (no transfer is claimed that was not measured).
             self.ready.extend(ready if ready is not None else waits)
 
+    def sums(self, n: int) -> tuple[int, int]:
+        """(waits, intervals) summed over the first ``n`` events."""
+        if n >= len(self.ends):
+            return self.wait_sum, self.interval_sum
+        return sum(self.waits[:n]), sum(self.intervals[:n])
+
     def drop_first(self, n: int) -> None:
+        if n >= len(self.ends):
+            self.wait_sum = self.interval_sum = 0
+        elif n > 0:
+            waits, intervals = self.sums(n)
+            self.wait_sum -= waits
+            self.interval_sum -= intervals
         del self.ends[:n]
         del self.waits[:n]
         del self.intervals[:n]

@@ -39,6 +39,10 @@ HOLDER = textwrap.dedent(r"""
 """)
 
 
+CAP = ingest.MAX_CONNECTIONS_PER_PROCESS
+DOMAIN = 2 * CAP + CAP // 2
+
+
 class Applied:
     def __init__(self):
         self.by_pid = {}
@@ -57,9 +61,9 @@ def served(tmp_path):
     sock.listen(512)
     sock.setblocking(False)
     applied = Applied()
-    # a small domain share, so that the domain's bound is reached with a few processes
+    # a smaller domain share, so that its bound is reached with a few processes
     ing = ingest.Ingest(sock, applied.apply, lambda pid, uid: identity.of_peer("/proc", pid, uid),
-                        tick_s=0.05, max_per_domain=10)
+                        tick_s=0.05, max_per_domain=DOMAIN)
     ing.start()
     yield path, applied, ing
     ing.stop()
@@ -81,7 +85,7 @@ def release(*procs):
 
 def test_one_process_holds_at_most_its_share_of_its_pods_connections(served):
     path, applied, ing = served
-    cap = ingest.MAX_CONNECTIONS_PER_PROCESS
+    cap = CAP
     stats = ing.stats
     # One process opens 3 x its cap, claiming in its messages to be PID 1: the kernel's
     # PID is the one counted. Its first `cap` stay open, the rest are closed, counted.
@@ -91,7 +95,7 @@ def test_one_process_holds_at_most_its_share_of_its_pods_connections(served):
     assert greedy.stdout.readline().strip() == "sent"
     wait_until(lambda: applied.by_pid.get(greedy.pid) == cap, timeout=20)  # its reports, no more
     # Another process of the same pod (domain) still gets its connection, and so does a
-    # third, until the domain's own bound (10 here) is reached ...
+    # third, until the domain's own bound (DOMAIN here) is reached ...
     other = hold(path, 1)
     third = hold(path, cap)
     wait_until(lambda: stats.connections == 2 * cap + 1, timeout=20)
@@ -99,16 +103,16 @@ def test_one_process_holds_at_most_its_share_of_its_pods_connections(served):
     wait_until(lambda: applied.by_pid.get(other.pid) == 1, timeout=20)
     # ... which still holds for processes that each stay within their own share
     fourth = hold(path, cap)
-    wait_until(lambda: stats.connections == 10, timeout=20)
-    wait_until(lambda: stats.rejected["too_many_connections_per_sender"] == 3 * cap + 1 - 10, timeout=20)
+    wait_until(lambda: stats.connections == DOMAIN, timeout=20)
+    wait_until(lambda: stats.rejected["too_many_connections_per_sender"] == 3 * cap + 1 - DOMAIN, timeout=20)
     assert stats.rejected["too_many_connections_per_process"] == 2 * cap
     # A process that closes its connections gives its share back: its PID is forgotten.
     release(greedy)
-    wait_until(lambda: stats.connections == 10 - cap, timeout=20)
-    assert (ing.stats.by_domain[next(iter(ing.stats.by_domain))] == 10 - cap
+    wait_until(lambda: stats.connections == DOMAIN - cap, timeout=20)
+    assert (ing.stats.by_domain[next(iter(ing.stats.by_domain))] == DOMAIN - cap
             and all(pid != greedy.pid for (_d, pid) in stats.by_process))
     again = hold(path, 1)
-    wait_until(lambda: stats.connections == 10 - cap + 1, timeout=20)
+    wait_until(lambda: stats.connections == DOMAIN - cap + 1, timeout=20)
     release(other, third, fourth, again)
     wait_until(lambda: stats.connections == 0 and not stats.by_process and not stats.by_domain, timeout=20)
 
