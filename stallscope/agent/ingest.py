@@ -45,8 +45,8 @@ import time
 from typing import Any, Callable, Optional
 
 from ..hook import wire
-from ..vocabulary.hook import LONGEST_SILENCE_S
 from ..host import log
+from ..vocabulary.hook import LONGEST_SILENCE_S
 from . import identity, validate
 from .held import HELD
 from .hooksocket import HookSocket

@@ -186,41 +186,46 @@ class Channel:
 
     def _deliver(self, stream: Stream, now: float) -> None:
         pending = stream.pending
-        while True:
-            n = min(len(pending), wire.MAX_EVENTS_PER_MESSAGE)
-            msg = self._message(stream.ident, stream.role, {"n": n})
-            if pending.ready is not None:
-                msg["cols"] = pending.cols
-            if stream.loader is not None:
-                msg["loader"] = stream.loader
-            if stream.cuda is not None:
-                msg["cuda"] = stream.cuda
-            if stream.role == "main":
-                steps = phases.get().snapshot()  # forward/backward/optimizer (phases.py)
-                if steps is not None:
-                    msg["phases"] = steps
-            # Said only once the call has lasted BLOCKED_REPORT_S: the agent counts it
-            # before the batch comes (a hang must show), and a short next() that ends in
-            # StopIteration (the last one of an epoch joins the workers) is none of its
-            # business: the loop does not count it either.
-            if stream.blocked_since is not None and \
-                    time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
-                msg["blocked_since_ns"] = stream.blocked_since
-            waits, intervals = pending.sums(n)
-            load = waits / n if n else None
-            share = waits / intervals if n and intervals > 0 else None
-            status = self._send(msg, n, pending.block(n))
-            if status == "busy":
-                return  # the agent is slow: keep the events for the next flush
-            if load is not None:
-                stream.sent_load = load
-            if share is not None:
-                stream.sent_share = share
-            pending.drop_first(n)  # delivered, or counted as dropped
-            stream.last_sent = now
-            stream.sent += 1
-            if not pending:
-                return
+        total = len(pending)
+        at = 0  # events delivered (or counted as dropped) so far: taken off once, at the end
+        try:
+            while True:
+                n = min(total - at, wire.MAX_EVENTS_PER_MESSAGE)
+                msg = self._message(stream.ident, stream.role, {"n": n})
+                if pending.ready is not None:
+                    msg["cols"] = pending.cols
+                if stream.loader is not None:
+                    msg["loader"] = stream.loader
+                if stream.cuda is not None:
+                    msg["cuda"] = stream.cuda
+                if stream.role == "main":
+                    steps = phases.get().snapshot()  # forward/backward/optimizer (phases.py)
+                    if steps is not None:
+                        msg["phases"] = steps
+                # Said only once the call has lasted BLOCKED_REPORT_S: the agent counts it
+                # before the batch comes (a hang must show), and a short next() that ends in
+                # StopIteration (the last one of an epoch joins the workers) is none of its
+                # business: the loop does not count it either.
+                if stream.blocked_since is not None and \
+                        time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
+                    msg["blocked_since_ns"] = stream.blocked_since
+                status = self._send(msg, n, pending.block(n, at))
+                if status == "busy":
+                    return  # the agent is slow: keep the events for the next flush
+                if n:
+                    waits, intervals = pending.sums(n, at)  # the running sums: all of them
+                    stream.sent_load = waits / n
+                    if intervals > 0:
+                        stream.sent_share = waits / intervals
+                at += n
+                stream.last_sent = now
+                stream.sent += 1
+                if at >= total:
+                    return
+        finally:
+            # One cut of the columns per delivery, not one per message: each cut moves
+            # what is left (a 2 s hold of a fast loop is tens of thousands of batches).
+            pending.drop_first(at)
 
     def _drain(self, stream: Stream) -> None:
         self.dropped += stream.drain()

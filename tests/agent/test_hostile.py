@@ -277,7 +277,8 @@ def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent_factory):
                    rejected(agent, "too_many_connections_per_sender") == processes * each - 512, timeout=30)
         # each process past its own share, until the one that filled the domain's: past
         # that, the domain's bound refuses first
-        assert rejected(agent, "too_many_connections_per_process") == (filled - 1) * MAX_CONNECTIONS_PER_PROCESS
+        per_process = rejected(agent, "too_many_connections_per_process")
+        assert per_process == (filled - 1) * MAX_CONNECTIONS_PER_PROCESS
         assert rejected(agent, "too_many_connections_per_sender") == \
             (processes - filled) * each + MAX_CONNECTIONS_PER_PROCESS
         assert samples(agent, "stallscope_agent_connections") == [MAX_CONNECTIONS_PER_DOMAIN]
