@@ -69,8 +69,9 @@ METRICS = (
     Metric("stallscope_loader_errors_total", "counter",
            "Trainer processes of the pod whose DataLoader raised out of next(), by the cause "
            "the error's message names (each from 0): shm_exhaustion (a failed /dev/shm "
-           "allocation, or a worker's Bus error), other. Kept 15 minutes after the pod's ranks "
-           "are gone.", POD + ("cause",), "ranks"),
+           "allocation, or a worker's Bus error), other. A pod whose loader raised keeps them 15 "
+           "minutes after its ranks are gone (the 256 most recent such pods); any other pod's go "
+           "with its ranks.", POD + ("cause",), "ranks"),
     Metric("stallscope_hook_dropped_events_total", "counter",
            "Events the rank's hook could not deliver to the agent.", RANK, "ranks"),
     Metric("stallscope_steady_data_wait_seconds_total", "counter",
