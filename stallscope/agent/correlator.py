@@ -82,11 +82,12 @@ class Result:
     at: float = 0.0  # monotonic seconds of the analysis
 
 
-# /api/v1/diagnosis for a rank over the default window is answered from the rank's latest
-# analysis (the scheduled one, every --correlate.interval, or its stall's): under API load
-# an analysis made for each request waited its turn behind the others, or got 429 (issue
-# 50: 98-99 % of them at 256 ranks under 50 clients). The answer says how old it is, and
-# its detection, hang and settings change are at most this old.
+# While the API is busy, /api/v1/diagnosis for a rank over the default window is answered
+# from the rank's latest analysis (the scheduled one, every --correlate.interval, or its
+# stall's) instead of 429 (issue 50: 98-99 % of them at 256 ranks under 50 clients; one
+# made for the request waits its turn behind the others). The answer says how old its
+# analysis is ("analysis"), and its detection, hang and settings change are at most this
+# old.
 MADE_FRESH_S = 1.0
 
 
