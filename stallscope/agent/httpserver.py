@@ -183,6 +183,15 @@ class Server:
                 continue
             self._waiting[sock.fileno()] = conn
             self._want(conn, selectors.EVENT_READ)
+            # A client sends its request with its connect (a liveness probe does): read
+            # it now, not at the loop's next turn, which under load waits for the
+            # interpreter's lock once more (issue 50: /healthz waited twice per answer).
+            try:
+                self._read(conn)
+            except BlockingIOError:
+                pass
+            except OSError:
+                self._close(conn)
 
     def _evict(self) -> bool:
         """Close the connection waiting longest for a request (idle, or a slow-loris)."""
