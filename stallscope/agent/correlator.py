@@ -82,8 +82,8 @@ class Result:
     at: float = 0.0  # monotonic seconds of the analysis
 
 
-# While the API is busy, /api/v1/diagnosis for a rank over the default window is answered
-# from the rank's latest analysis (the scheduled one, every --correlate.interval, or its
+# While the API is answering other requests, /api/v1/diagnosis for a rank over the default
+# window is answered from the rank's latest analysis (the scheduled one, every --correlate.interval, or its
 # stall's) instead of 429 (issue 50: 98-99 % of them at 256 ranks under 50 clients; one
 # made for the request waits its turn behind the others). The answer says how old its
 # analysis is ("analysis"), and its detection, hang and settings change are at most this

@@ -85,8 +85,9 @@ MADE_CACHE = 1024  # encoded answers kept, by request target (the oldest go firs
 
 
 class Made:
-    """A route whose answer may come, when the API is busy, from what the agent has made
-    already: ``made(query)`` returns None (not made: 429 as for any request) or
+    """A route whose answer may come, while the API is answering others, from what the
+    agent has made already: ``made(query)`` returns None (not made: the route computes
+    it, as any API request, 429 when too many are) or
     ``(token, build)``: ``build()`` gives (status, body) from what was made, and an answer
     encoded for the same target and an equal token is served again as it is. It runs on
     the server's loop thread: a few lookups, never the analysis."""
@@ -109,9 +110,10 @@ class App:
     reads flags, never blocks); /metrics renders on the server's own worker
     (``submit_first``), which the API never queues on; the JSON API shares the pool, at
     most MAX_API_IN_FLIGHT at once, and past that gets 429 with ``Retry-After`` (what can
-    wait), except a route's answer from what was made already (``Made``: a rank's
-    diagnosis from its latest analysis, issue 50), served on the loop thread when it was
-    encoded already, else encoded on a worker of its own (``submit_made``)."""
+    wait); but while any API request is being answered, a route's answer from what was
+    made already (``Made``: a rank's diagnosis from its latest analysis, issue 50) is
+    served on the loop thread when it was encoded already, else encoded on a worker of
+    its own (``submit_made``)."""
 
     def __init__(self, render: Callable[[], bytes], routes: dict[str, Callable[..., tuple[int, Any]]],
                  healthy: Callable[[], tuple[bool, str]], max_api_in_flight: int = MAX_API_IN_FLIGHT) -> None:
@@ -133,16 +135,17 @@ class App:
             return done(self.health())
         if path == "/metrics":  # HEAD too: its Content-Length is the rendered body's
             return self.metrics.join(done)
+        # A request that would wait behind another gets what was made already, if it was
+        # (made for the asking when the API is idle: a fresh answer costs nobody a wait).
+        route = self.routes.get(path)
+        if isinstance(route, Made) and self.api_in_flight > 0 and self._made(request.target, route, done):
+            return None
         with self._lock:
             if self.api_in_flight >= self.max_api_in_flight:
                 busy = True
             else:
                 busy, self.api_in_flight = False, self.api_in_flight + 1
         if busy:
-            # what was made already is answered still (made for the asking otherwise)
-            route = self.routes.get(path)
-            if isinstance(route, Made) and self._made(request.target, route, done):
-                return None
             return done(httpwire.error(429, "the API is answering %d requests: retry in %d s"
                                        % (self.max_api_in_flight, RETRY_AFTER_S),
                                        retry_after=RETRY_AFTER_S))

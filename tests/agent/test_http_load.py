@@ -7,7 +7,7 @@ Before, the loop thread answered each such client's 429s as fast as it asked (hu
 second each), and a rank's diagnosis was analysed for each request, so most of them got
 429 too: `stallscope diagnose` against a busy agent failed when on-call needed it. Now a
 connection answered 429 is not read again before its Retry-After, and while the API is
-busy a rank's diagnosis comes from its latest analysis (http.Made), not refused. The
+answering others a rank's diagnosis comes from its latest analysis (http.Made). The
 bounds are loose enough for a loaded 2-core CI machine and far from what the code before
 did (this test on it, at 20de22b: the diagnosis answered 429 4,292 times and 200 792
 times in 6 s). ~8 s."""
