@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot,frameworks
 
-.PHONY: setup system demo test test-frameworks test-lab test-composer test-compat test-fast lint bench fuzz soak scale generate clean
+.PHONY: setup system demo test test-cost test-frameworks test-lab test-composer test-compat test-fast lint bench fuzz soak scale generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,14 @@ bench: setup
 	  esac; \
 	  $(PY) $$b $$args || exit 1; \
 	done
+
+# Not in CI (~2.5 min, a real 8 ranks x 8 DataLoader workers load): the cost gate. Fails
+# when the agent's steady cost is over 2 % of one core or the eight stalls' onset over 8 %
+# (benchmarks/bench_agent.py BUDGET_*; docs/design.md "What keeps the agent cheap" lists
+# the mechanisms that keep it there). A percentage of a core drifts with a shared machine's
+# load: run it on a quiet one, or twice.
+test-cost: setup
+	$(PY) benchmarks/bench_agent.py --gate --seconds 60
 
 # Not in CI: a million hostile messages against a real agent (~15 min), and 30 minutes of
 # 8 ranks x 8 DataLoader workers printing the agent's RSS over time.

@@ -182,10 +182,17 @@ def batches_per_second(agent, seconds=10):
     return (metric_sum(agent, "stallscope_data_wait_seconds_count{") - a) / seconds
 
 
-def real_load(seconds, ranks=8, workers=8):
+# The cost gate (`make test-cost`, docs/design.md "What keeps the agent cheap"): the 8 x 8
+# load's steady cost and its onset (the eight stalls beginning), % of one core, all threads.
+BUDGET_STEADY = 2.0
+BUDGET_ONSET = 8.0  # measured 5.4 % on 2026-12-06 (docs/deploy.md)
+
+
+def real_load(seconds, ranks=8, workers=8, agent_args=()):
+    """Returns (steady, onset) % of one core."""
     print("%d ranks x %d real DataLoader workers, simulated GPU:" % (ranks, workers), flush=True)
     work = tempfile.mkdtemp(prefix="stallscope-bench-")
-    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml"], workdir=work).start()
+    agent = AgentProcess(args=["--gpu.simulated", "--no-gpu.nvml", *agent_args], workdir=work).start()
     procs = []
     try:
         for r in range(ranks):
@@ -213,6 +220,7 @@ def real_load(seconds, ranks=8, workers=8):
             print("      thread %-40s %6.2f %% of a core" % (name, pct))
         row("agent RSS", rss / 2**20, "MiB")
         print("      %s" % ceiling)
+        return cpu, onset
     finally:
         for p in procs:
             p.terminate()
@@ -322,7 +330,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--skip-detection", action="store_true")
+    ap.add_argument("--gate", action="store_true",
+                    help="only the 8 x 8 load; exit 1 when its steady cost is over %g %% of a core or its "
+                         "onset over %g %% (make test-cost)" % (BUDGET_STEADY, BUDGET_ONSET))
+    ap.add_argument("--agent-arg", action="append", default=[],
+                    help="an argument for the agent of the 8 x 8 load (repeat; e.g. a cost setting)")
     args = ap.parse_args()
+    if args.gate:
+        steady, onset = real_load(args.seconds, agent_args=args.agent_arg)
+        over = [(what, value, budget) for what, value, budget in
+                (("steady", steady, BUDGET_STEADY), ("onset", onset, BUDGET_ONSET)) if value > budget]
+        for what, value, budget in over:
+            print("COST GATE: the %s cost %.2f %% of a core is over its budget of %g %%"
+                  % (what, value, budget))
+        if not over:
+            print("cost gate: steady %.2f %% (budget %g), onset %.2f %% (budget %g) of a core"
+                  % (steady, BUDGET_STEADY, onset, BUDGET_ONSET))
+        return 1 if over else 0
     print("hook (benchmarks/bench_hook.py):", flush=True)
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_hook.py")],
                          capture_output=True, text=True, env=child_env())
@@ -339,4 +363,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

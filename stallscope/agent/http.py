@@ -78,6 +78,27 @@ class SingleFlight:
 # Four workers answer them: twice that queued keeps each one's wait at about one answer.
 MAX_API_IN_FLIGHT = 8
 RETRY_AFTER_S = 1
+# Answers from what the agent made already (a rank's diagnosis from its latest analysis)
+# being encoded at once, on their own worker; past that, 429 too. Each takes milliseconds.
+MAX_MADE_IN_FLIGHT = 32
+MADE_CACHE = 1024  # encoded answers kept, by request target (the oldest go first)
+
+
+class Made:
+    """A route whose answer may come, while the API is answering others, from what the
+    agent has made already: ``made(query)`` returns None (not made: the route computes
+    it, as any API request, 429 when too many are) or
+    ``(token, build)``: ``build()`` gives (status, body) from what was made, and an answer
+    encoded for the same target and an equal token is served again as it is. It runs on
+    the server's loop thread: a few lookups, never the analysis."""
+
+    def __init__(self, route: Callable[..., tuple[int, Any]],
+                 made: Callable[[Any], tuple[Any, Callable[[], tuple[int, Any]]] | None]) -> None:
+        self.route = route
+        self.made = made
+
+    def __call__(self, query: Any) -> tuple[int, Any]:
+        return self.route(query)
 
 
 class App:
@@ -88,7 +109,11 @@ class App:
     /healthz is answered on the loop thread itself, waiting for no worker (``healthy``
     reads flags, never blocks); /metrics renders on the server's own worker
     (``submit_first``), which the API never queues on; the JSON API shares the pool, at
-    most MAX_API_IN_FLIGHT at once, and past that gets 429 with ``Retry-After``."""
+    most MAX_API_IN_FLIGHT at once, and past that gets 429 with ``Retry-After`` (what can
+    wait); but while any API request is being answered, a route's answer from what was
+    made already (``Made``: a rank's diagnosis from its latest analysis, issue 50) is
+    served on the loop thread when it was encoded already, else encoded on a worker of
+    its own (``submit_made``)."""
 
     def __init__(self, render: Callable[[], bytes], routes: dict[str, Callable[..., tuple[int, Any]]],
                  healthy: Callable[[], tuple[bool, str]], max_api_in_flight: int = MAX_API_IN_FLIGHT) -> None:
@@ -99,7 +124,10 @@ class App:
         self._lock = threading.Lock()
         self.submit: Callable[[Callable[[], None]], None] = lambda job: job()  # set by make_server
         self.submit_first: Callable[[Callable[[], None]], None] = lambda job: job()
+        self.submit_made: Callable[[Callable[[], None]], None] = lambda job: job()
         self.metrics = SingleFlight(render, lambda job: self.submit_first(job))
+        self.made_in_flight = 0
+        self.made_cache: dict[str, tuple[Any, Response]] = {}  # target -> (token, answer)
 
     def dispatch(self, request: Request, done: Done) -> None:
         path = urllib.parse.urlsplit(request.target).path
@@ -107,6 +135,11 @@ class App:
             return done(self.health())
         if path == "/metrics":  # HEAD too: its Content-Length is the rendered body's
             return self.metrics.join(done)
+        # A request that would wait behind another gets what was made already, if it was
+        # (made for the asking when the API is idle: a fresh answer costs nobody a wait).
+        route = self.routes.get(path)
+        if isinstance(route, Made) and self.api_in_flight > 0 and self._made(request.target, route, done):
+            return None
         with self._lock:
             if self.api_in_flight >= self.max_api_in_flight:
                 busy = True
@@ -125,6 +158,47 @@ class App:
                     self.api_in_flight -= 1
             done(response)
         return self.submit(job)
+
+    def _made(self, target: str, route: Made, done: Done) -> bool:
+        """Answer ``target`` from what was made already, if it was: True when answered
+        (or queued to be, or refused with 429)."""
+        try:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query, keep_blank_values=True)
+            found = route.made(query)
+        except Exception:  # the route itself says what is wrong with the request
+            found = None
+        if found is None:
+            return False
+        token, build = found
+        hit = self.made_cache.get(target)
+        if hit is not None and hit[0] == token:
+            done(hit[1])
+            return True
+        with self._lock:
+            busy = self.made_in_flight >= MAX_MADE_IN_FLIGHT
+            if not busy:
+                self.made_in_flight += 1
+        if busy:
+            done(httpwire.error(429, "the API is encoding %d answers: retry in %d s"
+                                % (MAX_MADE_IN_FLIGHT, RETRY_AFTER_S), retry_after=RETRY_AFTER_S))
+            return True
+
+        def job() -> None:
+            try:
+                status, body = build()
+                response = _json(status, body)
+                self.made_cache.pop(target, None)
+                self.made_cache[target] = (token, response)
+                while len(self.made_cache) > MADE_CACHE:
+                    self.made_cache.pop(next(iter(self.made_cache)))
+            except Exception as e:
+                response = _internal(e)
+            finally:
+                with self._lock:
+                    self.made_in_flight -= 1
+            done(response)
+        self.submit_made(job)
+        return True
 
     def health(self) -> Response:
         try:
@@ -174,5 +248,5 @@ def make_server(addr: str, render: Callable[[], bytes], routes: dict[str, Any],
     shutdown() stops it. ``limits``: Server's keyword arguments (workers, timeouts ...)."""
     app = App(render, routes, healthy)
     server = Server(parse_listen(addr), app.dispatch, stats=stats, **limits)
-    app.submit, app.submit_first = server.submit, server.submit_first
+    app.submit, app.submit_first, app.submit_made = server.submit, server.submit_first, server.submit_made
     return server

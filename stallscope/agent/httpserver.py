@@ -13,8 +13,11 @@ connection is closed after ``idle_timeout``, an answer must be taken within
 What to answer is the app's (http.py): ``dispatch(request, done)`` is called on the loop
 thread and must not block; it calls ``submit(job)`` to run work on a worker (or
 ``submit_first(job)`` on the server's own worker, which nothing else queues on: what a
-scraper asks must not wait behind the JSON API, issue 33), and ``done(response)`` from
-any thread. Nothing raises out of the loop.
+scraper asks must not wait behind the JSON API, issue 33; or ``submit_made(job)`` on
+another, for answers from what the agent has made already: a rank's diagnosis from its
+latest analysis must not wait behind the API's fresh ones, issue 50), and
+``done(response)`` from any thread. A connection answered 429 is not read again before
+its Retry-After. Nothing raises out of the loop.
 """
 from __future__ import annotations
 
@@ -29,13 +32,13 @@ from . import httpwire
 from .httppool import Inbox, Stats, Workers
 from .httpwire import HttpError, Request, Response
 
-READ, BUSY, WRITE, DRAIN = "read", "busy", "write", "drain"
+READ, BUSY, WRITE, DRAIN, PAUSED = "read", "busy", "write", "drain", "paused"
 LINGER = 1.0  # after a closing answer: read and drop what the client still sends (see _write)
 REFUSING = 64  # refused connections lingering over the bound at once; more are just closed
 
 
 class Conn:
-    __slots__ = ("sock", "inbuf", "out", "state", "deadline", "keep", "events", "refused")
+    __slots__ = ("sock", "inbuf", "out", "state", "deadline", "keep", "events", "refused", "resume")
 
     def __init__(self, sock: socket.socket, now: float, read_timeout: float) -> None:
         self.sock = sock
@@ -46,6 +49,7 @@ class Conn:
         self.keep = True
         self.events = 0
         self.refused = False
+        self.resume = 0.0  # after a 429: nothing more is read from it before then
 
 
 class Server:
@@ -71,10 +75,12 @@ class Server:
         self._inbox = Inbox()
         self._pool = Workers(workers, "stallscope-http-worker")
         self._first = Workers(1, "stallscope-http-first")
+        self._made = Workers(1, "stallscope-http-made")
         # from any thread: run a job on a worker, or on the worker only /metrics uses;
         # run a function on the loop thread
         self.submit: Callable[[Callable[[], None]], None] = self._pool.submit
         self.submit_first: Callable[[Callable[[], None]], None] = self._first.submit
+        self.submit_made: Callable[[Callable[[], None]], None] = self._made.submit
         self.call_soon: Callable[[Callable[[], None]], None] = self._inbox.post
         self._conns: dict[int, Conn] = {}
         self._waiting: dict[int, Conn] = {}     # READ state, longest waiting first: who to evict
@@ -94,6 +100,7 @@ class Server:
         self._serving = True
         self._pool.start()
         self._first.start()
+        self._made.start()
         try:
             self._sel.register(self.socket, selectors.EVENT_READ, None)
             self._sel.register(self._inbox, selectors.EVENT_READ, None)
@@ -109,6 +116,7 @@ class Server:
                 self._close(conn)
             self._pool.stop()
             self._first.stop()
+            self._made.stop()
             self._done.set()
 
     def shutdown(self) -> None:
@@ -175,6 +183,15 @@ class Server:
                 continue
             self._waiting[sock.fileno()] = conn
             self._want(conn, selectors.EVENT_READ)
+            # A client sends its request with its connect (a liveness probe does): read
+            # it now, not at the loop's next turn, which under load waits for the
+            # interpreter's lock once more (issue 50: /healthz waited twice per answer).
+            try:
+                self._read(conn)
+            except BlockingIOError:
+                pass
+            except OSError:
+                self._close(conn)
 
     def _evict(self) -> bool:
         """Close the connection waiting longest for a request (idle, or a slow-loris)."""
@@ -235,6 +252,8 @@ class Server:
         if klass in self.stats.requests:  # never a new key: a scrape may be reading the dict
             self.stats.requests[klass] += 1
         asked = request is not None and request.version == "HTTP/1.0" and conn.keep
+        if r.status == 429 and r.retry_after:
+            conn.resume = time.monotonic() + r.retry_after
         conn.out = [memoryview(httpwire.encode_head(r, conn.keep, asked))]
         if request is None or request.method != "HEAD":
             conn.out.append(memoryview(r.body))
@@ -267,9 +286,19 @@ class Server:
             conn.inbuf.clear()
             self._want(conn, selectors.EVENT_READ)
             return
+        self._waiting[conn.sock.fileno()] = conn
+        if conn.resume > now:
+            # Told to retry after a while: its next request is not read before then, so a
+            # client that asks again at once costs the loop nothing meanwhile (issue 50:
+            # 50 such clients made it answer 1,300 429s a second, and /healthz waited).
+            conn.state, conn.deadline = PAUSED, conn.resume
+            self._want(conn, 0)
+            return
+        self._resume(conn, now)
+
+    def _resume(self, conn: Conn, now: float) -> None:
         conn.state = READ
         conn.deadline = now + (self.read_timeout if conn.inbuf else self.idle_timeout)
-        self._waiting[conn.sock.fileno()] = conn
         self._want(conn, selectors.EVENT_READ)
         if conn.inbuf:  # a pipelined request already here
             self._parse(conn)
@@ -290,6 +319,12 @@ class Server:
 
     def _sweep(self, now: float) -> None:
         for conn in [c for c in self._conns.values() if c.state != BUSY and now >= c.deadline]:
+            if conn.state == PAUSED:
+                try:
+                    self._resume(conn, now)
+                except OSError:
+                    self._close(conn)
+                continue
             if conn.state == READ and conn.inbuf:
                 conn.keep = False  # a partial request that stalled: say so, then close
                 self.stats.dropped["timeout"] += 1

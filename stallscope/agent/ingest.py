@@ -25,10 +25,12 @@ and exits within the tick would be gone), and one that closes is served as soon 
 does (a dead worker must be read while it is still a zombie). A pass that hit the
 per-connection read bound goes round again at once (capacity).
 
-Connections are bounded three ways: MAX_CONNECTIONS in all, MAX_CONNECTIONS_PER_DOMAIN
+Connections are bounded four ways: MAX_CONNECTIONS in all, MAX_CONNECTIONS_PER_DOMAIN
 for one sender domain (so one process's idle connections cannot lock every trainer out,
-issue 33), and a connection silent for ``idle_s`` is closed (counted in
-``stallscope_agent_connections_closed_total``).
+issue 33), MAX_CONNECTIONS_PER_PROCESS for one process within its domain (so one process
+cannot take its own pod's share and lock its pod's trainers out, issue 50: the process
+is the kernel's SO_PEERCRED PID, never what a message says), and a connection silent for
+``idle_s`` is closed (counted in ``stallscope_agent_connections_closed_total``).
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from typing import Any, Callable, Optional
 
 from ..hook import wire
 from ..host import log
+from ..vocabulary.hook import LONGEST_SILENCE_S
 from . import identity, validate
 from .held import HELD
 from .hooksocket import HookSocket
@@ -55,10 +58,16 @@ MAX_CONNECTIONS = 4096
 # trainer out (issue 33). A process holds one; 8 ranks of 16 workers in two loaders each
 # are 264.
 MAX_CONNECTIONS_PER_DOMAIN = 512
+# ... and one process (its SO_PEERCRED PID) at most this many of its domain's, so that
+# no process can take its own pod's share (issue 50): a hook holds one a process
+# (hook/channel.py; a forked loader worker connects on its own). An eighth of the share:
+# a sender that opens, sends and closes in quick turns (tools, tests) is not refused for
+# closes the agent has not read yet, and 448 stay for the pod's other processes.
+MAX_CONNECTIONS_PER_PROCESS = 64
 # A connection that sends nothing for this long is closed: every hook stream reports at
-# least every 16 s (hook/channel.py HEARTBEAT_S, WORKER_FLUSH_S), and the hook reconnects before its next
-# send when it finds its connection closed.
-IDLE_S = 60.0
+# least every LONGEST_SILENCE_S (16 s; the report cadences, vocabulary/hook.py), and the
+# hook reconnects before its next send when it finds its connection closed.
+IDLE_S = max(60.0, 4 * LONGEST_SILENCE_S)
 UNIDENTIFIED = ("unidentified",)  # the domain of peers the kernel could not name
 TICK_S = 0.5
 READ_BOUND = 64  # messages from one connection per pass, so one chatty peer cannot starve others
@@ -80,18 +89,23 @@ class IngestStats:
         self.socket_recreated = 0
         self.closed: collections.Counter[str] = collections.Counter()  # by the agent, by reason
         self.by_domain: collections.Counter[tuple[str, ...]] = collections.Counter()  # open
+        # open, by (domain, PID as the kernel names the sender); PID 0 (a PID namespace
+        # the agent cannot see) names no process: only its domain's bound applies
+        self.by_process: collections.Counter[tuple[tuple[str, ...], int]] = collections.Counter()
 
 
 class Peer:
     """One hook connection: its sender (None: the kernel could not name it), the domain
     its connections count against, and when it last sent."""
 
-    __slots__ = ("source", "domain", "last", "taken")
+    __slots__ = ("source", "domain", "process", "last", "taken")
 
-    def __init__(self, source: identity.Source | None, now: float) -> None:
+    def __init__(self, source: identity.Source | None, now: float, pid: int = 0) -> None:
         self.source = source
         self.taken = 0  # messages read from it: acknowledged to the hook (wire.py ACK)
         self.domain: tuple[str, ...] = source.domain if source is not None else UNIDENTIFIED
+        # the sending process within its domain, from SO_PEERCRED (None: not known)
+        self.process: tuple[tuple[str, ...], int] | None = (self.domain, pid) if pid > 0 else None
         self.last = now
 
 
@@ -105,11 +119,13 @@ class Ingest:
                  hook_socket: HookSocket | None = None,
                  on_close: Callable[[identity.Source], None] | None = None,
                  tick_s: float = TICK_S, idle_s: float = IDLE_S,
-                 max_per_domain: int = MAX_CONNECTIONS_PER_DOMAIN) -> None:
+                 max_per_domain: int = MAX_CONNECTIONS_PER_DOMAIN,
+                 max_per_process: int = MAX_CONNECTIONS_PER_PROCESS) -> None:
         self.sock = sock
         self.tick_s = tick_s
         self.idle_s = idle_s
         self.max_per_domain = max_per_domain
+        self.max_per_process = max_per_process
         # Told of each sender whose connection closed: a process that died leaves its
         # exit status readable (a zombie) until its parent reaps it, so this is the
         # moment to read why it died (the workers exporter's peer_gone).
@@ -208,21 +224,28 @@ class Ingest:
                 conn.close()
                 continue
             source: Any = None
+            pid = 0
             try:
                 creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
                 pid, uid, _gid = _UCRED.unpack(creds)
                 # PID 0: the peer is in a PID namespace the agent cannot see (no hostPID).
                 source = self.source_of(pid, uid) if pid > 0 else None
             except OSError:
-                pass
-            peer = Peer(source, time.monotonic())
+                pid = 0
+            peer = Peer(source, time.monotonic(), pid)
             if self.stats.by_domain[peer.domain] >= self.max_per_domain:
                 self.stats.rejected["too_many_connections_per_sender"] += 1
+                conn.close()
+                continue
+            if peer.process is not None and self.stats.by_process[peer.process] >= self.max_per_process:
+                self.stats.rejected["too_many_connections_per_process"] += 1
                 conn.close()
                 continue
             conn.setblocking(False)
             self.stats.connections += 1
             self.stats.by_domain[peer.domain] += 1
+            if peer.process is not None:
+                self.stats.by_process[peer.process] += 1
             self.selector.register(conn, selectors.EVENT_READ, peer)
             self.hangups.register(conn.fileno(), select.EPOLLRDHUP)
 
@@ -234,6 +257,10 @@ class Ingest:
         self.stats.by_domain[peer.domain] -= 1
         if self.stats.by_domain[peer.domain] <= 0:
             del self.stats.by_domain[peer.domain]
+        if peer.process is not None:
+            self.stats.by_process[peer.process] -= 1
+            if self.stats.by_process[peer.process] <= 0:
+                del self.stats.by_process[peer.process]
 
     def _close_idle(self, now: float) -> None:
         """Close the connections silent for idle_s (their process is alive: no peer_gone).

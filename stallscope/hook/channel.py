@@ -28,8 +28,9 @@ import socket
 import threading
 import time
 
+from ..vocabulary import hook as cadence
 from . import phases, wire
-from .stream import Stream, moved, share_moved, wait_share
+from .stream import Stream, moved, share_moved
 
 __all__ = ["Channel", "Stream", "get"]
 
@@ -43,36 +44,19 @@ if TYPE_CHECKING:
     # (ident, role, payload) of one message that is not a stream's batches
     Extra = tuple[Ident, str, Message]
 
-# Each message costs the agent a fixed ~0.1-0.4 ms whatever it holds, and at 8 ranks x 8
-# workers messages were most of its ingest CPU (issue 15: 48 messages/s, 1.1 % of a core;
-# 24/s, 0.67-0.93 %; issue 31: 16/s). So the flush thread looks once a second, a trainer's
-# batches go then when they are news (its first reports, a wait share that moved: a stall
-# that begins or ends, stream.py share_moved; a next() blocked past BLOCKED_REPORT_S) and
-# every TRAINER_FLUSH_S while its wait holds steady (issue 31: 16 -> 12 messages a second
-# at 8 x 8, where every rank waits steadily), and its workers' every 8 s: their load times
-# size the loader over a minute (agent/loader.py WINDOW_S), and a change in them goes at
-# once (stream.py moved).
-FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "1.0") or 1.0)
-TRAINER_FLUSH_S = 2.0
-TRAINER_PROMPT_REPORTS = 3  # a new iterator's first reports go each flush: its start is news
-HEARTBEAT_S = 5.0
-# A loader worker's stream is delivered at most this often, unless its load time moved
-# (stream.py moved: a loader that slows is news for the stall's cause at once), and at
-# least this often (its heartbeat: a worker's death is its connection's close, not a
-# missed report, so a worker needs none sooner). The loader is sized from a minute of
-# load times (agent/loader.py WINDOW_S): 16 s leaves each worker's in it 3-4 times, and
-# at 8 ranks x 8 workers the workers' reports were 8 of the agent's 12 messages a
-# second with 8 s (issue 31).
-WORKER_FLUSH_S = 16.0
-
-
-def worker_gap(sent: int) -> float:
-    """Seconds from a worker's report to its next, after ``sent`` reports: 1, 2, 4, 8,
-    then WORKER_FLUSH_S. A new loader's load times reach the agent within seconds (its
-    sizing and a start-up stall's cause need a few rounds of them: 4 reports in the
-    first 7 s, where every 4 s gave 2), and a steady one costs a message every 16 s."""
-    return min(WORKER_FLUSH_S, 2.0 ** max(0, sent - 1))
-BLOCKED_REPORT_S = 1.0  # while the loop is blocked in next(), say so this often
+# The report cadences are the hook's contract with the agent, declared once in
+# stallscope/vocabulary/hook.py (TRAINER_FLUSH_S, WORKER_FLUSH_S, HEARTBEAT_S, ...): the
+# flush thread looks every FLUSH_INTERVAL_S; a trainer's batches go then when they are
+# news (its first reports, a wait share that moved: stream.py share_moved; a next()
+# blocked past BLOCKED_REPORT_S) and every TRAINER_FLUSH_S while its wait holds steady;
+# a worker's per worker_gap(), at once when its load time moved (stream.py moved).
+FLUSH_INTERVAL_S = float(os.environ.get("STALLSCOPE_FLUSH_INTERVAL", "") or cadence.FLUSH_INTERVAL_S)
+TRAINER_FLUSH_S = cadence.TRAINER_FLUSH_S
+TRAINER_PROMPT_REPORTS = cadence.TRAINER_PROMPT_REPORTS
+HEARTBEAT_S = cadence.HEARTBEAT_S
+WORKER_FLUSH_S = cadence.WORKER_FLUSH_S
+worker_gap = cadence.worker_gap
+BLOCKED_REPORT_S = cadence.BLOCKED_REPORT_S
 BLOCKED_REPORT_NS = int(BLOCKED_REPORT_S * 1e9)
 RECONNECT_S = 1.0
 class Channel:
@@ -202,40 +186,46 @@ class Channel:
 
     def _deliver(self, stream: Stream, now: float) -> None:
         pending = stream.pending
-        while True:
-            n = min(len(pending), wire.MAX_EVENTS_PER_MESSAGE)
-            msg = self._message(stream.ident, stream.role, {"n": n})
-            if pending.ready is not None:
-                msg["cols"] = pending.cols
-            if stream.loader is not None:
-                msg["loader"] = stream.loader
-            if stream.cuda is not None:
-                msg["cuda"] = stream.cuda
-            if stream.role == "main":
-                steps = phases.get().snapshot()  # forward/backward/optimizer (phases.py)
-                if steps is not None:
-                    msg["phases"] = steps
-            # Said only once the call has lasted BLOCKED_REPORT_S: the agent counts it
-            # before the batch comes (a hang must show), and a short next() that ends in
-            # StopIteration (the last one of an epoch joins the workers) is none of its
-            # business: the loop does not count it either.
-            if stream.blocked_since is not None and \
-                    time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
-                msg["blocked_since_ns"] = stream.blocked_since
-            load = sum(pending.waits[:n]) / n if n else None
-            share = wait_share(pending, n)
-            status = self._send(msg, n, pending.block(n))
-            if status == "busy":
-                return  # the agent is slow: keep the events for the next flush
-            if load is not None:
-                stream.sent_load = load
-            if share is not None:
-                stream.sent_share = share
-            pending.drop_first(n)  # delivered, or counted as dropped
-            stream.last_sent = now
-            stream.sent += 1
-            if not pending:
-                return
+        total = len(pending)
+        at = 0  # events delivered (or counted as dropped) so far: taken off once, at the end
+        try:
+            while True:
+                n = min(total - at, wire.MAX_EVENTS_PER_MESSAGE)
+                msg = self._message(stream.ident, stream.role, {"n": n})
+                if pending.ready is not None:
+                    msg["cols"] = pending.cols
+                if stream.loader is not None:
+                    msg["loader"] = stream.loader
+                if stream.cuda is not None:
+                    msg["cuda"] = stream.cuda
+                if stream.role == "main":
+                    steps = phases.get().snapshot()  # forward/backward/optimizer (phases.py)
+                    if steps is not None:
+                        msg["phases"] = steps
+                # Said only once the call has lasted BLOCKED_REPORT_S: the agent counts it
+                # before the batch comes (a hang must show), and a short next() that ends in
+                # StopIteration (the last one of an epoch joins the workers) is none of its
+                # business: the loop does not count it either.
+                if stream.blocked_since is not None and \
+                        time.perf_counter_ns() - stream.blocked_since >= BLOCKED_REPORT_NS:
+                    msg["blocked_since_ns"] = stream.blocked_since
+                status = self._send(msg, n, pending.block(n, at))
+                if status == "busy":
+                    return  # the agent is slow: keep the events for the next flush
+                if n:
+                    waits, intervals = pending.sums(n, at)  # the running sums: all of them
+                    stream.sent_load = waits / n
+                    if intervals > 0:
+                        stream.sent_share = waits / intervals
+                at += n
+                stream.last_sent = now
+                stream.sent += 1
+                if at >= total:
+                    return
+        finally:
+            # One cut of the columns per delivery, not one per message: each cut moves
+            # what is left (a 2 s hold of a fast loop is tens of thousands of batches).
+            pending.drop_first(at)
 
     def _drain(self, stream: Stream) -> None:
         self.dropped += stream.drain()

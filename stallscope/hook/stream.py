@@ -8,6 +8,7 @@ where transfer.py splits the waits), with no Python object per batch.
 from __future__ import annotations
 
 import weakref
+from itertools import chain
 from operator import sub
 
 from . import transfer, wire
@@ -18,14 +19,14 @@ if TYPE_CHECKING:
 
     from .identity import Ident
 
-# A worker's stream goes before its WORKER_FLUSH_S (channel.py) when the mean load time
-# of its batches since then moved by this factor from its last report's
+# A worker's stream goes before its WORKER_FLUSH_S (the report cadences, vocabulary/hook.py)
+# when the mean load time of its batches since then moved by this factor from its last report's
 # (MOVED_MIN_BATCHES batches at least): a loader that slows is news for the stall's cause
 # at once (the detector names a 50 % stall in ~3 s; with only the load
 # times from before it, its cause read "unexplained").
 MOVED = 1.5
 MOVED_MIN_BATCHES = 3
-# A trainer's stream goes before its TRAINER_FLUSH_S (channel.py) when the share of its
+# A trainer's stream goes before its TRAINER_FLUSH_S (vocabulary/hook.py) when the share of its
 # time spent waiting in next() since its last report moved by SHARE_MOVED_ABS, or by
 # SHARE_MOVED_REL of the last report's share if more: a stall that begins or ends is the
 # detector's news (a 10 % stall's share rises by ~0.1 against a healthy rank's ~0.01;
@@ -86,7 +87,8 @@ class Stream:
         # Two appends per batch (start, end); the loop may be between them, so take an
         # even count. `del buf[:n]` is one atomic list operation under the GIL.
         n = len(buf) & ~1
-        pairs = buf[:n]
+        pairs = buf[:n] if self.polls is not None else None  # the split lines them up
+        starts, ends = buf[0:n:2], buf[1:n:2]
         del buf[:n]
         # An odd length left means the loop is inside next(): buf[0] is when it began.
         # In a loader worker it means a batch is being made, which is most of a worker's
@@ -98,19 +100,20 @@ class Stream:
         events = self.pending
         if n:
             # Column by column in C (map over lists): no Python object per batch.
-            starts, ends = pairs[0::2], pairs[1::2]
             waits = list(map(sub, ends, starts))
             prev = self.prev_end
             # The first batch of an iterator has no predecessor: its interval is its wait,
             # so wait <= interval holds for every event and the SLI stays within [0, 1].
-            before = ([prev] if prev is not None else [starts[0]]) + ends[:-1]
+            first = prev if prev is not None else starts[0]
+            intervals = list(map(sub, ends, chain((first,), ends)))
             ready = None
             if self.polls is not None:
                 try:
-                    ready = transfer.ready_waits(pairs, waits, self.polls, self.nested)
+                    ready = transfer.ready_waits(pairs or [], waits, self.polls, self.nested)
                 except Exception:  # unknown: counted as waiting, never as transfer
                     ready = None
-            events.extend(ends, waits, list(map(sub, ends, before)), ready)
+            # the intervals telescope: their sum is the last end less the first's start
+            events.extend(ends, waits, intervals, ready, ends[-1] - first)
             self.prev_end = ends[-1]
         elif self.polls is not None:
             transfer.trim(self.polls)
@@ -127,7 +130,7 @@ def moved(stream: Stream) -> bool:
     sent, pending = stream.sent_load, stream.pending
     if not sent or len(pending) < MOVED_MIN_BATCHES:
         return False
-    mean = sum(pending.waits) / len(pending)
+    mean = pending.wait_sum / len(pending)
     return mean > MOVED * sent or mean * MOVED < sent
 
 
@@ -136,8 +139,8 @@ def wait_share(pending: wire.Columns, n: int | None = None) -> float | None:
     n = len(pending) if n is None else n
     if not n:
         return None
-    total = sum(pending.intervals[:n])
-    return sum(pending.waits[:n]) / total if total > 0 else None
+    waits, total = pending.sums(n)  # the running sums when all of them (wire.py)
+    return waits / total if total > 0 else None
 
 
 def share_moved(stream: Stream) -> bool:

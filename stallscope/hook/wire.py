@@ -75,13 +75,19 @@ class Columns:
     """Batch events waiting for delivery, as three int64 columns (no object per event),
     and a fourth, the ready wait, for a stream whose waits are split (``ready=True``)."""
 
-    __slots__ = ("ends", "waits", "intervals", "ready")
+    __slots__ = ("ends", "waits", "intervals", "ready", "wait_sum", "interval_sum")
 
     def __init__(self, ready: bool = False) -> None:
         self.ends = array("q")
         self.waits = array("q")
         self.intervals = array("q")
         self.ready: array[int] | None = array("q") if ready else None
+        # Running sums of the waits and intervals held: the flush thread's cadence
+        # decisions (stream.py share_moved, moved) read them each tick, which re-summing
+        # every pending batch made O(pending) a tick (issue 50). Each batch is added once
+        # and taken off once.
+        self.wait_sum = 0
+        self.interval_sum = 0
 
     @property
     def cols(self) -> int:
@@ -107,25 +113,48 @@ class Columns:
     __hash__ = None  # type: ignore[assignment]
 
     def extend(self, ends: list[int], waits: list[int], intervals: list[int],
-               ready: list[int] | None = None) -> None:
-        self.ends.extend(ends)
-        self.waits.extend(waits)
-        self.intervals.extend(intervals)
+               ready: list[int] | None = None, interval_sum: int | None = None) -> None:
+        """``interval_sum``: the intervals' sum where the caller knows it (consecutive
+        intervals telescope: the last end less the first one's predecessor)."""
+        # fromlist, not extend: half the time a batch (extend takes any iterable, item by item)
+        self.ends.fromlist(ends)
+        self.waits.fromlist(waits)
+        self.intervals.fromlist(intervals)
+        self.wait_sum += sum(waits)
+        self.interval_sum += sum(intervals) if interval_sum is None else interval_sum
         if self.ready is not None:
             # Never without values: unknown, the whole wait counts as waiting for a ready
             # batch (no transfer is claimed that was not measured).
-            self.ready.extend(ready if ready is not None else waits)
+            self.ready.fromlist(ready if ready is not None else waits)
+
+    def sums(self, n: int, at: int = 0) -> tuple[int, int]:
+        """(waits, intervals) summed over ``n`` events from the ``at``-th: the running
+        sums when that is all of them."""
+        if at == 0 and n >= len(self.ends):
+            return self.wait_sum, self.interval_sum
+        return sum(self.waits[at:at + n]), sum(self.intervals[at:at + n])
 
     def drop_first(self, n: int) -> None:
+        if n >= len(self.ends):
+            self.wait_sum = self.interval_sum = 0
+        elif n > 0:
+            waits, intervals = self.sums(n)
+            self.wait_sum -= waits
+            self.interval_sum -= intervals
+        else:
+            return
         del self.ends[:n]
         del self.waits[:n]
         del self.intervals[:n]
         if self.ready is not None:
             del self.ready[:n]
 
-    def block(self, n: int) -> bytes:
-        data = self.ends[:n].tobytes() + self.waits[:n].tobytes() + self.intervals[:n].tobytes()
-        return data if self.ready is None else data + self.ready[:n].tobytes()
+    def block(self, n: int, at: int = 0) -> bytes:
+        """``n`` events from the ``at``-th as the wire's binary block."""
+        end = at + n
+        data = self.ends[at:end].tobytes() + self.waits[at:end].tobytes() + \
+            self.intervals[at:end].tobytes()
+        return data if self.ready is None else data + self.ready[at:end].tobytes()
 
 
 def encode(message: Mapping[str, object], events: bytes = b"") -> bytes:

@@ -17,7 +17,7 @@ METRICS = (
            "Hook connections the agent closed, by reason: idle (nothing sent within "
            "--hook-idle-timeout; a hook reports at least every 5 s and reconnects). Connections "
            "refused at accept are counted as rejected messages (too_many_connections, "
-           "too_many_connections_per_sender).", ("reason",), "ranks"),
+           "too_many_connections_per_sender, too_many_connections_per_process).", ("reason",), "ranks"),
     Metric("stallscope_agent_held_messages", "gauge",
            "Loader workers' reports waiting for their trainer's first report (held up to 10 s).",
            (), "ranks"),

@@ -237,13 +237,22 @@ def test_a_flood_of_padded_held_reports_stays_under_the_daemonsets_limit(agent_f
 
 
 HOARDER = r"""
-import resource, socket, sys
+import os, resource, socket, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (5000, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+path, processes, each = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 conns = []
-for _ in range(int(sys.argv[2])):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.connect(sys.argv[1])
-    conns.append(s)
+for _ in range(processes):  # one after another: the agent accepts them in this order
+    r, w = os.pipe()
+    if os.fork() == 0:
+        held = []
+        for _ in range(each):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.connect(path)
+            held.append(s)
+        os.write(w, b"x")
+        os.read(0, 1)  # held until stdin closes
+        os._exit(0)
+    os.read(r, 1)
 print("holding", flush=True)
 sys.stdin.read()
 """
@@ -251,18 +260,27 @@ sys.stdin.read()
 
 def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent_factory):
     # Issue 33: 4,096 idle connections from one process filled the global cap; a real
-    # trainer's batches were then never seen. Now one sender domain holds at most 512.
-    from stallscope.agent.ingest import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_DOMAIN
+    # trainer's batches were then never seen. Now one sender domain holds at most 512,
+    # and one process of it at most 64 (issue 50): 12 processes asking 128 each.
+    from stallscope.agent.ingest import MAX_CONNECTIONS_PER_DOMAIN, MAX_CONNECTIONS_PER_PROCESS
 
     need_root()
     agent = agent_factory("--socket-mode", "0666")  # a sender that may connect at all
+    processes, each = 12, 2 * MAX_CONNECTIONS_PER_PROCESS
     hoarder = subprocess.Popen(as_nobody([sys.executable, "-c", HOARDER, agent.socket,
-                                          str(MAX_CONNECTIONS)]),
+                                          str(processes), str(each)]),
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
     try:
         assert hoarder.stdout.readline().strip() == "holding"
-        refused = MAX_CONNECTIONS - MAX_CONNECTIONS_PER_DOMAIN
-        wait_until(lambda: rejected(agent, "too_many_connections_per_sender") == refused, timeout=30)
+        filled = MAX_CONNECTIONS_PER_DOMAIN // MAX_CONNECTIONS_PER_PROCESS  # processes until full
+        wait_until(lambda: rejected(agent, "too_many_connections_per_process") +
+                   rejected(agent, "too_many_connections_per_sender") == processes * each - 512, timeout=30)
+        # each process past its own share, until the one that filled the domain's: past
+        # that, the domain's bound refuses first
+        per_process = rejected(agent, "too_many_connections_per_process")
+        assert per_process == (filled - 1) * MAX_CONNECTIONS_PER_PROCESS
+        assert rejected(agent, "too_many_connections_per_sender") == \
+            (processes - filled) * each + MAX_CONNECTIONS_PER_PROCESS
         assert samples(agent, "stallscope_agent_connections") == [MAX_CONNECTIONS_PER_DOMAIN]
         s = connect(agent.socket)  # the trainer: another domain (root, not uid 65534)
         s.send(report(pod="trainer", events=[batch(0.002, 0.1)]))
@@ -270,8 +288,12 @@ def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent_factory):
         assert rejected(agent, "too_many_connections") == 0
         s.close()
     finally:
-        hoarder.kill()
-        hoarder.wait()
+        hoarder.stdin.close()  # its processes end with it
+        try:
+            hoarder.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            hoarder.kill()
+            hoarder.wait()
 
 
 def test_a_connection_silent_past_the_idle_timeout_is_closed_and_counted(agent_factory):

@@ -439,6 +439,30 @@ def test_a_trainers_wait_share_moves_by_its_absolute_or_relative_bound():
     assert hook_stream.wait_share(channel.wire.Columns()) is None
 
 
+def test_the_cadence_decisions_read_running_sums_not_the_pending_batches():
+    # Issue 50: share_moved and moved re-summed every pending batch each flush tick, so
+    # a fast loop under the 2 s hold paid O(pending) a tick. The sums now run with the
+    # columns: each batch added once and taken off once, whatever drops them.
+    import random
+
+    rng = random.Random(5)
+    cols = channel.wire.Columns(ready=True)
+    for _ in range(300):
+        k = rng.randrange(1, 40)
+        cols.extend([0] * k, [rng.randrange(1000) for _ in range(k)],
+                    [rng.randrange(1000, 2000) for _ in range(k)])
+        cols.drop_first(rng.randrange(0, len(cols) + 3))  # some, none, or past all
+        assert (cols.wait_sum, cols.interval_sum) == (sum(cols.waits), sum(cols.intervals))
+        n = rng.randrange(0, len(cols) + 2)
+        assert cols.sums(n) == (sum(cols.waits[:n]), sum(cols.intervals[:n]))
+    # the decisions read the sums: a column changed behind their back goes unseen
+    s = channel.Stream({"job": "j", "rank": 0}, role="main")
+    s.sent_share = 0.5
+    s.pending.extend([1, 2], [50, 50], [100, 100])
+    s.pending.waits[0] = 0  # not through extend(): the running sum still says 0.5
+    assert hook_stream.wait_share(s.pending) == 0.5 and not hook_stream.share_moved(s)
+
+
 def test_a_loader_that_is_not_a_dataloader_says_once_what_is_not_introspected():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
