@@ -453,9 +453,14 @@ class _Fraction(click.ParamType):
 @click.option("--step-threshold", default="5%", show_default=True, type=_Fraction(),
               help="B regressed when its step time exceeds A's by more than this share of A's "
                    "(5% or 0.05).")
+@click.option("--whole-run", is_flag=True,
+              help="Compare the whole runs, each one's start-up (its first batch, while its "
+                   "workers start) included; by default the steady states are compared and the "
+                   "start-up is shown beside them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON document.")
-def compare(a, b, threshold, step_threshold, as_json):
-    """Two `stallscope run` reports side by side: data-wait and step time of the worst rank.
+def compare(a, b, threshold, step_threshold, whole_run, as_json):
+    """Two `stallscope run` reports side by side: data-wait and step time of the worst rank,
+    in the steady state (each run's first batch, its workers' start, reported apart).
 
     \b
     Exit codes: 0 no regression; 1 B regressed past a threshold; 2 a file is not a
@@ -464,7 +469,8 @@ def compare(a, b, threshold, step_threshold, as_json):
     """
     from .run.compare import main as run_compare
 
-    sys.exit(run_compare(a, b, threshold, step_threshold, as_json, sys.stdout, sys.stderr))
+    sys.exit(run_compare(a, b, threshold, step_threshold, as_json, sys.stdout, sys.stderr,
+                         whole_run=whole_run))
 
 
 # Last: every command must be registered before main() runs (`python -m stallscope.cli`

@@ -223,6 +223,22 @@ def judged(found, rows):
     return found, False
 
 
+def startup(body):
+    """The run's start-up, its first batch while the workers start (paid once), apart from
+    its steady state: {startup_seconds, step_seconds_mean_after_start}, empty when the
+    window does not hold that batch. The first batch's interval is its wait (the hook's
+    iterator start), so with S the window's step time, r its data-wait share and a the
+    share without that batch: a = (rS - f) / (S - f), f = S (r - a) / (1 - a)."""
+    body = body or {}
+    r, a = body.get("data_wait_ratio"), body.get("data_wait_ratio_after_start")
+    total, n = body.get("step_seconds") or 0.0, body.get("batches") or 0
+    if r is None or a is None or total <= 0 or n < 2 or a >= 1.0:
+        return {}
+    first = max(0.0, total * (r - a) / (1.0 - a))
+    return {"startup_seconds": round(first, 4),
+            "step_seconds_mean_after_start": round((total - first) / (n - 1), 6)}
+
+
 def final_rows(agent_url, seen, window_s, found):
     """The ranks' rows over the report's own window, the reported rank's share the
     report's figure: the Ranks table and the headline show the same number."""
@@ -231,6 +247,7 @@ def final_rows(agent_url, seen, window_s, found):
         body = live.diagnosis(agent_url, key[0], key[1], seconds=window_s) or seen.bodies.get(key)
         row = live.summary(key, seen.entries[key], body)
         row["data_wait_ratio_after_start"] = (body or {}).get("data_wait_ratio_after_start")
+        row.update(startup(body))
         if row["rank"] == found.rank and row["job"] == found.job and found.data_wait_ratio is not None:
             row["data_wait_ratio"] = found.data_wait_ratio
         rows.append(row)
