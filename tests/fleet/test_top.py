@@ -5,13 +5,13 @@ import json
 import subprocess
 import sys
 
-from stallscope.fleet import top
+from stallscope.fleet import lost, top
 
 
 def test_the_subquery_resolution_keeps_a_period_to_its_points():
     assert top.step_of(300) == 1
     assert top.step_of(86400) == 120  # a day every 2 min
-    assert 7 * 86400 / top.step_of(7 * 86400) <= top.MAX_POINTS
+    assert 7 * 86400 / top.step_of(7 * 86400) <= lost.MAX_POINTS
 
 
 def test_rows_render_as_text_and_json():
