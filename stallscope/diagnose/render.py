@@ -65,8 +65,10 @@ def _status(row: EvidenceRow) -> str:
 
 
 def headline(doc: Report) -> str:
-    who = "pod %s (ns %s): job %s, rank %s, node %s" % (
-        doc.pod, doc.namespace or "?", doc.job or "?", doc.rank, doc.node or "?")
+    # no "(ns ?)": a run outside Kubernetes has no namespace (issue 52)
+    who = "pod %s%s: job %s, rank %s, node %s" % (
+        doc.pod, " (ns %s)" % doc.namespace if doc.namespace else "", doc.job or "?", doc.rank,
+        doc.node or "?")
     line = VERDICT_LINE.get(doc.verdict, doc.verdict)
     if verdict.keeps_up(doc) and doc.handoff_ratio is not None:
         line += " (the loader keeps up; the per-batch handoff costs %.1f%% of the step)" % (
@@ -74,8 +76,26 @@ def headline(doc: Report) -> str:
     return "%s — %s" % (line, who)
 
 
+def ended_line(doc: Report) -> str:
+    """The report's first line when the job had ended (report.py, ended.py)."""
+    assert doc.ended_at is not None
+    return "The job ended at %s (its last batch; its agent no longer tracks the rank); its last %s:" % (
+        datetime.datetime.fromtimestamp(doc.ended_at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        _span(doc.window_seconds))
+
+
+def _span(seconds: float) -> str:
+    """``5 minutes``, ``90 seconds``, ``1 hour``."""
+    for unit, n in (("hour", 3600), ("minute", 60)):
+        if seconds >= n and seconds % n == 0:
+            k = int(seconds // n)
+            return "%d %s%s" % (k, unit, "" if k == 1 else "s")
+    return "%d seconds" % seconds
+
+
 def render_text(doc: Report) -> str:
-    out = [headline(doc), doc.reason or ""]
+    out = [ended_line(doc)] if doc.ended_at is not None else []
+    out += [headline(doc), doc.reason or ""]
     since = doc.since
     if since is not None and since.above_threshold and since.since is not None:
         out.append("%s over the %s line since %s%s (%s)." % (

@@ -14,6 +14,7 @@ from typing import Any
 from ..correlate.model import Diagnosis
 from . import agents as agents_mod
 from . import cluster as cluster_mod
+from . import ended as ended_mod
 from . import fetch, nextsteps, outlook, verdict
 from . import node as node_mod
 from . import stacks as stacks_mod
@@ -230,6 +231,17 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
             if stacks:
                 warnings.append("stacks: not taken, the moment asked about is past")
                 stacks = False
+    ended = None
+    if at is None and prometheus_url and not finished:
+        # paged about a job that has since ended (issue 52): its last minutes, from Prometheus
+        ended = ended_mod.ended_at(prometheus_url, pod, namespace, _urls(agent_url) or None,
+                                   prometheus_alone=agent_url is False)
+        if ended is not None:
+            at, w, finished = ended, min(w, ended_mod.LAST_WINDOW_S), True
+            agent_url = False
+            if stacks:
+                warnings.append("stacks: not taken, the job has ended")
+                stacks = False
     cl = None
     if prometheus_url:
         cl = _cluster(prometheus_url, pod, namespace, w, bool(agent_url), sources, warnings, at)
@@ -302,6 +314,8 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
         evidence=tuple(verdict.evidence(me, cl, diag, info, causes)), stacks=stack_doc,
         sources=tuple(sources), warnings=tuple(warnings))
     doc = _with_setup(doc, diag)
+    if ended is not None:
+        doc = _with(doc, ended_at=ended)
     if plot:
         doc = _with(doc, plot=_plot(plot, doc, nd, warnings), warnings=tuple(warnings))
     doc = _with(doc, next_steps=tuple(nextsteps.steps(doc)),

@@ -140,8 +140,9 @@ def text(r, a_doc_causes, b_doc_causes):
     rows = [("data-wait", _pct(a["data_wait_ratio"]), _pct(b["data_wait_ratio"])),
             ("step time", _s(a["step_seconds"]), _s(b["step_seconds"]))]
     if steady:
-        rows += [("whole run", "%s, %s" % (_pct(a["whole_run_data_wait_ratio"]), _s(a["whole_run_step_seconds"])),
-                  "%s, %s" % (_pct(b["whole_run_data_wait_ratio"]), _s(b["whole_run_step_seconds"])))]
+        whole = ["%s, %s" % (_pct(x["whole_run_data_wait_ratio"]), _s(x["whole_run_step_seconds"]))
+                 for x in (a, b)]
+        rows += [("whole run", whole[0], whole[1])]
     rows += [("start-up", _s(a["startup_seconds"]), _s(b["startup_seconds"])),
             ("verdict", a["verdict"], b["verdict"]),
             ("causes", a_doc_causes, b_doc_causes),

@@ -85,7 +85,8 @@ def test_report_and_top_give_the_same_hours_and_no_period_exceeds_the_job(histor
     [row] = rows
     # what was injected: 2 ranks x (5 min at rank 1's 50 % + 15 min at 1 %)
     expected = 2 * ((STALL[1] - STALL[0]) * 0.5 + (LENGTH - (STALL[1] - STALL[0])) * 0.01) / 3600
-    assert doc.lost_accelerator_hours == pytest.approx(expected, rel=0.06), (doc.lost_accelerator_hours, expected)
+    assert doc.lost_accelerator_hours == pytest.approx(expected, rel=0.06), (
+        doc.lost_accelerator_hours, expected)
     assert doc.accelerator_hours == pytest.approx(2 * LENGTH / 3600, rel=0.05)
     assert (row.lost_accelerator_hours, row.accelerator_hours) == (doc.lost_accelerator_hours,
                                                                     doc.accelerator_hours)

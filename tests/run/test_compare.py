@@ -12,7 +12,7 @@ import pytest
 from stallscope.correlate import codec, diagnosis
 from stallscope.processes.children import child_env
 from stallscope.run import compare, session
-from tests.helpers.correlate import SEC, events_from_waits
+from tests.helpers.correlate import events_from_waits
 from tests.helpers.correlate import trace_of as _trace_of
 
 COMPUTE = 0.15
