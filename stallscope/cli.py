@@ -416,7 +416,8 @@ def run(ranks, out_dir, json_out, html_out, interval, quiet, command):
     STALLSCOPE_SOCKET and STALLSCOPE_JOB set for its ranks (the trainer calls
     stallscope.watch(loader) or uses an integration; a job named there is followed too),
     prints one line per rank each --interval (elapsed time, data-wait share, batches/s,
-    batches, verdict; on a terminal redrawn in place unless the training printed since),
+    batches, verdict; on a terminal they hold its bottom rows, fitted to its width, and
+    the training's output and progress bars scroll above them),
     and at the end the diagnose report of the worst rank, written as JSON and as an HTML
     page (timeline plot, evidence table, causes with their fixes). A failed or
     interrupted training is the report's first line. No GPU signal without NVML.

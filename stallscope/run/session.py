@@ -77,7 +77,8 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
     started = time.monotonic()
     try:
         agent.start()
-        print("stallscope run: agent on a private socket in %s (no Prometheus)" % workdir, file=out,
+        # one line under 80 columns (the private directory's path made it wrap, issue 52)
+        print("stallscope run: watching through a private agent (no Prometheus needed)", file=out,
               flush=True)
         env = dict(os.environ, STALLSCOPE_SOCKET=agent.socket, STALLSCOPE_JOB=job, POD_NAME=pod)
         if view.tty and not quiet:
@@ -99,11 +100,13 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
         code = child.returncode
         if relay:
             relay.close()
+        view.close()
         seen.poll(agent.url, time.monotonic())
         finish(agent, pod, seen, time.monotonic() - started, cmd, code, json_out, html_out, workdir,
                out, err)
         return code
     except (KeyboardInterrupt, _Stop):
+        view.close()
         print("\nstallscope run: interrupted; stopping the training", file=err)
         _interrupt(child)
         if relay:
@@ -120,6 +123,7 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
             _interrupt(child)
         if relay:
             relay.close()
+        view.close()
         agent.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
