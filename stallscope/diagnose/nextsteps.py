@@ -71,8 +71,9 @@ def steps(doc: Report) -> list[NextStep]:
     elif doc.verdict == "not_input_bound":
         s = doc.straggler
         if s is not None and s.pod:
-            add("StallscopeStragglerRank", "Diagnose the straggler: stallscope diagnose %s -n %s "
-                "(rank %s on node %s)." % (s.pod, doc.namespace, s.rank, s.node))
+            add("StallscopeStragglerRank", "Diagnose the straggler: stallscope diagnose %s%s "
+                "(rank %s on node %s)." % (s.pod, " -n %s" % doc.namespace if doc.namespace else "",
+                                           s.rank, s.node))
         else:
             add("StallscopeStragglerRank", "Find the rank this one waits for (it is not input-bound "
                 "itself).")
@@ -105,14 +106,20 @@ def _more_workers(z: Sizing, doc: Report) -> str:
 
 
 def commands(doc: Report, prometheus_url: str | None = None, agent_url: str | None = None) -> list[str]:
+    """The commands for a deeper look, each runnable as printed (issue 52: the ``--plot``
+    one lacked the source the report came from and failed with "no source"): the source
+    given (Prometheus, else the agent), ``-n`` only where there is a namespace (outside
+    Kubernetes ``-n default`` named a namespace the pod is not in)."""
     pod, ns, w = doc.pod, doc.namespace, doc.window_seconds
-    base = "stallscope diagnose %s -n %s --window %s" % (shlex.quote(pod), shlex.quote(ns or "default"),
-                                                          window.promql(w))
+    source = (" --prometheus %s" % shlex.quote(prometheus_url) if prometheus_url else
+              " --agent %s" % shlex.quote(agent_url) if agent_url else "")
+    space = " -n %s" % shlex.quote(ns) if ns else ""
+    base = "stallscope diagnose %s%s --window %s%s" % (shlex.quote(pod), space, window.promql(w), source)
     out = []
     if agent_url:
-        out.append("%s --agent %s --stacks   # on node %s (py-spy needs the node's PIDs)" % (
-            base, agent_url, doc.node))
-    out.append("%s --plot %s.png" % (base, pod))
+        stacks = base if " --agent " in base else "%s --agent %s" % (base, shlex.quote(agent_url))
+        out.append("%s --stacks   # on node %s (py-spy needs the node's PIDs)" % (stacks, doc.node))
+    out.append("%s --plot %s.png" % (base, shlex.quote(pod)))
     if agent_url:
         q = "pod=%s&seconds=%d" % (pod, w)
         out.append("curl -s '%s/api/v1/diagnosis?%s'" % (agent_url, q))
@@ -124,5 +131,5 @@ def commands(doc: Report, prometheus_url: str | None = None, agent_url: str | No
             prometheus_url, shlex.quote("query=topk(10, %s)" % doc.sli_expr)))
     s = doc.straggler
     if doc.verdict == "not_input_bound" and s is not None and s.pod and s.pod != pod:
-        out.append("stallscope diagnose %s -n %s" % (shlex.quote(s.pod), shlex.quote(ns or "default")))
+        out.append("stallscope diagnose %s%s%s" % (shlex.quote(s.pod), space, source))
     return out

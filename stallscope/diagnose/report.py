@@ -317,7 +317,7 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
     if ended is not None:
         doc = _with(doc, ended_at=ended)
     if plot:
-        doc = _with(doc, plot=_plot(plot, doc, nd, warnings), warnings=tuple(warnings))
+        doc = _with(doc, plot=_plot(plot, doc, nd, warnings, at), warnings=tuple(warnings))
     doc = _with(doc, next_steps=tuple(nextsteps.steps(doc)),
                 commands=tuple(nextsteps.commands(doc, doc.prometheus_url, doc.agent_url)))
     return _with(doc, elapsed_seconds=round(time.monotonic() - t0, 3))
@@ -369,10 +369,11 @@ def _stacks(nd: NodeView | None, warnings: list[str]) -> dict[str, Any]:
         return {"error": str(e)}
 
 
-def _plot(path: str, doc: Report, nd: NodeView | None, warnings: list[str]) -> str | None:
+def _plot(path: str, doc: Report, nd: NodeView | None, warnings: list[str],
+          at: float | None = None) -> str | None:
     from . import plot  # matplotlib only when asked for
     try:
-        return plot.write(path, doc, nd.timeline if nd is not None else None)
+        return plot.write(path, doc, nd.timeline if nd is not None else None, at)
     except plot.PlotError as e:
         warnings.append("plot: %s" % e)
         return None

@@ -294,10 +294,18 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
     except plot.PlotError as e:
         found = dataclasses.replace(found, warnings=found.warnings + ("plot: %s" % e,))
         has_plot = False
-    # The agent and its directory go with the run: point at what stays instead.
-    compare = "stallscope compare BASELINE.json %s   # exit 1 when this run regressed" % (
-        json_out or "THIS.json")
-    found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=(compare,))
+    # The agent and its directory go with the run: point at what stays instead, each
+    # command runnable as printed (issue 52: a BASELINE.json placeholder, and --stacks,
+    # which run does not have)
+    commands = ()
+    if json_out:
+        import shlex
+        baseline = os.path.join(os.path.dirname(json_out), "stallscope-baseline.json")
+        commands = ("cp %s %s   # keep this run as the baseline" % (
+            shlex.quote(json_out), shlex.quote(baseline)),
+                    "stallscope compare %s %s   # after your next run: exit 1 when it regressed" % (
+                        shlex.quote(baseline), shlex.quote(json_out)))
+    found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=commands)
     doc.update(document.encode(found))
     doc["run"] = {"command": list(cmd), "exit_status": code, "elapsed_seconds": round(elapsed, 1),
                   "outcome": "interrupted" if interrupted else "failed" if code else "ok",

@@ -243,5 +243,7 @@ CAUSES = (
         "pre-tokenized shards), or more bandwidth (a larger instance, a faster link); more "
         "workers only share the same link.", standing=True),
     Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
-          "Sample the workers' stacks (--stacks) to see where they spend the time."),
+          "Sample the workers' stacks while the stall goes on to see where they spend the "
+          "time: `stallscope diagnose POD --stacks` on the pod's node, or `py-spy dump --pid "
+          "PID` for each loader worker."),
 )

@@ -117,3 +117,43 @@ def test_a_live_rank_is_diagnosed_as_before(ended):
     finally:
         s.kill()
         s.wait()
+
+
+def suggested(text):
+    """The commands under "Deeper look" of a report, as printed."""
+    lines = text.splitlines()
+    if "Deeper look" not in lines:
+        return []
+    out = []
+    for line in lines[lines.index("Deeper look") + 1:]:
+        if not line.startswith("  $ "):
+            break
+        out.append(line[4:])
+    return out
+
+
+def run_suggested(command, cwd):
+    """One suggested command, run as printed (``stallscope`` is this checkout's); the
+    failures that mean it could not be run as printed: a flag it lacks, no source."""
+    import shlex
+    args = shlex.split(command, comments=True)
+    if args[0] == "stallscope":
+        args = [sys.executable, "-m", "stallscope"] + args[1:]
+    p = subprocess.run(args, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120)
+    said = p.stdout + p.stderr
+    for failure in ("No such option", "Usage:", "no source", "Error: ", "not found", "command not found"):
+        assert failure not in said, (command, said[-2000:])
+    return p
+
+
+def test_each_suggested_command_runs_as_printed(ended, tmp_path):
+    """issue 52, item 5: the `--plot` command lacked `--prometheus` and failed with "no
+    source"; `-n default` named a namespace the pod is not in."""
+    _, prom, _ = ended
+    text = _diagnose(prom, "ej-gone").stdout
+    commands = suggested(text)
+    assert any("--plot" in c for c in commands), text
+    for c in commands:
+        p = run_suggested(c, str(tmp_path))
+        assert p.returncode in (0, 1), (c, p.stderr)
+    assert (tmp_path / "ej-gone.png").exists()

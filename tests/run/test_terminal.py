@@ -1,8 +1,9 @@
 """The live view in an ordinary terminal (issue 52, item 4): 80 columns, a real tqdm
 progress bar (and log lines) written by a real child process through the real relay
 (terminal.py), the view redrawn between its writes; a VT100 emulator (pyte) shows the
-screen as the user sees it; the same under rich's live progress display. No status line wraps, the bar is on one row only (no frozen
-copies), the view's lines do not pile up, and the child's log lines all stay."""
+screen as the user sees it; the same under rich's live progress display. No status
+line wraps, the bar is on one row only (no frozen copies), the view's lines do not pile
+up, and the child's log lines all stay."""
 import fcntl
 import os
 import pty
