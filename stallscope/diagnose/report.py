@@ -210,10 +210,17 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
             raise DiagnoseError("--alert needs --prometheus: alerts are on record there")
         if at is not None:
             raise DiagnoseError("give --at or --alert, not both")
-        # centred on the alert's start: the window ending half a window after it
-        at = min(time.time(), alert_start(prometheus_url, alert, pod, namespace) + w / 2)
-        warnings.append("centred on %s, active since %s" % (alert, time.strftime(
-            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(at - w / 2))))
+        # centred on the alert's start: the window ending half a window after it, or now
+        # while that is still to come (a pending or young alert). Its start is said as
+        # Prometheus has it (issue 52: the window's centre was printed, 5 minutes before
+        # the job began, while the alert was pending)
+        began = alert_start(prometheus_url, alert, pod, namespace)
+        at = min(time.time(), began + w / 2)
+        warnings.append("%s %s, active since %s%s" % (
+            "centred on" if at == began + w / 2 else "about", alert,
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
+            "" if at == began + w / 2 else "; the window ends now (%s after that)" % durations.human(
+                max(0.0, at - began))))
     if at is not None:
         # after the fact (issue 36): the window ending at ``at``, from Prometheus; the
         # agent only while its timeline still holds that moment

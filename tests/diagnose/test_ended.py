@@ -67,6 +67,11 @@ def ended(tmp_path_factory):
         instance = agent.url.split("://")[1]
         series = dict(_history(end, instance, "ej-exited"))
         series.update(_history(end, instance, "ej-gone"))
+        # StallscopeDataWaitHigh about ej-gone became active 100 s before the job's end
+        # (ALERTS_FOR_STATE's value is its activeAt), pending since
+        series[_key("ALERTS_FOR_STATE", alertname="StallscopeDataWaitHigh", job="ej", namespace="ml",
+                    pod="ej-gone", rank="0")] = [(t, float(int(end - 100))) for t in
+                                                 (end - 100, end - 85, end - 70, end - 55, end - 40)]
         prom = backfill.serve(series, str(d / "prom"))
         try:
             yield agent, prom, end
@@ -157,3 +162,14 @@ def test_each_suggested_command_runs_as_printed(ended, tmp_path):
         p = run_suggested(c, str(tmp_path))
         assert p.returncode in (0, 1), (c, p.stderr)
     assert (tmp_path / "ej-gone.png").exists()
+
+
+def test_alert_says_when_it_became_active(ended):
+    """issue 52, item 6: `--alert` printed the window's centre as "active since", 5 minutes
+    before the job began, while the alert was young (its centre still to come)."""
+    _, prom, end = ended
+    doc = json.loads(_diagnose(prom, "ej-gone", "--alert", "StallscopeDataWaitHigh", "--json").stdout)
+    began = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(end - 100)))
+    said = [w for w in doc["warnings"] if "StallscopeDataWaitHigh" in w]
+    assert said and "active since %s" % began in said[0], doc["warnings"]
+    assert "the window ends now" in said[0], said
