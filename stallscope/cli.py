@@ -183,6 +183,8 @@ def _instant(text):
     t = str(text).strip()
     if t.startswith("-"):
         return _time.time() - durations.parse(t[1:])
+    if t.startswith("+"):  # read, so that the command says it is in the future (issue 52)
+        return _time.time() + durations.parse(t[1:])
     try:
         return float(t)
     except ValueError:

@@ -3,6 +3,7 @@ and the exact commands for a deeper look."""
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from .. import vocabulary
 from ..correlate.model import Cause
@@ -53,6 +54,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
             # (two different counts in one step read as a contradiction)
             persistent = (doc.loader or {}).get("persistent_workers")
             text = head + ("" if persistent else " Set persistent_workers=True.")
+            text += beyond_cores(doc, p.settings.get("num_workers"))
         else:
             text = "%s %s" % (head, text)
     elif p is not None and not p.configured and p.rules_out:
@@ -102,7 +104,34 @@ def _more_workers(z: Sizing, doc: Report) -> str:
                  (" (keeping up needs %s workers)" % keep_up if keep_up else ""))
     if not (doc.loader or {}).get("persistent_workers"):
         text += "; set persistent_workers=True"
-    return text + "."
+    return text + "." + beyond_cores(doc, z.workers_needed)
+
+
+OFF_CPU = 0.5  # workers busy on the CPU less than this share of the time mostly wait
+
+
+def beyond_cores(doc: Report, count: Any) -> str:
+    """torch warns when num_workers exceeds the CPUs the process may use ("Our suggested
+    max number of worker in current system is 2"): a count past them, for workers that
+    mostly wait off the CPU (reads, sleeps, a remote store), answers that warning (issue
+    52: it went unanswered while the report said more workers would help)."""
+    if not isinstance(count, int):
+        return ""
+    cores = doc.sizing.cfs_quota_cores or _usable_cpus()
+    busy = next((r.value for r in doc.evidence if r.signal == "workers_cpu_ratio / num_workers"), None)
+    if not cores or count <= cores or not isinstance(busy, (int, float)) or busy >= OFF_CPU:
+        return ""
+    return (" torch will warn that %d workers are more than its suggested maximum (%g, the CPUs "
+            "it may use); its workers here are %.0f%% off the CPU (waiting, not computing), so "
+            "more of them than cores still help." % (count, cores, 100 * (1 - busy)))
+
+
+def _usable_cpus() -> int | None:
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def commands(doc: Report, prometheus_url: str | None = None, agent_url: str | None = None) -> list[str]:

@@ -128,7 +128,8 @@ def render_text(doc: Report) -> str:
     if doc.job_scope == "node":
         out.append("  (job max and median cover this node's ranks only: no cluster view)")
 
-    causes = [c for c in doc.causes if c.score > 0]  # the JSON keeps them all
+    # those that print as a score: 0.00 is none (issue 52); the JSON keeps them all
+    causes = [c for c in doc.causes if round(c.score, 2) > 0]
     if causes:
         out += ["", "Likely causes"]
         for i, c in enumerate(causes[:5], 1):
@@ -140,7 +141,8 @@ def render_text(doc: Report) -> str:
 
     top = doc.top_ranks
     if top:
-        out += ["", "Slowest ranks of job %s (%d ranks)" % (doc.job, doc.job_ranks or len(top))]
+        out += ["", "Slowest ranks of job %s (%s)" % (
+            doc.job, outlook.plural(doc.job_ranks or len(top), "rank"))]
         trows = [(r.rank, r.pod, r.node, value("x_ratio", r.data_wait_ratio), r.source,
                   "<- this pod" if r.pod == doc.pod else "") for r in top]
         out += ["  " + line for line in table(("rank", "pod", "node", "data-wait", "source", ""), trows)]

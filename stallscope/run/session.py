@@ -314,8 +314,8 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
     if first:
         print(first, file=out)
     jobs = seen.jobs()
-    print("stallscope run: %d rank(s) of job%s %s" % (len(rows), "s" if len(jobs) > 1 else "",
-                                                     ", ".join(jobs)), file=out)
+    print("stallscope run: %d rank%s of job%s %s" % (len(rows), "" if len(rows) == 1 else "s",
+                                                    "s" if len(jobs) > 1 else "", ", ".join(jobs)), file=out)
     out.write(render.render_text(found))
     if json_out:
         with open(json_out, "w") as f:

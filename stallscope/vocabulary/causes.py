@@ -51,8 +51,10 @@ CAUSES = (
         "cores), or spread the job over more nodes; raising a CPU limit does not help."),
     Cause("too_few_workers", "The loader is too slow for the compute", (), (),
           "StallscopeDataWaitHigh",
-          "Raise num_workers (up to the CPU quota minus one core), set persistent_workers=True, "
-          "or make per-sample work cheaper (pre-decode, decode on the GPU).", computed=True,
+          "Raise num_workers to the count the report gives (workers that wait off the CPU, on "
+          "reads or sleeps, help past the core count; workers that compute, not past the CPU "
+          "quota), set persistent_workers=True, or make per-sample work cheaper (pre-decode, "
+          "decode on the GPU).", computed=True,
           advises=("num_workers",),
           advice_otherwise="Make per-sample work cheaper (pre-decode, decode on the GPU, "
                            "torch.set_num_threads(1) in worker_init_fn): more workers are predicted "

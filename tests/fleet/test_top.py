@@ -41,6 +41,7 @@ def test_report_bad_input_is_one_line_and_exit_2():
     for args, said in ((["--since", "1h"], "did not answer"),
                        (["--from", "2030-01-01T00:00:00Z", "--to", "2030-01-02T00:00:00Z"], "in the future"),
                        (["--from", "yesterday"], "bad time"),
+                       (["--to", "+1h"], "in the future"),
                        (["--from", "-2h", "--to", "-3h"], "the period is empty"),
                        (["--since", "1h", "--from", "-2h"], "not both")):
         out = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
