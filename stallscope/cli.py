@@ -145,11 +145,14 @@ def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks,
 @click.option("--prometheus", "prometheus_url", envvar="STALLSCOPE_PROMETHEUS_URL", metavar="URL",
               required=True, help="Prometheus that scrapes the agents [env STALLSCOPE_PROMETHEUS_URL].")
 @click.option("--since", default="24h", show_default=True, metavar="DURATION",
-              help="The period, back from now: 90m, 24h, 7d.")
+              help="The period, back from --to: 90m, 24h, 7d.")
+@click.option("--to", default=None, metavar="TIME",
+              help="The period's end (default now): RFC 3339, unix seconds, -1h; with "
+                   "`report --job J --since D --to TIME`, the same period.")
 @click.option("-n", "--namespace", default=None, help="Only the jobs of this namespace.")
 @click.option("--config", "config_path", metavar="FILE", help=_CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON document.")
-def top(prometheus_url, since, namespace, config_path, as_json):
+def top(prometheus_url, since, to, namespace, config_path, as_json):
     """The cluster's jobs ranked by accelerator-hours lost to input wait over a period.
 
     From Prometheus alone (the recording rules of `stallscope alerts`): per job, the
@@ -157,6 +160,8 @@ def top(prometheus_url, since, namespace, config_path, as_json):
     hours went to, its worst rank with its pod and node, and the cost at the config's
     gpu_hour_price. Exit 0; 2 with one line on stderr when it cannot answer.
     """
+    import time as _time
+
     from .diagnose import window as durations
     from .fleet import top as top_mod
     from .mixin import config
@@ -166,7 +171,11 @@ def top(prometheus_url, since, namespace, config_path, as_json):
         seconds = durations.parse(since)
         cfg = config.load(config_path)
         from .diagnose.prom import Prometheus
-        rows = top_mod.top(Prometheus(prometheus_url), cfg, seconds, namespace)
+        now = _time.time()
+        end = _instant(to) if to else now
+        if end > now + 60:
+            raise ValueError("the period ends in the future")
+        rows = top_mod.top(Prometheus(prometheus_url, now=end), cfg, seconds, namespace)
     except (ValueError, top_mod.TopError) as e:
         click.echo(prefix + str(e), err=True)
         sys.exit(2)
