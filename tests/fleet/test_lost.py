@@ -101,11 +101,12 @@ def test_report_and_top_give_the_same_hours_and_no_period_exceeds_the_job(histor
 
 def test_the_two_commands_print_the_same_figures(history):
     prom, _, _ = history
+    to = "%.0f" % time.time()  # the same period: two commands a moment apart end at the same time
 
     def cli(*args):
         out = subprocess.run([sys.executable, "-m", "stallscope", *args, "--prometheus", prom.url,
-                              "--since", "30m", "--json"], env=child_env(), capture_output=True,
-                             text=True, timeout=60)
+                              "--since", "30m", "--to", to, "--json"], env=child_env(),
+                             capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
     [t] = cli("top")["jobs"]
