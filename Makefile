@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot,frameworks
 
-.PHONY: setup system demo test test-cost test-frameworks test-lab test-composer test-compat test-fast lint bench fuzz soak scale generate clean
+.PHONY: setup system demo test test-cost test-frameworks test-lab test-newcomer test-composer test-compat test-fast lint bench fuzz soak scale generate clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ demo: setup system
 # are kept out of `make test` (CI) so the suite stays under 25 min on 2 cores; the slowest
 # tests are listed at the end of each run.
 test: setup system lint
-	$(PY) -m pytest -q -ra -m 'not frameworks and not lab_variant' --durations=15
+	$(PY) -m pytest -q -ra -m 'not frameworks and not lab_variant and not newcomer' --durations=15
 
 # the loaders' extra (pyproject.toml) only here: CI would pay its install time. litdata
 # pulls torchvision, and with it a CUDA torch: torch 2.13.0 goes back, torchvision goes.
@@ -43,7 +43,13 @@ test-frameworks: setup system $(VENV)/.loaders
 	$(PY) -m pytest -q -ra -m frameworks
 
 test-lab: setup system
-	$(PY) -m pytest -q -ra tests/lab/test_scenarios_e2e.py tests/lab/test_nodes.py tests/lab/test_nodes_scenarios.py tests/lab/test_cleanup.py
+	$(PY) -m pytest -q -ra tests/lab/test_scenarios_e2e.py tests/lab/test_nodes.py tests/lab/test_nodes_scenarios.py tests/lab/test_cleanup.py tests/newcomer
+
+# The scripted first hour of a new user (issue 52): the README's demo, `stallscope run`
+# under a progress bar in an 80-column terminal, the predicted fix and compare, diagnose
+# just after a job ended, report and top on one period. ~6 minutes; not in `make test`.
+test-newcomer: setup system
+	$(PY) -m pytest -q -ra tests/newcomer
 
 # MosaicML Composer and Streaming in a virtualenv of their own: mosaicml 0.32 requires
 # torch<2.7.1 and streaming imports torchvision, neither of which fits the main venv's

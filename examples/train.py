@@ -29,20 +29,29 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--slow", action="store_true", help="60 ms a sample instead of 2 ms")
     p.add_argument("--batches", type=int, default=80)
+    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     p.add_argument("--exit-status", type=int, default=0, help="exit with this status at the end")
     p.add_argument("--tag", default="", help="ignored (lets a test find this process)")
     p.add_argument("--job", default=None, help="name the job (stallscope.watch(loader, job=...))")
     p.add_argument("--step-seconds", type=float, default=0.15, help="the rest of each step")
     p.add_argument("--log-every", type=int, default=0, help="print a log line every N batches")
+    p.add_argument("--progress", action="store_true", help="show a tqdm progress bar (pip install tqdm)")
     args = p.parse_args()
     cost = 0.06 if args.slow else 0.002
-    loader = DataLoader(Samples(args.batches * 8, cost), batch_size=8, num_workers=2)
+    loader = DataLoader(Samples(args.batches * 8, cost), batch_size=8, num_workers=args.workers)
     loader = stallscope.watch(loader, job=args.job) if args.job else stallscope.watch(loader)
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for i, (x, y) in enumerate(loader):
+    batches = loader
+    def say(text):
+        print(text, flush=True)
+    if args.progress:
+        from tqdm import tqdm
+
+        batches, say = tqdm(loader, desc="train", unit="batch"), tqdm.write  # type: ignore[assignment]
+    for i, (x, y) in enumerate(batches):
         if args.log_every and i % args.log_every == 0:
-            print("train: batch %d" % i, flush=True)
+            say("train: batch %d" % i)
         loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
         opt.zero_grad()
         loss.backward()

@@ -152,11 +152,14 @@ def diagnose(pod, namespace, prometheus_url, agent_url, window, as_json, stacks,
 @click.option("--prometheus", "prometheus_url", envvar="STALLSCOPE_PROMETHEUS_URL", metavar="URL",
               required=True, help="Prometheus that scrapes the agents [env STALLSCOPE_PROMETHEUS_URL].")
 @click.option("--since", default="24h", show_default=True, metavar="DURATION",
-              help="The period, back from now: 90m, 24h, 7d.")
+              help="The period, back from --to: 90m, 24h, 7d.")
+@click.option("--to", default=None, metavar="TIME",
+              help="The period's end (default now): RFC 3339, unix seconds, -1h; with "
+                   "`report --job J --since D --to TIME`, the same period.")
 @click.option("-n", "--namespace", default=None, help="Only the jobs of this namespace.")
 @click.option("--config", "config_path", metavar="FILE", help=_CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON document.")
-def top(prometheus_url, since, namespace, config_path, as_json):
+def top(prometheus_url, since, to, namespace, config_path, as_json):
     """The cluster's jobs ranked by accelerator-hours lost to input wait over a period.
 
     From Prometheus alone (the recording rules of `stallscope alerts`): per job, the
@@ -164,6 +167,8 @@ def top(prometheus_url, since, namespace, config_path, as_json):
     hours went to, its worst rank with its pod and node, and the cost at the config's
     gpu_hour_price. Exit 0; 2 with one line on stderr when it cannot answer.
     """
+    import time as _time
+
     from .diagnose import window as durations
     from .fleet import top as top_mod
     from .mixin import config
@@ -173,7 +178,11 @@ def top(prometheus_url, since, namespace, config_path, as_json):
         seconds = durations.parse(since)
         cfg = config.load(config_path)
         from .diagnose.prom import Prometheus
-        rows = top_mod.top(Prometheus(prometheus_url), cfg, seconds, namespace)
+        now = _time.time()
+        end = _instant(to) if to else now
+        if end > now + 60:
+            raise ValueError("the period ends in the future")
+        rows = top_mod.top(Prometheus(prometheus_url, now=end), cfg, seconds, namespace)
     except (ValueError, top_mod.TopError) as e:
         click.echo(prefix + str(e), err=True)
         sys.exit(2)
@@ -190,6 +199,8 @@ def _instant(text):
     t = str(text).strip()
     if t.startswith("-"):
         return _time.time() - durations.parse(t[1:])
+    if t.startswith("+"):  # read, so that the command says it is in the future (issue 52)
+        return _time.time() + durations.parse(t[1:])
     try:
         return float(t)
     except ValueError:
@@ -423,7 +434,8 @@ def run(ranks, out_dir, json_out, html_out, interval, quiet, command):
     STALLSCOPE_SOCKET and STALLSCOPE_JOB set for its ranks (the trainer calls
     stallscope.watch(loader) or uses an integration; a job named there is followed too),
     prints one line per rank each --interval (elapsed time, data-wait share, batches/s,
-    batches, verdict; on a terminal redrawn in place unless the training printed since),
+    batches, verdict; on a terminal they hold its bottom rows, fitted to its width, and
+    the training's output and progress bars scroll above them),
     and at the end the diagnose report of the worst rank, written as JSON and as an HTML
     page (timeline plot, evidence table, causes with their fixes). A failed or
     interrupted training is the report's first line. No GPU signal without NVML.
@@ -460,9 +472,14 @@ class _Fraction(click.ParamType):
 @click.option("--step-threshold", default="5%", show_default=True, type=_Fraction(),
               help="B regressed when its step time exceeds A's by more than this share of A's "
                    "(5% or 0.05).")
+@click.option("--whole-run", is_flag=True,
+              help="Compare the whole runs, each one's start-up (its first batch, while its "
+                   "workers start) included; by default the steady states are compared and the "
+                   "start-up is shown beside them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON document.")
-def compare(a, b, threshold, step_threshold, as_json):
-    """Two `stallscope run` reports side by side: data-wait and step time of the worst rank.
+def compare(a, b, threshold, step_threshold, whole_run, as_json):
+    """Two `stallscope run` reports side by side: data-wait and step time of the worst rank,
+    in the steady state (each run's first batch, its workers' start, reported apart).
 
     \b
     Exit codes: 0 no regression; 1 B regressed past a threshold; 2 a file is not a
@@ -471,7 +488,8 @@ def compare(a, b, threshold, step_threshold, as_json):
     """
     from .run.compare import main as run_compare
 
-    sys.exit(run_compare(a, b, threshold, step_threshold, as_json, sys.stdout, sys.stderr))
+    sys.exit(run_compare(a, b, threshold, step_threshold, as_json, sys.stdout, sys.stderr,
+                         whole_run=whole_run))
 
 
 # Last: every command must be registered before main() runs (`python -m stallscope.cli`

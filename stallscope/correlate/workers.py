@@ -245,8 +245,9 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
             evidence.append(Evidence("batch_load_seconds / num_workers", round(per_batch, 6),
                                      round(compute, 6), "above", None, scope, round(base, 4)))
             if predicted > 0:
-                reasons.append("each of the %d workers takes %.3gs per batch, one batch every "
-                               "%.3gs against %.3gs of compute" % (workers, t_load, per_batch, compute))
+                reasons.append("%s takes %.3gs per batch, one batch every %.3gs against %.3gs of "
+                               "compute" % ("its one worker" if workers == 1 else
+                                            "each of the %d workers" % workers, t_load, per_batch, compute))
         if workers >= 2 and period.period_steps:
             if period.period_steps == workers:
                 base = max(base, PERIOD_WEIGHT * period.support)

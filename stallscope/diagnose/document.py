@@ -301,6 +301,8 @@ class Report:
     setup_warnings: tuple[SetupWarning, ...] = ()
     checks_unknown: tuple[str, ...] = ()
     checks_note: str = ""
+    # the job had ended: the report is of its last window, ending at its last batch (issue 52)
+    ended_at: float | None = None
     loader_error: LoaderError | None = None
     budget: Budget | None = None         # the stall's time budget, from the agent (correlate/budget.py)
 
@@ -372,6 +374,8 @@ def encode(r: Report) -> JSON:
     }
     if r.checks_note:
         out["checks_note"] = r.checks_note
+    if r.ended_at is not None:
+        out["ended_at"] = r.ended_at
     if r.change is not None:
         out["change"] = codec.change(r.change)
     if r.plot is not None:

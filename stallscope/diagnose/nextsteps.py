@@ -3,6 +3,7 @@ and the exact commands for a deeper look."""
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from .. import vocabulary
 from ..correlate.model import Cause
@@ -53,6 +54,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
             # (two different counts in one step read as a contradiction)
             persistent = (doc.loader or {}).get("persistent_workers")
             text = head + ("" if persistent else " Set persistent_workers=True.")
+            text += beyond_cores(doc, p.settings.get("num_workers"))
         else:
             text = "%s %s" % (head, text)
     elif p is not None and not p.configured and p.rules_out:
@@ -75,8 +77,9 @@ def steps(doc: Report) -> list[NextStep]:
     elif doc.verdict == "not_input_bound":
         s = doc.straggler
         if s is not None and s.pod:
-            add("StallscopeStragglerRank", "Diagnose the straggler: stallscope diagnose %s -n %s "
-                "(rank %s on node %s)." % (s.pod, doc.namespace, s.rank, s.node))
+            add("StallscopeStragglerRank", "Diagnose the straggler: stallscope diagnose %s%s "
+                "(rank %s on node %s)." % (s.pod, " -n %s" % doc.namespace if doc.namespace else "",
+                                           s.rank, s.node))
         else:
             add("StallscopeStragglerRank", "Find the rank this one waits for (it is not input-bound "
                 "itself).")
@@ -105,18 +108,51 @@ def _more_workers(z: Sizing, doc: Report) -> str:
                  (" (keeping up needs %s workers)" % keep_up if keep_up else ""))
     if not (doc.loader or {}).get("persistent_workers"):
         text += "; set persistent_workers=True"
-    return text + "."
+    return text + "." + beyond_cores(doc, z.workers_needed)
+
+
+OFF_CPU = 0.5  # workers busy on the CPU less than this share of the time mostly wait
+
+
+def beyond_cores(doc: Report, count: Any) -> str:
+    """torch warns when num_workers exceeds the CPUs the process may use ("Our suggested
+    max number of worker in current system is 2"): a count past them, for workers that
+    mostly wait off the CPU (reads, sleeps, a remote store), answers that warning (issue
+    52: it went unanswered while the report said more workers would help)."""
+    if not isinstance(count, int):
+        return ""
+    cores = doc.sizing.cfs_quota_cores or _usable_cpus()
+    busy = next((r.value for r in doc.evidence if r.signal == "workers_cpu_ratio / num_workers"), None)
+    if not cores or count <= cores or not isinstance(busy, (int, float)) or busy >= OFF_CPU:
+        return ""
+    return (" torch will warn that %d workers are more than its suggested maximum (%g, the CPUs "
+            "it may use); its workers here are %.0f%% off the CPU (waiting, not computing), so "
+            "more of them than cores still help." % (count, cores, 100 * (1 - busy)))
+
+
+def _usable_cpus() -> int | None:
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def commands(doc: Report, prometheus_url: str | None = None, agent_url: str | None = None) -> list[str]:
+    """The commands for a deeper look, each runnable as printed (issue 52: the ``--plot``
+    one lacked the source the report came from and failed with "no source"): the source
+    given (Prometheus, else the agent), ``-n`` only where there is a namespace (outside
+    Kubernetes ``-n default`` named a namespace the pod is not in)."""
     pod, ns, w = doc.pod, doc.namespace, doc.window_seconds
-    base = "stallscope diagnose %s -n %s --window %s" % (shlex.quote(pod), shlex.quote(ns or "default"),
-                                                          window.promql(w))
+    source = (" --prometheus %s" % shlex.quote(prometheus_url) if prometheus_url else
+              " --agent %s" % shlex.quote(agent_url) if agent_url else "")
+    space = " -n %s" % shlex.quote(ns) if ns else ""
+    base = "stallscope diagnose %s%s --window %s%s" % (shlex.quote(pod), space, window.promql(w), source)
     out = []
     if agent_url:
-        out.append("%s --agent %s --stacks   # on node %s (py-spy needs the node's PIDs)" % (
-            base, agent_url, doc.node))
-    out.append("%s --plot %s.png" % (base, pod))
+        stacks = base if " --agent " in base else "%s --agent %s" % (base, shlex.quote(agent_url))
+        out.append("%s --stacks   # on node %s (py-spy needs the node's PIDs)" % (stacks, doc.node))
+    out.append("%s --plot %s.png" % (base, shlex.quote(pod)))
     if agent_url:
         q = "pod=%s&seconds=%d" % (pod, w)
         out.append("curl -s '%s/api/v1/diagnosis?%s'" % (agent_url, q))
@@ -128,5 +164,5 @@ def commands(doc: Report, prometheus_url: str | None = None, agent_url: str | No
             prometheus_url, shlex.quote("query=topk(10, %s)" % doc.sli_expr)))
     s = doc.straggler
     if doc.verdict == "not_input_bound" and s is not None and s.pod and s.pod != pod:
-        out.append("stallscope diagnose %s -n %s" % (shlex.quote(s.pod), shlex.quote(ns or "default")))
+        out.append("stallscope diagnose %s%s%s" % (shlex.quote(s.pod), space, source))
     return out

@@ -60,6 +60,11 @@ def prediction(verdict: str, diag: Diagnosis | None) -> Prediction | None:
     return None
 
 
+def plural(n: int, noun: str) -> str:
+    """``1 rank``, ``2 ranks``."""
+    return "%d %s%s" % (n, noun, "" if n == 1 else "s")
+
+
 def lines(doc: Report) -> list[str]:
     """The report's lines for prediction, headroom, cost and a marked change."""
     out = []
@@ -81,9 +86,13 @@ def lines(doc: Report) -> list[str]:
             text += " job x%s (the straggler waits %.1f%%)" % (j.speedup, 100 * j.data_wait_ratio)
         out.append(text.rstrip(";"))
     c = doc.cost
-    if c is not None and c.waiting_share > 0:
-        text = ("Cost now: this stall costs %.1f GPU-hours a day (%d ranks x %.1f%% waiting%s)" % (
-            c.gpu_hours_per_day, c.world_size, 100 * c.waiting_share,
+    # a stall's cost only (issue 52: "this stall costs" on a healthy run), and in
+    # accelerator-hours only where there are accelerators: not where the agent read none
+    no_gpu = doc.gpu is not None and not doc.gpu.samples
+    if c is not None and c.waiting_share > 0 and doc.verdict in ("input_bound", "not_input_bound") \
+            and not no_gpu:
+        text = ("Cost now: this stall costs %.1f GPU-hours a day (%s x %.1f%% waiting%s)" % (
+            c.gpu_hours_per_day, plural(c.world_size, "rank"), 100 * c.waiting_share,
             ", this node's ranks only" if c.scope == "node" else ""))
         if c.cause:
             text += ", attributed to %s" % c.cause

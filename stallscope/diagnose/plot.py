@@ -62,13 +62,15 @@ def _from_agent(doc: Report, tl: Mapping[str, Any] | None = None) -> dict[str, A
     return {"x": x, "wait": share, "gpu_x": gx, "gpu": [v for _, v in gpu], "source": "agent"}
 
 
-def _from_prometheus(doc: Report) -> dict[str, Any] | None:
+def _from_prometheus(doc: Report, at: float | None = None) -> dict[str, Any] | None:
+    """The window ending at ``at`` (--at, or the end of a job that has ended), else now."""
     if not doc.prometheus_url or doc.rank is None:
         return None
-    prom = Prometheus(doc.prometheus_url)
+    prom = Prometheus(doc.prometheus_url, now=at)
     w = doc.window_seconds
     step = max(1.0, w / BINS)
-    expr = cluster.sli("%ds" % max(2, int(4 * step)), job=doc.job, namespace=doc.namespace,
+    # a rate window of two scrapes at least (at 15-30 s, a 12 s one held no rate at all)
+    expr = cluster.sli("%ds" % max(60, int(4 * step)), job=doc.job, namespace=doc.namespace,
                        pod=doc.pod, rank=str(doc.rank))
     try:
         series = prom.query_range(expr, prom.now - w, prom.now, step)
@@ -81,14 +83,15 @@ def _from_prometheus(doc: Report) -> dict[str, Any] | None:
             "gpu_x": [], "gpu": [], "source": "prometheus"}
 
 
-def write(path: str, doc: Report, timeline: Mapping[str, Any] | None = None) -> str:
+def write(path: str, doc: Report, timeline: Mapping[str, Any] | None = None,
+          at: float | None = None) -> str:
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise PlotError("matplotlib is not installed: pip install 'stallscope[plot]'") from None
-    data = _from_agent(doc, timeline) or _from_prometheus(doc)
+    data = _from_agent(doc, timeline) or _from_prometheus(doc, at)
     if data is None:
         raise PlotError("no timeline for the window from the agent or Prometheus")
     fig, ax = plt.subplots(figsize=(11, 4))

@@ -47,6 +47,14 @@ class Prometheus:
             raise fetch.HttpError(self.url, 200, "expected a vector from %s" % expr)
         return [(r["metric"], number(r["value"][1])) for r in data["result"]]
 
+    def samples(self, expr: str) -> list[tuple[dict[str, str], list[tuple[float, float | None]]]]:
+        """[(labels, [(t, value)])] of a range vector selector at ``now``: each series' raw
+        samples with their own timestamps."""
+        data = self._get("/api/v1/query", {"query": expr, "time": "%.3f" % self.now})
+        if data["resultType"] != "matrix":
+            raise fetch.HttpError(self.url, 200, "expected a matrix from %s" % expr)
+        return [(r["metric"], [(float(t), number(v)) for t, v in r["values"]]) for r in data["result"]]
+
     def scalar(self, expr: str) -> float | None:
         """The single value of ``expr`` or None when it returned nothing (or NaN)."""
         rows = self.query(expr)

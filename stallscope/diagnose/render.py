@@ -65,8 +65,10 @@ def _status(row: EvidenceRow) -> str:
 
 
 def headline(doc: Report) -> str:
-    who = "pod %s (ns %s): job %s, rank %s, node %s" % (
-        doc.pod, doc.namespace or "?", doc.job or "?", doc.rank, doc.node or "?")
+    # no "(ns ?)": a run outside Kubernetes has no namespace (issue 52)
+    who = "pod %s%s: job %s, rank %s, node %s" % (
+        doc.pod, " (ns %s)" % doc.namespace if doc.namespace else "", doc.job or "?", doc.rank,
+        doc.node or "?")
     line = VERDICT_LINE.get(doc.verdict, doc.verdict)
     if verdict.keeps_up(doc) and doc.handoff_ratio is not None:
         line += " (the loader keeps up; the per-batch handoff costs %.1f%% of the step)" % (
@@ -74,8 +76,26 @@ def headline(doc: Report) -> str:
     return "%s — %s" % (line, who)
 
 
+def ended_line(doc: Report) -> str:
+    """The report's first line when the job had ended (report.py, ended.py)."""
+    assert doc.ended_at is not None
+    return "The job ended at %s (its last batch; its agent no longer tracks the rank); its last %s:" % (
+        datetime.datetime.fromtimestamp(doc.ended_at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        _span(doc.window_seconds))
+
+
+def _span(seconds: float) -> str:
+    """``5 minutes``, ``90 seconds``, ``1 hour``."""
+    for unit, n in (("hour", 3600), ("minute", 60)):
+        if seconds >= n and seconds % n == 0:
+            k = int(seconds // n)
+            return "%d %s%s" % (k, unit, "" if k == 1 else "s")
+    return "%d seconds" % seconds
+
+
 def render_text(doc: Report) -> str:
-    out = [headline(doc), doc.reason or ""]
+    out = [ended_line(doc)] if doc.ended_at is not None else []
+    out += [headline(doc), doc.reason or ""]
     since = doc.since
     if since is not None and since.above_threshold and since.since is not None:
         out.append("%s over the %s line since %s%s (%s)." % (
@@ -119,7 +139,8 @@ def render_text(doc: Report) -> str:
             out.append("  (the workers were idle, waiting for work, %.0f%% of their time)"
                        % (100 * spent.workers_idle))
 
-    causes = [c for c in doc.causes if c.score > 0]  # the JSON keeps them all
+    # those that print as a score: 0.00 is none (issue 52); the JSON keeps them all
+    causes = [c for c in doc.causes if round(c.score, 2) > 0]
     if causes:
         out += ["", "Likely causes"]
         for i, c in enumerate(causes[:5], 1):
@@ -131,7 +152,8 @@ def render_text(doc: Report) -> str:
 
     top = doc.top_ranks
     if top:
-        out += ["", "Slowest ranks of job %s (%d ranks)" % (doc.job, doc.job_ranks or len(top))]
+        out += ["", "Slowest ranks of job %s (%s)" % (
+            doc.job, outlook.plural(doc.job_ranks or len(top), "rank"))]
         trows = [(r.rank, r.pod, r.node, value("x_ratio", r.data_wait_ratio), r.source,
                   "<- this pod" if r.pod == doc.pod else "") for r in top]
         out += ["  " + line for line in table(("rank", "pod", "node", "data-wait", "source", ""), trows)]

@@ -15,6 +15,7 @@ from ..correlate import rules
 from ..correlate.model import Diagnosis
 from . import agents as agents_mod
 from . import cluster as cluster_mod
+from . import ended as ended_mod
 from . import fetch, nextsteps, outlook, verdict
 from . import node as node_mod
 from . import stacks as stacks_mod
@@ -215,10 +216,17 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
             raise DiagnoseError("--alert needs --prometheus: alerts are on record there")
         if at is not None:
             raise DiagnoseError("give --at or --alert, not both")
-        # centred on the alert's start: the window ending half a window after it
-        at = min(time.time(), alert_start(prometheus_url, alert, pod, namespace) + w / 2)
-        warnings.append("centred on %s, active since %s" % (alert, time.strftime(
-            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(at - w / 2))))
+        # centred on the alert's start: the window ending half a window after it, or now
+        # while that is still to come (a pending or young alert). Its start is said as
+        # Prometheus has it (issue 52: the window's centre was printed, 5 minutes before
+        # the job began, while the alert was pending)
+        began = alert_start(prometheus_url, alert, pod, namespace)
+        at = min(time.time(), began + w / 2)
+        warnings.append("%s %s, active since %s%s" % (
+            "centred on" if at == began + w / 2 else "about", alert,
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
+            "" if at == began + w / 2 else "; the window ends now (%s after that)" % durations.human(
+                max(0.0, at - began))))
     if at is not None:
         # after the fact (issue 36): the window ending at ``at``, from Prometheus; the
         # agent only while its timeline still holds that moment
@@ -235,6 +243,17 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
                             "timeline for then" % durations.human(age))
             if stacks:
                 warnings.append("stacks: not taken, the moment asked about is past")
+                stacks = False
+    ended = None
+    if at is None and prometheus_url and not finished:
+        # paged about a job that has since ended (issue 52): its last minutes, from Prometheus
+        ended = ended_mod.ended_at(prometheus_url, pod, namespace, _urls(agent_url) or None,
+                                   prometheus_alone=agent_url is False)
+        if ended is not None:
+            at, w, finished = ended, min(w, ended_mod.LAST_WINDOW_S), True
+            agent_url = False
+            if stacks:
+                warnings.append("stacks: not taken, the job has ended")
                 stacks = False
     cl = None
     if prometheus_url:
@@ -309,8 +328,10 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
         budget=diag.budget if diag is not None and v == diag.verdict == "input_bound" else None,
         sources=tuple(sources), warnings=tuple(warnings))
     doc = _with_setup(doc, diag)
+    if ended is not None:
+        doc = _with(doc, ended_at=ended)
     if plot:
-        doc = _with(doc, plot=_plot(plot, doc, nd, warnings), warnings=tuple(warnings))
+        doc = _with(doc, plot=_plot(plot, doc, nd, warnings, at), warnings=tuple(warnings))
     doc = _with(doc, next_steps=tuple(nextsteps.steps(doc)),
                 commands=tuple(nextsteps.commands(doc, doc.prometheus_url, doc.agent_url)))
     return _with(doc, elapsed_seconds=round(time.monotonic() - t0, 3))
@@ -362,10 +383,11 @@ def _stacks(nd: NodeView | None, warnings: list[str]) -> dict[str, Any]:
         return {"error": str(e)}
 
 
-def _plot(path: str, doc: Report, nd: NodeView | None, warnings: list[str]) -> str | None:
+def _plot(path: str, doc: Report, nd: NodeView | None, warnings: list[str],
+          at: float | None = None) -> str | None:
     from . import plot  # matplotlib only when asked for
     try:
-        return plot.write(path, doc, nd.timeline if nd is not None else None)
+        return plot.write(path, doc, nd.timeline if nd is not None else None, at)
     except plot.PlotError as e:
         warnings.append("plot: %s" % e)
         return None

@@ -1,24 +1,18 @@
 """``stallscope report --job``: the life of one job over a period, from Prometheus alone
 (issue 36, item 2).
 
-Range queries at one resolution (``top.step_of``: 720 points a series at most) over the
+Range queries at one resolution (``lost.grid``: 720 points a series at most) over the
 period, read the same records the alerts and ``top`` read:
 
 - the ranks reporting (the per-rank SLI record): wall time (first to last sample), the
   most ranks at once, accelerator-hours (ranks x time);
-- accelerator-hours lost to input wait, from the hook's own counters: each step the job
-  reported, its ranks x the waiting share of its worst rank over the window the step
-  falls in (windows of COUNTER_WINDOW_S at least, one after another; the share a ratio
-  of the wait and step counters' increases), summed. The idle-accelerator record
-  (world size x the straggler's waiting share over the rate window) integrated instead
-  weighs each moment's ratio over the last 5 minutes alike: a young job's start-up, its
-  first batches' long waits, counted for minutes (0.30 against the counters' 0.24 on a
-  40 s-old job, issue 36). The hours by the job's best-scored cause are the record's,
-  scaled to that total;
+- accelerator-hours lost to input wait, and by cause: lost.py's, the one computation
+  ``top`` reads too (issue 52), on the same grid of points;
 - per rank, its mean waiting share and how often it was the job's worst rank over the
   line (a straggler that recurs, and its node);
 - the worst periods: the job's worst rank over the warning line, contiguous, ranked by
-  the accelerator-hours they lost, each with the cause most of them went to;
+  the accelerator-hours they lost (counted as the job's are: none loses more than it),
+  each with the cause most of them went to;
 - the loader settings each rank ran with (``stallscope_loader_info``), and where they
   changed, before -> after.
 
@@ -27,7 +21,6 @@ jobhtml.py.
 """
 from __future__ import annotations
 
-import bisect
 import collections
 import dataclasses
 import json
@@ -37,13 +30,11 @@ from ..diagnose import fetch
 from ..diagnose import window as durations
 from ..diagnose.prom import Prometheus, label, selector
 from ..mixin import promql
-from .top import TopError, step_of
+from . import lost as lost_mod
+from .top import TopError
 
 IDENTITY = ("__name__", "job", "rank", "pod", "namespace", "node", "instance")
 STRAGGLER_RECURS = 0.2  # a rank the job's worst over the line this share of the time recurs
-# The hours lost are counted from the hook's own counters in windows of at least this
-# long (two or more scrapes at the usual 15-30 s), one after another over the period.
-COUNTER_WINDOW_S = 60
 WORST_PERIODS = 3
 
 
@@ -102,16 +93,6 @@ class JobReport:
         return tuple(r for r in self.ranks_life if r.straggler_share >= STRAGGLER_RECURS)
 
 
-def _points(rows: list[tuple[dict[str, str], list[tuple[float, float | None]]]]) -> dict[float, float]:
-    """One series' (or the sum of several) values by time."""
-    out: dict[float, float] = collections.defaultdict(float)
-    for _, values in rows:
-        for t, v in values:
-            if v is not None:
-                out[t] += v
-    return out
-
-
 def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
            namespace: str | None = None) -> JobReport:
     if end <= start:
@@ -119,51 +100,33 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
     if end > prom.now + 60:
         raise TopError("the period ends in the future")
     n = promql.names(cfg)
-    step = float(step_of(end - start))
+    first, last, step = lost_mod.grid(start, end)
     sel = selector(job=job, namespace=namespace)
-    h = step / 3600
-
-    def rng(expr: str) -> list[tuple[dict[str, str], list[tuple[float, float | None]]]]:
-        return prom.query_range(expr, start, end, step)
     try:
-        ratio = rng("%s%s" % (n["rank_ratio"], sel))
-        idle = _points(rng("sum(%s%s)" % (n["job_idle"], sel)))
-        by_cause = rng("sum by (cause) (%s%s)" % (n["job_idle_cause"], sel))
-        info = rng("stallscope_loader_info%s" % sel)
-    except fetch.Unreachable as e:
-        raise TopError("Prometheus at %s did not answer: %s" % (prom.url, e)) from None
-    except fetch.HttpError as e:
+        found = lost_mod.hours(prom, cfg, start, end, job=job, namespace=namespace)
+        ratio = prom.query_range("%s%s" % (n["rank_ratio"], sel), first, last, step)
+        info = prom.query_range("stallscope_loader_info%s" % sel, first, last, step)
+    except lost_mod.LostError as e:
         raise TopError(str(e)) from None
-    if not ratio:
+    except fetch.Unreachable as e:
+        raise TopError("Prometheus at %s did not answer: %s" % (prom.url, e.message)) from None
+    except fetch.HttpError as e:
+        raise TopError("Prometheus at %s: %s" % (prom.url, e.reason)) from None
+    if not found or not ratio:
         raise TopError("no rank of job %s%s reported between %s and %s" % (
             job, " in namespace %s" % namespace if namespace else "", when(start), when(end)))
-    # the ranks reporting at each step, and the job's worst rank
-    count: dict[float, int] = collections.Counter()
+    if len(found) > 1:
+        raise TopError("job %s is in namespaces %s: give -n NAMESPACE" % (
+            job, ", ".join(sorted(k[0] for k in found))))
+    hours = next(iter(found.values()))
+    # the job's worst rank at each point
     worst: dict[float, tuple[float, int]] = {}
     for i, (_, values) in enumerate(ratio):
         for t, v in values:
-            if v is None:
-                continue
-            count[t] += 1
-            if t not in worst or v > worst[t][0]:
+            if v is not None and (t not in worst or v > worst[t][0]):
                 worst[t] = (v, i)
-    times = sorted(count)
-    # each window's worst rank's waiting share from the hook's counters (a ratio of two
-    # increases over the same window, whose extrapolations cancel), the windows from the
-    # job's first reported step, as its wall time is
-    window = max(int(step), COUNTER_WINDOW_S)
-    matchers = _matchers(job, namespace)
-    try:
-        counted = _points(prom.query_range(
-            "max by (namespace, job) (increase(%s[%ds]) / ignoring (__name__) increase(%s[%ds]))" % (
-                promql.sel(cfg, "stallscope_data_wait_seconds_sum", *matchers), window,
-                promql.sel(cfg, "stallscope_step_seconds_sum", *matchers), window),
-            times[0] - step + window, times[-1] + window, window))
-    except fetch.Unreachable as e:
-        raise TopError("Prometheus at %s did not answer: %s" % (prom.url, e)) from None
-    except fetch.HttpError as e:
-        raise TopError(str(e)) from None
-    over = [t for t in times if worst[t][0] >= cfg.data_wait_warning]
+    times = hours.times
+    over = [t for t in times if t in worst and worst[t][0] >= cfg.data_wait_warning]
     led = collections.Counter(worst[t][1] for t in over)
     life = []
     for i, (labels, values) in enumerate(ratio):
@@ -172,21 +135,15 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
                              round(sum(got) / len(got), 6) if got else 0.0,
                              round(led[i] / len(over), 4) if over else 0.0))
     life.sort(key=lambda r: (-r.straggler_share, -r.mean_data_wait_ratio))
+    by_cause = []
+    try:
+        by_cause = prom.query_range("sum by (cause) (%s%s)" % (n["job_idle_cause"], sel), first, last, step)
+    except fetch.SourceError as e:
+        raise TopError("Prometheus at %s: %s" % (prom.url, e.message)) from None
     causes_at = {labels.get("cause", ""): dict((t, v) for t, v in values if v is not None)
                  for labels, values in by_cause}
-    recorded = sum(idle.values()) * h
-    # each step the job reported: its ranks x the share of the window it falls in
-    ends = sorted(counted)
-    lost = recorded
-    if ends:
-        lost = 0.0
-        for t in times:
-            i = bisect.bisect_left(ends, t)
-            if i < len(ends) and ends[i] - window < t:
-                lost += count[t] * counted[ends[i]] * h
-    # the split by cause is the record's; its total the counters'
-    scale = lost / recorded if recorded > 0 else 0.0
-    lost_by_cause = {c: round(sum(p.values()) * h * scale, 6) for c, p in causes_at.items() if c}
+    # the worst periods: the job's worst rank over the line, contiguous; each one's hours
+    # lost counted as the job's are (lost.py), so no period loses more than the job
     periods = []
     run: list[float] = []
     for t in times + [float("inf")]:
@@ -195,18 +152,20 @@ def report(prom: Prometheus, cfg: Any, job: str, start: float, end: float,
             continue
         if run:
             cause_h = {c: sum(p.get(x, 0.0) for x in run) for c, p in causes_at.items() if c}
-            periods.append(Period(run[0], run[-1] + step, round(sum(idle.get(x, 0.0) for x in run) * h, 6),
+            periods.append(Period(run[0], run[-1] + step, round(hours.lost_between(run), 6),
                                   round(max(worst[x][0] for x in run), 6),
                                   max(cause_h, key=lambda c: cause_h[c]) if any(cause_h.values()) else None))
         run = [t] if t in worst and worst[t][0] >= cfg.data_wait_warning else []
     periods.sort(key=lambda p: -p.lost_accelerator_hours)
     settings, changes = _settings(info)
-    return JobReport(namespace, job, times[0], times[-1] + step, times[-1] + step - times[0],
-                     max(count.values()), round(sum(count.values()) * h, 6), round(lost, 6), lost_by_cause,
+    lost = hours.lost_accelerator_hours
+    return JobReport(namespace, job, times[0], times[-1] + step, hours.wall_seconds,
+                     max(hours.ranks_at.values()), hours.accelerator_hours, lost, dict(hours.cause_hours),
                      tuple(life),
                      tuple(periods[:WORST_PERIODS]), settings, changes,
                      round(lost * cfg.gpu_hour_price, 2) if cfg.gpu_hour_price else None,
-                     tuple((t, round(worst[t][0], 6), round(idle.get(t, 0.0), 6)) for t in times))
+                     tuple((t, round(worst[t][0], 6) if t in worst else 0.0,
+                            round(hours.idle_at.get(t, 0.0), 6)) for t in times))
 
 
 def _matchers(job: str, namespace: str | None) -> list[str]:

@@ -1,14 +1,12 @@
 """``stallscope top``: the cluster's jobs ranked by the accelerator-hours they lost to input
 wait over a period, from Prometheus alone (issue 36, item 3).
 
-The recording rules already say it per job, every evaluation (mixin/rules.py cost_rules):
-accelerators idle on input wait (world size x the straggler's waiting share: in
-synchronous training every rank idles while the straggler waits), and the same split
-by the job's best-scored cause. Integrated over the period they are accelerator-hours:
-a subquery samples each record every STEP seconds over the period and sums it (x STEP /
-3600). The job's accelerator-hours are its ranks reporting, integrated the same way; its
-worst rank the one with the highest mean waiting share, with its pod and node; its cost
-the hours lost at the mixin config's price per accelerator-hour.
+The hours are lost.py's, the computation ``report --job`` reads too (issue 52): per job,
+the accelerator-hours its ranks ran and those they idled on input wait (its ranks x its
+worst rank's waiting share from the hook's counters, at each point of the period's
+grid), split by the job's best-scored cause; its worst rank the one with the highest
+mean waiting share, with its pod and node; its cost the hours lost at the mixin
+config's price per accelerator-hour.
 
 Typed rows here (``JobLoss``); text and JSON are made at the CLI's edge (render_*).
 """
@@ -22,8 +20,7 @@ from ..diagnose import fetch
 from ..diagnose import window as durations
 from ..diagnose.prom import Prometheus, label
 from ..mixin import promql
-
-MAX_POINTS = 720  # subquery samples per series over the period: a 24 h period every 2 min
+from . import lost as lost_mod
 
 
 class TopError(Exception):
@@ -56,43 +53,37 @@ class JobLoss:
 
 
 def step_of(seconds: float) -> int:
-    """The subquery's resolution for a period: MAX_POINTS samples at most, 1 s at least."""
-    return max(1, int(-(-seconds // MAX_POINTS)))
-
-
-def _by_job(rows: list[tuple[dict[str, str], float | None]], *more: str) -> dict[tuple[str, ...], float]:
-    return {tuple(r.get(k, "") for k in ("namespace", "job") + more): v or 0.0 for r, v in rows}
+    """The grid's resolution for a period (lost.py)."""
+    return lost_mod.step_of(seconds)
 
 
 def top(prom: Prometheus, cfg: Any, since: float, namespace: str | None = None) -> list[JobLoss]:
     """The jobs that reported in the ``since`` seconds before ``prom.now``, most
     accelerator-hours lost first."""
     n = promql.names(cfg)
-    step = step_of(since)
-    rng = "[%s:%ds]" % (durations.promql(since), step)
-    hours = "%d / 3600" % step
+    start, end = prom.now - since, prom.now
+    first, last, step = lost_mod.grid(start, end)
     match = "{namespace=%s}" % label(namespace) if namespace else ""
     try:
-        lost = _by_job(prom.query("sum by (namespace, job) (sum_over_time(%s%s%s)) * %s" % (
-            n["job_idle"], match, rng, hours)))
-        total = _by_job(prom.query("sum by (namespace, job) (sum_over_time((count by (namespace, job) "
-                                   "(%s%s))%s)) * %s" % (n["rank_ratio"], match, rng, hours)))
-        causes = _by_job(prom.query("sum by (namespace, job, cause) (sum_over_time(%s%s%s)) * %s" % (
-            n["job_idle_cause"], match, rng, hours)), "cause")
-        worst = prom.query("topk by (namespace, job) (1, avg_over_time(%s%s%s))" % (
-            n["rank_ratio"], match, rng))
-    except fetch.Unreachable as e:
-        raise TopError("Prometheus at %s did not answer: %s" % (prom.url, e)) from None
-    except fetch.HttpError as e:
+        jobs = lost_mod.hours(prom, cfg, start, end, namespace=namespace)
+        # the worst rank: the highest mean waiting share at the same points
+        at_last = Prometheus(prom.url, timeout=prom.timeout, now=last)
+        worst = at_last.query("topk by (namespace, job) (1, avg_over_time(%s%s[%ds:%ds]))" % (
+            n["rank_ratio"], match, last - first + step, step)) if jobs else []
+    except lost_mod.LostError as e:
         raise TopError(str(e)) from None
+    except fetch.Unreachable as e:
+        raise TopError("Prometheus at %s did not answer: %s" % (prom.url, e.message)) from None
+    except fetch.HttpError as e:
+        raise TopError("Prometheus at %s: %s" % (prom.url, e.reason)) from None
     worst_of = {(r.get("namespace", ""), r.get("job", "")): (r, v) for r, v in worst}
     out = []
-    for key in set(total) | set(lost):
-        by_cause = {c[2]: round(h, 6) for c, h in causes.items() if c[:2] == key and h > 0}
+    for key, h in jobs.items():
         w = worst_of.get(key)
-        lost_h = lost.get(key, 0.0)
+        lost_h = h.lost_accelerator_hours
+        by_cause = h.cause_hours
         out.append(JobLoss(
-            key[0], key[1], round(total.get(key, 0.0), 6), round(lost_h, 6),
+            key[0], key[1], h.accelerator_hours, lost_h,
             max(by_cause, key=lambda c: by_cause[c]) if by_cause else None, by_cause,
             w[0].get("rank") if w else None, w[0].get("pod") if w else None,
             w[0].get("node") if w else None, round(w[1], 6) if w and w[1] is not None else None,

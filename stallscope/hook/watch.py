@@ -184,6 +184,12 @@ def loader_info(loader: object, it: object = None) -> dict[str, object] | None:
     for field in _LOADER_FIELDS:
         value = getattr(loader, field, None)
         info[field] = value if isinstance(value, (bool, int, type(None))) else str(value)
+    if info.get("batch_size") is None:
+        # a loader built with a batch_sampler (the Hugging Face Trainer's, accelerate's)
+        # has batch_size None: the sampler's is the one it batches by (issue 52)
+        size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            info["batch_size"] = size
     workers = getattr(it, "_workers", None) or []
     info["worker_pids"] = [w.pid for w in workers if getattr(w, "pid", None)]
     shards = _dataset_shards(getattr(loader, "dataset", None))

@@ -131,6 +131,14 @@ def via_diagnose(lab):
             found["agent_api"] = {"verdict": own.get("verdict"),
                                   "cause": named[0].get("cause") if named else None}
     judged = judged_reports([found_first, found_doc] if found_doc is not found_first else [found_doc])
+    if not getattr(lab, "kept", False):
+        # the report is printed once the lab is gone: its agent and Prometheus with it, so
+        # commands against them would fail when pasted (issue 52); the run kept up instead
+        import dataclasses
+        found_doc = dataclasses.replace(found_doc, commands=(
+            "stallscope lab run %s --keep   # the same run, kept up with its agent%s until "
+            "Ctrl-C: it prints their addresses" % (lab.scenario.name, " and Prometheus" if kw[
+                "prometheus_url"] else ""),))
     return found, {"first": first if doc is not first else None, "report": doc,
                    "text": dg.render_text(found_doc)}, judged
 

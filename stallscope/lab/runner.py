@@ -69,6 +69,7 @@ def run(scenario, opts):
                                        duration=duration, placement=placement)
             beside.wait_ready(opts.warmup_batches)
         base = job.wait_ready(opts.warmup_batches)
+        job.kept = opts.keep  # the report's commands: for what stays up (findings.via_diagnose)
         first = findings.first_batch_warnings(job)
         base = job.wait_ready(opts.warmup_batches)  # the window starts after that look
         now, fired, history = _window(job, base, opts.live)

@@ -10,6 +10,12 @@ document of the worst rank plus the run's ranks) side by side, as a gate for CI.
   ``unknown``: too short, no batches in the window) proves nothing either way: the gate
   fails with its own exit code instead of saying ``ok`` (issue 34: a crashed B passed).
 
+- By default both runs are compared in their steady state: the run's first batch, its
+  workers' start (paid once per run, and longer on a loaded machine), left out of the
+  data-wait share and the step time, and reported beside them as ``start-up`` (issue
+  52: a run that followed stallscope's own advice, more workers, waited 1.0 % once
+  started and 6.1 % with its start, and failed the gate). ``whole_run`` counts it.
+
 Exit codes: 0 no regression, 1 regressed, 2 a file is not a run report, 3 a run failed
 or could not be judged.
 """
@@ -44,12 +50,34 @@ def load(path):
     return doc
 
 
-def step_seconds(doc):
-    """The worst rank's mean interval between batches: its step time."""
+def _row(doc):
+    """The worst rank's row of the run's ranks table, or {}."""
     for r in doc["run"].get("ranks") or []:
         if r.get("rank") == doc.get("rank") and r.get("job", doc.get("job")) == doc.get("job"):
-            return r.get("step_seconds_mean")
-    return None
+            return r
+    return {}
+
+
+def step_seconds(doc, whole_run=True):
+    """The worst rank's mean interval between batches: its step time; without its first
+    batch unless ``whole_run`` (and where the report has it)."""
+    row = _row(doc)
+    if not whole_run and row.get("step_seconds_mean_after_start") is not None:
+        return row["step_seconds_mean_after_start"]
+    return row.get("step_seconds_mean")
+
+
+def data_wait(doc, whole_run=True):
+    """The worst rank's data-wait share; without its first batch unless ``whole_run``."""
+    after = _row(doc).get("data_wait_ratio_after_start")
+    if not whole_run and after is not None:
+        return after
+    return doc["data_wait_ratio"]
+
+
+def startup_seconds(doc):
+    """The worst rank's first batch (its workers' start), when the report has it."""
+    return _row(doc).get("startup_seconds")
 
 
 def why_not_judged(doc):
@@ -73,18 +101,21 @@ def _pct(v):
     return "%.1f%%" % (100 * v) if v is not None else "n/a"
 
 
-def _side(path, d, not_judged):
+def _side(path, d, not_judged, whole_run):
     return {"path": path, "verdict": d.get("verdict"), "reason": d.get("reason"),
-            "data_wait_ratio": d["data_wait_ratio"], "step_seconds": step_seconds(d),
+            "data_wait_ratio": data_wait(d, whole_run), "step_seconds": step_seconds(d, whole_run),
+            "whole_run_data_wait_ratio": d["data_wait_ratio"], "whole_run_step_seconds": step_seconds(d),
+            "startup_seconds": startup_seconds(d),
             "causes": [c["cause"] for c in d.get("causes") or [] if c.get("score", 0) > 0],
             "exit_status": d["run"].get("exit_status"), "not_judged": not_judged}
 
 
-def result(a_path, b_path, threshold, step_threshold):
-    """The comparison as one document (what --json prints)."""
+def result(a_path, b_path, threshold, step_threshold, whole_run=False):
+    """The comparison as one document (what --json prints): steady states, unless
+    ``whole_run``."""
     a, b = load(a_path), load(b_path)
-    wa, wb = a["data_wait_ratio"], b["data_wait_ratio"]
-    sa, sb = step_seconds(a), step_seconds(b)
+    wa, wb = data_wait(a, whole_run), data_wait(b, whole_run)
+    sa, sb = step_seconds(a, whole_run), step_seconds(b, whole_run)
     wait_delta = wb - wa if wa is not None and wb is not None else None
     step_change = (sb - sa) / sa if sa and sb is not None else None
     unjudged = {k: why_not_judged(d) for k, d in (("a", a), ("b", b))}
@@ -94,7 +125,8 @@ def result(a_path, b_path, threshold, step_threshold):
         code = NOT_JUDGED
     else:
         code = REGRESSED if wait_regressed or step_regressed else OK
-    return {"a": _side(a_path, a, unjudged["a"]), "b": _side(b_path, b, unjudged["b"]),
+    return {"a": _side(a_path, a, unjudged["a"], whole_run), "b": _side(b_path, b, unjudged["b"], whole_run),
+            "compared": "whole_run" if whole_run else "steady_state",
             "data_wait": {"delta_points": wait_delta, "threshold_points": threshold,
                           "regressed": wait_regressed},
             "step": {"change": step_change, "threshold": step_threshold, "regressed": step_regressed},
@@ -104,14 +136,24 @@ def result(a_path, b_path, threshold, step_threshold):
 
 def text(r, a_doc_causes, b_doc_causes):
     a, b = r["a"], r["b"]
+    steady = r["compared"] == "steady_state"
     rows = [("data-wait", _pct(a["data_wait_ratio"]), _pct(b["data_wait_ratio"])),
-            ("step time", _s(a["step_seconds"]), _s(b["step_seconds"])),
+            ("step time", _s(a["step_seconds"]), _s(b["step_seconds"]))]
+    if steady:
+        whole = ["%s, %s" % (_pct(x["whole_run_data_wait_ratio"]), _s(x["whole_run_step_seconds"]))
+                 for x in (a, b)]
+        rows += [("whole run", whole[0], whole[1])]
+    rows += [("start-up", _s(a["startup_seconds"]), _s(b["startup_seconds"])),
             ("verdict", a["verdict"], b["verdict"]),
             ("causes", a_doc_causes, b_doc_causes),
             ("exit status", a["exit_status"], b["exit_status"])]
     width = max(24, max(len(str(x)) for _, x, _ in rows) + 2)
     out = ["%-12s %-*s %s" % ("", width, "A " + a["path"], "B " + b["path"])]
     out += ["%-12s %-*s %s" % (name, width, x, y) for name, x, y in rows]
+    out.append("Compared: %s" % (
+        "the steady state: data-wait and step time without each run's first batch (its "
+        "workers' start, the start-up row); --whole-run counts it" if steady else
+        "the whole runs, start-up included"))
     for k, name in (("a", "A (the baseline)"), ("b", "B")):
         if r[k]["not_judged"]:
             out.append("NOT JUDGED: %s %s; the comparison proves nothing" % (name, r[k]["not_judged"]))
@@ -127,11 +169,11 @@ def text(r, a_doc_causes, b_doc_causes):
     return "\n".join(out) + "\n"
 
 
-def main(a_path, b_path, threshold, step_threshold, as_json, out, err):
+def main(a_path, b_path, threshold, step_threshold, as_json, out, err, whole_run=False):
     """The command's exit status (see the module docstring); one line on ``err`` when a
     file is not a run report."""
     try:
-        r = result(a_path, b_path, threshold, step_threshold)
+        r = result(a_path, b_path, threshold, step_threshold, whole_run)
         causes = ", ".join(r["a"]["causes"][:3]) or "-", ", ".join(r["b"]["causes"][:3]) or "-"
     except (ValueError, KeyError, TypeError) as e:
         print("stallscope compare: %s" % e, file=err)

@@ -48,7 +48,7 @@ def _evidence(report):
 def _causes(doc):
     rows = []
     for c in doc.get("causes") or []:
-        if c["score"] <= 0:
+        if round(c["score"], 2) <= 0:  # printed as 0.00: no finding (issue 52)
             continue
         known = vocabulary.CAUSE.get(c["cause"])
         rows.append((c["cause"], "%.2f" % c["score"], c.get("summary") or "",

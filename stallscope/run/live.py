@@ -6,12 +6,12 @@ Every rank that reports to the run's private agent is followed, whatever its job
 ``stallscope.watch(loader, job="my-run")`` and the integrations' ``job=`` name the job
 themselves, so asking only for the job that ``STALLSCOPE_JOB`` set lost them all (issue 34).
 
-On a terminal the lines are redrawn in place, unless anything else reached the terminal
-since the last draw (the training's output, relayed by terminal.py, marks the view
-``dirty``): then they are appended below it, so a torchrun banner or a log line is never
-overwritten. Elsewhere each update is printed."""
+On a terminal the lines hold the bottom rows of the screen, fitted to its width, and the
+training's output (relayed by terminal.py) scrolls above them (View). Elsewhere each
+update is printed."""
 import collections
 import json
+import os
 import threading
 import urllib.error
 import urllib.parse
@@ -103,41 +103,102 @@ def summary(key, entry, body):
 
 
 def line(row, rate, seconds, with_job=False):
-    """``[   12s] rank 0  wait  37.2%    4.1 batch/s     48 batches  input_bound: too_few_workers``"""
+    """``[  12s] rank 0 wait 37.2% 4.1 batch/s 48 batches input_bound: too_few_workers``
+    (under 80 columns for a rank with a cause: issue 52, the ~90-character line wrapped)."""
     verdict = row["verdict"] or "unknown"
     if verdict == "input_bound" and row["cause"]:
         verdict += ": " + row["cause"]
     share = row["data_wait_ratio"]
-    return "[%5.0fs] %srank %d  wait %s  %s batch/s  %6d batches  %s" % (
+    return "[%4.0fs] %srank %d wait %s %s batch/s %d batches %s" % (
         seconds, "job %s " % row["job"] if with_job else "", row["rank"],
-        "%5.1f%%" % (100 * share) if share is not None else "    - ",
-        "%6.1f" % rate if rate is not None else "     -", row["batches"], verdict)
+        "%.1f%%" % (100 * share) if share is not None else "-",
+        "%.1f" % rate if rate is not None else "-", row["batches"], verdict)
+
+
+def fit(lines, columns, rows):
+    """The lines cut to the terminal's width less one column (a line as wide as the
+    terminal wraps on some terminals, and each redraw then adds a line: issue 52), and
+    to a third of its height at most: the worst ranks first, then how many more."""
+    most = max(1, rows // 3)
+    if len(lines) > most:
+        lines = lines[:most - 1] + ["... and %d more ranks" % (len(lines) - most + 1)]
+    width = max(10, columns - 1)
+    return [s if len(s) <= width else s[:width - 3] + "..." for s in lines]
+
+
+def _terminal_size(out):
+    try:
+        size = os.get_terminal_size(out.fileno())
+        return size.columns, size.lines
+    except (OSError, ValueError, AttributeError):
+        return 80, 24
 
 
 class View:
-    """Draws the lines; ``dirty`` is set (under ``lock``) by whatever else writes to the
-    same terminal, and makes the next draw append instead of redrawing in place."""
+    """Draws the lines. On a terminal they hold the bottom rows of the screen, below a
+    scroll region that the training's output (relayed by terminal.py) scrolls in, as
+    apt's progress line does: whatever the training draws (a tqdm, rich or Lightning
+    progress bar redrawn in place, nested bars, log lines) moves the cursor within its
+    region only, so a redraw of the view never lands on a bar, freezes one, or adds a
+    line (issue 52: under a bar, a frozen bar and a status line every second). The view
+    draws between the training's writes (under ``lock``) and never inside one of its
+    escape sequences (``open_escape``, set by the relay). Elsewhere each update is
+    printed."""
 
-    def __init__(self, out):
+    def __init__(self, out, size=None):
         self.out = out
         self.tty = getattr(out, "isatty", lambda: False)()
-        self.drawn = 0
-        self.dirty = False
-        self.mid_line = False  # what else was written ended inside a line (a progress bar)
+        self.size = size or (lambda: _terminal_size(out))
         self.lock = threading.Lock()
+        self.open_escape = False   # the training's output ends inside an escape sequence
+        self.reserved = 0          # the rows the view holds at the bottom of the screen
+        self.screen = None         # (columns, rows) the region was set for
+        self.on_region = None      # told (columns, rows) of the training's region (terminal.py)
 
     def show(self, seconds, rows, rates):
         with_job = len({r["job"] for r in rows}) > 1
+        rows = sorted(rows, key=lambda r: -(r["data_wait_ratio"] or 0.0)) if len(rows) > 3 else rows
         lines = [line(r, rates.get((r["job"], r["rank"])), seconds, with_job) for r in rows] or \
-            ["[%5.0fs] no batches yet" % seconds]
+            ["[%4.0fs] no batches yet" % seconds]
         with self.lock:
-            if self.tty:
-                up = "\x1b[%dF" % self.drawn if self.drawn and not self.dirty else ""
-                # below a line left open (tqdm's bar), not over it
-                up = "\n" if self.dirty and self.mid_line else up
-                self.out.write(up + "".join("\x1b[2K%s\n" % s for s in lines))
-                self.drawn = len(lines)
-                self.dirty = self.mid_line = False
-            else:
+            if not self.tty:
                 self.out.write("".join("%s\n" % s for s in lines))
+                self.out.flush()
+                return
+            if self.open_escape:
+                return  # inside the training's escape sequence: the next update draws
+            columns, height = self.size()
+            lines = fit(lines, columns, height)
+            buf = self._reserve(len(lines), columns, height)
+            top = height - self.reserved + 1
+            buf += "\x1b7" + "".join("\x1b[%d;1H\x1b[2K%s" % (top + i, s) for i, s in enumerate(lines))
+            buf += "".join("\x1b[%d;1H\x1b[2K" % r for r in range(top + len(lines), height + 1)) + "\x1b8"
+            self.out.write(buf)
             self.out.flush()
+
+    def _reserve(self, n, columns, height):
+        """The controls that make the bottom ``n`` rows the view's (or keep them): the
+        screen scrolled up to make room, the scroll region set above them, the cursor
+        back where the training left it (moved up with its text)."""
+        if n <= self.reserved and self.screen == (columns, height):
+            return ""
+        n = max(n, self.reserved) if self.screen == (columns, height) else n
+        grow = n - self.reserved if self.screen == (columns, height) else n
+        buf = "\x1b7\x1b[r"  # save the cursor; the whole screen scrolls again
+        buf += "\x1b[%d;1H" % height + "\n" * grow  # room at the bottom: the text moves up
+        buf += "\x1b[1;%dr" % max(1, height - n) + "\x1b8"
+        if grow:
+            buf += "\x1b[%dA" % grow  # the cursor follows its text
+        self.reserved, self.screen = n, (columns, height)
+        if self.on_region:
+            self.on_region(columns, max(1, height - n))
+        return buf
+
+    def close(self):
+        """The training has ended: the screen scrolls whole again and the cursor goes
+        below the view's last lines, where the report follows."""
+        with self.lock:
+            if self.tty and self.reserved and self.screen:
+                self.out.write("\x1b7\x1b[r\x1b8\x1b[%d;1H\n" % self.screen[1])
+                self.out.flush()
+            self.reserved, self.screen = 0, None

@@ -77,7 +77,8 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
     started = time.monotonic()
     try:
         agent.start()
-        print("stallscope run: agent on a private socket in %s (no Prometheus)" % workdir, file=out,
+        # one line under 80 columns (the private directory's path made it wrap, issue 52)
+        print("stallscope run: watching through a private agent (no Prometheus needed)", file=out,
               flush=True)
         env = dict(os.environ, STALLSCOPE_SOCKET=agent.socket, STALLSCOPE_JOB=job, POD_NAME=pod)
         if view.tty and not quiet:
@@ -99,11 +100,13 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
         code = child.returncode
         if relay:
             relay.close()
+        view.close()
         seen.poll(agent.url, time.monotonic())
         finish(agent, pod, seen, time.monotonic() - started, cmd, code, json_out, html_out, workdir,
                out, err)
         return code
     except (KeyboardInterrupt, _Stop):
+        view.close()
         print("\nstallscope run: interrupted; stopping the training", file=err)
         _interrupt(child)
         if relay:
@@ -120,6 +123,7 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
             _interrupt(child)
         if relay:
             relay.close()
+        view.close()
         agent.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -223,6 +227,22 @@ def judged(found, rows):
     return found, False
 
 
+def startup(body):
+    """The run's start-up, its first batch while the workers start (paid once), apart from
+    its steady state: {startup_seconds, step_seconds_mean_after_start}, empty when the
+    window does not hold that batch. The first batch's interval is its wait (the hook's
+    iterator start), so with S the window's step time, r its data-wait share and a the
+    share without that batch: a = (rS - f) / (S - f), f = S (r - a) / (1 - a)."""
+    body = body or {}
+    r, a = body.get("data_wait_ratio"), body.get("data_wait_ratio_after_start")
+    total, n = body.get("step_seconds") or 0.0, body.get("batches") or 0
+    if r is None or a is None or total <= 0 or n < 2 or a >= 1.0:
+        return {}
+    first = max(0.0, total * (r - a) / (1.0 - a))
+    return {"startup_seconds": round(first, 4),
+            "step_seconds_mean_after_start": round((total - first) / (n - 1), 6)}
+
+
 def final_rows(agent_url, seen, window_s, found):
     """The ranks' rows over the report's own window, the reported rank's share the
     report's figure: the Ranks table and the headline show the same number."""
@@ -231,6 +251,7 @@ def final_rows(agent_url, seen, window_s, found):
         body = live.diagnosis(agent_url, key[0], key[1], seconds=window_s) or seen.bodies.get(key)
         row = live.summary(key, seen.entries[key], body)
         row["data_wait_ratio_after_start"] = (body or {}).get("data_wait_ratio_after_start")
+        row.update(startup(body))
         if row["rank"] == found.rank and row["job"] == found.job and found.data_wait_ratio is not None:
             row["data_wait_ratio"] = found.data_wait_ratio
         rows.append(row)
@@ -273,10 +294,18 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
     except plot.PlotError as e:
         found = dataclasses.replace(found, warnings=found.warnings + ("plot: %s" % e,))
         has_plot = False
-    # The agent and its directory go with the run: point at what stays instead.
-    compare = "stallscope compare BASELINE.json %s   # exit 1 when this run regressed" % (
-        json_out or "THIS.json")
-    found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=(compare,))
+    # The agent and its directory go with the run: point at what stays instead, each
+    # command runnable as printed (issue 52: a BASELINE.json placeholder, and --stacks,
+    # which run does not have)
+    commands = ()
+    if json_out:
+        import shlex
+        baseline = os.path.join(os.path.dirname(json_out), "stallscope-baseline.json")
+        commands = ("cp %s %s   # keep this run as the baseline" % (
+            shlex.quote(json_out), shlex.quote(baseline)),
+                    "stallscope compare %s %s   # after your next run: exit 1 when it regressed" % (
+                        shlex.quote(baseline), shlex.quote(json_out)))
+    found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=commands)
     doc.update(document.encode(found))
     doc["run"] = {"command": list(cmd), "exit_status": code, "elapsed_seconds": round(elapsed, 1),
                   "outcome": "interrupted" if interrupted else "failed" if code else "ok",
@@ -285,8 +314,8 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
     if first:
         print(first, file=out)
     jobs = seen.jobs()
-    print("stallscope run: %d rank(s) of job%s %s" % (len(rows), "s" if len(jobs) > 1 else "",
-                                                     ", ".join(jobs)), file=out)
+    print("stallscope run: %d rank%s of job%s %s" % (len(rows), "" if len(rows) == 1 else "s",
+                                                    "s" if len(jobs) > 1 else "", ", ".join(jobs)), file=out)
     out.write(render.render_text(found))
     if json_out:
         with open(json_out, "w") as f:

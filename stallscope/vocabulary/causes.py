@@ -51,8 +51,9 @@ CAUSES = (
         "cores), or spread the job over more nodes; raising a CPU limit does not help."),
     Cause("too_few_workers", "The loader is too slow for the compute", (), (),
           "StallscopeDataWaitHigh",
-          "Raise num_workers (up to the CPU quota minus one core), or make per-sample work "
-          "cheaper (pre-decode, decode on the GPU).", computed=True,
+          "Raise num_workers to the count the report gives (workers that wait off the CPU, on "
+          "reads or sleeps, help past the core count; workers that compute, not past the CPU "
+          "quota), or make per-sample work cheaper (pre-decode, decode on the GPU).", computed=True,
           advises=("num_workers",),
           advice_otherwise="Make per-sample work cheaper (pre-decode, decode on the GPU, "
                            "torch.set_num_threads(1) in worker_init_fn): more workers are predicted "
@@ -246,5 +247,7 @@ CAUSES = (
         "pre-tokenized shards), or more bandwidth (a larger instance, a faster link); more "
         "workers only share the same link.", standing=True),
     Cause("unexplained", "Nothing recorded explains the wait", (), (), "StallscopeDataWaitHigh",
-          "Sample the workers' stacks (--stacks) to see where they spend the time."),
+          "Sample the workers' stacks while the stall goes on to see where they spend the "
+          "time: `stallscope diagnose POD --stacks` on the pod's node, or `py-spy dump --pid "
+          "PID` for each loader worker."),
 )

@@ -5,13 +5,13 @@ import json
 import subprocess
 import sys
 
-from stallscope.fleet import top
+from stallscope.fleet import lost, top
 
 
 def test_the_subquery_resolution_keeps_a_period_to_its_points():
     assert top.step_of(300) == 1
     assert top.step_of(86400) == 120  # a day every 2 min
-    assert 7 * 86400 / top.step_of(7 * 86400) <= top.MAX_POINTS
+    assert 7 * 86400 / top.step_of(7 * 86400) <= lost.MAX_POINTS
 
 
 def test_rows_render_as_text_and_json():
@@ -41,6 +41,7 @@ def test_report_bad_input_is_one_line_and_exit_2():
     for args, said in ((["--since", "1h"], "did not answer"),
                        (["--from", "2030-01-01T00:00:00Z", "--to", "2030-01-02T00:00:00Z"], "in the future"),
                        (["--from", "yesterday"], "bad time"),
+                       (["--to", "+1h"], "in the future"),
                        (["--from", "-2h", "--to", "-3h"], "the period is empty"),
                        (["--since", "1h", "--from", "-2h"], "not both")):
         out = subprocess.run(base + args, capture_output=True, text=True, timeout=60)

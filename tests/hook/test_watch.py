@@ -163,6 +163,20 @@ def test_dataloader_batches_identical_and_isinstance():
         assert a == b
 
 
+def test_a_batch_sampler_loader_reports_the_samplers_batch_size():
+    """issue 52: Hugging Face runs showed batch_size=None (their loaders batch by a
+    batch_sampler, and DataLoader.batch_size is then None)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+
+    data = TensorDataset(torch.arange(12).float())
+    dl = DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 3, False))
+    assert dl.batch_size is None
+    it = iter(stallscope.watch(dl))
+    assert it._stream.loader["batch_size"] == 3
+    assert [len(b[0]) for b in it] == [3, 3, 3, 3]
+
+
 def test_dataloader_loader_info_and_worker_pids():
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader, TensorDataset

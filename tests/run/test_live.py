@@ -1,9 +1,9 @@
 """The live view of `stallscope run` on a terminal: a pseudo-terminal stands in for the
-user's, and a small screen model (the three controls the view writes: CR, LF, erase
-line and cursor up) replays what reached it. The training's own lines must all be on the
-screen at the end (issue 34: the in-place redraw overwrote them), and the view still
-redraws in place while nothing else is written. And the batch rate from the agent's
-counts, which must not read 0 while batches flow."""
+user's, and a VT100 emulator (pyte) shows what reached it. The training's own lines must
+all be on the screen at the end (issue 34: the in-place redraw overwrote them), and the
+view stays one line a rank under a progress bar (issue 52; tests/run/test_terminal.py
+for the relay alone). And the batch rate from the agent's counts, which must not read 0
+while batches flow."""
 import os
 import pty
 import re
@@ -18,46 +18,32 @@ from stallscope.run import live
 from tests.helpers import ROOT
 
 EXAMPLE = os.path.join(ROOT, "examples", "train.py")
-_CONTROL = re.compile(r"\x1b\[(\d*)([A-Za-z])|\r|\n|[^\x1b\r\n]+")
-
-
-def screen(text):
-    """The lines a terminal shows after ``text`` (no scrolling limit)."""
-    rows, y, x = [""], 0, 0
-    for m in _CONTROL.finditer(text):
-        s = m.group(0)
-        if s == "\n":
-            y, x = y + 1, 0
-            if y == len(rows):
-                rows.append("")
-        elif s == "\r":
-            x = 0
-        elif m.group(2) == "F":  # cursor up N lines, to their start
-            y, x = max(0, y - int(m.group(1) or 1)), 0
-        elif m.group(2) == "K" and m.group(1) == "2":
-            rows[y] = ""
-        elif m.group(2) is None:
-            rows[y] = rows[y][:x].ljust(x) + s + rows[y][x + len(s):]
-            x += len(s)
-    return [r for r in rows]
-
-
-def test_the_screen_model_replays_an_in_place_redraw():
-    assert screen("a\nb\n\x1b[1F\x1b[2Kc\n") == ["a", "c", ""]
-    assert screen("one\r\ntwo\r\n") == ["one", "two", ""]
 
 
 @pytest.mark.slow
 def test_lines_the_training_prints_between_redraws_stay_on_the_screen(tmp_path):
+    """`stallscope run` in a pseudo-terminal of 80 x 24 (a VT100 emulator, pyte, shows the
+    screen), the training printing a log line every 6 batches under a tqdm bar: every log
+    line stays, the bar is on one row (none frozen), the view is one line (none piled up,
+    none wrapped), redrawn in place; its last draw saw all 30 batches."""
+    pyte = pytest.importorskip("pyte")
+    pytest.importorskip("tqdm")
+    import fcntl
+    import struct
+    import termios
+
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(
         [sys.executable, "-m", "stallscope", "run", "--interval", "0.5", "--json",
          str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"), "--", "python", EXAMPLE,
-         "--slow", "--batches", "30", "--log-every", "6"],
+         "--slow", "--batches", "30", "--log-every", "6", "--progress"],
         env=child_env({"OMP_NUM_THREADS": "1"}), cwd=str(tmp_path), stdin=subprocess.DEVNULL,
         stdout=slave, stderr=slave)
     os.close(slave)
-    chunks = []
+    screen = pyte.HistoryScreen(80, 24, history=2000)
+    stream = pyte.ByteStream(screen)
+    raw = []
 
     def read():
         while True:
@@ -67,7 +53,8 @@ def test_lines_the_training_prints_between_redraws_stay_on_the_screen(tmp_path):
                 return
             if not b:
                 return
-            chunks.append(b)
+            raw.append(b)
+            stream.feed(b)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -78,16 +65,18 @@ def test_lines_the_training_prints_between_redraws_stay_on_the_screen(tmp_path):
             proc.kill()
     reader.join(10)
     os.close(master)
-    text = b"".join(chunks).decode("utf-8", "replace")
-    rows = screen(text)
+    rows = ["".join(c.data for c in r.values()).rstrip() for r in screen.history.top]
+    rows += [r.rstrip() for r in screen.display]
+    text = "\n".join(rows)
     logs = [r.strip() for r in rows if r.startswith("train: batch")]
-    assert logs == ["train: batch %d" % i for i in range(0, 30, 6)], rows
+    assert logs == ["train: batch %d" % i for i in range(0, 30, 6)], text
     live_rows = [r for r in rows if r.startswith("[") and "rank 0" in r]
-    draws = text.count("rank 0  wait")
-    # appended after each log line, redrawn in place otherwise: fewer rows than draws
-    assert 5 <= len(live_rows) < draws, (len(live_rows), draws, rows)
-    last = live_rows[-1]
-    assert re.match(r"\[\s*\d+s\] rank 0 .* 30 batches ", last), last
+    draws = b"".join(raw).count(b"rank 0 wait")
+    assert draws >= 5 and len(live_rows) == 1, (draws, text)
+    assert re.match(r"\[\s*\d+s\] rank 0 .* 30 batches ", live_rows[0]), live_rows
+    assert all(len(r) < 80 for r in live_rows)
+    bars = [r for r in rows if r.startswith("train:") and "|" in r]
+    assert len(bars) == 1, text
     assert os.path.exists(tmp_path / "r.json")
 
 
@@ -137,40 +126,3 @@ def test_the_plot_spreads_waits_over_bins_and_its_running_mean_trails_them():
     assert [round(v, 6) for v in share] == [1.0, 0.0, 0.5]
     mean = plot.running_mean(share, 0.5, mean_s=1.0)  # two bins
     assert [round(v, 6) for v in mean] == [1.0, 0.5, 0.25]
-
-
-class _Terminal:
-    """What the view writes, as a terminal would show it (isatty true)."""
-
-    def __init__(self):
-        self.text = ""
-
-    def isatty(self):
-        return True
-
-    def write(self, s):
-        self.text += s
-
-    def flush(self):
-        pass
-
-
-def test_the_view_redraws_in_place_appends_after_other_output_and_keeps_an_open_line():
-    term = _Terminal()
-    view = live.View(term)
-    row = {"job": "j", "rank": 0, "batches": 5, "data_wait_ratio": 0.1, "verdict": None, "cause": None}
-    view.show(1.0, [row], {})
-    view.show(2.0, [dict(row, batches=9)], {})
-    assert [r for r in screen(term.text) if r] == [live.line(dict(row, batches=9), None, 2.0)]
-    with view.lock:  # as the relay does: a log line, then a progress bar with no newline
-        term.write("log: epoch 1\n")
-        view.dirty, view.mid_line = True, False
-    view.show(3.0, [dict(row, batches=12)], {})
-    with view.lock:
-        term.write("\r 40%|####      |")
-        view.dirty, view.mid_line = True, True
-    view.show(4.0, [dict(row, batches=15)], {})
-    shown = [r for r in screen(term.text) if r]
-    assert shown == [live.line(dict(row, batches=9), None, 2.0), "log: epoch 1",
-                     live.line(dict(row, batches=12), None, 3.0), " 40%|####      |",
-                     live.line(dict(row, batches=15), None, 4.0)], shown
