@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from ..correlate import capacity
 from ..correlate.model import Cause, Change, Diagnosis, Prediction
 from .document import Cost, JobHeadroom, RankHeadroom, Report
 
@@ -74,6 +75,8 @@ def lines(doc: Report) -> list[str]:
             p.cause, p.confidence, p.change, 100 * p.predicted_data_wait_ratio,
             p.predicted_step_seconds, p.speedup))
         out.append("  basis: %s" % p.basis)
+        if p.bound_by:  # the capacity that binds it (correlate/capacity.py)
+            out.append("  bound by: the %s" % capacity.NAMES.get(p.bound_by, p.bound_by))
     r, j = doc.rank_headroom, doc.job_headroom
     if (r is not None and r.speedup) or (j is not None and j.speedup):
         text = "Headroom (every input wait gone):"

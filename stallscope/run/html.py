@@ -9,6 +9,7 @@ import base64
 import html
 
 from .. import vocabulary
+from ..correlate import capacity
 from ..diagnose import outlook, render
 
 STYLE = """
@@ -58,6 +59,25 @@ def _causes(doc):
     return table(("cause", "score", "finding", "fix", "runbook"), rows)
 
 
+def _budget(report):
+    """Where the stall's wait went (correlate/budget.py): each measured component, its
+    share of the wait and the cause it names, and what bounds the prediction."""
+    b = report.budget if report is not None else None
+    if b is None or not b.components:
+        return ""
+    rows = [("%.0f%%" % (100 * c.share), "%.3gs" % c.seconds, c.words, c.cause or "-")
+            for c in b.components if c.share >= 0.01]
+    text = ("<p>%.3gs of waiting: %.0f%% for a batch to be ready, %.0f%% handing batches over" % (
+        b.wait_seconds, 100 * b.ready_seconds / b.wait_seconds, 100 * b.handoff_seconds / b.wait_seconds))
+    if b.workers_idle is not None:
+        text += "; the workers were idle %.0f%% of their time" % (100 * b.workers_idle)
+    p = report.prediction
+    bound = "<p>The prediction is bound by the %s.</p>" % _e(capacity.NAMES.get(p.bound_by, p.bound_by)) \
+        if p is not None and p.bound_by else ""
+    return "<h2>Time budget of the wait</h2>%s.</p>%s%s" % (
+        text, table(("share", "seconds", "component", "cause"), rows), bound)
+
+
 def _ranks(doc):
     """The run's ranks; the reported one marked. Its data-wait is the report's own figure
     (session.final_rows), shown with the headline's rounding."""
@@ -104,6 +124,7 @@ def page(doc, png_path=None, report=None):
 <div class="verdict %(verdict)s">%(headline)s<br>data-wait %(share)s of the step time</div><p>%(reason)s</p>
 <h2>Timeline of the worst rank</h2>%(plot)s
 <h2>Evidence</h2>%(evidence)s
+%(budget)s
 <h2>Causes and fixes</h2>%(causes)s
 %(outlook)s
 <h2>Ranks</h2>%(ranks)s
@@ -113,7 +134,8 @@ def page(doc, png_path=None, report=None):
        "code": _e(run.get("exit_status")), "elapsed": _e(run.get("elapsed_seconds")),
        "gpu": _e(gpu or "none (no NVML on this machine)"), "verdict": _e(doc.get("verdict")),
        "headline": _e(render.headline(report)), "reason": _e(doc.get("reason")), "plot": plot,
-       "evidence": _evidence(report), "causes": _causes(doc), "ranks": _ranks(doc), "steps": steps,
+       "evidence": _evidence(report), "budget": _budget(report), "causes": _causes(doc),
+       "ranks": _ranks(doc), "steps": steps,
        "notes": "<h2>Notes</h2><ul>%s</ul>" % notes if notes else "",
        "failed": '<div class="failed">%s</div>' % _e(run["outcome_line"]) if run.get("outcome_line") else "",
        "share": _e(render.value("x_ratio", doc.get("data_wait_ratio"))), "outlook": _outlook(report)}

@@ -225,3 +225,30 @@ def test_workers_idle_while_the_loop_waits_place_only_what_the_sampler_saw():
     assert by["workers.idle"].share == pytest.approx(0.9 * b.ready_seconds / b.wait_seconds, abs=0.01)
     assert by["workers.idle"].cause is None
     assert by["workers.on_cpu"].share == pytest.approx(0.05 * b.ready_seconds / b.wait_seconds, abs=0.01)
+
+
+def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
+    """Issue 49 item 5: diagnose's text, its JSON and stallscope run's HTML show the stall's
+    time budget and the capacity that bounds the prediction."""
+    import json
+
+    from stallscope.correlate.model import Prediction
+    from stallscope.diagnose import document, outlook, render
+    from stallscope.run import html
+    from tests.helpers.diagnose import report
+
+    d = diagnosis.analyse(_steady_slow_mount())
+    p = Prediction("storage_latency", "raise num_workers from 8 to 9 (one a shard)", {"num_workers": 9},
+                   0.1, 0.2, 1.0, "replayed", "medium", bound_by="shards")
+    doc = report(causes=d.causes, budget=d.budget, prediction=p, loader=d.loader)
+    text = render.render_text(doc)
+    store = next(c for c in d.budget.components if c.name == "workers.storage")
+    assert "Time budget of the wait" in text
+    assert "%3.0f%%  the workers blocked reading storage" % (100 * store.share) in text
+    assert "bound by: the dataset's shards" in "\n".join(outlook.lines(doc))
+    body = json.loads(render.render_json(doc))
+    assert body["budget"]["critical"] == "workers.storage"
+    assert body["budget"]["components"][0]["share"] == pytest.approx(store.share, abs=1e-4)
+    page = html.page(document.encode(doc), report=doc)
+    assert "Time budget of the wait" in page and "the workers blocked reading storage" in page
+    assert "bound by the dataset&#x27;s shards" in page
