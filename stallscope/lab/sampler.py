@@ -366,9 +366,16 @@ def _bandwidth_bound(rng, d):
 
 
 def _checkpoint_contention(rng, d):
-    w, s = rng.randint(1, 6), _severity(rng)
-    extra = _r(min(0.25, s * d["compute_s"] * w / (FUSE_OPS_PER_SAMPLE * d["batch_size"])), 5)
-    mib, every = rng.randint(200, 400), _r(rng.uniform(8.0, 12.0), 2)
+    w, s = rng.randint(1, 3), _severity(rng)
+    c = d["compute_s"]
+    burst = rng.uniform(2.5, 4.5)  # seconds of writing at 100 MB/s
+    mib, every = int(burst * 100e6 / (1 << 20)), _r(burst + rng.uniform(5.0, 8.0), 2)
+    # The loader's queue (prefetch 2 x workers batches) carries it through a short slowdown:
+    # during a burst it must fall behind by the queue, severity times over, so its rate
+    # then is 1 / slow of the need, with burst x (1 - 1 / slow) = severity x the queue's time
+    behind = min(0.95, s * 2 * w * c / burst)
+    slow = 1 / (1 - behind)
+    extra = _r(min(0.25, slow * c * w / (FUSE_OPS_PER_SAMPLE * d["batch_size"])), 5)
     note = ("checkpoint contention: %d MiB written every %.1fs at 100 MB/s; the rank's FUSE reads "
             "take %.1f ms more while the disk writes; %d workers" % (mib, every, extra * 1000, w))
     return dict(shape="bursty", severity=s, spare_cores=True, cache="none",
