@@ -370,10 +370,11 @@ def _checkpoint_contention(rng, d):
     c = d["compute_s"]
     burst = rng.uniform(2.5, 4.5)  # seconds of writing at 100 MB/s
     mib, every = int(burst * 100e6 / (1 << 20)), _r(burst + rng.uniform(5.0, 8.0), 2)
-    # The loader's queue (prefetch 2 x workers batches) carries it through a short slowdown:
-    # during a burst it must fall behind by the queue, severity times over, so its rate
-    # then is 1 / slow of the need, with burst x (1 - 1 / slow) = severity x the queue's time
-    behind = min(0.95, s * 2 * w * c / burst)
+    # The loader's queue (prefetch 2 x workers batches, and one in the making a worker)
+    # carries it through a short slowdown: during a burst it must fall behind by the queue
+    # and then by the wait drawn, 4 % of the period severity times over; it then delivers
+    # 1 / slow of the need: burst x (1 - 1 / slow) = the queue's time + that wait
+    behind = min(0.95, (3 * w * c + 0.04 * s * every) / burst)
     slow = 1 / (1 - behind)
     extra = _r(min(0.25, slow * c * w / (FUSE_OPS_PER_SAMPLE * d["batch_size"])), 5)
     note = ("checkpoint contention: %d MiB written every %.1fs at 100 MB/s; the rank's FUSE reads "
