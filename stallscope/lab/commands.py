@@ -108,7 +108,10 @@ def sample(seed, klass, count, record, prometheus, apply_fix, workdir, as_json):
                 _err("interrupted by %s; everything the run created was removed" % e)
                 return e.exit_code
             except (RuntimeError, TimeoutError, OSError) as e:
-                row["skipped"] = "failed: %s" % str(e).strip().splitlines()[0]
+                row["skipped"] = "failed: %s" % (str(e).strip().splitlines() or [type(e).__name__])[0]
+                row["failed"] = True
+            except Exception as e:  # a bug: one line, and everything the draw made was removed
+                row["skipped"] = "failed: internal error: %s: %s" % (type(e).__name__, e)
                 row["failed"] = True
             else:
                 row.update(scores=draws.fresh_scores(doc), fix=doc.get("fix"),
