@@ -130,4 +130,4 @@ def sample(seed, klass, count, record, prometheus, apply_fix, workdir, as_json):
     return 1 if any(r.get("failed") for r in rows) else 0
 
 
-PATHS = ("diagnose", "agent", "prometheus", "replay")
+PATHS = ("diagnose", "agent", "prometheus", "replay")  # = draws.LIVE_PATHS

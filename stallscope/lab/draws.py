@@ -379,12 +379,18 @@ def detail(rows, paths=("replay",)):
     return "\n".join(out)
 
 
-def replay_rows(docs):
+LIVE_PATHS = ("diagnose", "agent", "prometheus", "replay")
+
+
+def replay_rows(docs, live=False):
+    """A table row per recorded draw: the replay's score, and with ``live`` first the
+    answers recorded at the time (diagnose, the agent's API, Prometheus alone)."""
     rows = []
     for path, doc in docs:
         d = doc["draw"]
+        scores = fresh_scores(doc) if live else {"replay": score(doc, replay(doc))}
         rows.append({"class": d["klass"], "seed": d["seed"], "file": os.path.basename(path),
-                     "scores": {"replay": score(doc, replay(doc))}, "fix": doc.get("fix")})
+                     "scores": scores, "fix": doc.get("fix")})
     return rows
 
 
@@ -394,6 +400,8 @@ def main(argv=None):
     p.add_argument("directories", nargs="*", default=[DEFAULT_DIR])
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--detail", action="store_true", help="one line per draw too")
+    p.add_argument("--live", action="store_true",
+                   help="also score the answers recorded at the time (diagnose, the agent, Prometheus)")
     p.add_argument("--check-inputs", action="store_true",
                    help="exit 1 when a draw's stored inputs are not what its seed draws")
     a = p.parse_args(argv)
@@ -407,15 +415,18 @@ def main(argv=None):
         return 2
     bad = [(path, prob) for path, doc in docs for prob in check_inputs(doc)]
     t0 = time.monotonic()
-    rows = replay_rows(docs)
+    rows = replay_rows(docs, a.live)
+    paths = LIVE_PATHS if a.live else ("replay",)
     if a.json:
         print(json.dumps(rows, indent=1))
     else:
         print("recorded draws replayed (%d, %.2fs): %s" % (len(rows), time.monotonic() - t0,
                                                              ", ".join(a.directories)))
-        print(table(rows))
+        if a.live:
+            print("top1 by each path: the answers recorded live, and the replay now")
+        print(table(rows, paths))
         if a.detail:
-            print(detail(rows))
+            print(detail(rows, paths))
     for path, prob in bad:
         print("draws: %s: %s" % (path, prob), file=sys.stderr)
     return 1 if a.check_inputs and bad else 0
