@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= test,gpu,dashboards,fuse,stacks,plot,frameworks
 
-.PHONY: setup system demo test test-cost test-frameworks test-lab test-newcomer test-composer test-compat test-fast lint bench fuzz soak scale generate clean
+.PHONY: setup system demo test test-cost test-frameworks test-lab test-newcomer test-composer test-compat test-fast lint bench fuzz soak scale generate eval clean
 
 $(VENV)/.installed: pyproject.toml tests/deploy/package-lock.json
 	$(PYTHON) -m venv $(VENV)
@@ -43,13 +43,27 @@ test-frameworks: setup system $(VENV)/.loaders
 	$(PY) -m pytest -q -ra -m frameworks
 
 test-lab: setup system
-	$(PY) -m pytest -q -ra tests/lab/test_scenarios_e2e.py tests/lab/test_nodes.py tests/lab/test_nodes_scenarios.py tests/lab/test_cleanup.py tests/newcomer
+	$(PY) -m pytest -q -ra tests/lab/test_scenarios_e2e.py tests/lab/test_nodes.py tests/lab/test_nodes_scenarios.py tests/lab/test_cleanup.py tests/lab/test_draws.py tests/newcomer
 
 # The scripted first hour of a new user (issue 52): the README's demo, `stallscope run`
 # under a progress bar in an 80-column terminal, the predicted fix and compare, diagnose
 # just after a job ended, report and top on one period. ~6 minutes; not in `make test`.
 test-newcomer: setup system
 	$(PY) -m pytest -q -ra tests/newcomer
+
+# Scenarios drawn at random (docs/lab.md, issue 49): EVAL_COUNT fresh draws of every fault
+# class from EVAL_SEED (default: seeds from the clock, new each time), each run live (~40 s
+# a draw on 2 cores, 11 classes a count; root for most classes, the others are skipped
+# with the reason) and recorded into EVAL_DIR; then every recorded draw replayed through
+# the analysis (seconds). Both print the table per class. Not in CI.
+EVAL_COUNT ?= 1
+EVAL_SEED ?= $(shell date +%s)
+EVAL_DIR ?= tests/data/draws
+eval: setup system
+	@status=0; \
+	$(VENV)/bin/stallscope lab sample --seed $(EVAL_SEED) --class all --count $(EVAL_COUNT) --record $(EVAL_DIR) || status=$$?; \
+	echo; $(PY) -m stallscope.lab.draws --detail $(EVAL_DIR) || status=$$?; \
+	exit $$status
 
 # MosaicML Composer and Streaming in a virtualenv of their own: mosaicml 0.32 requires
 # torch<2.7.1 and streaming imports torchvision, neither of which fits the main venv's

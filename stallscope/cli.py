@@ -390,6 +390,41 @@ def lab_scoreboard(scenarios, ranks, duration, as_json, prometheus, record, appl
                                      apply_fix))
 
 
+def _sample_classes():
+    from .lab import sampler
+
+    return list(sampler.CLASSES) + ["all"]
+
+
+@lab.command("sample")
+@click.option("--seed", type=click.IntRange(0), required=True,
+              help="The first draw's seed; the draws of one seed are the same on every machine.")
+@click.option("--class", "klass", type=click.Choice(_sample_classes()), default=None,
+              help="The fault class to draw (all: COUNT of every class) [default: drawn from the seed].")
+@click.option("--count", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Draws (seeds SEED, SEED+1 ...); of every class with --class all.")
+@click.option("--record", metavar="DIR", type=click.Path(file_okay=False),
+              help="Save each draw (its parameters, the injected truth, every rank's timeline and the "
+                   "answers) to DIR/draw-SEED-CLASS.json.gz, the evaluation set (tests/data/draws).")
+@_PROM
+@click.option("--apply-fix", is_flag=True,
+              help="Rerun each draw with the change diagnose predicted and score the prediction "
+                   "(about 2x as long).")
+@click.option("--workdir", type=click.Path(file_okay=False),
+              help="Put logs, shards and mount points here and keep them.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+def lab_sample(seed, klass, count, record, prometheus, apply_fix, workdir, as_json):
+    """Run scenarios drawn at random: a fault class and its parameters (workers 0-8, batch
+    and step, steady/bursty/ramping, 1-4 ranks, spare cores or none, cache warm or cold,
+    severity from just over the line to a hang) drawn from SEED, each run live for 20-28 s
+    with only stallscope.watch in the trainer and plain reads, then scored: top cause,
+    victims and prediction against what was injected; a table per class at the end.
+    Classes this machine cannot inject are skipped with the reason."""
+    from .lab import commands
+
+    sys.exit(commands.sample(seed, klass, count, record, prometheus, apply_fix, workdir, as_json))
+
+
 @main.command()
 @click.option("--scenario", default="too-few-workers", show_default=True, type=_Scenario(),
               help="Which stall to show (the default needs no root, FUSE or cgroup).")

@@ -43,7 +43,7 @@ def fixed(scenario, settings):
         elif key == "link_capacity_bytes_per_second":
             fault = _replaced(fault, faults.ShapedStore, lambda old, v=value: faults.ShapedStore(
                 rate=v, latency=old.latency, read_kib=old.read_kib, reads=old.reads,
-                error_rate=old.error_rate), scenario, "a link's capacity")
+                error_rate=old.error_rate, timed=old.timed), scenario, "a link's capacity")
         elif key == "shm_mib":
             fault = _replaced(fault, faults.TinyShm, lambda old, v=value: faults.TinyShm(
                 size_mib=v, leftover_mib=old.leftover_mib, sample_kib=old.sample_kib),

@@ -84,3 +84,50 @@ def demo(name, duration):
     from .demo import demo as _demo
 
     return _demo(name, duration)
+
+
+def sample(seed, klass, count, record, prometheus, apply_fix, workdir, as_json):
+    """``stallscope lab sample``: ``count`` draws from ``seed`` on (seeds seed, seed+1 ...),
+    of class ``klass`` ("all": ``count`` of every class; None: the class drawn by the
+    seed), each run live and scored; then the table per class. Exit 0 when every draw
+    ran, 1 when one failed, 2 when none could run here."""
+    from . import draws, sampler
+
+    classes = list(sampler.CLASSES) if klass == "all" else [klass]
+    rows = []
+    for i in range(count):
+        for c in classes:
+            d = sampler.draw(seed + i, c)
+            opts = runner.Options(record=record, prometheus=prometheus, workdir=workdir)
+            row = {"class": d.klass, "seed": d.seed}
+            try:
+                doc = draws.run_draw(d, opts, apply_fix)
+            except runner.Unavailable as e:
+                row["skipped"] = str(e)
+            except teardown.Interrupted as e:
+                _err("interrupted by %s; everything the run created was removed" % e)
+                return e.exit_code
+            except (RuntimeError, TimeoutError, OSError) as e:
+                row["skipped"] = "failed: %s" % (str(e).strip().splitlines() or [type(e).__name__])[0]
+                row["failed"] = True
+            except Exception as e:  # a bug: one line, and everything the draw made was removed
+                row["skipped"] = "failed: internal error: %s: %s" % (type(e).__name__, e)
+                row["failed"] = True
+            else:
+                row.update(scores=draws.fresh_scores(doc), fix=doc.get("fix"),
+                           file=doc["recorded"].get("file"), wall_s=doc["recorded"]["wall_s"])
+            rows.append(row)
+            print(draws.detail([row], PATHS) + ("  (%ss)" % row["wall_s"] if "wall_s" in row else ""),
+                  file=sys.stderr if as_json else sys.stdout, flush=True)
+    if as_json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        print("\nfresh draws (seeds %d-%d): top cause by each path, the rest by diagnose" % (
+            seed, seed + count - 1))
+        print(draws.table(rows, PATHS))
+    if not any("scores" in r for r in rows):
+        return 2 if all(not r.get("failed") for r in rows) else 1
+    return 1 if any(r.get("failed") for r in rows) else 0
+
+
+PATHS = ("diagnose", "agent", "prometheus", "replay")  # = draws.LIVE_PATHS

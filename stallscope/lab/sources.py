@@ -13,6 +13,8 @@ path's mount: local, fuse ...) and lookups with ``stallscope.cache_lookup``; bot
 standard-library only, so this module is safe in loader workers. A ``FileSource`` with
 ``timed`` false reads with plain ``open()``/``pread()`` and reports nothing: a trainer
 with only the two public lines (issue 30), whose reads the agent sees only from outside.
+A ``CachedSource`` with ``timed`` false does the same for its lookups, reads and GETs
+(the lab's sampler, lab/sampler.py: runs that resemble a user's).
 """
 import mmap
 import os
@@ -40,6 +42,10 @@ class _Untimed:
 
     def __exit__(self, *exc):
         return False
+
+
+def _unreported(tier, status, retry):
+    pass
 
 
 def _cache_lookup(tier, hit):
@@ -129,7 +135,7 @@ class CachedSource:
 
     def __init__(self, cache_dir, remote_url, shards, read_bytes, fill=False,
                  cache_tier="local-cache", remote_tier="object-store", run=1,
-                 remote_dir=None, remote_pattern=SHARD_PATTERN):
+                 remote_dir=None, remote_pattern=SHARD_PATTERN, timed=True):
         # cache_dir None: no cache at all, every read goes to the slow tier.
         # run: consecutive samples come from one shard (a sequential shard reader), so
         # a partly cold cache gives runs of hits and runs of misses.
@@ -142,13 +148,14 @@ class CachedSource:
         self.cache_tier = cache_tier
         self.remote_tier = remote_tier
         self.run = max(1, run)
+        self.timed = timed  # False: nothing reported (plain open()/read() and HTTP GETs)
 
     def read(self, index):
         shard = (index // self.run) % self.shards
         name = shard_name(shard)
         path = os.path.join(self.cache_dir, name) if self.cache_dir else None
         hit = bool(path) and os.path.exists(path)
-        if path:
+        if path and self.timed:
             _cache_lookup(self.cache_tier, hit)
         if hit:
             return self._read_file(path, self.cache_tier)
@@ -164,7 +171,7 @@ class CachedSource:
         return data
 
     def _read_file(self, path, tier=None):
-        with _timed(path, tier) as r:
+        with _timed(path, tier) if self.timed else _Untimed() as r:
             with open(path, "rb") as f:
                 data = f.read(self.read_bytes)
             r.bytes = len(data)
@@ -175,16 +182,17 @@ class CachedSource:
         (exponential backoff from RETRY_BASE_S, at most RETRIES tries); every answer is
         reported with ``stallscope.storage_request``, the read once it succeeds."""
         url = "%s/%s" % (self.remote_url, name)
-        with _timed(url, self.remote_tier) as r:
+        report = stallscope.storage_request if self.timed else _unreported
+        with _timed(url, self.remote_tier) if self.timed else _Untimed() as r:
             req = urllib.request.Request(url, headers={"Range": "bytes=0-%d" % (self.read_bytes - 1)})
             for attempt in range(RETRIES):
                 try:
                     with urllib.request.urlopen(req, timeout=30) as resp:
                         data = resp.read()
-                    stallscope.storage_request(self.remote_tier, status=resp.status, retry=attempt > 0)
+                    report(self.remote_tier, status=resp.status, retry=attempt > 0)
                     break
                 except urllib.error.HTTPError as e:
-                    stallscope.storage_request(self.remote_tier, status=e.code, retry=attempt > 0)
+                    report(self.remote_tier, status=e.code, retry=attempt > 0)
                     if e.code < 500 and e.code != 429 or attempt == RETRIES - 1:
                         raise
                 time.sleep(RETRY_BASE_S * 2 ** attempt)
@@ -205,5 +213,6 @@ def from_plan(plan):
         return CachedSource(src.get("cache_dir"), src.get("remote_url"), src["shards"], src["read_bytes"],
                             fill=src.get("fill", False), run=src.get("run", 1),
                             remote_dir=src.get("remote_dir"),
-                            remote_pattern=src.get("remote_pattern", SHARD_PATTERN))
+                            remote_pattern=src.get("remote_pattern", SHARD_PATTERN),
+                            timed=src.get("timed", True))
     raise ValueError("unknown source kind %r" % src["kind"])

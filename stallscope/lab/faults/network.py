@@ -40,8 +40,9 @@ class ShapedStore(Fault):
     # first on both paths); a second diagnose costs a CI run a second or two a scenario
     both_paths = True
 
-    def __init__(self, rate=6e6, latency=0.002, read_kib=256, reads=1, error_rate=0.0):
+    def __init__(self, rate=6e6, latency=0.002, read_kib=256, reads=1, error_rate=0.0, timed=True):
         self.rate, self.latency, self.read_kib, self.reads = rate, latency, read_kib, reads
+        self.timed = timed  # False: plain GETs, nothing reported (lab/sampler.py)
         self.error_rate = error_rate
         self.log = None
         self.summary = ("the target rank reads every sample (%d KiB) from an object store in a "
@@ -85,7 +86,8 @@ class ShapedStore(Fault):
         plan = run.plans[run.target]
         plan["reads_per_sample"] = self.reads
         plan["source"] = {"kind": "cached", "cache_dir": None, "remote_url": url,
-                          "shards": plan["source"]["shards"], "read_bytes": self.read_kib * 1024}
+                          "shards": plan["source"]["shards"], "read_bytes": self.read_kib * 1024,
+                          "timed": self.timed}
 
     def served(self, run):
         """What the store served against what the agent counted, over one window: the

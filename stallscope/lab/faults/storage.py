@@ -258,8 +258,9 @@ class CheckpointBurst(Fault):
 class ColdCache(Fault):
     RUN = 96  # samples read from one shard in a row (12 batches)
 
-    def __init__(self, latency=0.03, cached_every=3):
+    def __init__(self, latency=0.03, cached_every=3, timed=True):
         self.latency, self.cached_every = latency, cached_every
+        self.timed = timed  # False: plain reads and GETs, no lookup reported (lab/sampler.py)
         self.summary = ("every rank reads shards in sequence through a local cache in front of an "
                         "object store with %.0f ms latency; the target rank's cache holds only one "
                         "shard in %d and cannot fill" % (latency * 1000, cached_every))
@@ -275,7 +276,8 @@ class ColdCache(Fault):
                     name = sources.shard_name(i)
                     shutil.copyfile(os.path.join(src["dir"], name), os.path.join(cache, name))
             plan["source"] = {"kind": "cached", "cache_dir": cache, "remote_url": url, "run": self.RUN,
-                              "shards": src["shards"], "read_bytes": src["read_bytes"], "fill": False}
+                              "shards": src["shards"], "read_bytes": src["read_bytes"], "fill": False,
+                              "timed": self.timed}
 
 
 class LocalCache(Fault):
