@@ -2,7 +2,7 @@
 through the analysis, and scored per fault class (issue 49, item 6).
 
     stallscope lab sample --seed N [--class C|all] [--count K] [--record DIR] [--apply-fix]
-    python -m stallscope.lab.draws [DIR ...] [--json] [--check-inputs]
+    python -m stallscope.lab.draws [DIR ...] [--live] [--detail] [--json] [--check-inputs]
 
 A live draw runs as ``stallscope lab run`` runs a scenario (lab/runner.py: the agent,
 Prometheus where installed, the job with its fault on the last rank, the measured
@@ -17,8 +17,11 @@ rank (the victims). Recorded (``--record DIR``), a draw is one gzipped JSON file
 - ``expected``: the injected truth (cause, verdict, the faulty rank, the victims);
 - ``timelines``: every rank's ``/api/v1/timeline`` body over the window (the inputs the
   analysis is replayed on, as tests/data/traces holds them, without the first batch);
+  the node-wide samples, the same in every rank's, once beside them (``node_signals``);
 - ``live``: the three answers and each rank's verdict at the time, the measured data-wait
-  per rank, and with ``--apply-fix`` the prediction against the rerun with it applied;
+  and batches per rank;
+- ``fix`` (``--apply-fix``): the prediction against the rerun with it applied
+  (applyfix.compare), or why there was none;
 - ``recorded``: when, the kernel, the command, the wall time.
 
 Replayed, each rank's timeline is diagnosed with the others as its peers
@@ -29,7 +32,8 @@ other rank healthy or not_input_bound, naming no other straggler), no input_boun
 on a healthy draw, and its prediction: one that promises more workers will end a stall
 whose injected capacity they share (a CPU quota, crowded cores, a shaped link, a dead
 mount, a full /dev/shm, the handoff) crosses the capacity; where the draw applied the
-fix, the step the prediction gave against the step measured.
+fix, the step the prediction gave against the step measured. A draw whose measured wait
+contradicts its label (label_held) is listed, not scored.
 """
 import argparse
 import collections
