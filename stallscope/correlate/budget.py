@@ -32,7 +32,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..vocabulary import ATTRIBUTE, signal
+from ..vocabulary import ATTRIBUTE, line_of, signal
 from . import consumer, transfer
 from .context import Context
 from .model import Budget, Component, Evidence
@@ -41,15 +41,17 @@ from .trace import RankTrace, Series, WaitIndex
 # The workers' states that can hold a batch the loop waits on, in the order a report
 # lists them (the vocabulary's LOADER_STATES less ``idle``, which holds none).
 WORKER_STATES = ("on_cpu", "cpu_wait", "storage", "network", "sleeping")
+ERRORS = line_of("storage_errors", "storage_error_ratio")  # the store failing its requests
 # the producing workers' share of their time below which the budget places only that
 # share of the ready wait (the rest: ``workers.idle``, no cause)
 PRODUCING_MIN = 0.1
 
 
-def _during(trace: RankTrace, name: str, waits: WaitIndex) -> float | None:
+def _during(trace: RankTrace, name: str, waits: WaitIndex,
+            scopes: tuple[str, ...] = ("rank",)) -> float | None:
     """The signal's mean weighted by the loop's wait in each of its samples: its value
     during the stalls."""
-    _, series = trace.signal(signal(name).name, ("rank",))
+    _, series = trace.signal(signal(name).name, scopes)
     span = trace.span()
     if series is None or span is None:
         return None
@@ -82,6 +84,26 @@ def _fuse_down(trace: RankTrace, waits: WaitIndex) -> bool:
     return up is not None and up < 0.5
 
 
+def _asleep(trace: RankTrace, waits: WaitIndex) -> str:
+    """The cause of workers asleep in their own code while the loop waits. A retry's
+    backoff, where what they retry was measured failing: a dead FUSE mount under their
+    reads, a /dev/shm that cannot hold the batches its workers place at once (the hook's
+    batch bytes), a store failing its requests past the line. Otherwise a wait of the
+    dataset's own (a simulated or remote wait, a rate limiter): per-sample time more
+    workers overlap, the loader too slow."""
+    if _fuse_down(trace, waits):
+        return "fuse_unhealthy"
+    loader = trace.loader or {}
+    batch, workers = loader.get("batch_bytes"), loader.get("num_workers") or 1
+    free = _during(trace, "shm_free_bytes", waits, ("rank", "node"))
+    if batch and free is not None and free < batch * workers:
+        return "shm_exhaustion"
+    errors = _during(trace, ERRORS.signal, waits)
+    if errors is not None and errors >= ERRORS.threshold:
+        return "storage_errors"
+    return "too_few_workers"
+
+
 def mechanisms(trace: RankTrace, scored: Mapping[str, float], waits: WaitIndex) -> dict[str, str | None]:
     """Each component's cause in its context. ``scored``: the causes' scores so far, for
     the one context a score gives (a link measured at its capacity: bandwidth_bound)."""
@@ -95,11 +117,7 @@ def mechanisms(trace: RankTrace, scored: Mapping[str, float], waits: WaitIndex) 
         "workers.cpu_wait": "cpu_throttle" if consumer.workers_throttled(trace) else "cpu_contention",
         "workers.storage": storage,
         "workers.network": "bandwidth_bound" if at_capacity else "storage_latency",
-        # a sleep in the dataset's own code (a simulated or remote wait, a rate limiter, a
-        # retry's backoff) is per-sample time more workers overlap: the loader is too slow;
-        # where a full /dev/shm or a store's failures make them retry, the vocabulary's
-        # symptom_of puts that cause first
-        "workers.sleeping": "too_few_workers",
+        "workers.sleeping": _asleep(trace, waits),
     }
 
 

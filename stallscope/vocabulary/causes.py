@@ -57,10 +57,7 @@ CAUSES = (
           advises=("num_workers",),
           advice_otherwise="Make per-sample work cheaper (pre-decode, decode on the GPU, "
                            "torch.set_num_threads(1) in worker_init_fn): more workers are predicted "
-                           "not to help here.",
-          # a full /dev/shm or a store's failures make the workers retry and back off: they
-          # are slow, and the time budget finds them sleeping in their own code (issue 49)
-          symptom_of=("shm_exhaustion", "storage_errors")),
+                           "not to help here."),
     # Measured by the hook (hook/transfer.py): the part of each wait that was not waiting
     # for a worker's batch to be ready. Its score is that part's share of the wait; the
     # line is where diagnose names it from Prometheus alone: most of the wait.

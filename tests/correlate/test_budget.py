@@ -194,21 +194,30 @@ def test_a_rank_hung_before_its_first_batch_is_judged_by_what_its_workers_do():
     t0 = 100 * SEC
     wait = 20 * SEC
     span = (t0, t0 + wait)
+    batch = 3 << 20  # 3 MiB a batch (the hook's batch bytes), 3 workers placing them at once
     signals = {"loader_workers_sleeping_ratio": synth.sampled(lambda t: 0.999, *span, every=1.0),
                "loader_workers_idle_ratio": synth.sampled(lambda t: 0.0, *span, every=1.0),
                "loader_main_cpu_wait_ratio": synth.sampled(lambda t: 0.0, *span, every=1.0),
-               "shm_used_ratio": synth.sampled(lambda t: 0.97, *span, every=1.0)}
+               "shm_used_ratio": synth.sampled(lambda t: 0.8, *span, every=1.0),
+               "shm_free_bytes": synth.sampled(lambda t: 2 * batch, *span, every=1.0)}
     body = dict(synth.body([], workers=3, signals=signals),
                 open_wait={"t_end_ns": t0 + wait, "wait_ns": wait, "interval_ns": wait})
+    body["loader"] = dict(body["loader"], batch_bytes=batch)
     tr = RankTrace.from_timeline(body)
     assert tr.n == 1 and diagnosis.hung(tr)
     d = diagnosis.analyse(tr)
     assert d.verdict == "input_bound", d.reason
-    # sleeping in their own code is per-sample time (too_few_workers' mechanism); the full
-    # /dev/shm that makes them retry is its cause (the vocabulary's symptom_of) and leads
+    # asleep in a retry's backoff while /dev/shm cannot hold the batches its 3 workers place
+    # at once (free 6 MiB < 3 x 3 MiB), though it is only 80 % used (its line is 90 %)
     assert d.budget.critical.name == "workers.sleeping"
-    assert [c.cause for c in d.causes[:2]] == ["shm_exhaustion", "too_few_workers"], \
+    assert d.budget.critical.cause == "shm_exhaustion"
+    assert d.causes[0].cause == "shm_exhaustion" and d.causes[0].score > 0.99, \
         [(c.cause, c.score) for c in d.causes]
+    # room for every worker's batch: a sleep of the dataset's own, the loader too slow
+    signals["shm_free_bytes"] = synth.sampled(lambda t: 4 * batch, *span, every=1.0)
+    body = dict(body, signals=signals)
+    roomy = diagnosis.analyse(RankTrace.from_timeline(body))
+    assert roomy.budget.critical.cause == "too_few_workers"
     # 5 s blocked before any batch: a start, not yet a hang
     short = dict(body, open_wait={"t_end_ns": t0 + 5 * SEC, "wait_ns": 5 * SEC, "interval_ns": 5 * SEC})
     assert not diagnosis.hung(RankTrace.from_timeline(short))
@@ -252,3 +261,18 @@ def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
     page = html.page(document.encode(doc), report=doc)
     assert "Time budget of the wait" in page and "the workers blocked reading storage" in page
     assert "bound by the dataset&#x27;s shards" in page
+
+
+@pytest.mark.parametrize("failing,cause", [
+    ({"fuse_up": 0.0}, "fuse_unhealthy"),                    # a dead mount's reads fail, retried
+    ({"storage_error_ratio": 0.2}, "storage_errors"),        # a store failing a fifth of requests
+    ({"storage_error_ratio": 0.01, "fuse_up": 1.0}, "too_few_workers"),  # nothing failing
+])
+def test_workers_asleep_in_a_retry_are_named_by_what_they_retry(failing, cause):
+    """Drawn scenarios (issue 49): a dead FUSE mount whose reads the dataset retries 0.1 s
+    apart read too_few_workers, the workers 'asleep'. What they were measured retrying
+    names it."""
+    tr = _steady_slow_mount(storage=0.0)
+    _signals(tr, loader_workers_sleeping_ratio=0.95, **failing)
+    b = budget.account(Context(tr))
+    assert b.critical.name == "workers.sleeping" and b.critical.cause == cause
