@@ -148,7 +148,7 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
     who = Identity.of(ident, node)
     window = window_seconds if window_seconds is not None else (
         round((span[1] - span[0]) / 1e9, 3) if span else 0.0)
-    same_job = [p for p in peers if p is not ctx.whole and p.n >= MIN_BATCHES
+    same_job = [p for p in peers if p is not ctx.whole and (p.n >= MIN_BATCHES or context.hung(p))
                 and p.ident.get("job") == ident.get("job") and p.ident.get("rank") != ident.get("rank")]
     waits = [_wait(p.ident, data_wait_ratio(p), node, after_start(p)) for p in same_job]
     base = Diagnosis(who=who, window_seconds=window, batches=trace.n, loader=trace.loader,
@@ -164,6 +164,9 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
             epoch_seconds=setup.epoch_seconds if setup.epoch_seconds is not None else epoch_s,
             startup_seconds=setup.startup_seconds if setup.startup_seconds is not None else startup_s))
         base = dataclasses.replace(base, warnings=warned, checks_unknown=unknown)
+    stuck = next((p for p in same_job if context.hung(p)), None)
+    if stuck is not None and not ctx.hung and (trace.open_ns is None or trace.n < MIN_BATCHES):
+        return _victim_of_hang(base, who, stuck, node)
     if trace.n < MIN_BATCHES and not ctx.hung:  # a hang is judged while it lasts (issue 49)
         return dataclasses.replace(base, reason="Only %d batches in the window (need %d)." % (
             trace.n, MIN_BATCHES))
@@ -353,6 +356,23 @@ STEPS: tuple[Step, ...] = (
          "measured holding (budget.py): co-occurrence never discounts a mechanism that is on all "
          "the time; last, so no step after it lowers a measured share"),
 )
+
+
+def _victim_of_hang(base: Diagnosis, who: Identity, stuck: RankTrace, node: str) -> Diagnosis:
+    """A rank of a job whose other rank on this node is hung in next() (context.hung): in
+    synchronous training it waits for that rank in the collective, whatever its own few
+    batches say (issue 49: a rank hung before its first batch left its peers 'unknown,
+    only 1 batch', their own loaders idle)."""
+    peer = stuck.ident or {}
+    blocked = float(stuck.wait[-1]) / 1e9
+    reason = ("Rank %s is a victim: rank %s (pod %s) has been blocked in next() for %.0f s, hung, "
+              "and in synchronous training this rank waits for it; its own loader is not what it "
+              "waits on." % (who.rank, peer.get("rank"), peer.get("pod") or "?", blocked))
+    return dataclasses.replace(
+        base, verdict="not_input_bound", reason=reason, rule="victim",
+        straggler=Straggler(peer.get("rank"), peer.get("pod"), peer.get("node") or node,
+                            round(data_wait_ratio(stuck), 6),
+                            "The straggler is hung on this node (blocked in next())."))
 
 
 def rank_causes(ctx: Context, facts: RankFacts = NONE, ready_ratio: float | None = None

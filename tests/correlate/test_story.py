@@ -56,3 +56,24 @@ def test_both_paths_name_a_straggler_only_over_the_line_with_other_ranks():
     assert not rules.names_straggler(DATA_WAIT_LINE / 2, 4)   # a healthy job's worst rank
     assert not rules.names_straggler(0.5, 1)                  # a job of one rank
     assert rules.names_straggler(0.5, 4) and not rules.names_straggler(None, 4)
+
+
+def test_the_peers_of_a_rank_hung_before_its_first_batch_are_its_victims():
+    """Drawn scenarios (issue 49): a /dev/shm with room for one batch hung rank 2 in next()
+    from the start; ranks 0 and 1, stuck in the all_reduce after one batch, read 'unknown,
+    only 1 batch'. They are its victims, naming it."""
+    from stallscope.correlate.trace import RankTrace
+    from stallscope.lab import synth
+
+    SEC = synth.SEC
+    t0 = 100 * SEC
+    hung = dict(synth.body([], rank=2, workers=3),
+                open_wait={"t_end_ns": t0 + 24 * SEC, "wait_ns": 24 * SEC, "interval_ns": 24 * SEC})
+    victim = synth.body([(t0 + SEC // 10, SEC // 10, SEC // 10)], rank=0, workers=3)
+    ranks = [RankTrace.from_timeline(b) for b in (victim, hung)]
+    d = diagnosis.analyse(ranks[0], ranks, node="node-a")
+    assert d.verdict == "not_input_bound" and d.rule == "victim", d.reason
+    assert d.straggler.rank == 2 and "blocked in next() for 24 s" in d.reason
+    assert not d.causes and story.contradictions(d) == []
+    me = diagnosis.analyse(ranks[1], ranks, node="node-a")
+    assert me.verdict == "input_bound"
