@@ -103,11 +103,14 @@ def sink():
     srv.bind(path)
     srv.listen(4)
 
-    def run():
+    def read(conn):
+        while conn.recv(1 << 17):
+            pass
+
+    def run():  # a reader a connection: a channel of an earlier measurement stays open
         while True:
             conn, _ = srv.accept()
-            while conn.recv(1 << 17):
-                pass
+            threading.Thread(target=read, args=(conn,), daemon=True).start()
     threading.Thread(target=run, daemon=True).start()
     return path
 
