@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
+from ..cadence import TRAINER_FLUSH_S
 from ..correlate import change, checks, codec, detect, diagnosis, standing
 from ..correlate.facts import RankFacts
 from ..correlate.model import Diagnosis
@@ -33,7 +34,6 @@ from ..host.contract import no_params
 from ..host.facts import RankCpuset, RankGpu, RankIoLimit, RankMemory, RankQuota, RankShm
 from ..host.families import family
 from ..host.options import flag
-from ..vocabulary.hook import TRAINER_FLUSH_S
 from .http import Made
 from .scrapefirst import SCRAPES
 from .settingswatch import SettingsWatch
@@ -42,7 +42,7 @@ MAX_CAUSE_SERIES = 3
 GATHERING_S = 2.0   # re-run this often while a rank has too few batches for a verdict
 # A rank with no news since its last test (no new batch, the same call blocked in next())
 # is tested again only this long after it: a steady trainer reports every TRAINER_FLUSH_S
-# (2 s; the report cadences, vocabulary/hook.py), so half the tests of a second read the same input,
+# (2 s; the report cadences, stallscope/cadence.py), so half the tests of a second read the same input,
 # and the answer moves with time alone only at the horizon's edge and when a long wait
 # that ended grows older than detect.QUIET_BINS (issue 31).
 REJUDGE_NS = int(TRAINER_FLUSH_S * 1e9)

@@ -44,9 +44,9 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from ..cadence import LONGEST_SILENCE_S
 from ..hook import wire
 from ..host import log
-from ..vocabulary.hook import LONGEST_SILENCE_S
 from . import identity, validate
 from .held import HELD
 from .hooksocket import HookSocket
@@ -65,7 +65,7 @@ MAX_CONNECTIONS_PER_DOMAIN = 512
 # closes the agent has not read yet, and 448 stay for the pod's other processes.
 MAX_CONNECTIONS_PER_PROCESS = 64
 # A connection that sends nothing for this long is closed: every hook stream reports at
-# least every LONGEST_SILENCE_S (16 s; the report cadences, vocabulary/hook.py), and the
+# least every LONGEST_SILENCE_S (16 s; the report cadences, stallscope/cadence.py), and the
 # hook reconnects before its next send when it finds its connection closed.
 IDLE_S = max(60.0, 4 * LONGEST_SILENCE_S)
 UNIDENTIFIED = ("unidentified",)  # the domain of peers the kernel could not name

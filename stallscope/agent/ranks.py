@@ -12,9 +12,9 @@ from typing import Any
 
 from .. import __version__
 from ..correlate import loader_errors
-from ..exporters.workers import DEPARTED_PODS_KEPT as DEPARTED_PODS_WITH_EXITS_KEPT
 from ..host import Part
 from ..host.families import family
+from ..vocabulary.agent import DEPARTED_PODS_KEPT
 from ..vocabulary.labels import LOADER_CONFIG
 from .ingest import IngestStats
 from .state import RankTable
@@ -25,7 +25,6 @@ ERRORS_KEPT_S = 900.0  # as the worker exits are (exporters/worker_deaths.py)
 # A departed pod keeps its counters only when one of them counted an error, and at most
 # this many departed pods do (the most recently seen), as the worker exits' do: every
 # pod's counters at 0 for 900 s left 20,000 series after 10,000 pods churned (issue 50).
-DEPARTED_PODS_KEPT = DEPARTED_PODS_WITH_EXITS_KEPT
 
 
 def _str(v: Any) -> str:

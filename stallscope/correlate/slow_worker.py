@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..cadence import WORKER_FLUSH_S
 from ..vocabulary import signal
-from ..vocabulary.hook import WORKER_FLUSH_S
 from .causes import make
 from .model import Cause, Evidence, WorkerSpread
 
@@ -39,7 +39,7 @@ CONSISTENCY_MISS = 0.25
 REPLAY_BATCHES = 600
 SEED = 17
 # A worker reports its batches every WORKER_FLUSH_S once its first reports have gone
-# (the report cadences: vocabulary/hook.py worker_gap), each on its own beat: the newest seconds of the window
+# (the report cadences: cadence.py worker_gap), each on its own beat: the newest seconds of the window
 # hold some workers' batches and not yet the others'. A worker whose newest batch is
 # older than the newest of all by more than a report's gap and this slack is silent (it
 # made nothing, or died), not late.

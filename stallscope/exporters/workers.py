@@ -31,6 +31,7 @@ from ..system import cgroups, procfs
 from ..system.procfs import exit_signal, signal_name
 from ..vocabulary import labels as label_sets
 from ..vocabulary import signal
+from ..vocabulary.agent import DEPARTED_PODS_KEPT
 from . import base, worker_deaths
 
 ALIVE, DSTATE, CPU_RATIO = (signal(n).name for n in ("workers_alive", "workers_dstate", "workers_cpu_ratio"))
@@ -47,9 +48,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 DEATHS_KEPT = 64        # recent deaths kept for the API and diagnose (all ranks)
 DEATH_KEEP_S = 900.0    # a pod's exit counters outlive its ranks this long, for the alert
-# ... and at most this many departed pods keep them (the most recently seen): 10,000
-# short-lived pods left ~47,000 series for 900 s, bounded by nothing (issue 33).
-DEPARTED_PODS_KEPT = 256
+# ... and at most DEPARTED_PODS_KEPT departed pods keep them (vocabulary/agent.py)
 
 
 @dataclasses.dataclass(frozen=True)

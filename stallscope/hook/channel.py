@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 
-from ..vocabulary import hook as cadence
+from .. import cadence
 from . import phases, wire
 from .stream import Stream, moved, share_moved
 
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     Extra = tuple[Ident, str, Message]
 
 # The report cadences are the hook's contract with the agent, declared once in
-# stallscope/vocabulary/hook.py (TRAINER_FLUSH_S, WORKER_FLUSH_S, HEARTBEAT_S, ...): the
+# stallscope/cadence.py (TRAINER_FLUSH_S, WORKER_FLUSH_S, HEARTBEAT_S, ...): the
 # flush thread looks every FLUSH_INTERVAL_S; a trainer's batches go then when they are
 # news (its first reports, a wait share that moved: stream.py share_moved; a next()
 # blocked past BLOCKED_REPORT_S) and every TRAINER_FLUSH_S while its wait holds steady;

@@ -19,14 +19,14 @@ if TYPE_CHECKING:
 
     from .identity import Ident
 
-# A worker's stream goes before its WORKER_FLUSH_S (the report cadences, vocabulary/hook.py)
+# A worker's stream goes before its WORKER_FLUSH_S (the report cadences, stallscope/cadence.py)
 # when the mean load time of its batches since then moved by this factor from its last report's
 # (MOVED_MIN_BATCHES batches at least): a loader that slows is news for the stall's cause
 # at once (the detector names a 50 % stall in ~3 s; with only the load
 # times from before it, its cause read "unexplained").
 MOVED = 1.5
 MOVED_MIN_BATCHES = 3
-# A trainer's stream goes before its TRAINER_FLUSH_S (vocabulary/hook.py) when the share of its
+# A trainer's stream goes before its TRAINER_FLUSH_S (stallscope/cadence.py) when the share of its
 # time spent waiting in next() since its last report moved by SHARE_MOVED_ABS, or by
 # SHARE_MOVED_REL of the last report's share if more: a stall that begins or ends is the
 # detector's news (a 10 % stall's share rises by ~0.1 against a healthy rank's ~0.01;

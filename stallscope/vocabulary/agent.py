@@ -3,6 +3,11 @@ self-health (part ``exporters``), and the correlator's outputs (part ``correlato
 from .entries import Metric
 from .labels import RANK
 
+# A departed pod's per-pod counters (worker exits, loader errors) are kept for the alerts
+# that read their increase, for at most this many departed pods, the most recently seen:
+# 10,000 short-lived pods left ~47,000 series for 900 s, bounded by nothing (issues 33, 50).
+DEPARTED_PODS_KEPT = 256
+
 METRICS = (
     Metric("stallscope_agent_messages_total", "counter", "Hook messages accepted.", (), "ranks"),
     Metric("stallscope_agent_events_total", "counter", "Batch events accepted from hooks.", (), "ranks"),

@@ -218,7 +218,7 @@ def test_ten_thousand_churned_pods_leave_a_bounded_number_of_series_and_scopes(t
     # --max-ranks (10,000 short-lived pods: ~47,000 series), and each departed rank's
     # scopes stayed in the sample store as long.
     from stallscope.exporters.worker_deaths import REASONS
-    from stallscope.exporters.workers import DEPARTED_PODS_KEPT
+    from stallscope.vocabulary.agent import DEPARTED_PODS_KEPT
 
     only = {n: n == "workers" for n in ("cfs", "psi", "shm", "fuse", "workers", "disk", "sched", "gpu")}
     agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock"), max_ranks=4,
