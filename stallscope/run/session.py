@@ -77,9 +77,8 @@ def run(cmd, ranks=1, json_out="stallscope-run.json", html_out="stallscope-run.h
     started = time.monotonic()
     try:
         agent.start()
-        # one line under 80 columns (the private directory's path made it wrap, issue 52)
-        print("stallscope run: watching through a private agent (no Prometheus needed)", file=out,
-              flush=True)
+        # under 80 columns with the usual /tmp (issue 52: ~90 characters wrapped)
+        print("stallscope run: private agent in %s (no Prometheus)" % workdir, file=out, flush=True)
         env = dict(os.environ, STALLSCOPE_SOCKET=agent.socket, STALLSCOPE_JOB=job, POD_NAME=pod)
         if view.tty and not quiet:
             relay = terminal.Relay(view, stderr_too=getattr(err, "isatty", lambda: False)())
