@@ -336,7 +336,7 @@ def decode(body: Any) -> Diagnosis:
     if s is not None:
         s = _map(s, "straggler")
         straggler = Straggler(s.get("rank"), _str(s, "pod"), _str(s, "node"), _num(s, "data_wait_ratio"),
-                              _str(s, "note") or "")
+                              _str(s, "note") or "", s.get("hung") is True)
     rows = tuple(RankRow(r.get("rank"), _str(r, "pod"), _num(r, "data_wait_ratio"),
                          _num(r, "data_wait_ratio_after_start"))
                  for r in (_map(x, "a rank row") for x in _list(b, "job_ranks_on_node")))

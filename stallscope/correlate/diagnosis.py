@@ -372,7 +372,7 @@ def _victim_of_hang(base: Diagnosis, who: Identity, stuck: RankTrace, node: str)
         base, verdict="not_input_bound", reason=reason, rule="victim",
         straggler=Straggler(peer.get("rank"), peer.get("pod"), peer.get("node") or node,
                             round(data_wait_ratio(stuck), 6),
-                            "The straggler is hung on this node (blocked in next())."))
+                            "The straggler is hung on this node (blocked in next()).", hung=True))
 
 
 def rank_causes(ctx: Context, facts: RankFacts = NONE, ready_ratio: float | None = None

@@ -159,6 +159,7 @@ class Straggler:
     node: str | None
     data_wait_ratio: float | None
     note: str = ""
+    hung: bool = False                  # blocked in next(): no batch, no share in Prometheus
 
 
 @dataclasses.dataclass(frozen=True)

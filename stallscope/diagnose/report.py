@@ -131,17 +131,28 @@ def _identity(cl: ClusterView | None, nd: NodeView | None, others: list[JobRank]
 
 def _straggler(cl: ClusterView | None, diag: Diagnosis | None, me: Subject) -> JobRank | None:
     """The job's worst rank, named only when it waits over the line and the job has other
-    ranks (rules.names_straggler, the one rule both paths apply)."""
+    ranks (rules.names_straggler, the one rule both paths apply); where no rank with
+    batches is, a rank its agent found hung in next() (diagnosis._victim_of_hang: a hung
+    rank has no completed batch, so no share in Prometheus, issue 49)."""
+    hung = _hung_peer(diag)
     if cl is not None:
         worst = cl.straggler
         return worst if worst is not None and rules.names_straggler(worst.data_wait_ratio, cl.job_ranks) \
-            else None
+            else hung
     if me.job_scope == "agents":  # the job's worst rank, as the cluster view names it
         known = [x for x in me.job_rows or () if x.data_wait_ratio is not None and not verdict.starting(x)]
         top = max(known, key=lambda x: (x.data_wait_ratio or 0.0, -_order(x.rank)), default=None)
-        return top if top is not None and rules.names_straggler(top.data_wait_ratio, len(known)) else None
+        return top if top is not None and rules.names_straggler(top.data_wait_ratio, len(known)) else hung
     s = diag.straggler if diag is not None else None
     if s is None or s.rank is None:
+        return None
+    return JobRank(s.rank, s.pod, s.node, s.data_wait_ratio)
+
+
+def _hung_peer(diag: Diagnosis | None) -> JobRank | None:
+    """The straggler the agent named because it is hung in next(), or None."""
+    s = diag.straggler if diag is not None else None
+    if s is None or s.rank is None or not s.hung:
         return None
     return JobRank(s.rank, s.pod, s.node, s.data_wait_ratio)
 

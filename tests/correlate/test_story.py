@@ -73,7 +73,18 @@ def test_the_peers_of_a_rank_hung_before_its_first_batch_are_its_victims():
     ranks = [RankTrace.from_timeline(b) for b in (victim, hung)]
     d = diagnosis.analyse(ranks[0], ranks, node="node-a")
     assert d.verdict == "not_input_bound" and d.rule == "victim", d.reason
-    assert d.straggler.rank == 2 and "blocked in next() for 24 s" in d.reason
+    assert d.straggler.rank == 2 and d.straggler.hung and "blocked in next() for 24 s" in d.reason
     assert not d.causes and story.contradictions(d) == []
+    # diagnose names it too, though Prometheus has no share for a rank with no batch
+    from stallscope.correlate import codec
+    from stallscope.diagnose import report as report_mod
+    from tests.helpers.diagnose import cluster, row, subject
+    back = codec.decode(codec.encode(d))
+    assert back.straggler.hung
+    me = subject(row(0, "p0", "node-a", 0.0), job_ranks=3)
+    # the cluster's worst rank with batches is under the line (the hung one has none)
+    cl = cluster(straggler=row(1, "p1", "node-a", 0.001), job_ranks=3)
+    named = report_mod._straggler(cl, back, me)
+    assert named is not None and named.rank == 2
     me = diagnosis.analyse(ranks[1], ranks, node="node-a")
     assert me.verdict == "input_bound"
