@@ -1,6 +1,6 @@
 """Job overview: is the job waiting on data, which ranks, since when, and what the GPU
 and the correlator say about it."""
-from .. import promql
+from .. import config, promql
 from ..promql import num, pct
 from . import node
 from .panels import (
@@ -94,11 +94,11 @@ def slo_row(b, cfg, job_sel):
            "percentunit", max_val=1),
         tabular("Accelerator-hours lost by cause over the SLO period (%s)" % slo.period, "Per job, the "
                 "accelerator-hours lost to input wait over the last %s (the budget-left window) by the "
-                "cause the correlator scored best at each moment (%s, sampled each minute)."
-                % (slo.period, n["job_idle_cause"]),
-                [q("sort_desc(sum by (%s, cause) (sum_over_time(%s[%s:1m])) / 60)" % (
-                    by_job, promql.sel(cfg, n["job_idle_cause"], *job_sel), slo.period),
-                   instant=True, fmt=TABLE)]),
+                "cause the correlator scored best at each moment (%s, sampled every %s, the rate "
+                "window it is an average over)." % (slo.period, n["job_idle_cause"], cfg.rate_window),
+                [q("sort_desc(sum by (%s, cause) (sum_over_time(%s[%s:%s])) * %g / 3600)" % (
+                    by_job, promql.sel(cfg, n["job_idle_cause"], *job_sel), slo.period, cfg.rate_window,
+                    config.seconds(cfg.rate_window)), instant=True, fmt=TABLE)]),
         tabular("Accelerator-hours lost by cause over the time range", "Per job, the accelerator-hours "
                 "lost to input wait over the time range by the cause the correlator scored best at "
                 "each moment (%s); time before a cause was scored is in the total, not here."
