@@ -220,6 +220,7 @@ class Scoring:
     budget: Budget | None = None
     starved: float = 0.0
     consumer_held: float | None = None
+    steady_share: float = 1.0  # of the whole wait, the steady batches' (the budget's base)
 
     @property
     def split(self) -> tuple[int, float, float, float, float] | None:
@@ -302,6 +303,8 @@ def _starts(s: Scoring) -> None:
     started = epochs.score(ctx.loop, deaths.restarts(ctx.trace, ctx.starts), ctx.trace)
     if started is not None:
         s.scored = epochs.steady_part(s.scored, started)
+        if started.score >= epochs.STEADY_EXACT:
+            s.steady_share = 1.0 - started.score
         s.scored.append(started)
 
 
@@ -310,7 +313,10 @@ def _deaths(s: Scoring) -> None:
 
 
 def _measured(s: Scoring) -> None:
-    s.scored = measured_floor(s.scored, s.budget)
+    # the budget accounts the steady waits; its shares count as the other causes' do, as
+    # parts of the whole wait (epochs.steady_part): restarts after worker deaths held the
+    # rest (tests/diagnose/test_deaths.py: a steady handoff's 93 % outranked the deaths)
+    s.scored = measured_floor(s.scored, s.budget, s.steady_share)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -391,15 +397,16 @@ def rank_causes(ctx: Context, facts: RankFacts = NONE, ready_ratio: float | None
     return s.scored, missing, s.budget
 
 
-def measured_floor(scored: list[Cause], spent: Budget | None) -> list[Cause]:
-    """Each cause the budget's components name scored at least their share of the wait,
-    with the budget's row and sentence; a cause the budget names that nothing scored yet
-    is added. The other causes are left as they are."""
+def measured_floor(scored: list[Cause], spent: Budget | None, steady_share: float = 1.0) -> list[Cause]:
+    """Each cause the budget's components name scored at least their share of the wait
+    (of the steady wait the budget accounts, times ``steady_share``, its part of the
+    whole), with the budget's row and sentence; a cause the budget names that nothing
+    scored yet is added. The other causes are left as they are."""
     if spent is None:
         return scored
     out = list(scored)
     for name in dict.fromkeys(c.cause for c in spent.components if c.cause is not None):
-        share = spent.share_of(name)
+        share = spent.share_of(name) * steady_share
         if share <= 0:
             continue
         row = budget.evidence(spent, name)

@@ -65,6 +65,13 @@ def test_every_family_stays_bounded_while_ten_thousand_pods_churn(tmp_path):
                                             timeline_seconds=60),
                          exporters=ExportersOptions(interval=0.2),
                          parts={GpuOptions: GpuOptions(simulated=True, nvml=False)}))
+    try:
+        _churn(agent)
+    finally:
+        agent.stop()  # its exporters' threads (the simulated GPU's sampler) end with it
+
+
+def _churn(agent):
     middle, end, last = collections.Counter(), collections.Counter(), None
     split = SETTLED + (PODS - SETTLED) // 2
     t0 = time.monotonic()

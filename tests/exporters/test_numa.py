@@ -131,11 +131,12 @@ def test_workers_on_the_other_node_than_their_gpu_are_named_numa_remote_first(tm
     assert pool["during_stalls"] == 0 and "shared pool" in placed["summary"], placed
     top = d["causes"][0]
     if top["cause"] != "numa_remote":
-        # a machine busy enough to keep the pinned worker from its core: the run queue says
-        # so, and the crowded CPU leads with the placement behind it, both measured
-        crowded = causes.get("cpu_contention", {}).get("evidence", [{}])[0]
-        assert top["cause"] == "cpu_contention" and crowded.get("during_stalls", 0) >= 0.2, \
-            json.dumps(d["causes"])[:2000]
+        # where the stall's time went, measured, leads (issue 49's time budget): a machine
+        # busy enough to keep the pinned worker from its core, or the handoff the loop waited
+        # on (this fixture's NUMA nodes are two CPUs of one socket: no remote cost is real);
+        # the placement is named right behind it, with its evidence
+        assert top["cause"] == d["budget"]["components"][0]["cause"], json.dumps(d["budget"])
+        assert top["score"] >= d["budget"]["components"][0]["share"] - 0.01, json.dumps(d["causes"])[:2000]
         assert d["causes"][1]["cause"] == "numa_remote", json.dumps(d["causes"])[:2000]
     print("remote: share %.2f, numa_remote %.2f first; then %s" % (
         remote_metric(metrics), top["score"], [(c["cause"], c["score"]) for c in d["causes"][1:3]]))

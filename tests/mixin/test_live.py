@@ -365,7 +365,13 @@ def test_report_of_a_job_counts_the_hours_its_waits_cost(live, tmp_path):
     recorded = prom.scalar("sum(avg_over_time(%s%s[%s]))" % (n["job_idle"], sel, w)) * doc.wall_seconds / 3600
     print("report: lost %.5f h over %.0f s; the counters' share %.3f -> %.5f h; the record's mean x wall "
           "%.5f h" % (doc.lost_accelerator_hours, doc.wall_seconds, share, expected, recorded))
-    assert doc.ranks == 1 and doc.lost_accelerator_hours == pytest.approx(expected, rel=0.05), doc
+    # the report counts the counters over minute-long windows on the minute (fleet/lost.py,
+    # the one computation top shares, issue 52): over a 40 s job the start-up's first batch
+    # may fall in its window and not in the job's own; the truth is between the two shares
+    minute = prom.scalar("sum(increase(stallscope_data_wait_seconds_sum%s[60s])) / sum(increase("
+                         "stallscope_step_seconds_sum%s[60s]))" % (sel, sel)) * doc.wall_seconds / 3600
+    low, high = min(expected, minute), max(expected, minute)
+    assert doc.ranks == 1 and low * 0.95 <= doc.lost_accelerator_hours <= high * 1.05, (doc, expected, minute)
     # the split by cause is the record's, scaled to that total
     assert sum(doc.lost_by_cause.values()) <= doc.lost_accelerator_hours * 1.001, doc.lost_by_cause
     assert max(doc.lost_by_cause, key=doc.lost_by_cause.get) == "storage_errors", doc.lost_by_cause
