@@ -316,8 +316,14 @@ def test_top_ranks_the_stalled_jobs_first_each_with_its_cause(live, tmp_path):
         if r.job == "mixin-store":  # one cause, all along
             assert r.top_cause == body["causes"][0]["cause"], (r, body["causes"][:2])
         else:  # the slowed rank's faults at once: its first cause moves among them while
-            # its stall is young (cpu_throttle in top's hours, cache_miss now, in one run)
-            assert r.top_cause in [c["cause"] for c in body["causes"][:3]], (r, body["causes"][:3])
+            # its stall is young (cpu_throttle in top's hours, cache_miss now, in one run).
+            # Its workers runnable without a CPU are one mechanism in the time budget; which
+            # CPU cause it is, throttled or crowded, cpu.stat's record says once its throttled
+            # seconds have built up (correlate/consumer.py workers_throttled), so top's hours
+            # over the young stall may hold the other one
+            named = [c["cause"] for c in body["causes"][:3]]
+            cpu = {"cpu_throttle", "cpu_contention"}
+            assert r.top_cause in named or (r.top_cause in cpu and cpu & set(named)), (r, body["causes"][:3])
     store = rows[jobs.index("mixin-store")]
     assert store.top_cause == "storage_errors" and store.worst_pod == "store-0", store
     if "mixin-ok" in jobs:
