@@ -100,10 +100,15 @@ def test_gpu_series_carry_their_rank_and_source(running):
 
     def mapped():
         ranks = {r["rank"]: r.get("gpu") for r in json.loads(get(agent, "/api/v1/ranks"))["ranks"]}
-        # all three: the reports arrive on three connections, in no fixed order
-        return ranks if ranks.get(3) and ranks.get(5) and ranks.get(7) else None
+        # all three: the reports arrive on three connections, in no fixed order. A
+        # collection may see rank 3 in the table before its report's CUDA device is
+        # handled and map it by NVML's process list first (refresh() drops those samples
+        # when the better evidence arrives): wait for that evidence to be used.
+        done = ranks.get(3) and ranks.get(5) and ranks.get(7) and ranks[3].get("via") == "cuda_device"
+        return ranks if done else None
 
     ranks = wait_for(mapped)
+    assert ranks, "rank 3 never mapped by its CUDA device report"
     assert ranks[3] == {"uuid": U1, "gpu": "1", "source": "nvml", "via": "cuda_device"}
     assert ranks[5] == {"uuid": U0, "gpu": "0", "source": "nvml", "via": "nvml_process"}
     assert ranks[7]["via"] == "nvml_process"  # its report rejected, its PID still found
