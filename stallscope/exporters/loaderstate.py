@@ -58,7 +58,11 @@ DETAIL_S = 1.0
 # A worker found in a poll holding no internet socket (an idle one polling its index
 # queue, the common case) is looked at again only after this long: listing a process's
 # descriptors is the costly part (64 polling workers every FD_CACHE_S took ~0.4 % of a
-# core in benchmarks/bench_agent.py's 8 x 8 run)
+# core in benchmarks/bench_agent.py's 8 x 8 run). A worker of a rank whose loop waits is
+# looked at again after FD_CACHE_S: a fetch through a cache opens its connection only on
+# a miss, so a worker first found polling its index queue between misses read as idle
+# for 30 s, and a cold cache's fetches with it (issue 49: a drawn cache-miss run's
+# workers 99 % idle while the loop waited 16 % of its step).
 NO_INTERNET_S = 30.0
 UNATTRIBUTED = "unattributed"  # storage time in an open/stat or a page fault: no descriptor
 # Rounds a second on average. Each look splits the time since the previous one (its
@@ -343,8 +347,9 @@ class LoaderStateExporter(base.Exporter):
         raw = self._syscall(task)
         if raw is not None and raw == task.raw and now - task.raw_at < FD_CACHE_S and task.raw_state:
             return task.raw_state
+        recheck = FD_CACHE_S if self.waiting.get(task.rank, True) else NO_INTERNET_S
         state, by_call = self._classify(task.role, task.key[0], task.key[1], raw, task.state,
-                                        self._kin_of(task))
+                                        self._kin_of(task), recheck)
         if raw is not None and by_call:  # one that took stat's state (D or not) is read again
             task.raw, task.raw_at, task.raw_state = raw, now, state
         return state
@@ -430,8 +435,8 @@ class LoaderStateExporter(base.Exporter):
         return kin[0] if task.role == "worker" else kin[1]
 
     def _classify(self, role: str, pid: int, tid: int, raw: bytes | None,
-                  was: tuple[str, str | None] | None,
-                  kin: int | None = None) -> tuple[tuple[str, str | None], bool]:
+                  was: tuple[str, str | None] | None, kin: int | None = None,
+                  no_internet_s: float = NO_INTERNET_S) -> tuple[tuple[str, str | None], bool]:
         """(the state the task's off-CPU time since the last look is put in, whether the
         call alone decided it): the call it is blocked in now; one found running is on
         its way back from where it was (``was``, the last state found), so that is kept
@@ -447,7 +452,7 @@ class LoaderStateExporter(base.Exporter):
         if target is not None and target.startswith("socket:") and call is not None \
                 and call.first_arg is not None:
             unix = self._unix(pid, call.first_arg, target)
-        internet = call is not None and call.kind == "poll" and self._internet(pid, kin)
+        internet = call is not None and call.kind == "poll" and self._internet(pid, kin, no_internet_s)
         s = taskstate.classify(role, None, call, target, unix, internet)
         by_call = s != "other"
         if s == "other":
@@ -477,7 +482,7 @@ class LoaderStateExporter(base.Exporter):
         self.fds[(pid, fd)] = (now, target)
         return target
 
-    def _internet(self, pid: int, kin: int | None = None) -> bool:
+    def _internet(self, pid: int, kin: int | None = None, no_internet_s: float = NO_INTERNET_S) -> bool:
         """Whether ``pid`` held a socket to another host at its last look (every
         FD_CACHE_S: its descriptors listed, only for a task found in a poll). An HTTP
         client opens a connection a request or keeps a pool: either way a fetching worker
@@ -493,7 +498,7 @@ class LoaderStateExporter(base.Exporter):
         whose connections then all count."""
         now = time.monotonic()
         hit = self.internet.get(pid)
-        if hit and now - hit[0] < (FD_CACHE_S if hit[1] else NO_INTERNET_S):
+        if hit and now - hit[0] < (FD_CACHE_S if hit[1] else no_internet_s):
             return hit[1]
         own = taskstate.internet_sockets(self.host.procfs, pid)
         if own and kin and kin != pid:

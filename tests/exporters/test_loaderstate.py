@@ -178,6 +178,56 @@ def test_a_poll_on_a_connection_is_network_and_on_a_pipe_idle():
         srv.close()
 
 
+def test_a_worker_that_starts_fetching_is_network_while_its_loop_waits(monkeypatch):
+    """A worker reading through a cache polls its index queue between misses and opens a
+    connection only on a miss: found idle first, it must not read as idle for
+    NO_INTERNET_S once it fetches while its rank's loop waits (issue 49: a drawn
+    cache-miss run's workers read 99 % idle while the loop waited 16 % of its step)."""
+    import socket
+
+    from stallscope.exporters import loaderstate
+    from stallscope.exporters.loaderstate import LoaderStateExporter
+    from tests.helpers.exporters import context, table_with
+
+    monkeypatch.setattr(loaderstate, "FD_CACHE_S", 0.5)  # the re-check, scaled down
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    code = ("import multiprocessing as mp, socket, sys\n"
+            "q = mp.Queue()\n"
+            "try:\n    q.get(timeout=1.5)  # a hit's wait for the next index\n"
+            "except Exception:\n    pass\n"
+            "s = socket.create_connection(('127.0.0.1', %d), timeout=30); s.recv(1)  # a miss\n"
+            ) % srv.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    conn = None
+    try:
+        exp = LoaderStateExporter(context(table_with(dict(pid=os.getpid(), worker_pids=[proc.pid]))))
+        seen = []
+        deadline = time.monotonic() + 8.0
+        while time.monotonic() < deadline and "network" not in seen:
+            exp.sample_once()
+            task = exp.task.get((proc.pid, proc.pid))
+            if task is not None and task.state is not None and task.state[0] not in seen[-1:]:
+                seen.append(task.state[0])
+            if conn is None and "idle" in seen:
+                srv.settimeout(0.05)
+                try:
+                    conn, _ = srv.accept()  # accepted, never answered
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        assert seen[:1] == ["idle"], seen
+        # NO_INTERNET_S (30 s) would have held it idle past the deadline
+        assert "network" in seen, seen
+    finally:
+        proc.kill()
+        proc.wait()
+        if conn is not None:
+            conn.close()
+        srv.close()
+
+
 def test_a_worker_s_inherited_connections_are_its_training_process_s():
     """A loader worker forked after the process group started holds the training
     process's TCP connections (gloo's pairs): polling its index queue it is idle, not
