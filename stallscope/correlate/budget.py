@@ -45,6 +45,13 @@ ERRORS = line_of("storage_errors", "storage_error_ratio")  # the store failing i
 # the producing workers' share of their time below which the budget places only that
 # share of the ready wait (the rest: ``workers.idle``, no cause)
 PRODUCING_MIN = 0.1
+# Local reads, as a share of the bytes the loader delivers, past which workers that wait
+# on the network fetch on a miss what they read locally on a hit. The kernel counts a
+# read() of a file in rchar and not a socket's recv() (proc(5), /proc/<pid>/io), so a
+# loader that only fetches reads ~nothing locally: the drawn runs over sockets read
+# 0.001-0.002 of what they delivered; those through a cache in front of the same store,
+# 3.8-7.8 times it (tests/data/draws, issue 49).
+LOCAL_READS_MIN = 0.1
 
 
 def _during(trace: RankTrace, name: str, waits: WaitIndex,
@@ -104,20 +111,43 @@ def _asleep(trace: RankTrace, waits: WaitIndex) -> str:
     return "too_few_workers"
 
 
-def mechanisms(trace: RankTrace, scored: Mapping[str, float], waits: WaitIndex) -> dict[str, str | None]:
-    """Each component's cause in its context. ``scored``: the causes' scores so far, for
-    the one context a score gives (a link measured at its capacity: bandwidth_bound)."""
+def _fetches_on_miss(trace: RankTrace, waits: WaitIndex) -> str:
+    """Workers that wait on the network while their loader reads files at a rate near
+    what it delivers read two tiers: local copies, and the remote store for what the
+    local one lacks. Their network time is the local tier's misses (cache_miss), not a
+    store slow for every read (storage_latency). Returns the measured context in words,
+    "" when it does not hold."""
+    local = _during(trace, "loader_read_bytes_rate", waits)
+    batch = (trace.loader or {}).get("batch_bytes")
+    span = trace.span()
+    if local is None or not batch or span is None or span[1] <= span[0]:
+        return ""
+    delivered = batch * trace.n / ((span[1] - span[0]) / 1e9)
+    if local < LOCAL_READS_MIN * delivered:
+        return ""
+    return ("fetching what their local copies lack: the loader read %.1f MB/s of local files, "
+            "%.1fx the bytes it delivered" % (local / 1e6, local / delivered))
+
+
+def mechanisms(trace: RankTrace, scored: Mapping[str, float],
+               waits: WaitIndex) -> dict[str, tuple[str | None, str]]:
+    """Each component's cause in its context, and that context in words where a
+    measurement beyond the component's own chose the cause. ``scored``: the causes'
+    scores so far, for the one context a score gives (a link measured at its capacity:
+    bandwidth_bound)."""
     at_capacity = scored.get("bandwidth_bound", 0.0) >= ATTRIBUTE
     storage = "fuse_unhealthy" if _fuse_down(trace, waits) else (
         "bandwidth_bound" if at_capacity else "storage_latency")
+    missed = "" if at_capacity else _fetches_on_miss(trace, waits)
+    network = "bandwidth_bound" if at_capacity else ("cache_miss" if missed else "storage_latency")
     return {
-        "loop.handoff": "transfer_cost",
-        "loop.cpu_wait": "cpu_throttle" if consumer.throttled(trace) else "cpu_contention",
-        "workers.on_cpu": "too_few_workers",
-        "workers.cpu_wait": "cpu_throttle" if consumer.workers_throttled(trace) else "cpu_contention",
-        "workers.storage": storage,
-        "workers.network": "bandwidth_bound" if at_capacity else "storage_latency",
-        "workers.sleeping": _asleep(trace, waits),
+        "loop.handoff": ("transfer_cost", ""),
+        "loop.cpu_wait": ("cpu_throttle" if consumer.throttled(trace) else "cpu_contention", ""),
+        "workers.on_cpu": ("too_few_workers", ""),
+        "workers.cpu_wait": ("cpu_throttle" if consumer.workers_throttled(trace) else "cpu_contention", ""),
+        "workers.storage": (storage, ""),
+        "workers.network": (network, missed),
+        "workers.sleeping": (_asleep(trace, waits), ""),
     }
 
 
@@ -182,7 +212,7 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
     elif ready > 0:
         parts["unsplit"] = parts.get("unsplit", 0.0) + ready
     # unrounded: the codec rounds, once, where the numbers leave as JSON
-    comps = sorted((Component(name, sec, sec / wait, causes.get(name))
+    comps = sorted((Component(name, sec, sec / wait, *causes.get(name, (None, "")))
                     for name, sec in parts.items() if sec > 0), key=lambda c: -c.seconds)
     return Budget(wait, ready, handoff, tuple(comps), idle, sampled)
 

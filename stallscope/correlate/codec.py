@@ -175,7 +175,8 @@ def budget(b: Budget) -> JSON:
             "handoff_seconds": _r(b.handoff_seconds), "workers_idle_ratio": _r(b.workers_idle, 4),
             "sampled": b.sampled, "critical": b.critical.name if b.critical else None,
             "components": [{"name": c.name, "seconds": _r(c.seconds), "share": _r(c.share, 4),
-                            "cause": c.cause, "words": c.words} for c in b.components]}
+                            "cause": c.cause, "context": c.context, "words": c.words}
+                           for c in b.components]}
 
 
 def decode_budget(body: Any) -> Budget:
@@ -187,7 +188,7 @@ def decode_budget(body: Any) -> Budget:
         if not name:
             raise Malformed("a budget component has no name")
         comps.append(Component(name, _num(c, "seconds") or 0.0, _num(c, "share") or 0.0,
-                               _str(c, "cause")))
+                               _str(c, "cause"), _str(c, "context") or ""))
     return Budget(_num(b, "wait_seconds") or 0.0, _num(b, "ready_seconds") or 0.0,
                   _num(b, "handoff_seconds") or 0.0, tuple(comps), _num(b, "workers_idle_ratio"),
                   bool(b.get("sampled")))

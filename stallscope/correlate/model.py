@@ -271,10 +271,12 @@ class Component:
     seconds: float       # of the loop's wait it held
     share: float         # of the loop's wait
     cause: str | None    # the mechanism's cause in its context (None: nothing measured names one)
+    context: str = ""    # the measured context that named the cause, in words ("" when plain)
 
     @property
     def words(self) -> str:
-        return BUDGET_WORDS.get(self.name, self.name)
+        plain = BUDGET_WORDS.get(self.name, self.name)
+        return "%s (%s)" % (plain, self.context) if self.context else plain
 
 
 @dataclasses.dataclass(frozen=True)

@@ -276,3 +276,23 @@ def test_workers_asleep_in_a_retry_are_named_by_what_they_retry(failing, cause):
     _signals(tr, loader_workers_sleeping_ratio=0.95, **failing)
     b = budget.account(Context(tr))
     assert b.critical.name == "workers.sleeping" and b.critical.cause == cause
+
+
+@pytest.mark.parametrize("local_reads,cause", [
+    (4.0, "cache_miss"),         # hits read from local files at 4x the bytes delivered
+    (0.002, "storage_latency"),  # a reader over sockets only: its index pipe's bytes
+])
+def test_network_waits_beside_local_reads_are_a_cache_s_misses(local_reads, cause):
+    """Drawn cache-miss runs (issue 49): every worker's read of a cached shard is a file
+    read (the kernel's rchar), a miss a GET whose recv() rchar never counts. Workers blocked
+    on the network whose loader also reads files near what it delivers fetch what their
+    local tier lacks; a loader that reads nothing locally waits on the store itself."""
+    tr = _steady_slow_mount(storage=0.0)
+    tr.loader["batch_bytes"] = 65536
+    start, end = tr.span()
+    delivered = 65536 * tr.n / ((end - start) / 1e9)
+    _signals(tr, loader_workers_network_ratio=0.9, loader_read_bytes_rate=local_reads * delivered)
+    b = budget.account(Context(tr))
+    assert b.critical.name == "workers.network" and b.critical.cause == cause
+    d = diagnosis.analyse(tr)
+    assert d.causes[0].cause == cause, [(c.cause, c.score) for c in d.causes]
