@@ -140,7 +140,8 @@ def bandwidth_bound(ctx: Context) -> Cause | None:
     span = ctx.whole.span()
     if rate is None or rate[0] <= 0 or n < 2 or waited <= 0 or span is None:
         return make(BANDWIDTH, 0.0, "A link of the node ran at %.0f%% of its capacity, but the "
-                    "loader's bytes were not measured (no shard reads, no /proc/<pid>/io)."
+                    "loader's bytes were not measured (no shard reads; its workers' reads over sockets are "
+                    "not in /proc/<pid>/io, nor was the link's traffic measured)."
                     % (100 * link), rows)
     batches_per_s = ctx.whole.n / ((span[1] - span[0]) / 1e9)
     per_batch = rate[0] / batches_per_s
