@@ -15,6 +15,10 @@ Metrics, per rank (at most 5 series with a ``rank`` label, within the per-rank b
   A fixed cap keeps 16,384-rank jobs practical whatever the number of causes evaluated.
 - ``stallscope_stall_since_timestamp_seconds``: while a stall is detected, when it began
   (Unix time).
+
+Per pod (off the per-rank budget): ``stallscope_stall_budget_ratio{component, cause}``, the
+time budget of the pod's most-waiting input-bound rank, its components of BUDGET_MIN_SHARE
+or more: the evidence `stallscope diagnose` shows from Prometheus alone (issue 49).
 """
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ from .scrapefirst import SCRAPES
 from .settingswatch import SettingsWatch
 
 MAX_CAUSE_SERIES = 3
+BUDGET_MIN_SHARE = 0.01
+POD_LABELS = ("job", "pod", "namespace", "node")
 GATHERING_S = 2.0   # re-run this often while a rank has too few batches for a verdict
 # A rank with no news since its last test (no new batch, the same call blocked in next())
 # is tested again only this long after it: a steady trainer reports every TRAINER_FLUSH_S
@@ -323,7 +329,20 @@ class CorrelatorPart(Part):
         period = family("stallscope_stall_period_steps")
         score = family("stallscope_stall_cause_score")
         since = family("stallscope_stall_since_timestamp_seconds")
+        spent = family("stallscope_stall_budget_ratio")
         wall = time.time_ns() - time.monotonic_ns()
+        worst: dict[tuple[str, ...], tuple[float, Diagnosis]] = {}
+        for labels, d in results:
+            if d.verdict == "input_bound" and d.budget is not None:
+                pod = tuple(str(labels.get(k, "")) for k in POD_LABELS)
+                if pod not in worst or (d.data_wait_ratio or 0.0) > worst[pod][0]:
+                    worst[pod] = (d.data_wait_ratio or 0.0, d)
+        for pod in sorted(worst):
+            b = worst[pod][1].budget
+            for part in b.components if b is not None else ():
+                if part.share >= BUDGET_MIN_SHARE:
+                    spent.add(dict(zip(POD_LABELS, pod)), part.share, component=part.name,
+                              cause=part.cause or "")
         for labels, d in results:
             if d.since_ns is not None:
                 since.add(labels, (d.since_ns + wall) / 1e9)
@@ -332,7 +351,7 @@ class CorrelatorPart(Part):
             period.add(labels, d.stall_period_steps)
             for c in [c for c in d.causes if c.score > 0][:MAX_CAUSE_SERIES]:
                 score.add(labels, c.score, cause=c.cause)
-        yield from (overlap.family, period.family, score.family, since.family)
+        yield from (overlap.family, period.family, score.family, since.family, spent.family)
         for name, value in (("stallscope_correlator_runs_total", runs),
                             ("stallscope_correlator_failures_total", failures),
                             ("stallscope_correlator_duration_seconds", duration)):

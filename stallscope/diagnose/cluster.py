@@ -235,6 +235,23 @@ def cause_scores(prom: Prometheus, who: JobRank, w: str) -> list[tuple[str, floa
                   key=lambda c: -c[1])
 
 
+def budget_shares(prom: Prometheus, who: JobRank, w: str) -> list[tuple[str, str, float]]:
+    """[(component, cause, share)] of the time budget the agent published last for the
+    pod (stallscope_stall_budget_ratio, largest first): the series of its newest scrape
+    that had one, so a job that ended keeps its last budget and a component gone from the
+    budget before then is not summed with those that replaced it."""
+    sel = selector(job=who.job, namespace=who.namespace, pod=who.pod)
+    rows = prom.samples("stallscope_stall_budget_ratio%s[%s]" % (sel, w))
+    last = [(labels, points[-1]) for labels, points in rows if points and points[-1][1] is not None]
+    if not last:
+        return []
+    newest = max(t for _, (t, _) in last)
+    # one target's series share a scrape's timestamp; half a second covers rounding
+    return sorted(((labels.get("component", ""), labels.get("cause", ""), float(v))
+                   for labels, (t, v) in last if t >= newest - 0.5 and v is not None),
+                  key=lambda c: -c[2])
+
+
 def loader_sizing(prom: Prometheus, who: JobRank, w: str) -> Sizing:
     """num_workers and the agent's advice (issue 4's workers_needed), as Prometheus has
     them: the loader's side of the story when the agent cannot be asked."""
@@ -286,6 +303,7 @@ def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
         if target is not None and (target.data_wait_ratio or 0.0) >= THRESHOLD:
             when = pool.submit(since, prom, target, window_s)
         scores = pool.submit(cause_scores, prom, me, w)
+        spent = pool.submit(budget_shares, prom, me, w)
         batches = pool.submit(prom.scalar, "sum(increase(stallscope_step_seconds_count%s[%s]))" % (
             selector(job=me.job, namespace=namespace, pod=pod, rank=str(me.rank)), w))
         sizing = pool.submit(loader_sizing, prom, me, w)
@@ -317,4 +335,4 @@ def view(prom: Prometheus, pod: str, namespace: str | None, window_s: float,
             # the pod's loader workers that died, by reason, and the causes they score
             worker_exits=tuple(exits), death_causes=tuple(deaths), sli_expr=exprs[me.job],
             steady_data_wait_ratio=steady.result(), handoff_ratio=handoff.result(),
-            dark_ranks=tuple(dark), dark_agents=tuple(down))
+            dark_ranks=tuple(dark), dark_agents=tuple(down), budget_shares=tuple(spent.result()))

@@ -152,6 +152,9 @@ class ClusterView:
     # agent not scraped (up != 1): what Prometheus cannot see of the job (issue 35)
     dark_ranks: tuple[JobRank, ...] = ()
     dark_agents: tuple[str, ...] = ()
+    # (component, cause, share) of the time budget the agent published for the pod
+    # (stallscope_stall_budget_ratio), largest first
+    budget_shares: tuple[tuple[str, str, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..correlate import rules
-from ..correlate.model import Diagnosis
+from ..correlate.model import Budget, Component, Diagnosis
 from . import agents as agents_mod
 from . import cluster as cluster_mod
 from . import ended as ended_mod
@@ -336,7 +336,8 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
         cost=outlook.cost(v, causes, me.data_wait_ratio, me.job_max, me.job_ranks, me.job_scope),
         change=diag.change if diag is not None else None,
         evidence=tuple(verdict.evidence(me, cl, diag, info, causes)), stacks=stack_doc,
-        budget=diag.budget if diag is not None and v == diag.verdict == "input_bound" else None,
+        budget=(diag.budget if diag is not None and v == diag.verdict == "input_bound"
+                else _published_budget(cl, w) if v == "input_bound" else None),
         sources=tuple(sources), warnings=tuple(warnings))
     doc = _with_setup(doc, diag)
     if ended is not None:
@@ -373,6 +374,23 @@ def _steady(cl: ClusterView | None, diag: Diagnosis | None) -> float | None:
     if cl is not None and cl.steady_data_wait_ratio is not None:
         return cl.steady_data_wait_ratio
     return diag.loop.steady_data_wait_ratio if diag is not None and diag.loop is not None else None
+
+
+def _published_budget(cl: ClusterView | None, window_s: float) -> Budget | None:
+    """The time budget the agent published for the pod, as Prometheus holds it (its shares;
+    the seconds are those shares of the rank's steady wait over the window), when the
+    agent itself is not asked: the same components, causes and shares either way."""
+    if cl is None or not cl.budget_shares:
+        return None
+    ratio = cl.steady_data_wait_ratio if cl.steady_data_wait_ratio is not None else cl.data_wait_ratio
+    wait = (ratio or 0.0) * window_s
+    if wait <= 0:
+        return None
+    comps = tuple(Component(name, share * wait, share, cause or None)
+                  for name, cause, share in cl.budget_shares)
+    handoff = sum(c.seconds for c in comps if c.name.startswith("loop."))
+    return Budget(wait, max(0.0, wait - handoff), handoff, comps, None,
+                  any(c.name.startswith("workers.") for c in comps))
 
 
 def _with(doc: Report, **changes: Any) -> Report:

@@ -1,7 +1,7 @@
 """The agent's own series: ingest and rank-table health (part ``ranks``), the exporters'
 self-health (part ``exporters``), and the correlator's outputs (part ``correlator``)."""
 from .entries import Metric
-from .labels import RANK
+from .labels import POD, RANK
 
 # A departed pod's per-pod counters (worker exits, loader errors) are kept for the alerts
 # that read their increase, for at most this many departed pods, the most recently seen:
@@ -77,6 +77,11 @@ METRICS = (
     Metric("stallscope_stall_cause_score", "gauge",
            "Correlator score (0-1) of a candidate stall cause; top 3 causes of an input-bound rank.",
            RANK + ("cause",), "correlator"),
+    Metric("stallscope_stall_budget_ratio", "gauge",
+           "Share of the steady wait held by each component of the time budget (the correlator's, "
+           "correlate/budget.py) of the pod's most-waiting input-bound rank, with the cause the "
+           "component names in its context; components of 1 % or more. Per pod, off the per-rank "
+           "series budget.", POD + ("component", "cause"), "correlator"),
     Metric("stallscope_stall_since_timestamp_seconds", "gauge",
            "While a stall of the rank is detected (a change point of its data-wait share), "
            "when it began (Unix time).", RANK, "correlator"),

@@ -7,6 +7,7 @@ from prometheus_client import generate_latest
 
 from stallscope.agent import correlator as correlator_mod
 from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.correlate.model import BUDGET_WORDS
 from stallscope.host import ApiError
 from stallscope.lab import synth
 from stallscope.vocabulary import DATA_WAIT_LINE
@@ -74,14 +75,20 @@ def test_metrics_stay_within_the_per_rank_budget(agent):
             in text)
     assert 'stallscope_stall_cause_score{cause="too_few_workers",job="train"' in text
     assert "stallscope_correlator_runs_total 1.0" in text
-    per_rank = {}
+    per_rank, budget = {}, []
     for line in text.splitlines():
-        if line.startswith(("stallscope_gpu_idle_overlap", "stallscope_stall_")):
+        if line.startswith("stallscope_stall_budget_ratio{"):
+            budget.append(line)  # per pod, off the per-rank budget
+        elif line.startswith(("stallscope_gpu_idle_overlap", "stallscope_stall_")):
             key = line[line.index("{"):].split("}")[0]
             key = ",".join(p for p in key.strip("{").split(",") if not p.startswith("cause="))
             per_rank[key] = per_rank.get(key, 0) + 1
     assert len(per_rank) == 3
     assert max(per_rank.values()) <= 2 + correlator_mod.MAX_CAUSE_SERIES
+    # the input-bound rank's time budget, once for its pod: no rank label, a component a series
+    assert budget and all('rank="' not in b and 'pod="pod-0"' in b for b in budget), budget
+    assert len(budget) <= len(BUDGET_WORDS)
+    assert sum(float(b.rsplit(" ", 1)[1]) for b in budget) <= 1.0 + 1e-9
 
 
 def test_timeline_carries_loader_and_separate_node_signals(agent):

@@ -371,6 +371,17 @@ def test_given_agent_unreachable_degrades_to_prometheus(cluster):
     # the loader's sizing still comes through Prometheus: a level-only candidate
     tfw = [c for c in doc["causes"] if c["cause"] == "too_few_workers"]
     assert tfw and tfw[0]["evidence"][0]["value"] == 3 and tfw[0]["evidence"][0]["threshold"] == 2
+    # the time budget as the agent published it (stallscope_stall_budget_ratio, issue 49):
+    # the same critical component and cause as the agent's own answer; its shares from the
+    # agent's last scheduled analysis, so within what a few seconds of a steady run move
+    rc2, agent_doc, _ = run_json(cluster, "dj-1", "--agent", cluster.agents["node-b"].url)
+    mine, theirs = doc["budget"], agent_doc["budget"]
+    assert mine and theirs, (mine, theirs)
+    assert mine["critical"] == theirs["critical"], (mine, theirs)
+    top = {c["name"]: c for c in theirs["components"]}[theirs["critical"]]
+    got = {c["name"]: c for c in mine["components"]}[mine["critical"]]
+    assert got["cause"] == top["cause"] and got["share"] == pytest.approx(top["share"], abs=0.15)
+    assert sum(c["share"] for c in mine["components"]) <= 1.0 + 1e-6
 
 
 def test_dead_agent_then_empty_window(cluster):
