@@ -72,6 +72,19 @@ def _during(trace: RankTrace, name: str, waits: WaitIndex,
     return float((s.v * weight).sum() / weight.sum())
 
 
+def _mean(trace: RankTrace, name: str) -> float | None:
+    """The signal's time-weighted mean over the trace's span."""
+    _, series = trace.signal(signal(name).name, ("rank",))
+    span = trace.span()
+    if series is None or span is None:
+        return None
+    s: Series = series.clip(*span)
+    dt = s.dt().astype(np.float64) if len(s) else np.zeros(0)
+    if not len(s) or dt.sum() <= 0:
+        return None
+    return float((s.v * dt).sum() / dt.sum())
+
+
 def _main_split(trace: RankTrace, waits: WaitIndex) -> tuple[float | None, float | None]:
     """(the training thread's CPU-wait share, its on-CPU share) while the loop waited: the
     sampler's signals, else a recorded timeline's split of the window."""
@@ -115,9 +128,12 @@ def _fetches_on_miss(trace: RankTrace, waits: WaitIndex) -> str:
     """Workers that wait on the network while their loader reads files at a rate near
     what it delivers read two tiers: local copies, and the remote store for what the
     local one lacks. Their network time is the local tier's misses (cache_miss), not a
-    store slow for every read (storage_latency). Returns the measured context in words,
-    "" when it does not hold."""
-    local = _during(trace, "loader_read_bytes_rate", waits)
+    store slow for every read (storage_latency). Over the window, not during the waits:
+    the loop waits while the workers fetch a miss, and reads its hits between the waits
+    (a drawn run read 2 KB/s locally during its waits, 0.2 MB/s over the window, for the
+    47 KB/s it delivered). Returns the measured context in words, "" when it does not
+    hold."""
+    local = _mean(trace, "loader_read_bytes_rate")
     batch = (trace.loader or {}).get("batch_bytes")
     span = trace.span()
     if local is None or not batch or span is None or span[1] <= span[0]:
