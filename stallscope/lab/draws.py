@@ -82,12 +82,13 @@ def _live(scenario, opts, want_bodies=True):
         session = Session(td, workdir=opts.workdir, say=opts.say)
         session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, scenario.real.ranks,
                                                        scenario.real.duration, scenario.title))
-        session.start_agent(scenario.real.duration, scenario.make_fault().agent_args())
+        # its correlator's window covers the run's extension too (runner.EXTEND_MAX_S)
+        session.start_agent(scenario.real.duration + runner.EXTEND_MAX_S, scenario.make_fault().agent_args())
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
         job = session.start_job(scenario, ranks=scenario.real.ranks, duration=scenario.real.duration)
         base = job.wait_ready(opts.warmup_batches)
-        now, fired, history = runner._window(job, base, opts.live)
+        now, fired, history = runner._window(job, base, opts.live, until_verdict=True)
         result = findings.collect(job, base, now, fired, history)
         per_rank = findings.agent_diagnoses(job)
         alone = None

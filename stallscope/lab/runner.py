@@ -5,6 +5,7 @@ progress display, then what stallscope found (lab/findings.py); everything undon
 import dataclasses
 import time
 
+from .. import vocabulary
 from ..processes import teardown
 from . import findings, nodes, report, scenarios, traces
 from .job import Unavailable
@@ -15,6 +16,13 @@ __all__ = ["ALERTS_FROM_S", "Options", "Unavailable", "run"]
 # Alerts count from when the rules' rate window (10 s) no longer reaches back into the
 # ranks' start-up (the first batch waits for the workers to start).
 ALERTS_FROM_S = 11.0
+# A run whose slowed rank has too few batches for a verdict by the end of its duration
+# goes on, at most this long, until it has them (the correlator's MIN_BATCHES, and a few
+# more) or stops making batches (a hang is judged while it lasts): a drawn CPU-contention
+# run of 23 s made 14 batches of 1.6 s, and the agent said "unknown" (issue 49).
+EXTEND_MAX_S = 30.0
+EXTEND_BATCHES = vocabulary.MIN_BATCHES + 5
+STALLED_S = 5.0
 
 
 @dataclasses.dataclass
@@ -84,15 +92,26 @@ def run(scenario, opts):
     return result
 
 
-def _window(job, base, live):
+def _batches(now, base, target):
+    """The batches the target rank made since ``base``, or None when it is not known."""
+    r, b = now.get(target), base.get(target)
+    try:
+        return int(r["batches"]) - (int(b["batches"]) if b else 0)
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _window(job, base, live, until_verdict=False):
     """The measured window: the fault acts, the progress line shows the per-rank
     data-wait, Prometheus's firing alerts are collected, the ranks' counters are kept
     every second (the headline alert's SLI, findings.sli_alert). Returns (ranks now,
-    fired, [(seconds, ranks)])."""
+    fired, [(seconds, ranks)]). ``until_verdict``: past the duration, until the target has
+    the batches a verdict needs (EXTEND_MAX_S at most; drawn runs, lab/draws.py)."""
     t0 = time.monotonic()
     show = report.Progress(job.say, job.duration, job.target, live=live)
     fired = set()
     history = [(0.0, base)]
+    moved = (0.0, None)  # (when the target's batch count last moved, that count)
     while True:
         elapsed = time.monotonic() - t0
         job.fault.tick(job, elapsed)
@@ -102,8 +121,15 @@ def _window(job, base, live):
         show.update(elapsed, base, now)
         if job.prom is not None and elapsed >= ALERTS_FROM_S:
             fired |= findings.firing(job.prom)
-        if elapsed >= job.duration:
+        made = _batches(now, base, job.target)
+        if made != moved[1]:
+            moved = (elapsed, made)
+        if elapsed >= job.duration and (
+                not until_verdict or made is None or made >= EXTEND_BATCHES
+                or elapsed >= job.duration + EXTEND_MAX_S or elapsed - moved[0] >= STALLED_S):
             break
-        time.sleep(min(1.0, job.duration - elapsed))
+        time.sleep(1.0 if elapsed >= job.duration else min(1.0, job.duration - elapsed))
+    if until_verdict and elapsed > job.duration:
+        job.duration = elapsed  # the windows asked for afterwards cover what ran
     show.done()
     return now, fired, history

@@ -77,6 +77,49 @@ def test_a_schedule_comes_and_goes_or_ramps_up():
     assert ramp[0] == 0.2 and ramp == sorted(ramp) and ramp[-2:] == [1.0, 1.0]
 
 
+class _Job:
+    """What runner._window reads of a lab job: its target's batch count moves as told."""
+
+    def __init__(self, duration, counts):
+        self.duration, self.target, self.prom = duration, 1, None
+        self.counts, self.t0 = counts, time.monotonic()
+        self.fault = type("Fault", (), {"tick": lambda *a: None})()
+        self.say = lambda line: None
+
+    def check_alive(self):
+        pass
+
+    def ranks(self):
+        made = self.counts(time.monotonic() - self.t0)
+        return {r: {"rank": r, "batches": n, "step_seconds_total": n * 0.1, "data_wait_seconds_total": 0.0}
+                for r, n in ((0, 99), (1, made))}
+
+
+@pytest.mark.parametrize("counts,until,at_least,at_most", [
+    (lambda t: int(4 * t), 0.5, 0.5 + 1.5, 0.5 + 1.5 + 1.3),  # slow but moving: EXTEND_MAX_S more
+    (lambda t: 3, 0.5, 1.0, 1.0 + 1.3),                       # stopped from the start (a hang)
+    (lambda t: 10 ** 6, 0.5, 0.5, 0.5 + 1.3),                 # enough batches: at its duration
+])
+def test_a_drawn_run_goes_on_until_its_target_has_the_batches_a_verdict_needs(
+        monkeypatch, counts, until, at_least, at_most):
+    """A drawn CPU-contention run of 23 s made 14 batches of 1.6 s and the agent said
+    "unknown" (issue 49): a draw's window goes on past its duration until the target has
+    the correlator's MIN_BATCHES and a few, EXTEND_MAX_S at most, or stops making them."""
+    from stallscope.lab import runner
+
+    monkeypatch.setattr(runner, "EXTEND_MAX_S", 1.5)
+    monkeypatch.setattr(runner, "STALLED_S", 1.0)
+    job = _Job(until, counts)
+    t0 = time.monotonic()
+    runner._window(job, {}, live=False, until_verdict=True)
+    took = time.monotonic() - t0
+    assert at_least <= took <= at_most, took
+    assert job.duration == pytest.approx(took, abs=0.2)  # the windows asked for cover the run
+    job = _Job(0.3, lambda t: 1)
+    runner._window(job, {}, live=False)  # a scenario's run: its duration
+    assert job.duration == 0.3
+
+
 def test_an_unknown_class_is_one_clear_line():
     r = run_lab("sample", "--seed", 1, "--class", "no_such_class", timeout=60)
     assert r.returncode == 2 and "no_such_class" in r.stderr and "Traceback" not in r.stderr
