@@ -156,11 +156,14 @@ def mechanisms(trace: RankTrace, scored: Mapping[str, float],
         "bandwidth_bound" if at_capacity else "storage_latency")
     missed = "" if at_capacity else _fetches_on_miss(trace, waits)
     network = "bandwidth_bound" if at_capacity else ("cache_miss" if missed else "storage_latency")
+    workers_cpu = "cpu_throttle" if consumer.workers_throttled(trace) else "cpu_contention"
     return {
         "loop.handoff": ("transfer_cost", ""),
+        "loop.blocked": ("transfer_cost", ""),
+        "loop.workers_cpu_wait": ("cpu_throttle", ""),
         "loop.cpu_wait": ("cpu_throttle" if consumer.throttled(trace) else "cpu_contention", ""),
         "workers.on_cpu": ("too_few_workers", ""),
-        "workers.cpu_wait": ("cpu_throttle" if consumer.workers_throttled(trace) else "cpu_contention", ""),
+        "workers.cpu_wait": (workers_cpu, ""),
         "workers.storage": (storage, ""),
         "workers.network": (network, missed),
         "workers.sleeping": (_asleep(trace, waits), ""),
@@ -198,11 +201,27 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
         handoff, step = moved_ns / 1e9, step_ns / 1e9
     main_wait, main_on = _main_split(trace, waits)
     if handoff > 0 and main_wait is not None and main_on is not None and main_wait + main_on > 0:
-        # taking a batch over, the training thread is on a CPU or runnable without one:
-        # the handoff splits as its time does while it could run
-        starved = handoff * main_wait / (main_wait + main_on)
+        # taking a batch over, the training thread is on a CPU, runnable without one, or
+        # blocked on the worker that sends it. What it could run of the handoff splits as
+        # its time does while it could run; what it could not (its running and runnable
+        # time a smaller share of its time than the handoff is of the steps) it was blocked
+        # on the workers' side: the quota's, as far as the kernel's record says it throttled
+        # them (consumer.throttled_share), the handoff's own IPC otherwise (a worker's fd
+        # sharer answers each tensor: a drawn transfer cost's workers, idle 98 %, waited
+        # for a CPU more than they ran, and that did not make its IPC theirs). Issue 49: a
+        # drawn quota's handoff, 3.5 % of the step with the thread running or runnable 1 %
+        # of its time, read half "its own work".
+        ran = main_wait + main_on
+        of_steps = handoff / step if step > 0 else 0.0
+        could = handoff if ran >= of_steps else handoff * ran / of_steps
+        starved = could * main_wait / ran
         parts["loop.cpu_wait"] = starved
-        parts["loop.handoff"] = handoff - starved
+        parts["loop.handoff"] = could - starved
+        blocked = handoff - could
+        if blocked > 0:
+            quota = consumer.throttled_share(trace) or 0.0
+            parts["loop.workers_cpu_wait"] = blocked * quota
+            parts["loop.blocked"] = blocked * (1.0 - quota)
     elif handoff > 0 and main_wait is not None:
         # an older agent's trace: the CPU wait alone, all of it put on the handoff at most
         starved = min(handoff, main_wait * step)

@@ -245,13 +245,18 @@ def order(causes: Sequence[Cause]) -> list[Cause]:
     return [c for _, c in keyed]
 
 
-def separate_cpu(scored: list[Cause], quota_measured: bool, quota_cores: float | None) -> list[Cause]:
+def separate_cpu(scored: list[Cause], quota_measured: bool, quota_cores: float | None,
+                 throttled_share: float | None = None) -> list[Cause]:
     """cpu_throttle (a CFS quota held the loader back: raise the limit) vs cpu_contention
     (it waited for a core with no quota throttling it: the node is crowded, a limit buys
     nothing). ``quota_measured``: the cfs exporter ran; ``quota_cores``: the rank's
-    effective quota or None. Throttled tasks queue too, so when throttling explains the
-    stalls it takes its share off the run-queue cause; without a quota there is no
-    throttling."""
+    effective quota or None. Throttled tasks queue too, so throttling takes its share off
+    the run-queue cause: the kernel's record of that share (``throttled_share``,
+    consumer.throttled_share: cpu.stat's throttled seconds over schedstat's run-queue wait)
+    or, where larger, the throttle's co-occurrence. The record counts a quota that throttled
+    all along, which co-occurrence discounts (issue 49: a drawn quota throttling 93 % of the
+    quiet time too explained "7 %" of the run-queue wait, and the report said no quota
+    throttled the rank). Without a quota there is no throttling."""
     by = {c.cause: c for c in scored}
     contention, throttle = by.get("cpu_contention"), by.get("cpu_throttle")
     if contention is None:
@@ -262,8 +267,9 @@ def separate_cpu(scored: list[Cause], quota_measured: bool, quota_cores: float |
         out = out.with_score(out.score, " The rank's cgroups have no CFS quota: nothing throttled "
                              "them." if cores is None else "",
                              Evidence("cfs_quota_cores", cores, None, "above", None, "rank"))
-    if throttle is not None and throttle.score > 0:
-        out = out.with_score(contention.score * (1.0 - throttle.score),
+    share = max(throttle.score if throttle is not None else 0.0, throttled_share or 0.0)
+    if share > 0:
+        out = out.with_score(contention.score * (1.0 - share),
                              " Throttling by the CFS quota explains %.0f%% of it (cpu_throttle)." % (
-                                 100 * throttle.score))
+                                 100 * share))
     return [out if c is contention else c for c in scored]

@@ -84,6 +84,20 @@ def throttled(trace: RankTrace) -> bool:
     return mean is not None and mean >= THROTTLED.threshold
 
 
+def throttled_share(trace: RankTrace) -> float | None:
+    """The quota's share of the seconds the rank's workers waited for a CPU: its cgroups'
+    throttled seconds a second (cpu.stat) over the workers' CPU wait a second (schedstat,
+    which counts a throttled task's time as waiting), at most 1; 0 when the kernel's record
+    says the quota did not throttle them; None when not measured."""
+    if not throttled(trace):
+        return 0.0 if _mean(trace, THROTTLED.signal) is not None else None
+    secs, wait = _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
+    workers = (trace.loader or {}).get("num_workers") or 0
+    if secs is None or wait is None or not workers:
+        return None
+    return min(1.0, secs / (wait * workers)) if wait > 0 else 1.0
+
+
 def workers_throttled(trace: RankTrace) -> bool:
     """Whether the quota, not a crowd, held the rank's workers back: its cgroups' throttled
     seconds a second (cpu.stat, summed over the CPUs' run queues) at least half the
@@ -93,13 +107,8 @@ def workers_throttled(trace: RankTrace) -> bool:
     leaves the throttled seconds near 0, and the co-occurrence scores decide as before
     (a workers' quota of 0.2 CPU on a crowded node named cpu_contention for part of its
     stall: the live mixin test's top)."""
-    if not throttled(trace):
-        return False
-    secs, wait = _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
-    workers = (trace.loader or {}).get("num_workers") or 0
-    if secs is None or wait is None or not workers:
-        return False
-    return secs >= 0.5 * wait * workers
+    share = throttled_share(trace)
+    return share is not None and share >= 0.5
 
 
 def promote(scored: Sequence[Cause], score: float, quota_cores: float | None,

@@ -237,7 +237,8 @@ def _fed(s: Scoring) -> None:
 
 
 def _quota(s: Scoring) -> None:
-    s.scored = causes_mod.separate_cpu(s.scored, s.facts.quota_measured, s.facts.quota_cores)
+    s.scored = causes_mod.separate_cpu(s.scored, s.facts.quota_measured, s.facts.quota_cores,
+                                       consumer.throttled_share(s.ctx.trace))
 
 
 def _workers_short(s: Scoring) -> None:
@@ -253,14 +254,21 @@ def _workers_short(s: Scoring) -> None:
 
 def _consumer_short(s: Scoring) -> None:
     trace, spent = s.ctx.trace, s.budget
-    if consumer.held_share(trace, s.ready_ratio) is None or spent is None or spent.handoff_seconds <= 0:
+    if spent is None or spent.handoff_seconds <= 0:
         return
-    # the share of the handoff the training thread spent runnable without a CPU, as the
-    # budget measured it: the CPU cause holds that much of the wait (step ``measured``),
-    # the handoff's own work the rest
+    # the share of the handoff the training thread spent blocked on workers runnable
+    # without a CPU, as the budget measured it: the CPU cause holds that much of the wait
+    # (step ``measured``), not the handoff's own work
+    short = sum(c.seconds for c in spent.components
+                if c.name == "loop.workers_cpu_wait") / spent.handoff_seconds
+    s.starved = max(s.starved, short)
+    if consumer.held_share(trace, s.ready_ratio) is None:
+        return
+    # ... and, where its CPU wait was beyond its workers' (consumer.py), the share it spent
+    # runnable without a CPU itself
     held = sum(c.seconds for c in spent.components if c.name == "loop.cpu_wait") / spent.handoff_seconds
     s.consumer_held = held
-    s.starved = max(s.starved, held)
+    s.starved = max(s.starved, held + short)
 
 
 def _computed(s: Scoring) -> None:
@@ -335,7 +343,8 @@ STEPS: tuple[Step, ...] = (
          "(causes.py), judged over the whole window, whose quiet part is the comparison"),
     Step("fed", _fed, "workers measured running whenever they could were not starved of CPU: "
          "a CPU cause's co-occurrence is taken off by that share (workers.py)"),
-    Step("quota", _quota, "a CFS quota's throttling explains its share of the run-queue wait: "
+    Step("quota", _quota, "a CFS quota's throttling explains its share of the run-queue wait "
+         "(the kernel's record, cpu.stat over schedstat, or the throttle's co-occurrence): "
          "cpu_throttle where a quota held them, cpu_contention where none did (causes.py)"),
     Step("workers_short", _workers_short, "workers measured waiting for a CPU would have kept up "
          "running whenever they could: the CPU cause holds the part of the ready wait that "
@@ -346,8 +355,9 @@ STEPS: tuple[Step, ...] = (
     Step("budget", _budget, "the stall's time budget (budget.py), after the standing causes, "
          "whose link at capacity is a context that names a component's cause"),
     Step("consumer_short", _consumer_short, "a training thread measured waiting for a CPU that "
-         "its idle workers did not: the share of the handoff the budget puts on that wait "
-         "is the CPU's, not the handoff's own work (consumer.py); after the budget"),
+         "its idle workers did not, or blocked taking batches over from workers waiting for "
+         "one: the share of the handoff the budget puts on those waits is the CPU's, not the "
+         "handoff's own work (consumer.py); after the budget"),
     Step("computed", _computed, "the causes the hook's own numbers measure: the handoff "
          "(transfer.py, less what a CPU shortage of either side held) and one slow worker "
          "(slow_worker.py); after the CPU steps and the budget, whose shortage they discount"),

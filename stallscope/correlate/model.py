@@ -252,6 +252,8 @@ class LoaderError:
 BUDGET_WORDS = {
     "loop.handoff": "the training thread handing batches over",
     "loop.cpu_wait": "the training thread runnable with no CPU",
+    "loop.workers_cpu_wait": "the training thread taking batches over from workers the quota throttled",
+    "loop.blocked": "the training thread blocked taking batches over (the handoff's IPC)",
     "workers.on_cpu": "the workers on a CPU",
     "workers.cpu_wait": "the workers runnable with no CPU",
     "workers.storage": "the workers blocked reading storage",
