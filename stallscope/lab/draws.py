@@ -82,8 +82,11 @@ def _live(scenario, opts, want_bodies=True):
         session = Session(td, workdir=opts.workdir, say=opts.say)
         session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, scenario.real.ranks,
                                                        scenario.real.duration, scenario.title))
-        # its correlator's window covers the run's extension too (runner.EXTEND_MAX_S)
-        session.start_agent(scenario.real.duration + runner.EXTEND_MAX_S, scenario.make_fault().agent_args())
+        # the correlator's scheduled analysis (whose scores Prometheus holds) over the drawn
+        # duration, as diagnose asks: the lab's default covers the whole run and its workers'
+        # start (a drawn 3 % stall's published top cause was epoch_start, its start's wait)
+        session.start_agent(scenario.real.duration, list(scenario.make_fault().agent_args())
+                            + ["--correlate.window", str(max(10, int(scenario.real.duration)))])
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
         job = session.start_job(scenario, ranks=scenario.real.ranks, duration=scenario.real.duration)

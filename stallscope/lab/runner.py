@@ -16,12 +16,13 @@ __all__ = ["ALERTS_FROM_S", "Options", "Unavailable", "run"]
 # Alerts count from when the rules' rate window (10 s) no longer reaches back into the
 # ranks' start-up (the first batch waits for the workers to start).
 ALERTS_FROM_S = 11.0
-# A run whose slowed rank has too few batches for a verdict by the end of its duration
-# goes on, at most this long, until it has them (the correlator's MIN_BATCHES, and a few
-# more) or stops making batches (a hang is judged while it lasts): a drawn CPU-contention
-# run of 23 s made 14 batches of 1.6 s, and the agent said "unknown" (issue 49).
+# A drawn run whose slowed rank has too few batches for a verdict in its last
+# ``duration`` seconds (the window the agent's correlator and diagnose judge) goes on, at
+# most this long, until it has them (the correlator's MIN_BATCHES, and a few more) or
+# stops making batches (a hang is judged while it lasts): a drawn CPU-contention run of
+# 23 s made 14 batches of 1.6 s, and the agent said "unknown" (issue 49).
 EXTEND_MAX_S = 30.0
-EXTEND_BATCHES = vocabulary.MIN_BATCHES + 5
+EXTEND_BATCHES = vocabulary.MIN_BATCHES + 3
 STALLED_S = 5.0
 
 
@@ -93,12 +94,19 @@ def run(scenario, opts):
 
 
 def _batches(now, base, target):
-    """The batches the target rank made since ``base``, or None when it is not known."""
+    """The target rank's batch count in ``now`` less ``base``'s, or None when not known."""
     r, b = now.get(target), base.get(target)
     try:
         return int(r["batches"]) - (int(b["batches"]) if b else 0)
     except (TypeError, KeyError, ValueError):
         return None
+
+
+def _trailing(history, target, seconds):
+    """The target's batches over the last ``seconds`` of ``history`` ([(elapsed, ranks)])."""
+    end_t, end = history[-1]
+    start = next((r for t, r in history if t >= end_t - seconds), history[0][1])
+    return _batches(end, start, target)
 
 
 def _window(job, base, live, until_verdict=False):
@@ -112,6 +120,7 @@ def _window(job, base, live, until_verdict=False):
     fired = set()
     history = [(0.0, base)]
     moved = (0.0, None)  # (when the target's batch count last moved, that count)
+    drawn = job.duration
     while True:
         elapsed = time.monotonic() - t0
         job.fault.tick(job, elapsed)
@@ -124,12 +133,11 @@ def _window(job, base, live, until_verdict=False):
         made = _batches(now, base, job.target)
         if made != moved[1]:
             moved = (elapsed, made)
-        if elapsed >= job.duration and (
-                not until_verdict or made is None or made >= EXTEND_BATCHES
-                or elapsed >= job.duration + EXTEND_MAX_S or elapsed - moved[0] >= STALLED_S):
+        if elapsed >= drawn and (
+                not until_verdict or made is None or elapsed >= drawn + EXTEND_MAX_S
+                or elapsed - moved[0] >= STALLED_S
+                or (_trailing(history, job.target, drawn) or 0) >= EXTEND_BATCHES):
             break
-        time.sleep(1.0 if elapsed >= job.duration else min(1.0, job.duration - elapsed))
-    if until_verdict and elapsed > job.duration:
-        job.duration = elapsed  # the windows asked for afterwards cover what ran
+        time.sleep(1.0 if elapsed >= drawn else min(1.0, drawn - elapsed))
     show.done()
     return now, fired, history

@@ -104,7 +104,8 @@ def test_a_drawn_run_goes_on_until_its_target_has_the_batches_a_verdict_needs(
         monkeypatch, counts, until, at_least, at_most):
     """A drawn CPU-contention run of 23 s made 14 batches of 1.6 s and the agent said
     "unknown" (issue 49): a draw's window goes on past its duration until the target has
-    the correlator's MIN_BATCHES and a few, EXTEND_MAX_S at most, or stops making them."""
+    the correlator's MIN_BATCHES and a few in its last ``duration`` seconds (the window
+    judged), EXTEND_MAX_S at most, or stops making them."""
     from stallscope.lab import runner
 
     monkeypatch.setattr(runner, "EXTEND_MAX_S", 1.5)
@@ -114,7 +115,6 @@ def test_a_drawn_run_goes_on_until_its_target_has_the_batches_a_verdict_needs(
     runner._window(job, {}, live=False, until_verdict=True)
     took = time.monotonic() - t0
     assert at_least <= took <= at_most, took
-    assert job.duration == pytest.approx(took, abs=0.2)  # the windows asked for cover the run
     job = _Job(0.3, lambda t: 1)
     runner._window(job, {}, live=False)  # a scenario's run: its duration
     assert job.duration == 0.3
