@@ -80,8 +80,8 @@ def v2_report(rank, pid, events, job="bench", role="main"):
 
 
 def ingest_in_process():
-    from stallscope.agent import ingest
     from stallscope.agent.main import Agent, AgentOptions, Config
+    from stallscope.agent.table import ingest
 
     print("ingest, in process (validation + rank table + every part):", flush=True)
     agent = Agent(Config(agent=AgentOptions(socket="/nonexistent/x.sock", max_ranks=64),
@@ -204,7 +204,7 @@ def real_load(seconds, ranks=8, workers=8, agent_args=()):
                                           env=env, stdout=log, stderr=log))
         time.sleep(10)  # imports, workers, the agent's first collections
         # Every rank starts waiting at once: each young stall is re-ranked every 2-8 s for
-        # its first half minute (correlate/standing.py), a burst that ends ~40 s in; the
+        # its first half minute (agent/parts/rerank.py), a burst that ends ~40 s in; the
         # goal is the cost that stays, measured after it, and the burst is shown apart.
         onset = agent_cost(agent, ONSET_S)[0]
         rate = batches_per_second(agent) / ranks

@@ -68,7 +68,7 @@ def main():
     pure = best_of(lambda: [diagnosis.analyse(t, traces, node="bench", window_seconds=window)
                             for t in traces])
     # 2. the agent's path: rank table + sample store -> traces -> analysis. The rings are
-    # sized from --timeline-seconds (agent/budget.py): an hour and a minute holds it all.
+    # sized from --timeline-seconds (agent/table/budget.py): an hour and a minute holds it all.
     agent = Agent(Config(agent=AgentOptions(socket="/nonexistent/bench.sock", node="bench",
                                             timeline_seconds=window)))
     for r, (ev, sig, _node) in enumerate(data):

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from stallscope import diagnose  # noqa: E402
-from stallscope.agent.rankstate import STEP_BUCKETS, WAIT_BUCKETS  # noqa: E402
+from stallscope.agent.table.rankstate import STEP_BUCKETS, WAIT_BUCKETS  # noqa: E402
 from stallscope.processes.children import child_env  # noqa: E402
 from stallscope.processes.servers import AgentProcess, PrometheusProcess  # noqa: E402
 

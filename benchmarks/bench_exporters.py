@@ -24,8 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from prometheus_client import CollectorRegistry, generate_latest
 
 from stallscope import exporters
-from stallscope.agent import malloc, samples, state
+from stallscope.agent import malloc
 from stallscope.agent.host import AgentHost
+from stallscope.agent.table import samples, state
 
 RANKS, WORKERS, CYCLES = 8, 8, 30
 BUDGET_MS = 20.0

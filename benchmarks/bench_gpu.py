@@ -16,8 +16,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from stallscope.agent.host import AgentHost
-from stallscope.agent.samples import SampleStore
-from stallscope.agent.state import RankTable
+from stallscope.agent.table.samples import SampleStore
+from stallscope.agent.table.state import RankTable
 from stallscope.exporters.gpu.exporter import GpuExporter
 from stallscope.exporters.gpu.options import GpuOptions
 from tests.helpers.fake_nvml import FakeGpu, FakeNvml, square

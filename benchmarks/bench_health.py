@@ -120,7 +120,7 @@ def measure(ranks, api_clients, seconds, at_once=False):
     runs it small)."""
     from bench_http import make_agent, report
 
-    from stallscope.agent import http as agent_http
+    from stallscope.agent.web import http as agent_http
 
     agent = make_agent(ranks)
     gc.freeze()  # as the agent does once started (agent/main.py)

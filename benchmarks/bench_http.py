@@ -8,7 +8,7 @@ An in-process agent (the real parts, GPU off) holds 256 ranks (--ranks) fed with
 synthetic reports; while it is scraped a feeder keeps applying reports (one rank every
 10 ms) and the agent's scheduler runs its periodic jobs, as in a live agent (--no-jobs:
 without them; at 256 ranks the correlator's tick holds the GIL ~100 ms a second, and it
-waits between ranks while a render runs: agent/scrapefirst.py). The
+waits between ranks while a render runs: agent/web/scrapefirst.py). The
 scrapers (--scrapers 50) run in a child process, so that their parsing does not take
 the agent's GIL, each on a keep-alive connection, in a closed loop (--interval: one
 scrape every so many seconds). Prints one render's time with each renderer, then p50,
@@ -161,8 +161,8 @@ def main():
     a = ap.parse_args()
     if a.client:
         return scrape_clients(a.client, a.scrapers, a.seconds, a.interval)
-    from stallscope.agent import http as agent_http
-    from stallscope.agent.httppool import Stats
+    from stallscope.agent.web import http as agent_http
+    from stallscope.agent.web.httppool import Stats
 
     agent = make_agent(a.ranks)
     body = agent.parts.render()

@@ -25,7 +25,7 @@ BLOCKED_REPORT_S = 1.0
 HEARTBEAT_S = 5.0
 # A loader worker's batches go 1, 2, 4, 8 s apart after its first reports, then every
 # WORKER_FLUSH_S (at once when its load time moves): the loader is sized from a minute of
-# load times (agent/loader.py WINDOW_S), which 16 s leaves each worker's in 3-4 times; a
+# load times (agent/parts/loader.py WINDOW_S), which 16 s leaves each worker's in 3-4 times; a
 # worker's death is its connection's close, not a missed report (issue 31: the workers'
 # reports were 8 of the agent's 12 messages a second at 8 s).
 WORKER_FLUSH_S = 16.0
@@ -40,5 +40,5 @@ def worker_gap(sent: int) -> float:
 
 
 # The longest any live stream goes without a message: the agent's idle timeout on a
-# hook connection must exceed it (agent/ingest.py IDLE_S).
+# hook connection must exceed it (agent/table/ingest.py IDLE_S).
 LONGEST_SILENCE_S = max(HEARTBEAT_S, WORKER_FLUSH_S)

@@ -12,10 +12,10 @@ from typing import Any
 from ..host import Part, log
 from ..host.facts import Facts
 from ..host.families import family
-from .exposition import Exposition
-from .rankstate import RankState
-from .samples import SampleStore
-from .state import RankTable
+from .table.rankstate import RankState
+from .table.samples import SampleStore
+from .table.state import RankTable
+from .web.exposition import Exposition
 
 NOTES_KEPT = 32  # a part's newest notes, for /api/v1/exporters; each is also logged
 
@@ -42,7 +42,7 @@ class AgentHost:
         return self.table.find(**match)
 
     def timeline(self, rank: RankState, seconds: float, open_wait: bool = False) -> Any:
-        """The rank's batch events as columns (agent/batches.py BatchColumns: t_end,
+        """The rank's batch events as columns (agent/table/batches.py BatchColumns: t_end,
         wait, interval, ready; ready -1 where the wait was not split), oldest first."""
         return self.table.timeline(rank, seconds, open_wait)
 

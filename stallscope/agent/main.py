@@ -26,20 +26,24 @@ from .. import exporters
 from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
-from . import allowlist, http, httppool, identity, ingest, kubepods, malloc, names
+from . import malloc
 from .api import CoreRoutes
-from .budget import Budget
-from .correlator import CorrelatorOptions, CorrelatorPart
-from .hangs import HangOptions, HangsPart
-from .held import HELD, Held
-from .hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
 from .host import AgentHost, Parts
-from .loader import LoaderPart
-from .ranks import RanksPart
-from .rankstate import Mismatch, key_of
-from .samples import SampleStore
-from .shards import ShardPart
-from .state import RankTable
+from .identity import allowlist, kubepods, names, peer
+from .identity.hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
+from .identity.refusal import Mismatch
+from .parts.correlator import CorrelatorOptions, CorrelatorPart
+from .parts.hangs import HangOptions, HangsPart
+from .parts.loader import LoaderPart
+from .parts.ranks import RanksPart
+from .parts.shards import ShardPart
+from .table import ingest
+from .table.budget import Budget
+from .table.held import HELD, Held
+from .table.rankstate import key_of
+from .table.samples import SampleStore
+from .table.state import RankTable
+from .web import http, httppool
 
 # Jobs due within this of each other run in one wake-up of the scheduler.
 JOB_SLACK_S = 0.05
@@ -166,7 +170,7 @@ class Agent:
         self.parts.http = self.http_stats
         self._serving: threading.Thread | None = None
 
-    def apply(self, msg: Any, source: identity.Source | None = None) -> Any:
+    def apply(self, msg: Any, source: peer.Source | None = None) -> Any:
         """One validated hook message: the rank table, then every part. ``source``: the
         sender as the kernel names it (None: an in-process caller). A worker's report
         that comes before its trainer's first is held until it does (held.py)."""
@@ -194,8 +198,8 @@ class Agent:
     def _expire_held(self) -> None:
         self.stats.rejected["unknown_rank"] += 1
 
-    def source_of(self, pid: int, uid: int) -> identity.Source | None:
-        return identity.of_peer(self.config.agent.procfs, pid, uid)
+    def source_of(self, pid: int, uid: int) -> peer.Source | None:
+        return peer.of_peer(self.config.agent.procfs, pid, uid)
 
     def _expire(self) -> None:
         self.parts.forget(self.table.expire())

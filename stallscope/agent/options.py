@@ -14,9 +14,9 @@ import click
 from .. import exporters
 from ..host.options import click_options, from_kwargs
 from ..vocabulary import EXPORTERS
-from .correlator import CorrelatorOptions
-from .hangs import HangOptions
 from .main import AgentOptions, Config
+from .parts.correlator import CorrelatorOptions
+from .parts.hangs import HangOptions
 
 
 def _toggle(entry: Any) -> Callable[[Any], Any]:

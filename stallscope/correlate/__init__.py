@@ -1,5 +1,5 @@
 """Pure analysis over per-rank timelines (the correlator): functions over numpy arrays,
-no threads, no agent. The agent's correlator part (stallscope/agent/correlator.py)
+no threads, no agent. The agent's correlator part (stallscope/agent/parts/correlator.py)
 builds the traces from its live state and publishes the results; the lab
 (stallscope/lab/) feeds it synthetic and recorded traces with known answers.
 

@@ -1,7 +1,7 @@
 """What the host knows of a rank beyond its trace, as the analysis takes it: one typed
 value (issue 49, item 4), where the analysis took a quota dict, a memory value, the
 set-up and the loader's error as four shapes. The agent builds it from its exporters'
-host facts (agent/correlator.py); a recorded trace has none (RankFacts())."""
+host facts (agent/parts/correlator.py); a recorded trace has none (RankFacts())."""
 from __future__ import annotations
 
 import dataclasses

@@ -197,7 +197,7 @@ class RankTrace:
                      node_signals: dict[str, Series] | None = None, gpu_source: str | None = None,
                      first_batch_ns: int | None = None, open_ns: int | None = None) -> RankTrace:
         """From the batch events as int64 columns, the layout the agent keeps them in
-        from the wire on (agent/batches.py): no transpose, and no copy unless they are
+        from the wire on (agent/table/batches.py): no transpose, and no copy unless they are
         out of order. ``ready_wait``: -1 where the wait was not split; None for none."""
         if len(t_end) > 1 and np.any(t_end[1:] < t_end[:-1]):
             order = np.argsort(t_end, kind="stable")

@@ -229,7 +229,7 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
         evidence.append(Evidence("num_workers", 0, 1, "below"))
     elif workers:
         scope, load = trace.signal(BATCH_LOAD, ("rank",))
-        # one sample per batch a worker produced (stallscope/agent/loader.py): a plain mean
+        # one sample per batch a worker produced (stallscope/agent/parts/loader.py): a plain mean
         recent = load.clip(*span) if load is not None else None
         t_load = float(recent.v.mean()) if recent is not None and len(recent) else None
         if recent is not None and t_load is not None:

@@ -34,7 +34,7 @@ class JobRank:
 
 @dataclasses.dataclass(frozen=True)
 class Sizing:
-    """The agent's loader sizing (agent/loader.py: sizing), or Prometheus's copy of it."""
+    """The agent's loader sizing (agent/parts/loader.py: sizing), or Prometheus's copy of it."""
     num_workers: int | None = None
     workers_needed: int | None = None
     quota_limited: bool | None = None

@@ -323,7 +323,7 @@ def run(pod: str, namespace: str | None = None, prometheus_url: str | None = Non
         worker_deaths=info.worker_deaths if info is not None else (),
         # ... and the pod's exits by reason over the window, as Prometheus counted them
         worker_exits=cl.worker_exits if cl is not None else (),
-        # the agent's triage of a next() call blocked past its threshold (agent/hangs.py)
+        # the agent's triage of a next() call blocked past its threshold (agent/parts/hangs.py)
         hang=(info.hang if info is not None else None) or (diag.hang if diag is not None else None),
         gpu=diag.gpu if diag is not None else None,
         stall_period_steps=diag.stall_period_steps if diag is not None else None,

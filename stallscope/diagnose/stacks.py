@@ -73,7 +73,7 @@ def ptrace_hint() -> str:
 def dump(py_spy: str, pid: int, timeout: float = TIMEOUT, nonblocking: bool = False) -> list[dict[str, Any]]:
     """The threads py-spy sees in ``pid``; StacksError with a one-line reason.
     ``nonblocking``: read its memory without pausing it (for a process stuck in the
-    kernel, whose ptrace stop would wait for the stuck call: agent/hangs.py)."""
+    kernel, whose ptrace stop would wait for the stuck call: agent/parts/hangs.py)."""
     cmd = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--nonblocking"] if nonblocking else [])
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

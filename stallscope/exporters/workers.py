@@ -231,7 +231,7 @@ class WorkersExporter(base.Exporter):
     def _reported_exits(self, rank: Any, now: float) -> None:
         """Exits the trainer's own waitpid saw (the hook sends them once the loader
         raised): the record that survives a worker its parent reaped at once. Queued at
-        ingest (agent/rankworkers.py: only PIDs the report named as its workers, mapped into
+        ingest (agent/table/rankworkers.py: only PIDs the report named as its workers, mapped into
         the agent's PID namespace); _died counts each PID once."""
         queue = rank.exits_reported
         while queue:

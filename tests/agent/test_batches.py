@@ -3,7 +3,7 @@ timeline keeps what validation handed on, serves a window as contiguous columns,
 the correlator's trace built from them equals the one built from rows."""
 import numpy as np
 
-from stallscope.agent.batches import BatchColumns, BatchTimeline
+from stallscope.agent.table.batches import BatchColumns, BatchTimeline
 from stallscope.correlate.trace import RankTrace
 
 

@@ -24,7 +24,7 @@ import os
 import time
 
 from stallscope.agent.main import Agent, AgentOptions, Config
-from stallscope.agent.ranks import DEPARTED_PODS_KEPT
+from stallscope.agent.parts.ranks import DEPARTED_PODS_KEPT
 from stallscope.exporters import ExportersOptions
 from stallscope.exporters.gpu.options import GpuOptions
 from stallscope.vocabulary.labels import PER_RANK_SERIES_BUDGET

@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from stallscope.agent import identity, ingest
+from stallscope.agent.identity import peer
+from stallscope.agent.table import ingest
 from tests.helpers import wait_until
 
 # Connects N times (blocking: in order), says so, then reports once on every connection
@@ -62,7 +63,7 @@ def served(tmp_path):
     sock.setblocking(False)
     applied = Applied()
     # a smaller domain share, so that its bound is reached with a few processes
-    ing = ingest.Ingest(sock, applied.apply, lambda pid, uid: identity.of_peer("/proc", pid, uid),
+    ing = ingest.Ingest(sock, applied.apply, lambda pid, uid: peer.of_peer("/proc", pid, uid),
                         tick_s=0.05, max_per_domain=DOMAIN)
     ing.start()
     yield path, applied, ing

@@ -5,8 +5,8 @@ import time
 import pytest
 from prometheus_client import generate_latest
 
-from stallscope.agent import correlator as correlator_mod
 from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.agent.parts import correlator as correlator_mod
 from stallscope.correlate.model import BUDGET_WORDS
 from stallscope.host import ApiError
 from stallscope.lab import synth
@@ -124,9 +124,9 @@ def test_schedule_runs_every_interval_and_sooner_while_a_rank_gathers_data(agent
 
 def test_a_steady_stall_is_not_ranked_again_until_its_inputs_move(tmp_path):
     """The rank waits ~75 % of its step throughout: detected each tick, its causes ranked
-    once; a later tick with nothing new reuses them (correlate/standing.py); a new signal
+    once; a later tick with nothing new reuses them (agent/parts/rerank.py); a new signal
     for the rank, or a minute, ranks them again."""
-    from stallscope.correlate import standing
+    from stallscope.agent.parts import rerank
 
     a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))
     t0 = time.monotonic_ns() - 80 * synth.SEC  # an old stall: past its first minute
@@ -141,7 +141,7 @@ def test_a_steady_stall_is_not_ranked_again_until_its_inputs_move(tmp_path):
     a.samples.record(a.table.snapshot()[0].key, "cfs_throttled_ratio", 0.5)
     c.detect(now=1000.0 + 2 * c.every)  # a signal appeared for the rank
     assert c.stall_runs == 2
-    c.detect(now=1000.0 + 2 * c.every + standing.MAX_AGE_S)
+    c.detect(now=1000.0 + 2 * c.every + rerank.MAX_AGE_S)
     assert c.stall_runs == 3
 
 
@@ -222,7 +222,7 @@ def test_a_rank_without_news_is_tested_again_only_after_rejudge(tmp_path, monkey
     """Issue 31: a steady trainer reports every 2 s, so half of the detector's tests of a
     second read the same input. A rank with no new batch and the same blocked call keeps
     its test for REJUDGE_NS; a new batch, or a call blocked in next(), is tested at once."""
-    from stallscope.agent import correlator as part
+    from stallscope.agent.parts import correlator as part
     from stallscope.correlate import detect
 
     a = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "hook.sock"), node="node-a")))

@@ -1,4 +1,4 @@
-"""The agent's /metrics renderer (stallscope/agent/exposition.py) against
+"""The agent's /metrics renderer (stallscope/agent/web/exposition.py) against
 prometheus_client's generate_latest: the same bytes for the same metric families, the
 real agent's (the golden run of tests/golden) and every case generate_latest treats
 apart (escaping, special values, counters' _total and _created, histograms, gauge
@@ -19,8 +19,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 
-from stallscope.agent.exposition import Exposition
 from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.agent.web.exposition import Exposition
 from tests.helpers import golden as helpers
 from tests.helpers.correlate import report
 

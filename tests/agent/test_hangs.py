@@ -1,4 +1,4 @@
-"""Hang triage (agent/hangs.py): a real DataLoader whose worker 0 reads its shard from a
+"""Hang triage (agent/parts/hangs.py): a real DataLoader whose worker 0 reads its shard from a
 real FUSE mount (slowfs) that is then frozen (SIGSTOP), a real agent with a 3 s
 threshold, and py-spy behind a wrapper that logs every dump the agent makes: how many
 times each process was dumped, and which dumps paused it, are measured, not assumed."""
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from stallscope.agent import hangs
+from stallscope.agent.parts import hangs
 from stallscope.diagnose import stacks
 from stallscope.lab import slowfs
 from tests.helpers import wait_until

@@ -211,7 +211,7 @@ def padded_worker_report(rank):
 
 
 def test_a_flood_of_padded_held_reports_stays_under_the_daemonsets_limit(agent_factory):
-    from stallscope.agent.held import MAX_HELD_BYTES_PER_DOMAIN
+    from stallscope.agent.table.held import MAX_HELD_BYTES_PER_DOMAIN
 
     agent = agent_factory("--max-ranks", "32")
     s = connect(agent.socket)
@@ -262,7 +262,7 @@ def test_one_senders_idle_connections_do_not_lock_a_trainer_out(agent_factory):
     # Issue 33: 4,096 idle connections from one process filled the global cap; a real
     # trainer's batches were then never seen. Now one sender domain holds at most 512,
     # and one process of it at most 64 (issue 50): 12 processes asking 128 each.
-    from stallscope.agent.ingest import MAX_CONNECTIONS_PER_DOMAIN, MAX_CONNECTIONS_PER_PROCESS
+    from stallscope.agent.table.ingest import MAX_CONNECTIONS_PER_DOMAIN, MAX_CONNECTIONS_PER_PROCESS
 
     need_root()
     agent = agent_factory("--socket-mode", "0666")  # a sender that may connect at all

@@ -1,4 +1,4 @@
-"""The agent's HTTP server (stallscope/agent/http.py, httpserver.py, httpwire.py) on
+"""The agent's HTTP server (stallscope/agent/web/http.py, httpserver.py, httpwire.py) on
 127.0.0.1 with real sockets: what a node daemon must do (node_exporter and the kubelet
 are the bar) and what a hostile or broken client must not achieve."""
 import http.client
@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from stallscope.agent import http as agent_http
-from stallscope.agent.exposition import Exposition
 from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.agent.web import http as agent_http
+from stallscope.agent.web.exposition import Exposition
 
 READ_TIMEOUT, IDLE_TIMEOUT = 1.0, 1.5
 
@@ -343,7 +343,7 @@ def test_the_agent_serves_and_exports_its_server_counters(tmp_path):
 def test_health_and_metrics_answer_while_the_api_holds_every_worker_and_more_get_429(served):
     # Issue 33: /healthz and /metrics queued behind the JSON API on the same workers (p99
     # 14.6 s under 50 API clients at 256 ranks): the liveness probe failed a healthy agent.
-    from stallscope.agent.http import MAX_API_IN_FLIGHT, RETRY_AFTER_S
+    from stallscope.agent.web.http import MAX_API_IN_FLIGHT, RETRY_AFTER_S
 
     entered, release = threading.Semaphore(0), threading.Event()
 
@@ -383,7 +383,7 @@ def test_the_pool_s_stop_waits_its_timeout_in_all_not_per_thread():
     """Three workers each busy with a 3 s job at the stop: it waits the 1 s timeout once
     (its threads are daemons, ended with the process), not once per thread; an idle pool
     stops at once."""
-    from stallscope.agent.httppool import Workers
+    from stallscope.agent.web.httppool import Workers
 
     busy, release = Workers(3, "test-busy"), threading.Event()
     busy.start()

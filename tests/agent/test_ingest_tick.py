@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from stallscope.agent import identity, ingest
+from stallscope.agent.identity import peer
+from stallscope.agent.table import ingest
 from tests.helpers import wait_until
 
 TICK_S = 60.0
@@ -50,7 +51,7 @@ def serve(path, tick_s):
     sock.listen(64)
     sock.setblocking(False)
     rec = Recorder()
-    ing = ingest.Ingest(sock, rec.apply, lambda pid, uid: identity.of_peer("/proc", pid, uid),
+    ing = ingest.Ingest(sock, rec.apply, lambda pid, uid: peer.of_peer("/proc", pid, uid),
                         on_close=rec.on_close, tick_s=tick_s)
     ing.lingers = []
     linger = ing._linger

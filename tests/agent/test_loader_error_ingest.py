@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from stallscope.agent import state, validate
+from stallscope.agent.table import state, validate
 from stallscope.hook import errors
 from tests.agent.test_validate import good, ingest_of
 
@@ -73,7 +73,7 @@ def _errors(part):
 
 
 def test_the_pod_counts_each_process_once_by_the_cause_its_error_names():
-    from stallscope.agent.ranks import RanksPart
+    from stallscope.agent.parts.ranks import RanksPart
 
     table = state.RankTable()
     ing = ingest_of(table)

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from stallscope.agent.budget import Budget
 from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.agent.table.budget import Budget
 from stallscope.host.rings import Ring
 from tests.helpers.correlate import report
 
@@ -82,7 +82,7 @@ def test_history_stays_within_the_printed_ceiling(tmp_path):
 
 
 def test_a_workers_report_before_its_trainers_first_is_held_then_applied(tmp_path):
-    from stallscope.agent.held import HELD
+    from stallscope.agent.table.held import HELD
 
     agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock")), enabled={"gpu": False}))
     now = time.monotonic_ns()
@@ -102,7 +102,7 @@ def test_held_reports_survive_the_jobs_thread_expiring_them_meanwhile():
     # reject) before Held had a lock.
     import threading
 
-    from stallscope.agent.held import Held
+    from stallscope.agent.table.held import Held
 
     held = Held(hold_s=0.0005, max_held=4096)
     errors, stop = [], threading.Event()
@@ -188,7 +188,7 @@ def test_held_reports_keep_only_what_is_applied_and_each_sender_has_its_share():
     # bytes, so one sender could fill the agent's memory and every other sender's room.
     from types import SimpleNamespace
 
-    from stallscope.agent.held import ENTRY_BYTES, Held, Slim
+    from stallscope.agent.table.held import ENTRY_BYTES, Held, Slim
 
     worker = dict(report("h", 0, "p", []), role="worker", events=np.zeros((0, 3), np.int64))
     padded = dict(worker, raw={"pad": [{}] * 20000, "io": {"reads": [[1, 2, 3, 0]]}})

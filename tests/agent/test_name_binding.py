@@ -14,10 +14,10 @@ import tracemalloc
 
 import pytest
 
-from stallscope.agent import identity, kubepods, names
-from stallscope.agent.allowlist import AllowList, parse
-from stallscope.agent.budget import Budget
-from stallscope.agent.rankstate import Mismatch
+from stallscope.agent.identity import kubepods, names, peer
+from stallscope.agent.identity.allowlist import AllowList, parse
+from stallscope.agent.identity.refusal import Mismatch
+from stallscope.agent.table.budget import Budget
 from stallscope.processes.children import child_env
 from tests.agent.test_hostile import batch, rejected, report, samples, wait_until
 from tests.helpers.needs import as_nobody, need_root
@@ -241,7 +241,7 @@ def test_a_bad_allow_list_exits_2_with_one_line_and_binds_nothing(tmp_path, text
 
 
 def source(uid, cgroup, pid=1000, v1=()):
-    return identity.Source(pid, uid, 1, None, None, cgroup, (), v1)
+    return peer.Source(pid, uid, 1, None, None, cgroup, (), v1)
 
 
 def v1_of(path):
@@ -299,8 +299,8 @@ def test_the_pod_maps_word_wins_over_a_binding(tmp_path):
     the name is bound to it and the old pod is refused."""
     pods = kubepods.PodMap()
     n = names.Names(str(tmp_path), pods)
-    old = identity.Source(10, 0, 1, "uid-old", "c1", "/../kubepods/podold/c1")
-    new = identity.Source(11, 0, 1, "uid-new", "c2", "/../kubepods/podnew/c2")
+    old = peer.Source(10, 0, 1, "uid-old", "c1", "/../kubepods/podold/c1")
+    new = peer.Source(11, 0, 1, "uid-new", "c2", "/../kubepods/podnew/c2")
     name = ("team", "trainer-0")
     assert n.rule(name, old) == "binding"
     n.bind(name, old, "binding")

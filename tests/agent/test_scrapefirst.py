@@ -1,9 +1,9 @@
-"""The correlator's loops wait for a /metrics render in progress (agent/scrapefirst.py),
+"""The correlator's loops wait for a /metrics render in progress (agent/web/scrapefirst.py),
 never for long, and never so often that back-to-back scrapes stop the analysis."""
 import threading
 import time
 
-from stallscope.agent.scrapefirst import ScrapeFirst
+from stallscope.agent.web.scrapefirst import ScrapeFirst
 
 
 def _wait_for(cond):

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from stallscope.agent import ingest, state, validate
+from stallscope.agent.table import ingest, state, validate
 from stallscope.hook import wire
 
 

@@ -128,7 +128,7 @@ def test_the_hook_reads_an_iterable_datasets_shards_and_the_agent_bounds_them():
     assert _dataset_shards(Sharded()) == 2 and _dataset_shards(Newer()) == 3
     assert _dataset_shards(Raising()) is None
     assert _dataset_shards(NotIterable()) is None and _dataset_shards(object()) is None
-    from stallscope.agent import validate
+    from stallscope.agent.table import validate
     loader = {"num_workers": 2, "prefetch_factor": 2, "pin_memory": False, "persistent_workers": False,
               "batch_size": 4, "worker_pids": [11, 12]}
     assert validate.parse(good(loader=dict(loader, dataset_shards=2)))["loader"]["dataset_shards"] == 2

@@ -7,8 +7,8 @@ import types
 import numpy as np
 import pytest
 
-from stallscope.agent import rankstate
-from stallscope.agent.state import RankTable
+from stallscope.agent.table import rankstate
+from stallscope.agent.table.state import RankTable
 from stallscope.correlate.detect import detect, judge
 from stallscope.correlate.trace import RankTrace
 from stallscope.correlate.waitbins import BIN_NS, HORIZON_BINS, WaitBins

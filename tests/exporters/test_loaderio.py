@@ -73,7 +73,7 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
     for batch in it:
         read += sum(batch.tolist())
         batches += 1
-        rank.wait.observe_ns(1000)  # as the rank's reports count its batches (agent/ranks.py)
+        rank.wait.observe_ns(1000)  # as the rank's reports count its batches (agent/parts/ranks.py)
     rank.loader = {"batch_size": 4}
     time.sleep(0.1)
     got = samples_of(collect(exp, [rank]))

@@ -292,14 +292,15 @@ def test_a_worker_pid_the_agent_did_not_accept_is_never_sampled():
     """A report from a rank's main process (the kernel names the sender) naming a worker
     that does not descend from it (another pod's process): the table refuses it, and the
     sampler reads only what the table accepted."""
-    from stallscope.agent import identity, state
+    from stallscope.agent.identity import peer
+    from stallscope.agent.table import state
     from stallscope.exporters.loaderstate import LoaderStateExporter
     from tests.helpers.exporters import context, rank_message
 
     main, stranger = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
     try:
         table = state.RankTable(node="n1")
-        source = identity.of_peer("/proc", main.pid, os.getuid())
+        source = peer.of_peer("/proc", main.pid, os.getuid())
         table.apply(rank_message(main.pid, worker_pids=[stranger.pid]), source)
         assert table.snapshot()[0].worker_pids == [] and table.refused_worker_pids == 1
         exp = LoaderStateExporter(context(table))

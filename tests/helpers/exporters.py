@@ -7,9 +7,9 @@ import subprocess
 import sys
 import uuid
 
-from stallscope.agent import samples as samples_mod
-from stallscope.agent import state
 from stallscope.agent.host import AgentHost
+from stallscope.agent.table import samples as samples_mod
+from stallscope.agent.table import state
 from stallscope.processes.teardown import rmdir_cgroup
 
 

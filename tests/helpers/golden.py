@@ -41,8 +41,8 @@ import psutil
 from prometheus_client import generate_latest
 
 from stallscope import vocabulary
-from stallscope.agent import ingest
 from stallscope.agent.main import Agent, AgentOptions, Config
+from stallscope.agent.table import ingest
 from stallscope.exporters import ExportersOptions
 from stallscope.exporters.fuse import FuseOptions
 from stallscope.exporters.gpu.options import GpuOptions

@@ -1,4 +1,4 @@
-"""A fake Kubernetes API server for the agent's pod identity (stallscope/agent/kubepods.py),
+"""A fake Kubernetes API server for the agent's pod identity (stallscope/agent/identity/kubepods.py),
 speaking the real wire format of the pods endpoint (Kubernetes API reference, Pod v1:
 "list or watch objects of kind Pod"; API concepts, "Efficient detection of changes"):
 

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 import stallscope
-from stallscope.agent import loader as agent_loader
+from stallscope.agent.parts import loader as agent_loader
 from stallscope.hook import batches
 from tests.helpers import TRAINERS, wait_until
 from tests.helpers.exporters import rmdir_cgroup

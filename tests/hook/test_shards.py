@@ -9,7 +9,7 @@ import time
 import pytest
 
 import stallscope
-from stallscope.agent import shards as agent_shards
+from stallscope.agent.parts import shards as agent_shards
 from stallscope.hook import adapters, channel, process, shards, tiers
 from tests.helpers import wait_until
 from tests.helpers.needs import need_fuse

@@ -64,7 +64,7 @@ def test_polls_that_are_not_one_threads_stay_within_the_wait_or_claim_no_transfe
 
 
 def test_the_wire_carries_a_fourth_column_and_the_agent_reads_it():
-    from stallscope.agent import validate
+    from stallscope.agent.table import validate
 
     now = time.monotonic_ns()
     cols = wire.Columns(ready=True)

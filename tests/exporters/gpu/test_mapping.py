@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from stallscope.agent.rankstate import RankState
+from stallscope.agent.table.rankstate import RankState
 from stallscope.exporters.gpu.mapping import build, uuid_key
 from stallscope.exporters.gpu.source import Gpu
 from stallscope.hook import device

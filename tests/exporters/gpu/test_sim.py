@@ -6,8 +6,8 @@ import random
 import pytest
 
 from stallscope.agent.host import AgentHost
-from stallscope.agent.samples import SampleStore
-from stallscope.agent.state import RankTable
+from stallscope.agent.table.samples import SampleStore
+from stallscope.agent.table.state import RankTable
 from stallscope.exporters.gpu.sim import SimulatedSource, sim_uuid
 from stallscope.exporters.gpu.source import Sampler
 

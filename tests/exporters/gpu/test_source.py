@@ -3,7 +3,7 @@ seen, however long it is read (issue 14: a deque of tuples grew the agent's RSS 
 ring's first 7-11 minutes, at ~130 bytes a sample)."""
 import tracemalloc
 
-from stallscope.agent.budget import GPU_RING, GPU_SAMPLE_BYTES
+from stallscope.agent.table.budget import GPU_RING, GPU_SAMPLE_BYTES
 from stallscope.exporters.gpu import source
 from stallscope.exporters.gpu.source import RING_SIZE, SAMPLE_BYTES, Gpu, GpuTrack
 

@@ -30,8 +30,8 @@ import fnmatch
 import os
 import threading
 
-from ..host import log
-from . import identity
+from ...host import log
+from . import peer
 
 MAX_ENTRIES = 4096
 MAX_FILE_BYTES = 1 << 20
@@ -43,7 +43,7 @@ class Entry:
     uid: int | None
     cgroup: str | None     # a path or a glob
 
-    def admits(self, source: identity.Source) -> bool:
+    def admits(self, source: peer.Source) -> bool:
         if self.uid is not None and source.uid != self.uid:
             return False
         if self.cgroup is not None:

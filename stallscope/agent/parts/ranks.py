@@ -10,14 +10,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .. import __version__
-from ..correlate import loader_errors
-from ..host import Part
-from ..host.families import family
-from ..vocabulary.agent import DEPARTED_PODS_KEPT
-from ..vocabulary.labels import LOADER_CONFIG
-from .ingest import IngestStats
-from .state import RankTable
+from ... import __version__
+from ...correlate import loader_errors
+from ...host import Part
+from ...host.families import family
+from ...vocabulary.agent import DEPARTED_PODS_KEPT
+from ...vocabulary.labels import LOADER_CONFIG
+from ..table.ingest import IngestStats
+from ..table.state import RankTable
 
 ERROR_POD = ("job", "pod", "namespace", "node")
 ERROR_CAUSES = (loader_errors.SHM, "other")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..system import procfs
+from ...system import procfs
 
 
 def translate(root: str, host_pid: int | None, reported_pid: int | None,

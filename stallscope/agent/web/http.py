@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ..host import ApiError
+from ...host import ApiError
 from . import httpwire, scrapefirst
 from .httppool import Stats
 from .httpserver import Server

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..hook import errors, wire
+from ...hook import errors, wire
 from .batches import BatchColumns
 
 MAX_LABEL_LEN = 128
@@ -261,7 +261,7 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
     }
     cols = _check_events(events, now_ns)
-    # the columns as they came, the ready wait with them (agent/batches.py)
+    # the columns as they came, the ready wait with them (agent/table/batches.py)
     msg["events"] = BatchColumns(cols[0], cols[1], cols[2], _check_ready(ready, cols, role))
     msg["blocked_since_ns"] = _blocked(raw, msg["mono_ns"])
     return msg

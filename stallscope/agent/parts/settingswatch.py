@@ -9,8 +9,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..correlate import change
-from ..correlate.model import Mark
+from ...correlate import change
+from ...correlate.model import Mark
 
 # A change of the loader settings is judged against the last prediction of a modelled
 # configuration change made up to this long before it: the diagnosis of the moment the

@@ -1,7 +1,7 @@
 """Who may report as a pod name that no pod map vouches for: outside Kubernetes, or while
 the API server cannot be had (issue 33; threat model: docs/deploy.md).
 
-The order, for a report whose sender the kernel names (identity.py):
+The order, for a report whose sender the kernel names (peer.py):
 1. The pod map vouches (kubepods.py current, the sender's pod UID is that name's): the
    cluster's word wins, and the name is bound to that pod from now on.
 2. The allow-list (allowlist.py) lists the name: only a sender matching one of its
@@ -32,10 +32,10 @@ import os
 import threading
 from typing import Any
 
-from ..system import cgroups
-from . import identity, kubepods
+from ...system import cgroups
+from . import kubepods, peer
 from .allowlist import AllowList, Name
-from .rankstate import Mismatch
+from .refusal import Mismatch
 
 MAX_BINDINGS = 4096
 # Their bytes are bounded too, as counted by ``cost`` (a sender may sit in a cgroup with a
@@ -46,19 +46,19 @@ BINDING_OVERHEAD = 700    # the key and domain tuples, the Binding, dict and cou
 V1_ENTRY_OVERHEAD = 120   # a (controller, path) pair of a v1 hierarchy
 
 
-def cost(name: Name, source: identity.Source) -> int:
+def cost(name: Name, source: peer.Source) -> int:
     return (BINDING_OVERHEAD + len(name[0]) + len(name[1]) + 2 * len(source.cgroup)
             + sum(V1_ENTRY_OVERHEAD + len(c) + len(p) for c, p in _own_v1(source)))
 
 
-def _own_v1(source: identity.Source) -> tuple[tuple[str, str], ...]:
+def _own_v1(source: peer.Source) -> tuple[tuple[str, str], ...]:
     """The v1 paths worth keeping: not the root (never removed)."""
     return tuple((c, p) for c, p in source.v1 if p.strip("/"))
 
 
 @dataclasses.dataclass(frozen=True)
 class Binding:
-    domain: identity.Domain
+    domain: peer.Domain
     uid: int
     cgroup: str                          # the v2 path (else v1 cpu), as in the domain
     v1: tuple[tuple[str, str], ...]      # (controller, path) when it claimed the name
@@ -82,7 +82,7 @@ class Names:
         self.released = 0            # by a claimant's cgroup found gone
         self.lock = threading.Lock()
 
-    def rule(self, name: Name, source: identity.Source) -> str:
+    def rule(self, name: Name, source: peer.Source) -> str:
         """Which rule judges ``source`` claiming ``name``: "pod_map" or "allow_list" (the
         claim is good; raises Mismatch("not_allowed") when the list refuses it), or
         "binding" (the caller checks the live ranks' domain, then ``check``)."""
@@ -95,14 +95,14 @@ class Names:
             raise Mismatch("not_allowed")
         return "allow_list"
 
-    def _vouched(self, name: Name, source: identity.Source) -> bool:
+    def _vouched(self, name: Name, source: peer.Source) -> bool:
         pods = self.pods
         if pods is None or source.pod_uid is None or not pods.current:
             return False
         with pods.lock:
             return pods.names.get(name) == source.pod_uid
 
-    def check(self, name: Name, source: identity.Source) -> None:
+    def check(self, name: Name, source: peer.Source) -> None:
         """Raise Mismatch when ``name`` is bound to another domain whose claimant is not
         known gone; a gone claimant's binding is released."""
         with self.lock:
@@ -114,7 +114,7 @@ class Names:
             self._drop(name)
             self.released += 1
 
-    def bind(self, name: Name, source: identity.Source, rule: str) -> None:
+    def bind(self, name: Name, source: peer.Source, rule: str) -> None:
         """``source`` made a rank under ``name`` by ``rule``: bind it unless the allow-list
         judges the name; the pod map's word replaces any binding."""
         if rule == "allow_list":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..system import cgroups, procfs
+from ...system import cgroups, procfs
 
 Domain = tuple[str, ...]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..host.rings import PointRing
+from ...host.rings import PointRing
 from .budget import Budget
 
 Point = tuple[int, float]

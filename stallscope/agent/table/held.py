@@ -2,7 +2,7 @@
 
 A DataLoader worker flushes on its own beat (and at exit), so its first report can
 reach the agent before the trainer's: the rank does not exist yet, and a worker may not
-create one (identity.py). Such reports are held, bounded in number, bytes and age, and
+create one (peer.py). Such reports are held, bounded in number, bytes and age, and
 applied when the trainer's report makes the rank; those that wait longer than HOLD_S are
 refused as ``unknown_rank``. Nothing a real worker sends is lost to the race.
 

@@ -5,7 +5,7 @@ read through the host (never by reaching into it).
 A rank is keyed by (namespace, pod, job, rank); it goes when its main process has exited
 (after a grace period, so the last batches are scraped) or it went silent.
 
-Identity (identity.py): a rank, and the pod name it claims, belong to the domain (pod,
+Identity (peer.py): a rank, and the pod name it claims, belong to the domain (pod,
 or cgroup and uid) of the process that first reported them, while any of the pod's
 ranks lives, and the name beyond that for the agent's life unless the pod map vouches
 for another claimant, the allow-list pins it, or its claimant's cgroup is gone
@@ -23,12 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from ..correlate.waitbins import Window
-from ..system import cgroups, procfs
-from . import identity, names, pids, rankworkers
+from ...correlate.waitbins import Window
+from ...system import cgroups, procfs
+from ..identity import names, peer, pids
+from ..identity.refusal import Mismatch
+from . import rankworkers
 from .batches import BatchColumns
 from .budget import Budget
-from .rankstate import Event, Mismatch, RankKey, RankState, key_of
+from .rankstate import Event, RankKey, RankState, key_of
 
 # A rank's unchanged worker list is checked again in /proc this often (exits, PID reuse).
 WORKERS_RECHECK_S = 5.0
@@ -49,12 +51,12 @@ class RankTable:
         self.node = node
         self.lock = threading.RLock()
         self.ranks: dict[RankKey, RankState] = {}
-        self.pods: dict[tuple[str, str], tuple[identity.Domain, int]] = {}  # -> (domain, ranks)
+        self.pods: dict[tuple[str, str], tuple[peer.Domain, int]] = {}  # -> (domain, ranks)
         self.evictions: collections.Counter[str] = collections.Counter()
         self.names = names.Names()  # who holds a name beyond its ranks' lives (names.py)
         self.refused_worker_pids = 0
 
-    def apply(self, msg: Mapping[str, Any], source: identity.Source | None = None,
+    def apply(self, msg: Mapping[str, Any], source: peer.Source | None = None,
               now: float | None = None) -> RankState:
         """Fold one validated message into the table. Returns the RankState; raises
         LookupError when the table is full and Mismatch when the sender may not speak
@@ -90,7 +92,7 @@ class RankTable:
             rank.note_dropped(pid, msg["dropped_total"])
             return rank
 
-    def _bind_pod(self, key: RankKey, domain: identity.Domain | None) -> None:
+    def _bind_pod(self, key: RankKey, domain: peer.Domain | None) -> None:
         pod = (key[0], key[1])
         bound, n = self.pods.get(pod, (domain, 0))
         self.pods[pod] = (bound if bound is not None else domain, n + 1)  # type: ignore[assignment]
@@ -103,7 +105,7 @@ class RankTable:
         else:
             self.pods[pod] = (bound, n - 1)  # type: ignore[assignment]
 
-    def _check(self, rank: RankState | None, key: RankKey, source: identity.Source, main: bool) -> str:
+    def _check(self, rank: RankState | None, key: RankKey, source: peer.Source, main: bool) -> str:
         """Raise Mismatch unless ``source`` may report for ``key`` (docs/deploy.md);
         returns the rule that judged the pod name (names.py)."""
         name = (key[0], key[1])
@@ -118,7 +120,7 @@ class RankTable:
         self._check_rank(rank, source, main)
         return rule
 
-    def _departed(self, name: tuple[str, str], domain: identity.Domain) -> bool:
+    def _departed(self, name: tuple[str, str], domain: peer.Domain) -> bool:
         """Whether the domain holding ``name`` is gone by the kernel's record: every rank
         of the name has exited and the cgroup the domain is is gone (a successive job on
         the node takes the hostname at once, not after the exit grace)."""
@@ -131,7 +133,7 @@ class RankTable:
         # A cgroup with a process in it cannot be removed; one moved out still counts.
         return not any(r.pid and procfs.alive(self.procfs, r.pid, r.pid_start) for r in ranks)
 
-    def _check_rank(self, rank: RankState | None, source: identity.Source, main: bool) -> None:
+    def _check_rank(self, rank: RankState | None, source: peer.Source, main: bool) -> None:
         if rank is None:
             return
         if rank.domain is not None and rank.domain != source.domain:
@@ -142,7 +144,7 @@ class RankTable:
             raise Mismatch("unknown_rank")
         if source.pid == rank.pid:
             return  # num_workers=0: the trainer times its own fetches (hook/batches.py)
-        if not identity.descends_from(source, rank.pid, rank.pid_start):
+        if not peer.descends_from(source, rank.pid, rank.pid_start):
             raise Mismatch()  # a loader worker descends from its trainer
         rankworkers.verify(rank, source.pid, source.start)
 

@@ -13,11 +13,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..correlate.waitbins import WaitBins
-from ..system import cgroups
-from ..vocabulary import labels as label_sets
-from ..vocabulary import metric
-from . import identity
+from ...correlate.waitbins import WaitBins
+from ...system import cgroups
+from ...vocabulary import labels as label_sets
+from ...vocabulary import metric
+from ..identity import peer
 from .batches import BatchColumns, BatchTimeline
 from .histogram import Histogram
 
@@ -33,17 +33,9 @@ def key_of(msg: Mapping[str, Any], node: str = "") -> RankKey:
     return (i["namespace"], i["pod"], i["job"], i["rank"])
 
 
-class Mismatch(Exception):
-    """A report speaks for a rank or pod of another domain (counted, never applied)."""
-
-    def __init__(self, reason: str = "identity_mismatch") -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 class RankState:
     def __init__(self, key: RankKey, ident: dict[str, Any], now: float, timeline_max: int,
-                 domain: identity.Domain | None = None) -> None:
+                 domain: peer.Domain | None = None) -> None:
         self.key = key
         self.ident = ident
         self.labels: dict[str, str] = {}
@@ -53,7 +45,7 @@ class RankState:
         self.ns_pid: int | None = None    # main process as the trainer sees itself
         self.pid_start: int | None = None  # /proc/<pid>/stat starttime: tells PID reuse apart
         self.uid: int | None = None
-        self.domain = domain                  # what may report for it (identity.py)
+        self.domain = domain                  # what may report for it (peer.py)
         self.verified: dict[int, int] = {}  # worker PID -> starttime, seen to descend
         self.cgroup: cgroups.Cgroup | None = None  # of the main process
         self.loader: dict[str, Any] | None = None

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..system import procfs
-from . import identity
+from ...system import procfs
+from ..identity import peer
 from .rankstate import RankState
 
 MAX_PID_MAP = 256
@@ -73,7 +73,7 @@ def descends(root: str, rank: RankState, pid: int) -> bool | None:
         return True
     if start is None:
         return None
-    if rank.pid is None or not identity.descends(root, pid, rank.pid):
+    if rank.pid is None or not peer.descends(root, pid, rank.pid):
         return False
     verify(rank, pid, start)
     return True

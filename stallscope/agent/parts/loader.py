@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from ..host import Part
-from ..host.facts import RankQuota
-from ..host.families import buckets, family
-from ..vocabulary import signal
-from .batches import BatchColumns
-from .histogram import Histogram
+from ...host import Part
+from ...host.facts import RankQuota
+from ...host.families import buckets, family
+from ...vocabulary import signal
+from ..table.batches import BatchColumns
+from ..table.histogram import Histogram
 
 # 10 ms (small tabular batch) to seconds (video decode), read as _sum/_count (T_l).
 LOAD_BUCKETS = buckets("stallscope_batch_load_seconds")

@@ -2,7 +2,7 @@
 on-demand one for ``GET /api/v1/diagnosis``, and every second a change-point test on
 each rank's data-wait share (correlate/detect.py): a rank found waiting since some
 moment is analysed at once on that stall, and again every few seconds while it is
-young (less often as it ages: standing.stall_refresh), so a stall is named within
+young (less often as it ages: rerank.stall_refresh), so a stall is named within
 seconds and its causes are ranked on the stall itself, not diluted by the healthy
 minutes before it. The analysis itself is pure (stallscope/correlate/); this part
 builds its inputs from the host and publishes its outputs.
@@ -27,19 +27,20 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
-from ..cadence import TRAINER_FLUSH_S
-from ..correlate import change, checks, codec, detect, diagnosis, standing
-from ..correlate.facts import RankFacts
-from ..correlate.model import Diagnosis
-from ..correlate.queue import Memory
-from ..correlate.trace import RankTrace, Series
-from ..host import ApiError, Part, Query, one
-from ..host.contract import no_params
-from ..host.facts import RankCpuset, RankGpu, RankIoLimit, RankMemory, RankQuota, RankShm
-from ..host.families import family
-from ..host.options import flag
-from .http import Made
-from .scrapefirst import SCRAPES
+from ...cadence import TRAINER_FLUSH_S
+from ...correlate import change, checks, codec, detect, diagnosis
+from ...correlate.facts import RankFacts
+from ...correlate.model import Diagnosis
+from ...correlate.queue import Memory
+from ...correlate.trace import RankTrace, Series
+from ...host import ApiError, Part, Query, one
+from ...host.contract import no_params
+from ...host.facts import RankCpuset, RankGpu, RankIoLimit, RankMemory, RankQuota, RankShm
+from ...host.families import family
+from ...host.options import flag
+from ..web.http import Made
+from ..web.scrapefirst import SCRAPES
+from . import rerank
 from .settingswatch import SettingsWatch
 
 MAX_CAUSE_SERIES = 3
@@ -114,7 +115,7 @@ class CorrelatorPart(Part):
         # rank key -> (its detection_news, when tested, the test): see REJUDGE_NS
         self.judged: dict[Any, tuple[Any, int, detect.Detection]] = {}
         self.stalls: dict[Any, Stall] = {}      # rank key -> its stall, while it stalls
-        self.bases: dict[Any, tuple[standing.Basis, float]] = {}  # rank key -> (basis, analysed at)
+        self.bases: dict[Any, tuple[rerank.Basis, float]] = {}  # rank key -> (basis, analysed at)
         self.stall_runs = 0                 # stall analyses run (one per due rank)
         self.analyses = 0                   # diagnosis.analyse calls, every purpose
         self.settings = SettingsWatch(self.lock)  # loader settings' changes (settingswatch.py)
@@ -135,7 +136,7 @@ class CorrelatorPart(Part):
         if node is None:
             node = self._scope("node", seconds)
         gpu = self.host.facts.value(RankGpu, rank.key)  # the gpu exporter's, when it runs
-        ev = self.host.timeline(rank, seconds, True)  # columns (agent/batches.py)
+        ev = self.host.timeline(rank, seconds, True)  # columns (agent/table/batches.py)
         end = self.host.open_wait_end(rank)
         open_ns = end if end is not None and len(ev) and int(ev.t_end[-1]) == end else None
         return RankTrace.from_columns(dict(rank.ident), rank.loader, ev.t_end, ev.wait, ev.interval, ev.ready,
@@ -208,7 +209,7 @@ class CorrelatorPart(Part):
 
     # -- stalls, as soon as they are sure -------------------------------------------
     def stall_window(self, since_ns: int, now_ns: int) -> float:
-        return standing.stall_window(since_ns, now_ns, self.window)
+        return rerank.stall_window(since_ns, now_ns, self.window)
 
     def detect(self, now: float) -> None:
         now_ns = time.monotonic_ns()
@@ -234,17 +235,17 @@ class CorrelatorPart(Part):
             if not d.stalled or d.since_ns is None:
                 continue
             last = self.stalls.get(r.key)
-            refresh = standing.stall_refresh(d.since_ns, now_ns, self.every)
+            refresh = rerank.stall_refresh(d.since_ns, now_ns, self.every)
             if last is not None and now - last.looked_at < refresh:
                 continue
-            basis = standing.Basis.of(d.since_ns, d.share, r.loader, self.host.samples.signals(r.key))
+            basis = rerank.Basis.of(d.since_ns, d.share, r.loader, self.host.samples.signals(r.key))
             old, analysed = self.bases.get(r.key, (None, now))
             # only a settled stall whose last analysis named causes: a young one's causes
             # are still settling and are ranked every stall_refresh as before (whatever
             # the interval: with --correlate.interval 1 every stall was "old" at once)
-            settled = (now_ns - d.since_ns) / 1e9 >= standing.SETTLED_AFTER_S
+            settled = (now_ns - d.since_ns) / 1e9 >= rerank.SETTLED_AFTER_S
             if last is not None and settled and last.diagnosis.causes \
-                    and standing.unchanged(old, basis, now - analysed, now_ns):
+                    and rerank.unchanged(old, basis, now - analysed, now_ns):
                 with self.lock:  # a steady stall: its causes stand (standing.py)
                     self.stalls[r.key] = dataclasses.replace(last, looked_at=now)
                 continue

@@ -1,6 +1,6 @@
 """Which pod a sender is, by name: the pods of this node from the Kubernetes API server.
 
-The kernel names a sender's pod by its UID (its cgroup path: identity.py); the name a
+The kernel names a sender's pod by its UID (its cgroup path: peer.py); the name a
 report claims is the workload's word. Without a map from UID to name a process could
 claim a pod name no live rank held and feed another team's job (issue 33). So the agent
 keeps the pods of its node, UID -> (namespace, name), from the API server: a list of
@@ -37,8 +37,8 @@ import threading
 import urllib.parse
 from typing import Any, Callable
 
-from ..host import log
-from .rankstate import Mismatch
+from ...host import log
+from .refusal import Mismatch
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 IN_CLUSTER = "in-cluster"

@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from ..host import Part
-from ..host.families import buckets, family
-from ..host.rings import Ring
-from ..vocabulary import signal
-from .budget import SHARD_READS_PER_TIER, TIERS_PER_POD
-from .histogram import Histogram
-from .validate import MAX_AGE_NS, MAX_AHEAD_NS, MAX_INTERVAL_NS, MAX_NS, printable
+from ...host import Part
+from ...host.families import buckets, family
+from ...host.rings import Ring
+from ...vocabulary import signal
+from ..table.budget import SHARD_READS_PER_TIER, TIERS_PER_POD
+from ..table.histogram import Histogram
+from ..table.validate import MAX_AGE_NS, MAX_AHEAD_NS, MAX_INTERVAL_NS, MAX_NS, printable
 
 # What parse() returns: (tiers, reads, cache, slowest, requests).
 Parsed = tuple[list[str], list[list[int]], list[list[int]], list[list[Any]], list[list[int]]]

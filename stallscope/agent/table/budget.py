@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import vocabulary
-from ..correlate.waitbins import WaitBins
+from ... import vocabulary
+from ...correlate.waitbins import WaitBins
+from ..identity.names import MAX_BINDING_BYTES, MAX_BINDINGS
 from .held import MAX_HELD_BYTES
-from .names import MAX_BINDING_BYTES, MAX_BINDINGS
 
 BATCHES_PER_S = 20.0
 GPU_SAMPLES_PER_S = 10.0

@@ -26,10 +26,10 @@ import threading
 import time
 from typing import Any
 
-from ..diagnose import stacks
-from ..host import Part, log
-from ..host.options import flag
-from ..system import blocked, procfs
+from ...diagnose import stacks
+from ...host import Part, log
+from ...host.options import flag
+from ...system import blocked, procfs
 
 MAX_PAUSED = 4096
 FS_CALLS = {"read", "pread64", "readv", "preadv", "preadv2", "open", "openat", "openat2", "stat",

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable
 
-from ..host import log
+from ...host import log
 
 Job = Callable[[], None]
 

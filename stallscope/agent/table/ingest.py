@@ -2,7 +2,7 @@
 
 Each hook process holds one connection; each message is one JSON report (see
 stallscope/hook/wire.py). The sender comes from SO_PEERCRED (its PID and UID in the
-agent's namespaces) and that PID's cgroup (identity.py), once per connection, so a
+agent's namespaces) and that PID's cgroup (peer.py), once per connection, so a
 process cannot claim another's PID, rank or pod. Every message is validated; rejects
 are counted by reason and never stop the loop or the connection: a zero-length message
 is a counted reject (SEQPACKET delivers it as an empty read, which is also what a
@@ -44,16 +44,17 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from ..cadence import LONGEST_SILENCE_S
-from ..hook import wire
-from ..host import log
-from . import identity, validate
+from ...cadence import LONGEST_SILENCE_S
+from ...hook import wire
+from ...host import log
+from ..identity import peer
+from ..identity.hooksocket import HookSocket
+from ..identity.refusal import Mismatch
+from . import validate
 from .held import HELD
-from .hooksocket import HookSocket
-from .rankstate import Mismatch
 
 MAX_CONNECTIONS = 4096
-# One sender domain (a pod; a cgroup and uid outside Kubernetes: identity.py) may hold at
+# One sender domain (a pod; a cgroup and uid outside Kubernetes: peer.py) may hold at
 # most this many: one process's idle connections filled the global cap and locked every
 # trainer out (issue 33). A process holds one; 8 ranks of 16 workers in two loaders each
 # are 264.
@@ -74,8 +75,8 @@ READ_BOUND = 64  # messages from one connection per pass, so one chatty peer can
 _UCRED = struct.Struct("3i")
 
 
-Apply = Callable[[Any, Optional[identity.Source]], Any]
-SourceOf = Callable[[int, int], Optional[identity.Source]]
+Apply = Callable[[Any, Optional[peer.Source]], Any]
+SourceOf = Callable[[int, int], Optional[peer.Source]]
 
 
 class IngestStats:
@@ -100,7 +101,7 @@ class Peer:
 
     __slots__ = ("source", "domain", "process", "last", "taken")
 
-    def __init__(self, source: identity.Source | None, now: float, pid: int = 0) -> None:
+    def __init__(self, source: peer.Source | None, now: float, pid: int = 0) -> None:
         self.source = source
         self.taken = 0  # messages read from it: acknowledged to the hook (wire.py ACK)
         self.domain: tuple[str, ...] = source.domain if source is not None else UNIDENTIFIED
@@ -117,7 +118,7 @@ class Ingest:
     def __init__(self, sock: Any, apply: Apply, source_of: SourceOf,
                  max_bytes: int = wire.MAX_MESSAGE_BYTES, stats: IngestStats | None = None,
                  hook_socket: HookSocket | None = None,
-                 on_close: Callable[[identity.Source], None] | None = None,
+                 on_close: Callable[[peer.Source], None] | None = None,
                  tick_s: float = TICK_S, idle_s: float = IDLE_S,
                  max_per_domain: int = MAX_CONNECTIONS_PER_DOMAIN,
                  max_per_process: int = MAX_CONNECTIONS_PER_PROCESS) -> None:
@@ -346,7 +347,7 @@ class Ingest:
         log("ingest: internal error %s at %s:%d (%s): the message was counted as a reject" % (
             type(e).__name__, where.filename, where.lineno or 0, where.name))
 
-    def handle(self, data: bytes, source: identity.Source | None = None, checked: bool = False) -> bool:
+    def handle(self, data: bytes, source: peer.Source | None = None, checked: bool = False) -> bool:
         """Validate and apply one message; never raises. ``checked``: from a connection,
         whose sender the kernel named (or could not name: then it is refused)."""
         try:

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..host import log
+from ...host import log
 from . import httpwire
 from .httppool import Inbox, Stats, Workers
 from .httpwire import HttpError, Request, Response
