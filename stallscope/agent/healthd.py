@@ -54,7 +54,9 @@ MAX_TEXT = PAGE_BYTES - HEAD.size
 HEALTH_BEAT_S = 1.0
 STALE_S = 15.0
 PEEK = 16              # bytes enough to tell "HEAD /healthz?" from anything else
-READ_TIMEOUT_S = 5.0   # a connection still undecided then goes to the agent (its 408)
+DECIDE_S = 1.0         # a connection still undecided then goes to the agent (its own
+                       # read timeout then, and its 408)
+READ_TIMEOUT_S = 5.0   # a health request's head must have come by then
 MAX_UNDECIDED = 512    # past this, a new connection goes to the agent at once
 MAX_QUEUED = 4096      # connections waiting for the agent to take them; past it, closed
 HEALTH = (b"GET /healthz", b"HEAD /healthz")
@@ -188,7 +190,7 @@ class Responder:
             if len(self.undecided) >= MAX_UNDECIDED:
                 self._hand(sock)
                 continue
-            self.undecided[sock.fileno()] = (sock, time.monotonic() + READ_TIMEOUT_S, None)
+            self.undecided[sock.fileno()] = (sock, time.monotonic() + DECIDE_S, None)
             self.sel.register(sock, selectors.EVENT_READ, "client")
             try:
                 self._decide(sock)  # a probe sends its request with its connect
@@ -214,6 +216,7 @@ class Responder:
                 self._forget(sock)
                 return self._hand(sock)
             got = bytearray()
+            deadline += READ_TIMEOUT_S - DECIDE_S
             self.undecided[sock.fileno()] = (sock, deadline, got)
         try:  # a health request: its head is read here, then answered
             data = sock.recv(8192)
