@@ -57,6 +57,7 @@ PEEK = 16              # bytes enough to tell "HEAD /healthz?" from anything els
 DECIDE_S = 1.0         # a connection still undecided then goes to the agent (its own
                        # read timeout then, and its 408)
 READ_TIMEOUT_S = 5.0   # a health request's head must have come by then
+RECHECK_S = 0.02       # a request line too short yet to tell is peeked at again then
 MAX_UNDECIDED = 512    # past this, a new connection goes to the agent at once
 MAX_QUEUED = 4096      # connections waiting for the agent to take them; past it, closed
 HEALTH = (b"GET /healthz", b"HEAD /healthz")
@@ -139,6 +140,20 @@ def response(code: int, body: bytes, head_only: bool) -> bytes:
     return head if head_only else head + body
 
 
+class Pending:
+    """A connection not yet answered nor handed over."""
+
+    __slots__ = ("sock", "deadline", "got", "recheck")
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.got: bytearray | None = None  # a health request's head so far (once known)
+        # A request line too short yet to tell stays unread in the socket, which a
+        # selector would report ready at every turn: it is peeked at again then instead.
+        self.recheck: float | None = None
+
+
 class Responder:
     def __init__(self, listen: socket.socket, handoff: socket.socket, page: HealthPage) -> None:
         self.listen, self.handoff, self.page = listen, handoff, page
@@ -147,7 +162,7 @@ class Responder:
         self.sel = selectors.DefaultSelector()
         self.sel.register(listen, selectors.EVENT_READ, "listen")
         self.sel.register(handoff, selectors.EVENT_READ, "agent")
-        self.undecided: dict[int, tuple[socket.socket, float, bytearray | None]] = {}
+        self.undecided: dict[int, Pending] = {}
         self.queue: collections.deque[socket.socket] = collections.deque()
         self.running = True
 
@@ -155,7 +170,9 @@ class Responder:
         while self.running:
             timeout = None
             if self.undecided:
-                timeout = max(0.0, min(d for _, d, _ in self.undecided.values()) - time.monotonic()) + 0.01
+                soonest = min(p.deadline if p.recheck is None else min(p.deadline, p.recheck)
+                              for p in self.undecided.values())
+                timeout = max(0.0, soonest - time.monotonic()) + 0.001
             for key, events in self.sel.select(timeout):
                 try:
                     if key.data == "listen":
@@ -168,15 +185,20 @@ class Responder:
                     if key.data not in ("listen", "agent"):
                         self._drop(key.fileobj)  # type: ignore[arg-type]
             now = time.monotonic()
-            for sock, deadline, got in list(self.undecided.values()):
-                if now >= deadline:
-                    # still undecided (or a health request that trickles): the agent's
-                    # server answers it, 408 at its own read timeout
-                    self._forget(sock)
-                    if got is None:
-                        self._hand(sock)
+            for p in list(self.undecided.values()):
+                if now >= p.deadline:
+                    # still undecided: the agent's server answers it (its read timeout
+                    # and 408 then); a health request whose head trickles is closed
+                    self._forget(p.sock)
+                    if p.got is None:
+                        self._hand(p.sock)
                     else:
-                        sock.close()
+                        p.sock.close()
+                elif p.recheck is not None and now >= p.recheck:
+                    try:
+                        self._decide(p.sock)
+                    except OSError:
+                        self._drop(p.sock)
 
     def _accept(self) -> None:
         for _ in range(64):
@@ -190,7 +212,7 @@ class Responder:
             if len(self.undecided) >= MAX_UNDECIDED:
                 self._hand(sock)
                 continue
-            self.undecided[sock.fileno()] = (sock, time.monotonic() + DECIDE_S, None)
+            self.undecided[sock.fileno()] = Pending(sock, time.monotonic() + DECIDE_S)
             self.sel.register(sock, selectors.EVENT_READ, "client")
             try:
                 self._decide(sock)  # a probe sends its request with its connect
@@ -198,11 +220,10 @@ class Responder:
                 self._drop(sock)
 
     def _decide(self, sock: socket.socket) -> None:
-        entry = self.undecided.get(sock.fileno())
-        if entry is None:
+        p = self.undecided.get(sock.fileno())
+        if p is None:
             return
-        _, deadline, got = entry
-        if got is None:  # not yet known: peek, consuming nothing the agent would need
+        if p.got is None:  # not yet known: peek, consuming nothing the agent would need
             try:
                 data = sock.recv(PEEK, socket.MSG_PEEK)
             except BlockingIOError:
@@ -211,34 +232,40 @@ class Responder:
                 return self._drop(sock)
             what = kind(data)
             if what == "wait":
+                if p.recheck is None:
+                    self.sel.unregister(sock)
+                p.recheck = time.monotonic() + RECHECK_S
                 return
             if what == "other":
                 self._forget(sock)
                 return self._hand(sock)
-            got = bytearray()
-            deadline += READ_TIMEOUT_S - DECIDE_S
-            self.undecided[sock.fileno()] = (sock, deadline, got)
+            if p.recheck is not None:
+                self.sel.register(sock, selectors.EVENT_READ, "client")
+                p.recheck = None
+            p.got = bytearray()
+            p.deadline += READ_TIMEOUT_S - DECIDE_S
         try:  # a health request: its head is read here, then answered
             data = sock.recv(8192)
         except BlockingIOError:
             return
         if not data:
             return self._drop(sock)
-        got += data
-        if b"\r\n\r\n" not in got and b"\n\n" not in got:
-            if len(got) > 8192:
+        p.got += data
+        if b"\r\n\r\n" not in p.got and b"\n\n" not in p.got:
+            if len(p.got) > 8192:
                 self._drop(sock)
             return
         code, body = answer(self.page, time.monotonic_ns())
         self._forget(sock)
         try:
-            sock.send(response(code, body, got.startswith(b"HEAD")))
+            sock.send(response(code, body, p.got.startswith(b"HEAD")))
         except OSError:
             pass
         sock.close()
 
     def _forget(self, sock: socket.socket) -> None:
-        if self.undecided.pop(sock.fileno(), None) is not None:
+        p = self.undecided.pop(sock.fileno(), None)
+        if p is not None and p.recheck is None:
             self.sel.unregister(sock)
 
     def _drop(self, sock: socket.socket) -> None:

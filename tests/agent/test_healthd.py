@@ -7,6 +7,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -127,7 +128,7 @@ def test_other_requests_go_to_the_agent_unread_and_keep_alive_stays_with_it():
         assert get(port, "/healthz", c) == (200, "ok\n")  # the agent's own answer, on its connection
         assert get(port, "/metrics", c) == (200, "m 1\n")
         # a request line that trickles in is handed over too, once it is not a health check
-        s = __import__("socket").create_connection(("127.0.0.1", port))
+        s = socket.create_connection(("127.0.0.1", port))
         s.sendall(b"GE")
         time.sleep(0.2)
         s.sendall(b"T /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -135,6 +136,27 @@ def test_other_requests_go_to_the_agent_unread_and_keep_alive_stays_with_it():
         s.close()
     finally:
         stop(srv)
+
+
+def _cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_request_line_that_trickles_costs_the_responder_nothing_meanwhile(front):
+    """Too few bytes yet to tell a health check ("GET /hea") stay unread in the socket:
+    peeked at again every RECHECK_S, not at every turn of a selector that reports them
+    ready (a spin: a core's worth for as long as the client waits), then answered."""
+    (pid,) = healthd.running()
+    before = _cpu_seconds(pid)
+    s = socket.create_connection(("127.0.0.1", front.server_address[1]))
+    s.sendall(b"GET /hea")
+    time.sleep(0.6)
+    s.sendall(b"lthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert s.recv(4096).startswith(b"HTTP/1.1 200 OK")
+    s.close()
+    assert _cpu_seconds(pid) - before < 0.2
 
 
 def test_the_loop_answers_when_the_responder_dies_and_its_cost_is_the_agents(front):
