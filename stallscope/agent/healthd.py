@@ -19,7 +19,7 @@ anything else goes to the agent with every byte still unread, so the agent's ser
 parses it as if it had accepted it (its limits, timeouts and answers unchanged). A
 keep-alive connection stays the agent's: a /healthz on it is answered there, as before.
 
-Run by the agent as a script (``python -I healthd.py LISTEN_FD HANDOFF_FD PAGE_FD``: not
+Run by the agent as a script (``python -I healthd.py LISTEN_FD HANDOFF_FD PAGE_FD PID``: not
 as a module of the package, whose import loads the hook) and counted in its cost
 (``running``: api.py's /api/v1/agent). It exits when the agent's end of the socket pair
 closes (the agent stopped or died).
@@ -319,7 +319,8 @@ def spawn(listen: socket.socket, page: HealthPage) -> tuple[subprocess.Popen[byt
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         fds = (listen.fileno(), theirs.fileno(), page.fd)
-        proc = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), *map(str, fds)],
+        proc = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), *map(str, fds),
+                                 str(os.getpid())],
                                 pass_fds=fds, stdin=subprocess.DEVNULL, close_fds=True)
     except BaseException:
         mine.close()
@@ -348,9 +349,22 @@ def running() -> list[int]:
     return [pid for pid, proc in list(_RUNNING.items()) if proc.poll() is None]
 
 
+def _die_with(agent: int) -> None:
+    """Killed with the agent's thread that started it (its HTTP loop), at once: a test's
+    check for processes left behind must not find it in the instant before its EOF."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # not Linux's libc: the EOF alone ends it
+        pass
+    if os.getppid() != agent:  # gone before the prctl took
+        sys.exit(0)
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the agent's to handle
-    listen_fd, handoff_fd, page_fd = (int(a) for a in argv)
+    listen_fd, handoff_fd, page_fd, agent = (int(a) for a in argv)
+    _die_with(agent)
     listen = socket.socket(fileno=listen_fd)
     handoff = socket.socket(fileno=handoff_fd)
     Responder(listen, handoff, HealthPage(page_fd)).run()
