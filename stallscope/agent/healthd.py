@@ -71,6 +71,7 @@ class HealthPage:
         self.fd = fd
         self.map = mmap.mmap(fd, PAGE_BYTES)
         self.seq = HEAD.unpack_from(self.map)[0]
+        self.last: tuple[int, int, bytes] = (0, 0, b"")  # the reader's last whole status
 
     @classmethod
     def create(cls) -> HealthPage:
@@ -93,14 +94,17 @@ class HealthPage:
         struct.pack_into("=q", self.map, LOOP_AT, time.monotonic_ns() if now_ns is None else now_ns)
 
     def read(self) -> tuple[int, int, int, bytes]:
-        """(status written at, loop's beat, code, text); code 0: never written."""
-        for _ in range(100):
-            seq, at, loop, code, n = HEAD.unpack_from(self.map)
+        """(status written at, loop's beat, code, text); code 0: never written. A write
+        in progress (its thread may wait for the agent's interpreter lock between two
+        fields) leaves the last status read whole, with the loop's beat of now."""
+        for _ in range(3):
+            seq, at, _, code, n = HEAD.unpack_from(self.map)
             text = self.map[HEAD.size:HEAD.size + min(n, MAX_TEXT)]
             if not seq & 1 and struct.unpack_from("=Q", self.map)[0] == seq:
-                return at, struct.unpack_from("=q", self.map, LOOP_AT)[0], code, text
-            time.sleep(0)
-        return 0, 0, 0, b""
+                self.last = (at, code, text)
+                break
+        at, code, text = self.last
+        return at, struct.unpack_from("=q", self.map, LOOP_AT)[0], code, text
 
     def close(self) -> None:
         self.map.close()
