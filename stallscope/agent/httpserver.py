@@ -177,7 +177,7 @@ class Server:
         assert self._handoff is not None
         for _ in range(64):  # then let the other sockets have a turn
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._handoff, 16, 16)
+                data, fds, _flags, _addr = socket.recv_fds(self._handoff, 16, 16, socket.MSG_CMSG_CLOEXEC)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
