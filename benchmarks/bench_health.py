@@ -16,6 +16,12 @@ connection (as the kubelet's probe does) and one scraper asking /metrics every s
 Prints p50, p99 and max of each endpoint's answers (the API's 200s), against the goals
 of 100 ms p99 for /healthz and 2 s for a rank's diagnosis (issue 50), and what the API
 clients got (200, 429).
+
+The server is the agent's: its health responder (agent/healthd.py) holds the listening
+socket and answers /healthz from the status the agent's jobs write, handing every other
+connection to the agent. ``--compare`` runs the load twice in one sitting, first with
+/healthz answered by the agent's HTTP loop thread (no responder, as before issue 50's
+last step), then with the responder.
 """
 import argparse
 import collections
@@ -114,10 +120,11 @@ def summary(name, lat, goal=None, against="p99"):
     return line
 
 
-def measure(ranks, api_clients, seconds, at_once=False):
+def measure(ranks, api_clients, seconds, at_once=False, front=True):
     """The load above against an in-process agent; {"lat": {endpoint: [seconds]}, "codes",
     "by_endpoint": {endpoint: {status: n}}, "errors", "n_errors"} (tests/agent/test_http_load.py
-    runs it small)."""
+    runs it small). ``front``: the health responder answers /healthz (as the agent runs);
+    without it, the HTTP loop thread does."""
     from bench_http import make_agent, report
 
     from stallscope.agent.web import http as agent_http
@@ -134,7 +141,9 @@ def measure(ranks, api_clients, seconds, at_once=False):
     for target in (feed, agent._scheduler):
         threading.Thread(target=target, daemon=True).start()
     server = agent_http.make_server("127.0.0.1:0", agent.parts.render, agent.routes, agent.healthy,
-                                    stats=agent.http_stats)
+                                    stats=agent.http_stats, front=front)
+    agent.server = server  # its jobs write the status the responder answers with
+    agent.beat()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         cmd = [sys.executable, __file__, "--client", str(server.server_address[1]), "--seconds",
@@ -162,14 +171,22 @@ def main():
     ap.add_argument("--api-clients", type=int, default=50)
     ap.add_argument("--retry-at-once", action="store_true",
                     help="API clients ask again at once after a 429 (a hostile closed loop)")
+    ap.add_argument("--compare", action="store_true",
+                    help="first without the health responder (the HTTP loop answers /healthz), "
+                         "then with it, in one sitting")
     ap.add_argument("--client", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.client:
         return clients(a.client, a.api_clients, a.seconds, a.ranks, a.retry_at_once)
-    print("%d ranks, %d closed-loop API clients for %gs (after a 429: %s); /healthz every 0.1 s, "
-          "/metrics every 1 s" % (a.ranks, a.api_clients, a.seconds,
-                                  "at once" if a.retry_at_once else "Retry-After"), flush=True)
-    out = measure(a.ranks, a.api_clients, a.seconds, a.retry_at_once)
+    for front in ((False, True) if a.compare else (True,)):
+        print("%d ranks, %d closed-loop API clients for %gs (after a 429: %s); /healthz every 0.1 s, "
+              "/metrics every 1 s; /healthz answered by %s" % (
+                  a.ranks, a.api_clients, a.seconds, "at once" if a.retry_at_once else "Retry-After",
+                  "the health responder" if front else "the HTTP loop thread"), flush=True)
+        print_result(measure(a.ranks, a.api_clients, a.seconds, a.retry_at_once, front))
+
+
+def print_result(out):
     print(summary("/healthz", out["lat"].get("/healthz", []), GOAL_HEALTH_P99))
     print(summary("/metrics", out["lat"].get("/metrics", [])))
     for name in ("/api/v1/ranks", "/api/v1/timeline", "/api/v1/diagnosis"):

@@ -1,13 +1,14 @@
 """The report cadences: the contract between the hook and the agent (issue 50), declared
-once, read by both ends: the hook's channel, the agent's ingest and correlator, the
-analysis (slow_worker.py). A module of its own, standard library only and importing
-nothing, because the hook in every training process reads it: from the vocabulary
-package, ``import stallscope`` loaded every metric, signal and cause (~20 ms; the house
-rule: a trainer loads only the hook)."""
+once, read by both ends: the hook's channel, the agent's ingest and correlator. The
+analysis (correlate/) reads none of it: it reasons from the times the reports were
+sent, kept in the trace (the worker_report_pid signal; correlate/slow_worker.py). A
+module of its own, standard library only and importing nothing, because the hook in
+every training process reads it: from the vocabulary package, ``import stallscope``
+loaded every metric, signal and cause (~20 ms; the house rule: a trainer loads only the
+hook)."""
 
-# Declared once here: the hook (hook/channel.py)
-# sends by them and the agent (its idle timeout, its re-judging, the analysis's reading
-# of how far each worker's reports have come) reads them. Each message costs the agent a
+# Declared once here: the hook (hook/channel.py) sends by them and the agent (its idle
+# timeout, its re-judging) reads them. Each message costs the agent a
 # fixed ~0.1-0.4 ms whatever it holds, and at 8 ranks x 8 workers messages were most of
 # its ingest CPU (issue 15: 48 messages/s, 1.1 % of a core; issue 31: 16 -> 12/s): a
 # stream's batches go when they are news, and on these beats otherwise.

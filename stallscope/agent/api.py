@@ -12,6 +12,7 @@ from typing import Any
 from ..host import ApiError, Query, one
 from ..host.contract import no_params
 from ..system import procfs
+from .web import healthd
 from .host import AgentHost, Parts
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -48,11 +49,21 @@ class CoreRoutes:
             stat = procfs.stat_fields("/proc", "self", "task", str(t.native_id))
             if stat is not None:
                 threads.append({"name": t.name, "native_id": t.native_id, "cpu_seconds": _cpu_seconds(stat)})
+        # the processes it runs, counted in its cost: the health responder (healthd.py)
+        cpu, rss = 0.0, 0
+        for pid in healthd.running():
+            stat = procfs.stat_fields("/proc", str(pid))
+            if stat is not None:
+                threads.append({"name": "health responder (process)", "native_id": pid,
+                                "cpu_seconds": _cpu_seconds(stat)})
+                cpu += _cpu_seconds(stat)
+                rss += procfs.rss_bytes("/proc", str(pid)) or 0
         threads.sort(key=lambda t: -float(t["cpu_seconds"] or 0))
         self_stat = procfs.stat_fields("/proc", "self")
+        own_rss = procfs.rss_bytes("/proc", "self")
         return 200, {"threads": threads,
-                     "cpu_seconds": _cpu_seconds(self_stat) if self_stat else None,
-                     "rss_bytes": procfs.rss_bytes("/proc", "self"),
+                     "cpu_seconds": round(_cpu_seconds(self_stat) + cpu, 3) if self_stat else None,
+                     "rss_bytes": own_rss + rss if own_rss is not None else None,
                      "memory_ceiling": self.budget.describe() if self.budget is not None else None}
 
     def ranks(self, query: Query) -> tuple[int, Any]:

@@ -43,7 +43,7 @@ from .table.held import HELD, Held
 from .table.rankstate import key_of
 from .table.samples import SampleStore
 from .table.state import RankTable
-from .web import http, httppool
+from .web import healthd, http, httppool
 
 # Jobs due within this of each other run in one wake-up of the scheduler.
 JOB_SLACK_S = 0.05
@@ -161,7 +161,7 @@ class Agent:
         self.registry.register(self.parts)
         self.routes = CoreRoutes(self.host, self.parts, self.budget).routes()
         self.routes.update(self.parts.routes())
-        self.jobs = [(2.0, self._expire), (malloc.TRIM_S, malloc.trim),
+        self.jobs = [(healthd.HEALTH_BEAT_S, self.beat), (2.0, self._expire), (malloc.TRIM_S, malloc.trim),
                      (1.0, self.table.names.poll)] + self.parts.jobs()
         self.ingest: ingest.Ingest | None = None
         self.hook_socket: HookSocket | None = None
@@ -206,6 +206,17 @@ class Agent:
         self.held.expire(self._expire_held)
         self.samples.expire()
 
+    def beat(self) -> None:
+        """The status the health responder answers /healthz with (httpserver.py front),
+        written by the jobs thread, and a turn of the HTTP loop: both stamped, so that a
+        wedged agent is answered 503 (healthd.py STALE_S)."""
+        page = getattr(self.server, "health", None)
+        if page is None:
+            return
+        ok, text = self.healthy()
+        page.write(ok, text)
+        self.server.beat()
+
     def healthy(self) -> tuple[bool, str]:
         problem = self.hook_socket.problem if self.hook_socket is not None else None
         if problem:
@@ -229,11 +240,12 @@ class Agent:
         sock = self.hook_socket.bind()
         try:
             self.server = http.make_server(o.listen, self.parts.render, self.routes, self.healthy,
-                                           stats=self.http_stats)
+                                           stats=self.http_stats, front=True)
         except OSError as e:
             sock.close()
             self.hook_socket.remove()
             raise BindError("cannot listen on %s: %s" % (o.listen, e.strerror)) from None
+        self.beat()  # the responder's first answer is the agent's status, not "starting"
         self.ingest = ingest.Ingest(sock, self.apply, self.source_of, stats=self.stats,
                                     hook_socket=self.hook_socket, on_close=self.peer_gone,
                                     idle_s=o.hook_idle_timeout)

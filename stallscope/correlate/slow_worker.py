@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from ..cadence import WORKER_FLUSH_S
 from ..vocabulary import signal
 from .causes import make
 from .model import Cause, Evidence, WorkerSpread
@@ -33,16 +32,18 @@ from .model import Cause, Evidence, WorkerSpread
 NAME = "slow_worker"
 BATCH_LOAD = signal("batch_load_seconds").name
 BATCH_WORKER = signal("batch_worker_pid").name
+WORKER_REPORT = signal("worker_report_pid").name
 MIN_PER_WORKER = 3          # batches a worker must have made in the window
 SPREAD_LOW, SPREAD_HIGH = 1.25, 2.0   # slowest / others' median load: no .. clear spread
 CONSISTENCY_MISS = 0.25
 REPLAY_BATCHES = 600
 SEED = 17
-# A worker reports its batches every WORKER_FLUSH_S once its first reports have gone
-# (the report cadences: cadence.py worker_gap), each on its own beat: the newest seconds of the window
-# hold some workers' batches and not yet the others'. A worker whose newest batch is
-# older than the newest of all by more than a report's gap and this slack is silent (it
-# made nothing, or died), not late.
+# A worker's report carries every batch it finished before it was sent, and its workers
+# report each on its own beat (the hook's, whatever it is: the analysis reads the times
+# the reports were sent from the trace, worker_report_pid): the newest seconds of the
+# window hold some workers' batches and not yet the others'. A worker whose newest report
+# is older than the newest of all by more than the longest spacing of one worker's
+# reports in the trace, and this slack, has stopped reporting (it died), not late.
 REPORT_SLACK_NS = int(2e9)
 
 
@@ -68,16 +69,36 @@ def _completions(trace: Any, span: tuple[int, int]) -> tuple[np.ndarray, np.ndar
     return load.t, who.v.astype(np.int64)
 
 
+def report_times(trace: Any) -> dict[int, np.ndarray] | None:
+    """{worker PID: the times its reports were sent, oldest first}, or None where the
+    trace has none (a recording from before the agent kept them)."""
+    _, sent = trace.signal(WORKER_REPORT, ("rank",))
+    if sent is None:
+        return None
+    pids = sent.v.astype(np.int64)
+    return {int(p): sent.t[pids == p] for p in np.unique(pids)}
+
+
 def reported_until(trace: Any) -> int | None:
     """The newest time up to which every reporting worker's batches have arrived: the
-    oldest of the workers' newest completions, silent workers aside; None without any."""
+    oldest of the workers' newest reports, those that stopped reporting aside; None
+    without any. A recording without the report times: the oldest of the workers'
+    newest batches (a report went after each), no worker judged stopped."""
     t_done, pid = _completions(trace, trace.span())
     if not len(t_done):
         return None
-    newest = {int(p): int(t_done[pid == p].max()) for p in np.unique(pid)}
+    sent = report_times(trace)
+    if not sent:
+        return int(min(t_done[pid == p].max() for p in np.unique(pid)))
+    newest = {p: int(t[-1]) for p, t in sent.items()}
+    for p in np.unique(pid):  # a batch came in a report sent after it
+        newest[int(p)] = max(newest.get(int(p), 0), int(t_done[pid == p].max()))
     latest = max(newest.values())
-    late = int(WORKER_FLUSH_S * 1e9) + REPORT_SLACK_NS
-    return min(t for t in newest.values() if t >= latest - late)
+    # the spacing of the reports as they came: the longest between one worker's two
+    spacing = max((int(np.diff(t).max()) for t in sent.values() if len(t) > 1), default=None)
+    if spacing is None:
+        return min(newest.values())
+    return min(t for t in newest.values() if t >= latest - spacing - REPORT_SLACK_NS)
 
 
 def attribute(trace: Any, steady: np.ndarray) -> tuple[dict[int, float], dict[int, float], float]:

@@ -188,6 +188,9 @@ class Channel:
         pending = stream.pending
         total = len(pending)
         at = 0  # events delivered (or counted as dropped) so far: taken off once, at the end
+        # The report's mean load and wait share, from the running sums (wire.py Columns):
+        # summing each message's slice was ~15 ns a batch of the flush thread (issue 50).
+        waits, intervals = pending.sums(total)
         try:
             while True:
                 n = min(total - at, wire.MAX_EVENTS_PER_MESSAGE)
@@ -212,15 +215,14 @@ class Channel:
                 status = self._send(msg, n, pending.block(n, at))
                 if status == "busy":
                     return  # the agent is slow: keep the events for the next flush
-                if n:
-                    waits, intervals = pending.sums(n, at)  # the running sums: all of them
-                    stream.sent_load = waits / n
-                    if intervals > 0:
-                        stream.sent_share = waits / intervals
                 at += n
                 stream.last_sent = now
                 stream.sent += 1
                 if at >= total:
+                    if total:
+                        stream.sent_load = waits / total
+                        if intervals > 0:
+                            stream.sent_share = waits / intervals
                     return
         finally:
             # One cut of the columns per delivery, not one per message: each cut moves

@@ -36,12 +36,14 @@ class Loop:
         self.unsized = True  # the first batch's bytes not measured yet (errors.py)
 
 
-def timed(loop: Loop, once: bool, _now: Callable[[], int] = perf_counter_ns) -> Iterator[Any]:
+def timed(loop: Loop, _now: Callable[[], int] = perf_counter_ns) -> Iterator[Any]:
     """The per-batch path: two clock reads and two appends around the loader's next().
 
     A generator, driven by the C ``chain`` of WatchedIterator: resuming it costs about a
     quarter fewer instructions per batch than a Python ``__next__`` called through the
-    iterator slot (benchmarks/bench_hook.py), which is what keeps the loop under 300 ns."""
+    iterator slot (benchmarks/bench_hook.py), which is what keeps the loop under 300 ns.
+    Nothing else per batch: the call timed alone is ``timed_once``'s (issue 50: the
+    test for it was in every batch's path)."""
     stream = loop.stream
     assert stream is not None
     buf = stream.buf
@@ -65,9 +67,29 @@ def timed(loop: Loop, once: bool, _now: Callable[[], int] = perf_counter_ns) -> 
             raise
         append(_now())
         yield item
-        if once:  # measured when the loop asks for the next batch: in its step, not its wait
-            _measure(loop, item)
-            return
+
+
+def timed_once(loop: Loop, _now: Callable[[], int] = perf_counter_ns) -> Iterator[Any]:
+    """One call timed as ``timed`` times each, then the batch's bytes measured when the
+    loop asks for the next one: in its step, not its wait."""
+    stream = loop.stream
+    assert stream is not None
+    buf = stream.buf
+    buf.append(_now())
+    try:
+        item = loop.next()
+    except StopIteration:
+        buf.pop()
+        loop.ended = True
+        return
+    except BaseException as e:
+        buf.pop()
+        exits.note(loop.inner, stream)
+        errors.note_error(e, stream, _now())
+        raise
+    buf.append(_now())
+    yield item
+    _measure(loop, item)
 
 
 def _measure(loop: Loop, item: Any) -> None:
@@ -84,7 +106,7 @@ def runs(loop: Loop) -> Iterator[Iterator[Any]]:
     while not loop.ended:
         once = loop.first or loop.unsized
         loop.first = False
-        yield timed(loop, once)
+        yield timed_once(loop) if once else timed(loop)
 
 
 class WatchedIterator(itertools.chain):  # type: ignore[type-arg]

@@ -22,7 +22,11 @@ JSON list in the header) is still accepted.
      "n": int,                    # batch events in the binary block that follows, one
                                   #   per batch: (t_end_ns, wait_ns, interval_ns); for
                                   #   role=worker, (t_end_ns, load_ns, interval_ns), the
-                                  #   time to produce the batch (hook/batches.py)
+                                  #   time to produce the batch (hook/batches.py); said
+                                  #   (0 too: a heartbeat) only in a delivery of the
+                                  #   sender's batch stream, which holds every batch it
+                                  #   finished before mono_ns not sent before: the agent
+                                  #   keeps a worker's mono_ns of these (worker_report_pid)
      "cols": 4,                   # optional, role=main: a fourth column, ready_wait_ns,
                                   #   0 <= ready_wait_ns <= wait_ns; wait - ready_wait is
                                   #   the transfer (receive, unpickle, pin, bookkeeping)

@@ -89,6 +89,12 @@ SIGNALS = (
     Signal("batch_worker_pid", "pid", ("rank",), "loader",
            "Host PID of the loader worker that produced each batch, one sample per batch at "
            "the same time stamp as its batch_load_seconds sample.", cadence="batch"),
+    # When each worker's reports were sent (issue 50): the analysis reads how far each
+    # worker's batches have come from these, not from the hook's report cadence.
+    Signal("worker_report_pid", "pid", ("rank",), "loader",
+           "Host PID of the loader worker whose report (batches or a heartbeat) the agent "
+           "took, one sample per report at the time the worker sent it: every batch the "
+           "worker finished before then is in the batch_load_seconds samples."),
     Signal("transfer_wait_ratio", "ratio", ("rank",), "loader",
            "Share of the loop's data-wait spent on transfer (receiving, unpickling, pinning a "
            "batch) rather than waiting for a worker's batch to be ready, one sample per report.",

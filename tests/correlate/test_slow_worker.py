@@ -11,7 +11,6 @@ import pytest
 
 from stallscope.correlate import slow_worker
 from stallscope.correlate.trace import RankTrace
-from stallscope.hook.channel import WORKER_FLUSH_S
 from stallscope.lab import scenarios, synth
 from tests.helpers.lab import lab_session
 
@@ -40,21 +39,27 @@ def test_replay_in_order_waits_behind_the_slow_worker_and_out_of_order_does_not(
         slow_worker.replay(even, compute, 2, True), abs=0.02)
 
 
-def _slow_worker_trace(reported=None, skip=0):
+def _slow_worker_trace(reported=None, skip=0, every=16.0, batches=150):
     """30 s of a loop behind worker 2 of 4 (0.8 s a batch against 0.02 s, 0.15 s of
-    compute); ``reported``: per worker, the seconds before the end its reports have not
-    yet covered (the hook sends a worker's batches every WORKER_FLUSH_S, each on its own
-    beat); ``skip``: the window begins that many batches into the run, with batches
-    finished before it, ready, that the window's completions do not hold."""
+    compute); each worker reports every ``every`` s on its own beat, the times it sent
+    its reports in the trace (worker_report_pid) as the agent keeps them; ``reported``:
+    per worker, the seconds from its newest report to the window's end (its batches
+    since then not yet in the trace; more than ``every``: it stopped reporting);
+    ``skip``: the window begins that many batches into the run, with batches finished
+    before it, ready, that the window's completions do not hold."""
     done = []
-    events, _ = synth.simulate(150 + skip, 4, lambda k, t: 0.8 if k % 4 == 2 else 0.02,
+    events, _ = synth.simulate(batches + skip, 4, lambda k, t: 0.8 if k % 4 == 2 else 0.02,
                                lambda k, t: 0.15, completions=done)
     events = events[skip:]
-    end = events[-1][0]
+    start, end = events[0][0] - events[0][2], events[-1][0]
     lag = reported or {}
-    kept = [(t, w, took) for t, w, took in done if t <= end - int(lag.get(w, 0.0) * SEC)]
+    newest = {w: end - int(lag.get(w, 0.0) * SEC) for w in range(4)}
+    kept = [(t, w, took) for t, w, took in done if t <= newest[w]]
+    sent = sorted((t, 100 + w) for w in range(4)
+                  for t in range(newest[w], start, -int(every * SEC)))
     signals = {"batch_load_seconds": [[t, took] for t, _, took in kept],
-               "batch_worker_pid": [[t, 100 + w] for t, w, _ in kept]}
+               "batch_worker_pid": [[t, 100 + w] for t, w, _ in kept],
+               "worker_report_pid": [[t, p] for t, p in sent]}
     return RankTrace.from_timeline(synth.body(events, workers=4, signals=signals))
 
 
@@ -66,15 +71,42 @@ def test_the_slow_workers_share_of_the_wait_counts_only_waits_every_worker_has_r
     assert told.pid == 102 and told.wait_share > 0.95
     # the slow worker's newest 14 s not yet reported, the others' 1-9 s: before, the waits
     # of those seconds had no batch to end them and went to no worker (~half the share)
-    late = _slow_worker_trace({0: 3.0, 1: 9.0, 2: WORKER_FLUSH_S - 2, 3: 1.0})
+    late = _slow_worker_trace({0: 3.0, 1: 9.0, 2: 14.0, 3: 1.0})
     found = slow_worker.analyse(late, late.interval != late.wait)
     assert found.pid == 102
     assert found.wait_share == pytest.approx(told.wait_share, abs=0.05)
     assert slow_worker.score(late, late.interval != late.wait).score > 0.9
-    # a worker silent for longer than a report's gap made nothing: it holds back no one
-    assert slow_worker.reported_until(late) < late.t_end[-1] - 13 * SEC
-    silent = _slow_worker_trace({0: WORKER_FLUSH_S + 5, 2: 1.0})
-    assert slow_worker.reported_until(silent) >= silent.t_end[-1] - 2 * SEC
+    # until the slow worker's newest report, 14 s before the end
+    end = late.t_end[-1]
+    assert end - 14 * SEC - SEC < slow_worker.reported_until(late) <= end - 14 * SEC
+    # a worker whose reports stopped longer ago than their spacing (16 s) holds back no one
+    silent = _slow_worker_trace({0: 21.0, 2: 1.0})
+    assert slow_worker.reported_until(silent) == silent.t_end[-1] - 1 * SEC
+
+
+def test_the_report_cadence_is_read_from_the_trace_not_assumed():
+    """Issue 50: the analysis reasons from the times the reports were sent, whatever the
+    hook's cadence: a worker 9 s behind has stopped where the workers report every 4 s,
+    and is only late where they report every 30 s (its batches still to come)."""
+    fast = _slow_worker_trace({0: 9.0, 1: 3.0, 2: 2.0}, every=4.0)
+    assert slow_worker.reported_until(fast) == fast.t_end[-1] - 3 * SEC
+    slow = _slow_worker_trace({0: 9.0, 1: 3.0, 2: 2.0}, every=30.0, batches=400)
+    assert slow_worker.reported_until(slow) == slow.t_end[-1] - 9 * SEC
+    # and at 30 s a worker 40 s behind has stopped
+    gone = _slow_worker_trace({0: 40.0, 1: 3.0, 2: 25.0}, every=30.0, batches=400)
+    assert slow_worker.reported_until(gone) == gone.t_end[-1] - 25 * SEC
+    # the slow worker named with its share of the wait, whatever the cadence: the waits
+    # its reports have not reached yet (25 s of 80) are not counted against anyone
+    whole = _slow_worker_trace(batches=400)
+    told = slow_worker.analyse(whole, whole.interval != whole.wait)
+    found = slow_worker.analyse(gone, gone.interval != gone.wait)
+    assert found.pid == told.pid == 102
+    assert found.wait_share == pytest.approx(told.wait_share, abs=0.05)
+    # without the report times (a recording from before they were kept), no worker is
+    # judged stopped: until the oldest of the workers' newest batches
+    bare = _slow_worker_trace({0: 40.0, 1: 3.0}, every=30.0, batches=400)
+    del bare.signals["worker_report_pid"]
+    assert slow_worker.reported_until(bare) <= bare.t_end[-1] - 40 * SEC
 
 
 def test_batches_held_behind_the_slow_one_are_counted_when_the_window_begins_mid_run():
@@ -113,6 +145,7 @@ def test_one_slow_worker_among_four_is_named_with_its_pid(tmp_path):
                 break
             time.sleep(1)
         status, ranks = get(agent, "/api/v1/ranks")
+        _, timeline = get(agent, "/api/v1/timeline?rank=0&job=%s&seconds=30" % job.job)
     assert body.get("verdict") == "input_bound", body
     top = body["causes"][0]
     assert top["cause"] == "slow_worker", json.dumps(body["causes"], indent=1)
@@ -120,6 +153,13 @@ def test_one_slow_worker_among_four_is_named_with_its_pid(tmp_path):
     # the worker the plan slowed: the loader's worker 2, as the rank reported its workers
     (rank,) = [r for r in ranks["ranks"] if r["job"] == job.job]
     assert w["pid"] == rank["worker_pids"][plan["slow_worker_id"]], (w, rank["worker_pids"])
+    # the times each worker's reports were sent, as the analysis reads them: every worker's,
+    # each batch in a report sent after it
+    sent = timeline["signals"]["worker_report_pid"]
+    assert {int(p) for _, p in sent} == set(rank["worker_pids"]), (sent, rank["worker_pids"])
+    for pid in rank["worker_pids"]:
+        done = [t for (t, p) in timeline["signals"]["batch_worker_pid"] if int(p) == pid]
+        assert max(done) <= max(t for t, p in sent if int(p) == pid)
     # 8 samples x (100 + 2) ms for the slow one, 8 x 2 ms for the others; a loaded
     # machine only stretches sleeps
     assert 0.8 * 0.816 < w["load_seconds"] < 1.6, w

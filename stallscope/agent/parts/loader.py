@@ -39,6 +39,7 @@ from ..table.histogram import Histogram
 LOAD_BUCKETS = buckets("stallscope_batch_load_seconds")
 BATCH_LOAD = signal("batch_load_seconds").name
 BATCH_WORKER = signal("batch_worker_pid").name
+WORKER_REPORT = signal("worker_report_pid").name
 TRANSFER_WAIT = signal("transfer_wait_ratio").name
 WINDOW_S = 60.0       # T_l and T_c are means over the last minute
 SLOT_S = 5.0
@@ -154,18 +155,26 @@ class LoaderPart(Part):
     def handle(self, report: Any, rank: Any) -> None:
         """A whole report at once: no work per batch in Python."""
         events = BatchColumns.of(report["events"])  # rows only in a message built in code
+        worker = report["role"] == "worker"
+        if worker:
+            # which worker made them (its PID in the agent's namespace, from SO_PEERCRED via
+            # the rank table's map): the slow_worker cause splits the load times by it
+            host = rank.worker_map.get(report["pid"], report["pid"])
+            # When it sent a delivery of its batch stream (validate.py "stream": its
+            # heartbeats too; not its shard reads or errors, sent beside): every batch it
+            # finished before then was in it. The analysis reads from these how far each
+            # worker's batches have come (correlate/slow_worker.py), not the hook's cadence.
+            if report["mono_ns"] and report.get("stream"):
+                self.host.samples.record(rank.key, WORKER_REPORT, float(host), report["mono_ns"])
         if not len(events):
             return
         t_end, wait = events.t_end, events.wait
-        if report["role"] == "worker":
+        if worker:
             with self.lock:
                 st = self._state(rank.key)
                 st.hist.observe_many_ns(wait)
                 st.load.add_many(t_end, wait)
             self.host.samples.record_many(rank.key, BATCH_LOAD, t_end, wait / 1e9)
-            # which worker made them (its PID in the agent's namespace, from SO_PEERCRED via
-            # the rank table's map): the slow_worker cause splits the load times by it
-            host = rank.worker_map.get(report["pid"], report["pid"])
             self.host.samples.record_many(rank.key, BATCH_WORKER, t_end,
                                           np.full(len(events), float(host)))
         else:

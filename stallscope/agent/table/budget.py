@@ -31,7 +31,8 @@ GPU_SCOPES = 64           # a node's GPUs (8) and MIG instances (7 each), and "n
 # The correlator copies a window (up to the whole history) of the ranks it analyses at
 # once; the HTTP server and prometheus_client build /metrics per scrape.
 ANALYSIS_FACTOR = 1.5
-BASELINE_MIB = 80         # interpreter, numpy, prometheus_client, threads (measured idle RSS)
+BASELINE_MIB = 92         # interpreter, numpy, prometheus_client, threads (measured idle RSS, 80),
+                          # and the health responder's process (healthd.py: 12 MiB)
 
 
 @dataclasses.dataclass(frozen=True)

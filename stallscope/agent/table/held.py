@@ -37,7 +37,7 @@ INT_BYTES = 40  # a Python int in a list: the object and its pointer
 
 # The validated fields the parts read (validate.parse); "raw" is cut down to RAW_KEPT.
 FIELDS = ("id", "pid", "role", "mono_ns", "wall_ns", "dropped_total", "events",
-          "ready_wait", "loader", "blocked_since_ns")
+          "ready_wait", "loader", "blocked_since_ns", "stream")
 RAW_KEPT = ("io",)  # shards.py reads a worker's shard reads; nothing else of raw is a worker's
 
 

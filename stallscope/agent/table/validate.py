@@ -257,6 +257,9 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
         "events": None,
         "loader": _loader(raw.get("loader")),
         "blocked_since_ns": None,
+        # a delivery of the sender's batch stream (a heartbeat too): every batch it finished
+        # before mono_ns came in it or before it; not its shard reads or errors, sent beside
+        "stream": ("n" if version == 2 else "events") in raw,
         "phases": _phases(raw.get("phases"), role),
         "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
     }

@@ -18,6 +18,12 @@ another, for answers from what the agent has made already: a rank's diagnosis fr
 latest analysis must not wait behind the API's fresh ones, issue 50), and
 ``done(response)`` from any thread. A connection answered 429 is not read again before
 its Retry-After. Nothing raises out of the loop.
+
+With ``front=True`` (the agent's), a health responder of its own holds the listening
+socket (healthd.py): it answers /healthz from the page ``health`` (the agent writes its
+status there, ``beat()`` has the loop stamp its turn) and hands every other connection
+over unread, which the loop adopts as if it had accepted it. Should the responder fail
+to start or die, the loop accepts again itself, and answers /healthz as before.
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ import time
 from typing import Any, Callable
 
 from ...host import log
-from . import httpwire
+from . import healthd, httpwire
 from .httppool import Inbox, Stats, Workers
 from .httpwire import HttpError, Request, Response
 
@@ -56,7 +62,7 @@ class Server:
     def __init__(self, addr: tuple[str, int], dispatch: Callable[[Request, Callable[[Response], None]], None],
                  workers: int = 4, max_connections: int = 256, read_timeout: float = 5.0,
                  idle_timeout: float = 75.0, write_timeout: float = 30.0,
-                 stats: Stats | None = None) -> None:
+                 stats: Stats | None = None, front: bool = False) -> None:
         self.dispatch = dispatch
         self.max_connections = max_connections
         self.read_timeout, self.idle_timeout, self.write_timeout = read_timeout, idle_timeout, write_timeout
@@ -90,6 +96,11 @@ class Server:
         self._done = threading.Event()
         self._serving = False
         self._closed = False
+        # the health responder's (front=True): the page the agent writes, the process, and
+        # the socket pair's end its connections come over
+        self.health: healthd.HealthPage | None = healthd.HealthPage.create() if front else None
+        self._front: Any = None
+        self._handoff: socket.socket | None = None
 
     def serve_forever(self) -> None:
         """Serve until shutdown(); on return every worker has ended and every client
@@ -102,18 +113,25 @@ class Server:
         self._first.start()
         self._made.start()
         try:
-            self._sel.register(self.socket, selectors.EVENT_READ, None)
+            if self.health is not None:
+                self._start_front()
+            if self._handoff is None:
+                self._sel.register(self.socket, selectors.EVENT_READ, None)
             self._sel.register(self._inbox, selectors.EVENT_READ, None)
             while not self._stop.is_set():
                 try:
                     for key, events in self._sel.select(timeout=self._until_deadline()):
                         self._event(key.fileobj, key.data, events)
-                    self._sweep(time.monotonic())
+                    now = time.monotonic()
+                    if self.health is not None:  # this loop's turn, for the responder's answer
+                        self.health.beat_loop()
+                    self._sweep(now)
                 except Exception as e:  # nothing raises out of the loop
                     log("http loop: %s: %s" % (type(e).__name__, e))
         finally:
             for conn in list(self._conns.values()):
                 self._close(conn)
+            self._stop_front()
             self._pool.stop()
             self._first.stop()
             self._made.stop()
@@ -130,14 +148,69 @@ class Server:
         if self._closed:
             return
         self._closed = True
+        self._stop_front()
         self.socket.close()
         self._inbox.close()
         self._sel.close()
+        if self.health is not None:
+            self.health.close()
+            self.health = None
+
+    def beat(self) -> None:
+        """From any thread: wake the loop, which stamps its turn on the health page (an
+        idle loop sleeps until a deadline, and a stale stamp is a 503)."""
+        self.call_soon(lambda: None)
+
+    # -- the health responder -----------------------------------------------------------
+    def _start_front(self) -> None:
+        assert self.health is not None
+        self.health.beat_loop()
+        try:
+            self._front, self._handoff = healthd.spawn(self.socket, self.health)
+        except OSError as e:
+            log("health responder: cannot start (%s): /healthz is answered by the HTTP loop" % e)
+            return
+        self._sel.register(self._handoff, selectors.EVENT_READ, None)
+
+    def _adopt(self) -> None:
+        """The connections the responder accepted and handed over, every byte unread."""
+        assert self._handoff is not None
+        for _ in range(64):  # then let the other sockets have a turn
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self._handoff, 16, 16, socket.MSG_CMSG_CLOEXEC)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data and not fds:  # it is gone: accept again here
+                log("health responder exited: /healthz is answered by the HTTP loop")
+                self._stop_front()
+                self._sel.register(self.socket, selectors.EVENT_READ, None)
+                return
+            for fd in fds:
+                self._take(socket.socket(fileno=fd))
+
+    def _stop_front(self) -> None:
+        handoff, proc = self._handoff, self._front
+        self._handoff = self._front = None
+        if handoff is not None:
+            try:
+                self._sel.unregister(handoff)
+            except (KeyError, ValueError, RuntimeError):  # not registered, or closed
+                pass
+            handoff.close()  # the responder exits at its end's EOF
+        if proc is not None:
+            healthd.stop(proc)
 
     # -- the loop -------------------------------------------------------------------
     def _event(self, sock: Any, conn: Conn | None, events: int) -> None:
-        if conn is None:  # the listening socket or the inbox
-            self._accept() if sock is self.socket else self._inbox.run()
+        if conn is None:  # the listening socket, the inbox or the health responder's pair
+            if sock is self.socket:
+                self._accept()
+            elif sock is self._handoff:
+                self._adopt()
+            else:
+                self._inbox.run()
             return
         try:
             if events & selectors.EVENT_READ:
@@ -167,31 +240,35 @@ class Server:
             except OSError as e:  # EMFILE and friends: drop nothing, retry next turn
                 log("http accept: %s" % e)
                 return
-            sock.setblocking(False)
-            # an answer is one write, but a partial one's tail must not wait for an ACK (Nagle)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            full = len(self._conns) >= self.max_connections and not self._evict()
-            if full and self._refusing >= REFUSING:
-                self.stats.dropped["refused"] += 1
-                sock.close()
-                continue
-            conn = Conn(sock, time.monotonic(), self.read_timeout)
-            self._conns[sock.fileno()] = conn
-            self.stats.open = len(self._conns)
-            if full:
-                self._refuse(conn)
-                continue
-            self._waiting[sock.fileno()] = conn
-            self._want(conn, selectors.EVENT_READ)
-            # A client sends its request with its connect (a liveness probe does): read
-            # it now, not at the loop's next turn, which under load waits for the
-            # interpreter's lock once more (issue 50: /healthz waited twice per answer).
-            try:
-                self._read(conn)
-            except BlockingIOError:
-                pass
-            except OSError:
-                self._close(conn)
+            self._take(sock)
+
+    def _take(self, sock: socket.socket) -> None:
+        """A client's connection, accepted here or by the health responder."""
+        sock.setblocking(False)
+        # an answer is one write, but a partial one's tail must not wait for an ACK (Nagle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        full = len(self._conns) >= self.max_connections and not self._evict()
+        if full and self._refusing >= REFUSING:
+            self.stats.dropped["refused"] += 1
+            sock.close()
+            return
+        conn = Conn(sock, time.monotonic(), self.read_timeout)
+        self._conns[sock.fileno()] = conn
+        self.stats.open = len(self._conns)
+        if full:
+            self._refuse(conn)
+            return
+        self._waiting[sock.fileno()] = conn
+        self._want(conn, selectors.EVENT_READ)
+        # A client sends its request with its connect (a liveness probe does): read
+        # it now, not at the loop's next turn, which under load waits for the
+        # interpreter's lock once more (issue 50: /healthz waited twice per answer).
+        try:
+            self._read(conn)
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._close(conn)
 
     def _evict(self) -> bool:
         """Close the connection waiting longest for a request (idle, or a slow-loris)."""
