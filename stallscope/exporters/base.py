@@ -11,8 +11,8 @@ ranks share it; node-wide readings leave the pod labels empty (``{pod=""}``).
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Hashable, Iterable
+from typing import Any, NamedTuple
 
 from ..host import Part
 from ..system import cgroups, procfs
@@ -90,3 +90,79 @@ class Rates:
         for key in [k for k in self.prev if k not in self.seen]:
             del self.prev[key]
         self.seen = set()
+
+
+_Reading = tuple[Hashable, tuple[float, ...]]  # a worker's (start time, counter values)
+
+
+class Counted(NamedTuple):
+    """One rank's counters after a collection: ``total`` over every worker generation
+    since the rank was first seen, ``moved`` since its previous collection, and
+    ``seconds`` between the two (None at the rank's first)."""
+    total: tuple[float, ...]
+    moved: tuple[float, ...]
+    seconds: float | None
+
+
+class WorkerCounters:
+    """Counters read from each of a rank's changing workers (CPU time, bytes read, page
+    faults), summed into one counter per rank that only grows, whatever comes and goes:
+    non-persistent workers are replaced every epoch, a PID may be reused.
+
+    A worker is known by its PID and start time (``start``; a reused PID is another
+    worker). Where the start time is not read (None), a counter that went backwards is
+    a new process under that PID. A worker first seen after its rank's first collection
+    started since, so it is counted from 0 (what a generation did before the first
+    reading is not lost); the workers of the rank's first collection are counted from 0
+    too when ``before_first`` (CPU time: all of a worker's life is the loader's), else
+    they are the baseline (bytes read before the agent looked, which would show as a
+    burst). A worker not read in a collection has ended and is forgotten: what it did
+    after its last reading is not counted (one collection interval, at most)."""
+
+    def __init__(self, host: Any, width: int = 1, before_first: bool = False) -> None:
+        self.host = host
+        self.width = width
+        self.before_first = before_first
+        # rank key -> (totals, when last updated, {pid: (start, values)})
+        self.ranks: dict[Hashable, tuple[list[float], float, dict[int, _Reading]]] = {}
+
+    def update(self, key: Hashable,
+               readings: Iterable[tuple[int, Hashable, tuple[float, ...]]]) -> Counted:
+        """Fold one collection's readings of rank ``key``'s workers, ``(pid, start time
+        or None, counter values)`` each, into its totals."""
+        now = self.host.clock()
+        held = self.ranks.get(key)
+        first = held is None
+        totals, then, known = held if held is not None else ([0.0] * self.width, now, {})
+        moved = [0.0] * self.width
+        workers: dict[int, _Reading] = {}
+        for pid, start, values in readings:
+            old = known.get(pid)
+            if old is not None and (start is None or old[0] == start) and \
+                    all(v >= o for v, o in zip(values, old[1])):
+                since = tuple(v - o for v, o in zip(values, old[1]))
+            elif first and not self.before_first:
+                since = (0.0,) * self.width
+            else:
+                since = tuple(values)
+            for i, d in enumerate(since):
+                moved[i] += d
+            workers[pid] = (start, tuple(values))
+        for i, d in enumerate(moved):
+            totals[i] += d
+        self.ranks[key] = (totals, now, workers)
+        seconds = now - then if not first and now > then else None
+        return Counted(tuple(totals), tuple(moved), seconds)
+
+    def knows(self, key: Hashable) -> bool:
+        return key in self.ranks
+
+    def total(self, key: Hashable) -> tuple[float, ...] | None:
+        held = self.ranks.get(key)
+        return tuple(held[0]) if held is not None else None
+
+    def prune(self, keys: Iterable[Hashable]) -> None:
+        """Forget the ranks not in ``keys`` (call once per collection)."""
+        keep = set(keys)
+        for key in [k for k in self.ranks if k not in keep]:
+            del self.ranks[key]

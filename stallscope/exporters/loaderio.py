@@ -13,8 +13,9 @@ needs ptrace-read access to the task, as ``syscall`` does (the agent's DaemonSet
 with it).
 
 Whose reads count: the loader's producers. With workers, the workers' (every
-generation, summed by per-PID deltas, so a worker that ends loses nothing already
-counted); the training process then reads only the handoff from its workers (the pickled
+generation, summed by base.WorkerCounters: a worker that ends loses nothing already
+counted, and one that started since the previous collection is counted from its first
+byte); the training process then reads only the handoff from its workers (the pickled
 batch through a pipe), which is not input. Without workers, the training process's own,
 which includes whatever else it reads (a checkpoint load is a burst here).
 
@@ -25,7 +26,8 @@ over the last collection interval, and the totals. Per pod (summed
 over its ranks, off the per-rank series budget, which the worst-case rank filled):
 ``stallscope_loader_read_bytes_total{io="all"|"block"}``. Bytes a worker read after the
 last reading before it ended are not counted (one collection interval per worker
-generation, at most). Only the rank's accepted PIDs are read.
+generation, at most), nor what the rank's first workers read before the agent first
+looked. Only the rank's accepted PIDs are read.
 """
 from __future__ import annotations
 
@@ -62,11 +64,10 @@ class LoaderIoExporter(base.Exporter):
 
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
-        self.rates = base.Rates(host)
+        # bytes counted per rank (all reads, block reads), every worker generation
+        self.read = base.WorkerCounters(host, width=2)
         self.batches = base.Rates(host)
         self.files = KeptFiles(host.procfs, "io")
-        # bytes counted per rank (all reads, block reads), every worker generation
-        self.totals: dict[Any, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
         self.pod_totals: dict[tuple[str, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
         self.last: dict[Any, dict[str, float | None]] = {}
 
@@ -83,21 +84,10 @@ class LoaderIoExporter(base.Exporter):
             if not producers:
                 continue
             live.add(rank.key)
-            moved = [0.0, 0.0]
-            dt = None
             looked += producers
-            for pid in producers:
-                got = parse_io(self.files.read(pid))
-                if got is None:
-                    continue
-                d = self.rates.delta((rank.key, pid), got)  # a new PID starts afresh
-                if d is not None:
-                    dt = d[0] if dt is None else max(dt, d[0])
-                    moved[0] += d[1][0]
-                    moved[1] += d[1][1]
-            total = self.totals[rank.key]
-            total[0] += moved[0]
-            total[1] += moved[1]
+            readings = [(pid, None, got) for pid in producers
+                        if (got := parse_io(self.files.read(pid))) is not None]
+            _total, moved, dt = self.read.update(rank.key, readings)
             # a pod's counter only grows: a rank that ends leaves what it read counted
             pod_values = labels.values(labels.POD, rank.labels)
             pods.add(pod_values)
@@ -125,16 +115,15 @@ class LoaderIoExporter(base.Exporter):
         for pod_values, (read, block) in sorted(self.pod_totals.items()):
             fam.add_values(pod_values + ("all",), read)
             fam.add_values(pod_values + ("block",), block)
-        for key in [k for k in self.totals if k not in live]:
-            del self.totals[key]
-            self.last.pop(key, None)
-        self.rates.prune()
+        self.read.prune(live)
+        for key in [k for k in self.last if k not in live]:
+            del self.last[key]
         self.batches.prune()
         self.files.keep(looked)
         return [fam.family]
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:
-        got, total = self.last.get(rank.key), self.totals.get(rank.key)
+        got, total = self.last.get(rank.key), self.read.total(rank.key)
         if got is None or total is None:
             return {}
         return {"loader_io": dict(got, read_bytes_total=total[0], block_read_bytes_total=total[1])}
