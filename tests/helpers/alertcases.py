@@ -122,11 +122,9 @@ def render(template: str, labels: dict[str, str], value: float) -> str:
 
 
 def line_text(signal: str, line: float) -> str:
-    """<line> in a description: a ratio in %, seconds with "s", other units bare."""
-    unit = vocabulary.signal(signal).unit
-    if unit == "ratio":
-        return "%s%%" % num(round(line * 100, 6))
-    return num(line) + ("s" if unit == "seconds" else "")
+    """<line> in a description, as the signal's unit writes it (a ratio in %, seconds
+    with "s", a count rate with "/s" ...)."""
+    return vocabulary.unit_text(vocabulary.signal(signal).unit, line)
 
 
 # -- series that make a query equal a value ----------------------------------------------
