@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from ..host import Part
 from ..system import cgroups, procfs
+from ..vocabulary import labels
 
 # Where the cgroup hierarchies are mounted is looked at again this often: listing and
 # stat-ing the cgroupfs's every entry in each collection (and again in unavailable())
@@ -166,3 +167,30 @@ class WorkerCounters:
         keep = set(keys)
         for key in [k for k in self.ranks if k not in keep]:
             del self.ranks[key]
+
+
+class PodTotals:
+    """Counters summed per pod over its ranks (``WorkerCounters``' ``moved``), exported
+    with pod labels: off the per-rank series budget, and only growing while the pod has
+    ranks (a rank that ends leaves what it counted); a pod with no rank left is
+    forgotten."""
+
+    def __init__(self, width: int = 1) -> None:
+        self.width = width
+        self.totals: dict[tuple[str, ...], list[float]] = {}
+        self.seen: set[tuple[str, ...]] = set()
+
+    def add(self, rank: Any, moved: tuple[float, ...]) -> None:
+        """Add a rank's ``moved`` to its pod's counters (call for each rank a collection)."""
+        pod = labels.values(labels.POD, rank.labels)
+        self.seen.add(pod)
+        total = self.totals.setdefault(pod, [0.0] * self.width)
+        for i, d in enumerate(moved):
+            total[i] += d
+
+    def rows(self) -> list[tuple[tuple[str, ...], tuple[float, ...]]]:
+        """(pod label values, totals) of the pods seen since the last call, in order;
+        the others are forgotten."""
+        self.totals = {p: t for p, t in self.totals.items() if p in self.seen}
+        self.seen = set()
+        return [(p, tuple(t)) for p, t in sorted(self.totals.items())]

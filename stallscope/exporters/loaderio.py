@@ -31,13 +31,12 @@ looked. Only the rank's accepted PIDs are read.
 """
 from __future__ import annotations
 
-import collections
 import os
 from typing import Any
 
 from ..host.families import family
 from ..system.procfs import KeptFiles
-from ..vocabulary import labels, signal
+from ..vocabulary import signal
 from . import base
 
 READ_RATE = signal("loader_read_bytes_rate").name
@@ -68,7 +67,7 @@ class LoaderIoExporter(base.Exporter):
         self.read = base.WorkerCounters(host, width=2)
         self.batches = base.Rates(host)
         self.files = KeptFiles(host.procfs, "io")
-        self.pod_totals: dict[tuple[str, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        self.pods = base.PodTotals(width=2)  # what a rank read stays counted when it ends
         self.last: dict[Any, dict[str, float | None]] = {}
 
     def unavailable(self) -> str | None:
@@ -78,7 +77,7 @@ class LoaderIoExporter(base.Exporter):
 
     def collect(self) -> Any:
         fam = family("stallscope_loader_read_bytes_total")
-        live, pods, looked = set(), set(), []
+        live, looked = set(), []
         for rank in self.host.ranks():
             producers = list(rank.worker_pids) or ([rank.pid] if rank.pid else [])
             if not producers:
@@ -88,12 +87,7 @@ class LoaderIoExporter(base.Exporter):
             readings = [(pid, None, got) for pid in producers
                         if (got := parse_io(self.files.read(pid))) is not None]
             _total, moved, dt = self.read.update(rank.key, readings)
-            # a pod's counter only grows: a rank that ends leaves what it read counted
-            pod_values = labels.values(labels.POD, rank.labels)
-            pods.add(pod_values)
-            pod = self.pod_totals[pod_values]
-            pod[0] += moved[0]
-            pod[1] += moved[1]
+            self.pods.add(rank, moved)
             batches = self.batches.delta(rank.key, (float(rank.wait.count),))
             if dt:
                 self.record(rank.key, READ_RATE, moved[0] / dt)
@@ -110,9 +104,7 @@ class LoaderIoExporter(base.Exporter):
                     "samples_per_second": n * size / dt if size else None,
                     "interval_seconds": dt,
                 }
-        for pod_values in [p for p in self.pod_totals if p not in pods]:
-            del self.pod_totals[pod_values]
-        for pod_values, (read, block) in sorted(self.pod_totals.items()):
+        for pod_values, (read, block) in self.pods.rows():
             fam.add_values(pod_values + ("all",), read)
             fam.add_values(pod_values + ("block",), block)
         self.read.prune(live)

@@ -52,3 +52,17 @@ def test_ranks_are_apart_and_forgotten_when_gone():
     assert not c.knows("r0") and c.total("r0") is None and c.total("r1") == (6.0, 0.0)
     # a rank seen again starts afresh: a new first collection
     assert c.update("r0", [(7, 1, (4.0, 0.0))]).seconds is None
+
+
+def test_pod_totals_sum_ranks_keep_what_an_ended_rank_counted_and_forget_empty_pods():
+    def rank(pod, r):
+        return types.SimpleNamespace(labels=dict(job="j", rank=str(r), pod=pod, namespace="ns", node="n"))
+
+    totals = base.PodTotals(width=2)
+    totals.add(rank("a", 0), (1.0, 2.0))
+    totals.add(rank("a", 1), (3.0, 0.0))
+    totals.add(rank("b", 2), (5.0, 5.0))
+    [(pod_a, a), (pod_b, b)] = totals.rows()
+    assert "a" in pod_a and "b" in pod_b and a == (4.0, 2.0) and b == (5.0, 5.0)
+    totals.add(rank("a", 1), (1.0, 1.0))  # rank 0 ended: what it counted stays; b has no rank left
+    assert [t for _p, t in totals.rows()] == [(5.0, 3.0)]
