@@ -83,8 +83,10 @@ def test_docs_list_the_exporters_the_registry_has():
     name = "`?(?:%s)`?" % "|".join(names)
     pattern = re.compile(r"\((%s(?:, %s)+)\)" % (name, name))
     listed_in = []
-    for doc in sorted(os.listdir(os.path.join(ROOT, "docs"))) + ["../README.md"]:
-        with open(os.path.join(ROOT, "docs", doc)) as f:
+    docs = [os.path.join(ROOT, "docs", d) for d in sorted(os.listdir(os.path.join(ROOT, "docs")))]
+    for path in docs + [os.path.join(ROOT, "README.md")]:
+        doc = os.path.basename(path)
+        with open(path) as f:
             for m in pattern.finditer(f.read()):
                 found = m.group(1).replace("`", "").split(", ")
                 if len(found) >= 3:
