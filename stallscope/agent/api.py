@@ -12,8 +12,8 @@ from typing import Any
 from ..host import ApiError, Query, one
 from ..host.contract import no_params
 from ..system import procfs
-from .web import healthd
 from .host import AgentHost, Parts
+from .web import healthd
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -70,6 +70,8 @@ def fmt(value: float | None, unit: str) -> str:
         return "%.3gs" % value
     if unit == "bytes_rate":
         return "%.3g MB/s" % (value / 1e6)
+    if unit == "count_rate":
+        return "%.3g/s" % value
     return "%.3g" % value
 
 

@@ -8,6 +8,8 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import figure
+from ..figure import PlotError as PlotError  # what callers catch: the one error of figure.py
 from . import cluster, fetch, node
 from .document import Report
 from .prom import Prometheus
@@ -16,10 +18,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 BINS = 300
-
-
-class PlotError(Exception):
-    pass
 
 
 def _share(batches: Sequence[Mapping[str, Any]], offset_ns: int,
@@ -85,17 +83,11 @@ def _from_prometheus(doc: Report, at: float | None = None) -> dict[str, Any] | N
 
 def write(path: str, doc: Report, timeline: Mapping[str, Any] | None = None,
           at: float | None = None) -> str:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlotError("matplotlib is not installed: pip install 'stallscope[plot]'") from None
+    figure.pyplot()  # matplotlib missing: say so before looking for a timeline
     data = _from_agent(doc, timeline) or _from_prometheus(doc, at)
     if data is None:
         raise PlotError("no timeline for the window from the agent or Prometheus")
-    fig, ax = plt.subplots(figsize=(11, 4))
-    try:
+    with figure.drawn(path) as (fig, ax):
         ax.fill_between(data["x"], data["wait"], step="post", color="tab:red", alpha=0.45,
                         label="data-wait (share of time)")
         if data["gpu"]:
@@ -111,11 +103,4 @@ def write(path: str, doc: Report, timeline: Mapping[str, Any] | None = None,
             doc.pod, doc.rank, doc.job, doc.node, doc.verdict, data["source"]))
         ax.legend(loc="upper right", fontsize=8)
         fig.autofmt_xdate()
-        fig.tight_layout()
-        try:
-            fig.savefig(path, dpi=100)
-        except OSError as e:
-            raise PlotError("cannot write %s: %s" % (path, e.strerror or e)) from e
-    finally:
-        plt.close(fig)
     return path

@@ -33,10 +33,10 @@ from ..host.facts import RankCpuset
 from ..host.families import family
 from ..host.options import flag
 from ..system import cgroups
+from ..system.cpus import allowed_cpus, parse_cpulist
 from ..system.procfs import read_text
 from ..vocabulary import signal
 from . import base
-from .numa import allowed_cpus, parse_cpulist
 
 EXCLUSIVE = signal("cpuset_exclusive").name
 FUSE_DAEMON_CPUS = signal("cpuset_fuse_daemon_cpus").name

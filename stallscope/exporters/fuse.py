@@ -30,10 +30,9 @@ from typing import Any
 
 from ..host.families import family
 from ..host.options import flag
-from ..system.procfs import mountinfo, read_text
+from ..system.procfs import PTRACE_NOTE, mountinfo, read_text
 from ..vocabulary import signal
 from . import base
-from .shm import PTRACE_NOTE
 
 DEFAULT_EXCLUDE = r"^fuse\.(lxcfs|portal|gvfsd-fuse|xdg-document-portal)$"
 KNOWN = ("mountpoint-s3", "blobfuse2", "gcsfuse", "s3fs", "juicefs", "alluxio-fuse",

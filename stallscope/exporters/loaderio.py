@@ -13,8 +13,9 @@ needs ptrace-read access to the task, as ``syscall`` does (the agent's DaemonSet
 with it).
 
 Whose reads count: the loader's producers. With workers, the workers' (every
-generation, summed by per-PID deltas, so a worker that ends loses nothing already
-counted); the training process then reads only the handoff from its workers (the pickled
+generation, summed by base.WorkerCounters: a worker that ends loses nothing already
+counted, and one that started since the previous collection is counted from its first
+byte); the training process then reads only the handoff from its workers (the pickled
 batch through a pipe), which is not input. Without workers, the training process's own,
 which includes whatever else it reads (a checkpoint load is a burst here).
 
@@ -25,17 +26,17 @@ over the last collection interval, and the totals. Per pod (summed
 over its ranks, off the per-rank series budget, which the worst-case rank filled):
 ``stallscope_loader_read_bytes_total{io="all"|"block"}``. Bytes a worker read after the
 last reading before it ended are not counted (one collection interval per worker
-generation, at most). Only the rank's accepted PIDs are read.
+generation, at most), nor what the rank's first workers read before the agent first
+looked. Only the rank's accepted PIDs are read.
 """
 from __future__ import annotations
 
-import collections
 import os
 from typing import Any
 
 from ..host.families import family
 from ..system.procfs import KeptFiles
-from ..vocabulary import labels, signal
+from ..vocabulary import signal
 from . import base
 
 READ_RATE = signal("loader_read_bytes_rate").name
@@ -62,12 +63,11 @@ class LoaderIoExporter(base.Exporter):
 
     def __init__(self, host: Any, options: Any = None) -> None:
         super().__init__(host, options)
-        self.rates = base.Rates(host)
+        # bytes counted per rank (all reads, block reads), every worker generation
+        self.read = base.WorkerCounters(host, width=2)
         self.batches = base.Rates(host)
         self.files = KeptFiles(host.procfs, "io")
-        # bytes counted per rank (all reads, block reads), every worker generation
-        self.totals: dict[Any, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
-        self.pod_totals: dict[tuple[str, ...], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        self.pods = base.PodTotals(width=2)  # what a rank read stays counted when it ends
         self.last: dict[Any, dict[str, float | None]] = {}
 
     def unavailable(self) -> str | None:
@@ -77,33 +77,17 @@ class LoaderIoExporter(base.Exporter):
 
     def collect(self) -> Any:
         fam = family("stallscope_loader_read_bytes_total")
-        live, pods, looked = set(), set(), []
+        live, looked = set(), []
         for rank in self.host.ranks():
             producers = list(rank.worker_pids) or ([rank.pid] if rank.pid else [])
             if not producers:
                 continue
             live.add(rank.key)
-            moved = [0.0, 0.0]
-            dt = None
             looked += producers
-            for pid in producers:
-                got = parse_io(self.files.read(pid))
-                if got is None:
-                    continue
-                d = self.rates.delta((rank.key, pid), got)  # a new PID starts afresh
-                if d is not None:
-                    dt = d[0] if dt is None else max(dt, d[0])
-                    moved[0] += d[1][0]
-                    moved[1] += d[1][1]
-            total = self.totals[rank.key]
-            total[0] += moved[0]
-            total[1] += moved[1]
-            # a pod's counter only grows: a rank that ends leaves what it read counted
-            pod_values = labels.values(labels.POD, rank.labels)
-            pods.add(pod_values)
-            pod = self.pod_totals[pod_values]
-            pod[0] += moved[0]
-            pod[1] += moved[1]
+            readings = [(pid, None, got) for pid in producers
+                        if (got := parse_io(self.files.read(pid))) is not None]
+            _total, moved, dt = self.read.update(rank.key, readings)
+            self.pods.add(rank, moved)
             batches = self.batches.delta(rank.key, (float(rank.wait.count),))
             if dt:
                 self.record(rank.key, READ_RATE, moved[0] / dt)
@@ -120,21 +104,18 @@ class LoaderIoExporter(base.Exporter):
                     "samples_per_second": n * size / dt if size else None,
                     "interval_seconds": dt,
                 }
-        for pod_values in [p for p in self.pod_totals if p not in pods]:
-            del self.pod_totals[pod_values]
-        for pod_values, (read, block) in sorted(self.pod_totals.items()):
+        for pod_values, (read, block) in self.pods.rows():
             fam.add_values(pod_values + ("all",), read)
             fam.add_values(pod_values + ("block",), block)
-        for key in [k for k in self.totals if k not in live]:
-            del self.totals[key]
-            self.last.pop(key, None)
-        self.rates.prune()
+        self.read.prune(live)
+        for key in [k for k in self.last if k not in live]:
+            del self.last[key]
         self.batches.prune()
         self.files.keep(looked)
         return [fam.family]
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:
-        got, total = self.last.get(rank.key), self.totals.get(rank.key)
+        got, total = self.last.get(rank.key), self.read.total(rank.key)
         if got is None or total is None:
             return {}
         return {"loader_io": dict(got, read_bytes_total=total[0], block_read_bytes_total=total[1])}

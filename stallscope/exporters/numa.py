@@ -34,6 +34,7 @@ from typing import Any
 from ..host.facts import RankGpu
 from ..host.families import family
 from ..host.options import flag
+from ..system.cpus import allowed_cpus, parse_cpulist
 from ..system.procfs import pid_path, read_text, stat_fields
 from ..vocabulary import signal
 from . import base
@@ -41,31 +42,6 @@ from . import base
 REMOTE = signal("numa_remote_cpu_ratio").name
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 MAX_THREADS = 256  # a process's threads read per collection, at most
-
-
-def parse_cpulist(text: str | None) -> frozenset[int]:
-    """"0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11} (kernel cpulist format); empty on junk."""
-    out: set[int] = set()
-    for part in (text or "").strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi or lo)
-        except ValueError:
-            return frozenset()
-        if b < a or b - a > 65536:
-            return frozenset()
-        out.update(range(a, b + 1))
-    return frozenset(out)
-
-
-def allowed_cpus(procfs: str, pid: Any, tid: Any = None) -> frozenset[int]:
-    parts = ("task", str(tid), "status") if tid is not None else ("status",)
-    for line in (read_text(pid_path(procfs, pid, *parts)) or "").splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return parse_cpulist(line.split(":", 1)[1])
-    return frozenset()
 
 
 @dataclasses.dataclass(frozen=True)

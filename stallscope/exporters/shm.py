@@ -13,15 +13,12 @@ from typing import Any
 
 from ..host.facts import RankShm
 from ..host.families import family
+from ..system.procfs import PTRACE_NOTE
 from ..vocabulary import signal
 from . import base
 
 USED_RATIO = signal("shm_used_ratio").name
 FREE_BYTES = signal("shm_free_bytes").name
-
-
-PTRACE_NOTE = ("cannot follow /proc/<pid>/root into the ranks' mount namespaces (%s; the agent "
-               "needs CAP_SYS_PTRACE: deploy/kubernetes/overlays/ptrace)")
 
 
 def usage(path):

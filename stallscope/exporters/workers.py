@@ -66,8 +66,8 @@ class WorkersExporter(base.Exporter):
         super().__init__(host, options)
         self.per_worker = self.options.per_worker
         self.rows: dict[Any, Any] = {}          # rank key -> per-worker rows (/api/v1/ranks)
-        self.cpu_seen = {}  # (pid, create_time) -> CPU seconds at the last reading
-        self.cpu_total = collections.Counter()  # rank key -> accumulated worker CPU seconds
+        # each rank's workers' CPU seconds, every generation, each worker from its start
+        self.cpu = base.WorkerCounters(host, before_first=True)
         self.exits = collections.Counter()      # pod labels + (reason,) -> n
         self.exits_seen: dict[tuple, float] = {}  # pod labels -> when one of its ranks was last seen
         self.exit_counted: collections.OrderedDict = collections.OrderedDict()  # dead PIDs counted
@@ -76,7 +76,6 @@ class WorkersExporter(base.Exporter):
         self.memory: dict[Any, tuple] = {}      # rank key -> (memory cgroup dir, version, oom_kill)
         self.killed: collections.Counter = collections.Counter()  # (rank key, reason) -> n since last
         self.rss_seen: dict[int, tuple] = {}    # pid -> (t first, rss first, t last, rss last)
-        self.rates = base.Rates(host)
         self.files = procfs.KeptFiles(host.procfs, "stat")
 
     def _read(self, pid):
@@ -107,10 +106,9 @@ class WorkersExporter(base.Exporter):
         if self.per_worker:
             fams["wcpu"] = family("stallscope_loader_worker_cpu_seconds_total")
             fams["wrss"] = family("stallscope_loader_worker_resident_memory_bytes")
-        seen = set()  # (pid, create time) of live workers
         for rank in ranks:
-            if rank.worker_pids or rank.key in self.cpu_total:
-                seen |= self._rank(rank, fams)
+            if rank.worker_pids or self.cpu.knows(rank.key):
+                self._rank(rank, fams)
         # forget what belongs to ranks and workers that are gone
         keys = {r.key for r in ranks}
         now = time.monotonic()
@@ -128,17 +126,15 @@ class WorkersExporter(base.Exporter):
             self.exits = collections.Counter({k: v for k, v in self.exits.items()
                                               if k[:-1] in self.exits_seen})
             exits = sorted(self.exits.items())
-        self.cpu_total = collections.Counter({k: v for k, v in self.cpu_total.items() if k in keys})
+        self.cpu.prune(keys)
         self.memory = {k: v for k, v in self.memory.items() if k in keys}
         with self.lock:
             self.killed = collections.Counter({k: v for k, v in self.killed.items() if k[0] in keys})
         self.rss_seen = {p: v for p, v in self.rss_seen.items() if p in wanted}
         self.files.keep(wanted)
-        self.cpu_seen = {k: v for k, v in self.cpu_seen.items() if k in seen}
         self.rows = {k: v for k, v in self.rows.items() if k in keys}
         for key, n in exits:
             fams["exits"].add_values(key, n)
-        self.rates.prune()
         return [f.family for f in fams.values()]
 
     def _rank(self, rank, fams):
@@ -154,26 +150,23 @@ class WorkersExporter(base.Exporter):
                 first = self.rss_seen.get(r["pid"])
                 self.rss_seen[r["pid"]] = first[:2] + (now, r["rss_bytes"]) if first else \
                     (now, r["rss_bytes"], now, r["rss_bytes"])
-            if "cpu_seconds" in r:
-                key = (r["pid"], r["created"])
-                self.cpu_total[rank.key] += r["cpu_seconds"] - self.cpu_seen.get(key, 0.0)
-                self.cpu_seen[key] = r["cpu_seconds"]
-                if self.per_worker:
-                    fams["wcpu"].add(rank.labels, r["cpu_seconds"], worker=i)
-                    fams["wrss"].add(rank.labels, r["rss_bytes"], worker=i)
+            if "cpu_seconds" in r and self.per_worker:
+                fams["wcpu"].add(rank.labels, r["cpu_seconds"], worker=i)
+                fams["wrss"].add(rank.labels, r["rss_bytes"], worker=i)
+        cpu = self.cpu.update(rank.key, [(r["pid"], r["created"], (r["cpu_seconds"],))
+                                         for r in rows if "cpu_seconds" in r])
         dstate = sum(1 for r in alive if r["state"] == DISK_SLEEP)
         fams["alive"].add(rank.labels, len(alive))
         fams["dstate"].add(rank.labels, dstate)
-        fams["cpu"].add(rank.labels, self.cpu_total[rank.key])
+        fams["cpu"].add(rank.labels, cpu.total[0])
         if alive:
             fams["rss"].add(rank.labels, max(r["rss_bytes"] for r in alive))
             largest_rss = max(r["rss_bytes"] for r in alive)
         if rows:
             self.record(rank.key, ALIVE, len(alive))
             self.record(rank.key, DSTATE, dstate)
-            d = self.rates.delta(rank.key, (self.cpu_total[rank.key],))
-            if d is not None:
-                self.record(rank.key, CPU_RATIO, d[1][0] / d[0])
+            if cpu.seconds:
+                self.record(rank.key, CPU_RATIO, cpu.moved[0] / cpu.seconds)
         with self.lock:
             killed = {reason: self.killed.pop((rank.key, reason), 0) for reason in KILLED}
         # every collection, 0 included: the correlator scores the death causes from them
@@ -188,7 +181,6 @@ class WorkersExporter(base.Exporter):
         self.rows[rank.key] = [
             {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "created"}
             for r in rows]
-        return {(r["pid"], r["created"]) for r in alive}
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:
         rows = self.rows.get(rank.key)

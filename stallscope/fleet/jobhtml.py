@@ -9,30 +9,22 @@ from __future__ import annotations
 import base64
 import html
 
+from .. import figure
 from ..diagnose import window as durations
+from ..figure import PlotError as PlotError  # what callers catch: the one error of figure.py
 from ..run.html import STYLE, table
 from .jobreport import JobReport, when
 
 
-class PlotError(Exception):
-    pass
-
-
 def plot(r: JobReport, path: str, warning_line: float | None = None) -> str:
     """The report's timeline as a PNG at ``path``; PlotError when it cannot be drawn."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import PercentFormatter
-    except ImportError:
-        raise PlotError("matplotlib is not installed: pip install 'stallscope[plot]'") from None
+    figure.pyplot()  # matplotlib missing: say so before looking at the samples
     if not r.timeline:
         raise PlotError("no samples in the period")
     t0 = r.timeline[0][0]
     x = [(t - t0) / 60 for t, _, _ in r.timeline]
-    fig, ax = plt.subplots(figsize=(11, 4))
-    try:
+    with figure.drawn(path) as (_fig, ax):
+        from matplotlib.ticker import PercentFormatter
         ax.fill_between(x, [100 * w for _, w, _ in r.timeline], step="post", color="tab:red", alpha=0.45,
                         label="the job's worst rank: data-wait share")
         if warning_line is not None:
@@ -52,13 +44,6 @@ def plot(r: JobReport, path: str, warning_line: float | None = None) -> str:
         ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper right", fontsize=8)
         ax.set_title("job %s: %.3f of %.3f accelerator-hours lost to input wait" % (
             r.job, r.lost_accelerator_hours, r.accelerator_hours))
-        fig.tight_layout()
-        try:
-            fig.savefig(path, dpi=100)
-        except OSError as e:
-            raise PlotError("cannot write %s: %s" % (path, e.strerror or e)) from e
-    finally:
-        plt.close(fig)
     return path
 
 

@@ -198,8 +198,7 @@ def _loader_error(cfg):
 
 
 def _line_text(signal, value):
-    unit = vocabulary.signal(signal).unit
-    return pct(value) if unit == "ratio" else num(value) + ("s" if unit == "seconds" else "")
+    return vocabulary.unit_text(vocabulary.signal(signal).unit, value)
 
 
 def _cause_alert(cfg, a):

@@ -4,14 +4,12 @@ per-bin share swings between 0 and 100 % around each stall; the mean is the leve
 reader compares with the alert line and with the headline's figure), GPU busy where
 NVML gave samples. From the run's agent's timeline of the rank; x is seconds since
 the rank's first batch of the window. matplotlib is imported only here."""
+from .. import figure
 from ..diagnose import fetch, node
+from ..figure import PlotError as PlotError  # what callers catch: the one error of figure.py
 
 MEAN_SECONDS = 5.0  # the running mean's trailing window
 MIN_BIN_S = 0.2
-
-
-class PlotError(Exception):
-    pass
 
 
 def shares(batches, width_s):
@@ -47,13 +45,7 @@ def running_mean(share, width_s, mean_s=MEAN_SECONDS):
 
 
 def write(path, doc, window_s):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import PercentFormatter
-    except ImportError:
-        raise PlotError("matplotlib is not installed: pip install 'stallscope[plot]'") from None
+    figure.pyplot()  # matplotlib missing: say so before asking the agent
     try:
         tl = node.timeline(doc["agent_url"], doc["rank"], doc["job"], doc["pod"], window_s)
     except fetch.SourceError as e:
@@ -63,8 +55,9 @@ def write(path, doc, window_s):
         raise PlotError("no batches in the window")
     width = max(MIN_BIN_S, window_s / 300.0)
     x, share, t0 = shares(batches, width)
-    fig, ax = plt.subplots(figsize=(11, 4))
-    try:
+    with figure.drawn(path) as (_fig, ax):
+        from matplotlib.ticker import PercentFormatter
+
         ax.fill_between(x, 100 * share, step="post", color="tab:red", alpha=0.45,
                         label="data-wait (%% of each %.1fs)" % width)
         ax.plot(x + width, 100 * running_mean(share, width), color="darkred", lw=1.8,
@@ -84,11 +77,4 @@ def write(path, doc, window_s):
             doc["rank"], doc["job"], "n/a" if doc.get("data_wait_ratio") is None
             else "%.1f%%" % (100 * doc["data_wait_ratio"]), doc["verdict"]))
         ax.legend(loc="upper right", fontsize=8)
-        fig.tight_layout()
-        try:
-            fig.savefig(path, dpi=100)
-        except OSError as e:
-            raise PlotError("cannot write %s: %s" % (path, e.strerror or e)) from e
-    finally:
-        plt.close(fig)
     return path

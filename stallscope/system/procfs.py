@@ -19,6 +19,11 @@ from typing import NamedTuple
 # (benchmarks/bench_exporters.py).
 READ_CHUNK = 16 * 1024
 
+# Why a pod's files cannot be read through /proc/<pid>/root (the shm and fuse exporters'
+# note; %s: the error)
+PTRACE_NOTE = ("cannot follow /proc/<pid>/root into the ranks' mount namespaces (%s; the agent "
+               "needs CAP_SYS_PTRACE: deploy/kubernetes/overlays/ptrace)")
+
 
 def read_text(path: str) -> str | None:
     """File contents, or None when it cannot be read (gone, absent, permission).

@@ -8,7 +8,7 @@ entries. Nothing restates an entry; tests/vocabulary/ fails when an emitted metr
 not declared, a declared one is never emitted, a signal has no producer, or a cause
 lacks an alert, a runbook or advice.
 
-- entries.py  the kinds of entry (Metric, Signal, Exporter, Line, CauseAlert, Cause)
+- entries.py  the kinds of entry (Unit, Metric, Signal, Exporter, Line, CauseAlert, Cause)
 - labels.py   label sets (identity in one order)
 - hook.py     what the hook's reports feed: per-rank wait and step, loader, shards, cache
 - node.py     the node exporters (the registry) with their metrics and signals
@@ -33,12 +33,14 @@ from .entries import (
     LoaderState,
     Metric,
     Signal,
+    Unit,
+    unit_text,
 )
 
 __all__ = ["ATTRIBUTE", "CAUSES", "CHECKS", "Check", "DATA_WAIT_LINE", "EXPORTERS",
            "LOADER_STATES", "MIN_BATCHES", "METRICS", "SIGNALS", "STRAGGLER_FACTOR", "VERDICTS", "Cause",
-           "CauseAlert", "Exporter", "Line", "LoaderState", "Metric", "Signal", "cause", "labels", "metric",
-           "signal"]
+           "CauseAlert", "Exporter", "Line", "LoaderState", "Metric", "Signal", "Unit", "cause", "labels",
+           "metric", "signal", "unit_text"]
 
 METRICS: tuple[Metric, ...] = hook.METRICS + node.METRICS + agent.METRICS
 SIGNALS: tuple[Signal, ...] = hook.SIGNALS + node.SIGNALS

@@ -105,7 +105,13 @@ CAUSES = (
             "| humanizeDuration }} over the last <window> (threshold <line>).",
             why="The correlator marks each read slower than 50 ms against the stalls it lines up "
                 "with; the page is on the tail (p99 over the rate window), which a healthy "
-                "object store keeps far below 0.5 s."),),
+                "object store keeps far below 0.5 s."),
+         CauseAlert(
+            "StallscopeLoaderPageFaults", "loader_major_faults_rate", ">", 100,
+            "The loader of a waiting rank reads a mapped dataset from storage.",
+            "The loaders of <where> took {{ $value | humanize }} major page faults a second over "
+            "the last <window> (threshold <line>): pages of a memory-mapped file read from "
+            "storage as the workers touch them, which no read() shows.")),
         "StallscopeShardReadSlow",
         "Check the storage backend's latency for this node; cache or prefetch shards locally.",
         # A stuck FUSE mount hangs every read on it (its readers in D state): when the

@@ -4,12 +4,49 @@ from __future__ import annotations
 import dataclasses
 
 KINDS = ("counter", "gauge", "histogram")
-UNITS = ("ratio", "seconds", "count", "flag", "bytes", "bytes_rate", "pid")
 SCOPES = ("rank", "node", "gpu")
 # How often a signal is sampled, which sizes its history in the agent: once per batch or
 # read (as fast as the loader), a GPU's sample period (10 Hz at most), or once per
 # exporter collection (1 Hz at most).
 CADENCES = ("batch", "gpu", "collection")
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """What a signal's samples (and a check's measure) count. ``suffix``: how a value in
+    it is written in an alert's text and a threshold in the docs (after the number)."""
+    name: str
+    help: str
+    suffix: str = ""
+    percent: bool = False   # written as a percentage: 0.25 -> 25%
+
+
+UNIT_ENTRIES = (
+    Unit("ratio", "a share in [0, 1] (of time, of periods, of capacity)", "%", percent=True),
+    Unit("seconds", "a duration", "s"),
+    Unit("count", "a number of things at the sample's time (workers, requests, CPUs)"),
+    Unit("count_rate", "things a second over the sample's interval: a counter's rate (faults, "
+         "context switches)", "/s"),
+    Unit("flag", "1 or 0"),
+    Unit("bytes", "a size"),
+    Unit("bytes_rate", "bytes a second over the sample's interval: a byte counter's rate", " B/s"),
+    Unit("pid", "a process id (as a number; never lined up with the stalls)"),
+)
+UNITS = tuple(u.name for u in UNIT_ENTRIES)
+
+
+def _num(x: float) -> str:
+    x = float(x)
+    return str(int(x)) if x.is_integer() else repr(x)
+
+
+def unit_text(unit: str, value: float) -> str:
+    """``value`` in ``unit`` as an alert's text and the docs write a line: 0.25 ratio ->
+    "25%", 1.5 seconds -> "1.5s", 200 count_rate -> "200/s"."""
+    u = next(u for u in UNIT_ENTRIES if u.name == unit)
+    if u.percent:
+        return "%s%%" % _num(round(float(value) * 100, 6))
+    return _num(value) + u.suffix
 
 
 @dataclasses.dataclass(frozen=True)

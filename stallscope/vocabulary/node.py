@@ -39,6 +39,7 @@ EXPORTERS = (
     Exporter("iolimit", "iolimit:IoLimitExporter", True,
              "The bytes a second each rank's cgroup may read from a block device (blkio / io.max), "
              "the device capacity of the predictions; a host fact only."),
+    Exporter("pagefaults", "pagefaults:PageFaultsExporter", True, "Major page faults of the ranks' loaders."),
     Exporter("cpuset", "cpuset:CpusetExporter", True,
              "CPU exclusivity: each pod's QoS class, cpuset, and CPUs shared with other "
              "containers or the node's FUSE daemons."),
@@ -86,6 +87,10 @@ METRICS = (
            "recv(): /proc/<pid>/io rchar), io=block what they fetched from block devices (read_bytes). "
            "Per pod, off the per-rank series budget; per rank in /api/v1/ranks (loader_io).",
            POD + ("io",), "loaderio"),
+    Metric("stallscope_loader_major_faults_total", "counter",
+           "Major page faults of the pod's loaders, all generations of their workers (a training "
+           "process without workers: its own): pages read from storage as a mapped file was "
+           "touched. Per pod, off the per-rank series budget.", POD, "pagefaults"),
     Metric("stallscope_link_receive_ratio", "gauge",
            "The share of its capacity (link speed, or --exporter.links.capacity) at which an "
            "interface of the pod's node received over the last collection: one series per pod "
@@ -200,6 +205,10 @@ SIGNALS = (
            "Bytes per second the rank's loader fetched from block devices.",
            "rate(stallscope_loader_read_bytes_total{io=\"block\",$sel}[$w])",
            ("namespace", "job", "pod", "node")),
+    Signal("loader_major_faults_rate", "count_rate", ("rank",), "pagefaults",
+           "Major page faults a second of the rank's loader: pages of a mapped file read from storage.",
+           "sum by (namespace, pod) (rate(stallscope_loader_major_faults_total{$sel}[$w]))",
+           ("namespace", "pod")),
     Signal("link_receive_bytes_rate", "bytes_rate", ("node",), "links",
            "Bytes per second received by the node's busiest network interface read "
            "(physical, or named by --exporter.links.include)."),

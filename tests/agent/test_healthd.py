@@ -15,9 +15,9 @@ import time
 
 import pytest
 
+from stallscope.agent.api import CoreRoutes
 from stallscope.agent.web import healthd
 from stallscope.agent.web import http as agent_http
-from stallscope.agent.api import CoreRoutes
 
 HOLD_S = 1.5
 

@@ -11,6 +11,7 @@ import pytest
 
 from stallscope.exporters import cpuset
 from stallscope.host.facts import RankCpuset
+from stallscope.system import cpus
 from tests.golden.fixtures import node as golden
 from tests.helpers import nodetree
 from tests.helpers.exporters import collect, context, kill, scratch_cgroup, table_with, values, write
@@ -117,7 +118,7 @@ def test_a_real_cpuset_and_a_real_fuse_daemon(v1_cpuset, tmp_path):
             [allowed] = [line.split()[1] for line in f if line.startswith("Cpus_allowed_list")]
         with open("/proc/%d/status" % fs.proc.pid) as f:
             [daemon] = [line.split()[1] for line in f if line.startswith("Cpus_allowed_list")]
-        mine, theirs = cpuset.parse_cpulist(allowed), cpuset.parse_cpulist(daemon)
+        mine, theirs = cpus.parse_cpulist(allowed), cpus.parse_cpulist(daemon)
         assert mine == {1}
         assert values(fams, "stallscope_pod_cpuset_cpus", qos_class="", **LABELS) == [1]
         assert values(fams, "stallscope_pod_cpuset_fuse_daemon_cpus", **LABELS) == [len(mine & theirs)] == [1]

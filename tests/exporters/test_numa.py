@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from stallscope.exporters import numa
 from stallscope.exporters.gpu.sim import sim_uuid
 from stallscope.processes.servers import AgentProcess, PrometheusProcess, child_env
 from tests.helpers import ROOT
@@ -23,13 +22,6 @@ TRAINER = os.path.join(ROOT, "tests", "helpers", "trainers", "numa_trainer.py")
 KEY = ("ml", "numa-0", "numa", 0)   # the rank's (namespace, pod, job, rank)
 BUS = "0000:18:00.0"
 GPU_NODE_CPU = 1                    # the fixture's node 1 (the GPU's) is CPU 1, node 0 CPU 0
-
-
-def test_cpulists_parse_as_the_kernel_writes_them():
-    assert numa.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert numa.parse_cpulist("") == frozenset()
-    for bad in ("3-1", "a", "0-99999999", "1,,x"):
-        assert numa.parse_cpulist(bad) == frozenset()
 
 
 def fixture(tmp_path):

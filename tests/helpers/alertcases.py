@@ -23,8 +23,12 @@ changed in the rules, either way, fails).
 The series are solved from the shape of the query (``solve``): a gauge, a counter's rate,
 a ratio of two of those (a numerator that is a matcher's share of the denominator, as
 the cache's misses of its lookups, included) or a histogram quantile over the metric's
-declared buckets. A query of another shape raises ``CannotDerive``: that alert needs a
-hand-written case in tests/mixin/test_promtool.py.
+declared buckets, each label matcher (``=``, ``!=``, ``=~``, ``!~``) given a value that
+matches it. The annotations are rendered as Prometheus renders them (``render``: labels,
+the value, ``humanize``, ``humanize1024``, ``humanizePercentage``, ``humanizeDuration`` at
+any line, ``printf``). What it cannot read raises ``CannotDerive`` saying what, and
+tests/mixin/test_promtool.py prints it: extend the derivation (or the entry), rather than
+hand-writing the case.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ HOOK_LABELS = ("job", "rank", "pod", "namespace", "node")
 
 
 class CannotDerive(Exception):
-    """The alert's expression has a shape the solver does not know: write its case."""
+    """The alert's query or text has a shape the derivation does not read (says which)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,17 +95,84 @@ def num(x: float) -> str:
 
 
 # -- Prometheus' template functions (template/template.go), for the expected text ------
+def go_float(v: float) -> str:
+    """A float as Go's ``%v`` (strconv 'g', shortest) writes it: ``{{ $value }}``."""
+    v = float(v)
+    if v != v or v in (float("inf"), float("-inf")):
+        return {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}[repr(v)]
+    if v == 0:
+        return "0"
+    sign, digits, exp = __import__("decimal").Decimal(repr(v)).normalize().as_tuple()
+    d = "".join(map(str, digits))
+    nd, dp = len(d), len(d) + exp           # digits, and where the point goes in them
+    e = dp - 1
+    if e < -4 or e >= 6:  # strconv: the shortest digits decide with a precision of 6
+        out = d[0] + ("." + d[1:] if nd > 1 else "") + "e%s%02d" % ("-" if e < 0 else "+", abs(e))
+    elif dp <= 0:
+        out = "0." + "0" * -dp + d
+    elif dp >= nd:
+        out = d + "0" * (dp - nd)
+    else:
+        out = d[:dp] + "." + d[dp:]
+    return ("-" if sign else "") + out
+
+
+def _g4(v: float) -> str:
+    """Go's ``%.4g`` (as C's, which Python's is)."""
+    return "%.4g" % v
+
+
+def humanize(v: float) -> str:
+    if v == 0 or v != v or v in (float("inf"), float("-inf")):
+        return _g4(v)
+    if abs(v) >= 1:
+        prefix = ""
+        for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
+            if abs(v) < 1000:
+                break
+            prefix, v = p, v / 1000
+        return _g4(v) + prefix
+    prefix = ""
+    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
+        if abs(v) >= 1:
+            break
+        prefix, v = p, v * 1000
+    return _g4(v) + prefix
+
+
+def humanize1024(v: float) -> str:
+    if abs(v) <= 1 or v != v or v in (float("inf"), float("-inf")):
+        return _g4(v)
+    prefix = ""
+    for p in ("ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi", "Yi"):
+        if abs(v) < 1024:
+            break
+        prefix, v = p, v / 1024
+    return _g4(v) + prefix
+
+
 def humanize_percentage(v: float) -> str:
     return "%.4g%%" % (v * 100)
 
 
 def humanize_duration(v: float) -> str:
+    if v != v or v in (float("inf"), float("-inf")):
+        return _g4(v)
     if v == 0:
         return "0s"
-    if abs(v) >= 60:
-        raise CannotDerive("humanizeDuration of %r: minutes are not rendered here" % v)
     if abs(v) >= 1:
-        return "%.4gs" % v
+        sign = "-" if v < 0 else ""
+        v = abs(v)
+        whole = int(v)
+        seconds, minutes, hours, days = whole % 60, whole // 60 % 60, whole // 3600 % 24, whole // 86400
+        # from minutes up, whole seconds
+        if days:
+            return "%s%dd %dh %dm %ds" % (sign, days, hours, minutes, seconds)
+        if hours:
+            return "%s%dh %dm %ds" % (sign, hours, minutes, seconds)
+        if minutes:
+            return "%s%dm %ds" % (sign, minutes, seconds)
+        return "%s%.4gs" % (sign, v)
     prefix = ""
     for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
         if abs(v) >= 1:
@@ -110,23 +181,58 @@ def humanize_duration(v: float) -> str:
     return "%.4g%ss" % (v, prefix)
 
 
+FILTERS = {"humanize": humanize, "humanize1024": humanize1024,
+           "humanizePercentage": humanize_percentage, "humanizeDuration": humanize_duration}
+_ACTION = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}")
+_PRINTF = re.compile(r'printf\s+"(%[-+ 0#]*\d*(?:\.\d+)?[dfeEgGs])"')
+
+
+def _action(body: str, labels: dict[str, str], value: float) -> str:
+    """One ``{{ ... }}`` of an annotation: a label, the value, the value through a
+    pipeline of humanize functions or a printf of it."""
+    m = re.fullmatch(r"\$labels\.(\w+)", body)
+    if m:
+        if m.group(1) not in labels:
+            raise CannotDerive("the alert has no label %s for {{ %s }}" % (m.group(1), body))
+        return labels[m.group(1)]
+    stages = [x.strip() for x in body.split("|")]
+    printf = _PRINTF.fullmatch(stages[0].replace(" $value", "").strip()) if stages[0].startswith("printf") \
+        and stages[0].endswith("$value") else None
+    if stages[0] != "$value" and printf is None:
+        raise CannotDerive("a template action the derivation does not render: {{ %s }}" % body)
+    out: float | str = value
+    if printf is not None:
+        out = _go_printf(printf.group(1), value)
+    for f in stages[1:]:
+        p = _PRINTF.fullmatch(f)
+        if p is not None and not isinstance(out, str):
+            out = _go_printf(p.group(1), out)
+        elif f in FILTERS and not isinstance(out, str):
+            out = FILTERS[f](out)
+        else:
+            raise CannotDerive("a template function the derivation does not render: %s in {{ %s }}"
+                               % (f, body))
+    return out if isinstance(out, str) else go_float(out)
+
+
+def _go_printf(fmt: str, v: float) -> str:
+    if fmt.endswith("d"):
+        raise CannotDerive("printf %s of a float: Go writes %%!d(float64=...)" % fmt)
+    if fmt.endswith("s"):
+        return go_float(v)
+    return fmt % v
+
+
 def render(template: str, labels: dict[str, str], value: float) -> str:
-    """The subset of Go's text/template the vocabulary's annotations use; anything else
-    left over raises."""
-    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
-    out = out.replace("{{ $value | humanizePercentage }}", humanize_percentage(value))
-    out = out.replace("{{ $value | humanizeDuration }}", humanize_duration(value))
-    if "{{" in out:
-        raise CannotDerive("a template the derivation does not render: %s" % out)
-    return out
+    """Go's text/template as Prometheus' alert annotations use it (labels, the value,
+    the humanize functions, printf); anything else raises."""
+    return _ACTION.sub(lambda m: _action(m.group(1), labels, value), template)
 
 
 def line_text(signal: str, line: float) -> str:
-    """<line> in a description: a ratio in %, seconds with "s", other units bare."""
-    unit = vocabulary.signal(signal).unit
-    if unit == "ratio":
-        return "%s%%" % num(round(line * 100, 6))
-    return num(line) + ("s" if unit == "seconds" else "")
+    """<line> in a description, as the signal's unit writes it (a ratio in %, seconds
+    with "s", a count rate with "/s" ...)."""
+    return vocabulary.unit_text(vocabulary.signal(signal).unit, line)
 
 
 # -- series that make a query equal a value ----------------------------------------------
@@ -135,32 +241,69 @@ _QUANTILE = re.compile(r"histogram_quantile\(([0-9.]+), sum by \(([^)]*)\) "
                        r"\(rate\((stallscope_[a-z_]+)_bucket\{([^}]*)\}\[\$w\]\)\)\)")
 
 
-def _matchers(text: str) -> dict[str, str | None]:
-    """{label: required value, or None for "not empty"} of a query's matchers."""
-    out: dict[str, str | None] = {}
+@dataclasses.dataclass(frozen=True)
+class Matcher:
+    """One label matcher of a query: ``=``, ``!=``, ``=~`` or ``!~`` against ``value``."""
+    op: str
+    value: str
+
+    def ok(self, v: str) -> bool:
+        if self.op == "=":
+            return v == self.value
+        if self.op == "!=":
+            return v != self.value
+        hit = re.fullmatch(self.value, v) is not None  # PromQL's regexes are anchored
+        return hit if self.op == "=~" else not hit
+
+    def pick(self, label: str, default: str | None) -> str | None:
+        """A value of ``label`` that matches: ``default`` where it does (None: leave the
+        label as the agent would set it), else one made to match."""
+        if default is not None and self.ok(default):
+            return None
+        if self.op == "=":
+            return self.value
+        alternatives = [a for a in self.value.split("|") if re.escape(a) == a]
+        tries = ((default or label) + "-x", "%s-a" % label) if self.op in ("!=", "!~") else \
+            tuple(alternatives) + (EXAMPLE.get(label, ""),)
+        for v in tries:
+            if v and self.ok(v):
+                return v
+        raise CannotDerive("no value of label %s found that matches %s%s%r" % (
+            label, label, self.op, self.value))
+
+
+def _matchers(text: str) -> dict[str, Matcher]:
+    """{label: its matcher} of a query's matchers (``$sel``, the config's, left out)."""
+    out: dict[str, Matcher] = {}
     for m in (x.strip() for x in text.split(",")):
         if m in ("", "$sel"):
             continue
-        eq = re.fullmatch(r'(\w+)="([^"]*)"', m)
-        ne = re.fullmatch(r'(\w+)!=""', m)
-        if eq:
-            out[eq.group(1)] = eq.group(2)
-        elif ne:
-            out[ne.group(1)] = None
-        else:
+        got = re.fullmatch(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', m)
+        if not got:
             raise CannotDerive("matcher %r" % m)
+        label, op, value = got.groups()
+        if op in ("=~", "!~"):
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise CannotDerive("matcher %r: %s" % (m, e)) from None
+        out[label] = Matcher(op, value)
     return out
 
 
-def _labels(metric: str, pod: str | None, required: dict[str, str | None]) -> dict[str, str]:
-    """The labels the agent puts on ``metric`` for ``pod`` (None: a node-level series)."""
+def _labels(metric: str, pod: str | None, required: dict[str, Matcher]) -> dict[str, str]:
+    """The labels the agent puts on ``metric`` for ``pod`` (None: a node-level series),
+    with the values the query's matchers pick."""
     base = {"namespace": NAMESPACE, "pod": pod, "job": JOB, "node": NODE}
     out = {"instance": INSTANCE}
     for label in vocabulary.metric(metric).labels:
         if pod is None and label not in ("node",):
             continue
         out[label] = base.get(label) or EXAMPLE.get(label, "%s-a" % label)
-    for label, value in required.items():
+    for label, matcher in required.items():
+        if label not in out and matcher.op != "=":
+            continue  # absent: "" in PromQL, which a node-level series keeps so (pod!="")
+        value = matcher.pick(label, out.get(label))
         if value is not None:
             out[label] = value
     return out
@@ -238,7 +381,7 @@ def solve(signal: str, v: float, pod: str | None) -> Solved:
         if r1 != r2:
             raise CannotDerive("a ratio of a rate and a gauge in %r" % q)
         if m1 == m2:  # the numerator is the share of the denominator its matchers pick
-            extra = {k: x for k, x in x1.items() if x is not None and x2.get(k) != x}
+            extra = {k: x.value for k, x in x1.items() if x.op == "=" and x2.get(k) != x}
             if len(extra) != 1 or not r1:
                 raise CannotDerive("a share by %r in %r" % (extra, q))
             (label, value), = extra.items()

@@ -9,7 +9,9 @@ tests/helpers/nodetree.py, see tests/golden/fixtures/README.md) with every expor
 serving tests/data/dcgm/dcgm-exporter-k8s.txt. Fixed hook reports go through the
 ingest's own ``handle`` (validation, reject counting, ``Agent.apply``); then the parts
 are driven by hand in a fixed order: the GPU samplers polled, the exporters collected
-twice under a fixed ``host.clock``, the loader, shard and correlator parts ticked.
+twice under a fixed ``host.clock``, 2 s apart, the node's counters moved between the two
+(the node's ``LATER``: CPU time, bytes read, run-queue wait, throttling, pressure, disk
+and link counters), the loader, shard and correlator parts ticked.
 
 The scenario: rank 0 of job ``llm`` in pod ml-team/llm-pretrain-worker-0 (PID 4242,
 PID 1 in its namespace) with two loader workers (4243: in D state; 4244: a zombie
@@ -72,6 +74,7 @@ S = 1000 * MS
 MASK = "NaN"
 MASKED_SUFFIXES = ("_duration_seconds",)
 MASKED_NAMES = ("stallscope_fuse_probe_seconds", "stallscope_stall_since_timestamp_seconds")
+MASKED_SIGNALS = ("fuse_probe_seconds",)  # in signals.txt: the latency of that statvfs
 HEADER = ("# Golden /metrics of the agent over tests/golden/fixtures (tests/helpers/golden.py).\n"
           "# Rewrite with: pytest tests/golden --update\n"
           "# Masked as %s: *_duration_seconds (wall time of a collection) and\n"
@@ -86,6 +89,7 @@ class Run:
     exact: bool                             # /dev/shm was a tmpfs of known size
     inexact_why: str | None
     recorded: dict[tuple[Any, str], set[str]]  # (scope, signal) -> parts that recorded it
+    last: dict[tuple[Any, str], float]      # (scope, signal) -> the value it recorded last
     stored: dict[Any, list[str]]            # scope -> agent.samples.signals(scope)
     emitted_by: dict[str, set[str]]         # part -> names of the families it emitted
     failures: list[str]                     # exporters or parts that failed to collect
@@ -195,6 +199,7 @@ class RecordSpy:
     def __init__(self, samples: Any) -> None:
         self.inner, self.inner_many = samples.record, samples.record_many
         self.by: dict[tuple[Any, str], set[str]] = collections.defaultdict(set)
+        self.last: dict[tuple[Any, str], float] = {}  # the value recorded last
         samples.record, samples.record_many = self.record, self.record_many
 
     def _note(self, scope: Any, signal: str) -> None:
@@ -210,10 +215,13 @@ class RecordSpy:
 
     def record(self, scope: Any, signal: str, value: float, t_ns: int | None = None) -> None:
         self._note(scope, signal)
+        self.last[(scope, signal)] = value
         self.inner(scope, signal, value, t_ns)
 
     def record_many(self, scope: Any, signal: str, t_ns: Any, values: Any) -> None:
         self._note(scope, signal)
+        if len(values):
+            self.last[(scope, signal)] = float(values[-1])
         self.inner_many(scope, signal, t_ns, values)
 
 
@@ -258,8 +266,9 @@ def _send(handler: ingest.Ingest, batch, accepted: bool = True) -> None:
                 "rejected" if accepted else "accepted", data[:200]))
 
 
-def drive(agent: Agent) -> None:
-    """Feed the reports and drive every part, in a fixed order."""
+def drive(agent: Agent, later: Any = lambda: None) -> None:
+    """Feed the reports and drive every part, in a fixed order; ``later()`` moves the
+    node's counters on, between the two collections."""
     gpu = _part(agent, "gpu")
     for s in gpu.samplers:  # polled here, not in threads of their own
         s.ensure_running = lambda stopping: None
@@ -288,7 +297,8 @@ def drive(agent: Agent) -> None:
         _send(handler, bad[2:], accepted=False)
         poll_gpu()                  # the second half, recorded for the rank too
         states.sample_once()        # the loader tasks' first reading ...
-        now[0] += 2.0
+        later()                     # the node's counters move over the next 2 s
+        now[0] += node.LATER_S
         # ... and 2 s of their states (the tree's schedstat stands still): a round looks
         # at every task
         states.sample_once()
@@ -346,6 +356,8 @@ class Collected:
 
 
 def _run(tree: str) -> Run:
+    """The agent over the node's tree (written), its counters moved to node.LATER
+    between the two collections."""
     why = _mount_tmpfs(os.path.join(tree, "root", "dev", "shm"))
     mounted = why is None
     saved = (psutil.PROCFS_PATH, getattr(psutil._pslinux, "PAGESIZE", None),
@@ -357,13 +369,14 @@ def _run(tree: str) -> Run:
         psutil._pslinux.PAGESIZE, psutil._pslinux.CLOCK_TICKS = 4096, 100
         agent = Agent(_config(tree, dcgm.url))
         spy = RecordSpy(agent.samples)
-        drive(agent)
+        drive(agent, lambda: nodetree.rewrite(node.LATER, tree))
         families = list(agent.registry.collect())
         text = generate_latest(Collected(families)).decode()
         gpu = _part(agent, "gpu")
         scopes = [r.key for r in agent.host.ranks()] + ["node"] + [("gpu", u) for u in sorted(gpu.gpus())]
         found = list(agent.correlator.results.values())
         return Run(exposition=text, families=families, exact=mounted, inexact_why=why, recorded=dict(spy.by),
+                   last=dict(spy.last),
                    stored={sc: agent.samples.signals(sc) for sc in scopes},
                    emitted_by=emitters(agent), failures=failures(agent),
                    notes={k: list(v) for k, v in agent.host.notes.items()},
@@ -420,11 +433,20 @@ def scope_kind(scope: Any) -> str:
 
 
 def signals_table(run: Run) -> str:
-    """One line per recorded signal and kind of scope: which parts recorded it."""
+    """One line per recorded signal and kind of scope: which parts recorded it, and the
+    value recorded last (of a rate, over the 2 s between the two collections, in which
+    the node's counters moved: tests/golden/fixtures/node.py LATER)."""
     rows = collections.defaultdict(set)
+    last = {}
     for (scope, sig), parts in run.recorded.items():
         rows[(sig, scope_kind(scope))] |= parts
-    lines = ["%-28s %-5s %s" % (sig, kind, ",".join(sorted(parts)))
+        last[(sig, scope_kind(scope))] = run.last.get((scope, sig))
+    def shown(sig: str, value: float | None) -> str:
+        if value is None:
+            return "-"
+        return MASK if sig in MASKED_SIGNALS else "%.6g" % value
+    lines = ["%-29s %-5s %-11s %s" % (sig, kind, ",".join(sorted(parts)), shown(sig, last[(sig, kind)]))
              for (sig, kind), parts in sorted(rows.items())]
-    return ("# Signals the golden run records: signal, kind of scope, the parts that recorded it.\n"
-            "# Rewrite with: pytest tests/golden --update\n" + "\n".join(lines) + "\n")
+    return ("# Signals the golden run records: signal, kind of scope, the parts that recorded it,\n"
+            "# the value recorded last. Rewrite with: pytest tests/golden --update\n"
+            + "\n".join(lines) + "\n")

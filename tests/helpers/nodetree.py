@@ -416,6 +416,31 @@ def write(node: Node, tree: str) -> None:
         os.makedirs(os.path.join(tree, path), exist_ok=True)
 
 
+def rewrite(node: Node, tree: str) -> list[str]:
+    """The tree of ``write`` moved on to ``node`` (the same node later: its counters
+    moved): each file whose text changed is written over in place, so a reader that
+    keeps the file open (system/procfs.py KeptFiles) reads the new text. Returns the
+    paths rewritten; a change of the tree's shape (another file, link or directory) is
+    refused, since ``node`` must be the same node."""
+    out, links, dirs = files(node)
+    changed = []
+    for path, text in sorted(out.items()):
+        full = os.path.join(tree, path)
+        if not os.path.isfile(full):
+            raise ValueError("%s is not in the tree: a later node has the same files" % path)
+        with open(full, "r+") as f:
+            if f.read() == text:
+                continue
+            f.seek(0)
+            f.truncate()
+            f.write(text)
+        changed.append(path)
+    for path, target in links.items():
+        if os.readlink(os.path.join(tree, path)) != target:
+            raise ValueError("link %s moved: a later node has the same links" % path)
+    return changed
+
+
 if __name__ == "__main__":
     from tests.golden.fixtures.node import NODE
 

@@ -78,14 +78,55 @@ def test_docs_list_the_exporters_the_registry_has():
     block = text.partition(reference.BEGIN)[2].partition(reference.END)[0]
     listed = re.findall(r"^\| `([a-z_]+)` \|", block, re.M)
     assert listed == names
-    # Anywhere in the docs, a list naming three or more exporters names them all.
-    pattern = re.compile(r"\(((?:%s)(?:, (?:%s))+)\)" % ("|".join(names), "|".join(names)))
-    for doc in sorted(os.listdir(os.path.join(ROOT, "docs"))):
-        with open(os.path.join(ROOT, "docs", doc)) as f:
+    # Anywhere in the docs, a list naming three or more exporters names them all, quoted
+    # (`cfs`) or not (the list in docs/design.md is generated).
+    name = "`?(?:%s)`?" % "|".join(names)
+    pattern = re.compile(r"\((%s(?:, %s)+)\)" % (name, name))
+    listed_in = []
+    docs = [os.path.join(ROOT, "docs", d) for d in sorted(os.listdir(os.path.join(ROOT, "docs")))]
+    for path in docs + [os.path.join(ROOT, "README.md")]:
+        doc = os.path.basename(path)
+        with open(path) as f:
             for m in pattern.finditer(f.read()):
-                found = m.group(1).split(", ")
+                found = m.group(1).replace("`", "").split(", ")
                 if len(found) >= 3:
+                    listed_in.append(doc)
                     assert sorted(found) == sorted(names), "%s lists %s" % (doc, found)
+    assert "design.md" in listed_in
+
+
+def _threshold_texts(line):
+    """How prose may write a line's threshold: 0.5, < 0.5, 50 ms, 1 s, 50 MB/s, 25%."""
+    t = line.threshold
+    unit = vocabulary.signal(line.signal).unit
+    texts = {"%g" % t, vocabulary.unit_text(unit, t)}
+    if unit == "seconds":
+        texts |= {"%g s" % t, "%g ms" % (t * 1000)}
+    if unit == "bytes_rate":
+        texts.add("%g MB/s" % (t / 1e6))
+    return texts
+
+
+def test_the_correlator_docs_cause_table_is_the_vocabularys():
+    """docs/correlator.md's cause table: one row a cause of the vocabulary, each of its
+    lines' signals named with the threshold, a standing cause's row says so."""
+    with open(os.path.join(ROOT, "docs", "correlator.md")) as f:
+        text = f.read()
+    table = text.partition("| cause | signals (threshold) |")[2].partition("\n\n")[0]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (.*) \|$", table, re.M))
+    assert sorted(rows) == sorted(vocabulary.CAUSE_NAMES)
+    assert len(re.findall(r"^\| `", table, re.M)) == len(rows), "a cause has two rows"
+    for c in vocabulary.CAUSES:
+        row = rows[c.name]
+        assert row.startswith("standing") == (c.kind == "standing"), c.name
+        for line in c.lines:
+            head, found, after = row.partition("`%s`" % line.signal)
+            assert found, "%s: its row does not name %s" % (c.name, line.signal)
+            after = after.split("`")[0]  # up to the next name
+            written = [t for t in _threshold_texts(line)
+                       if re.search(r"(?<![\d.])%s(?![\d])" % re.escape(t), after)]
+            assert written, "%s: %s's threshold %g is not next to it in %r" % (
+                c.name, line.signal, line.threshold, after)
 
 
 @pytest.mark.parametrize("cause", vocabulary.CAUSES, ids=lambda c: c.name)

@@ -8,6 +8,9 @@ parts' ``routes``).
 - httppool.py     the fixed worker pool, the inbox back to the loop, the counters
 - exposition.py   the Prometheus text format, byte for byte what client_python writes
 - scrapefirst.py  a render of /metrics goes before the correlator's loops over ranks
+- healthd.py      the health responder: a process of its own (standard library only) that
+                  holds the listening socket, answers /healthz from a shared page and hands
+                  every other connection to the server unread
 
 Imports: stallscope.host (log, ApiError) and each other; no other room of the agent.
 """

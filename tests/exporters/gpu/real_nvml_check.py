@@ -24,7 +24,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))  # the repo
 
 from stallscope.exporters.gpu import nvml as nvml_mod
 from stallscope.exporters.gpu.source import Sampler
-from stallscope.exporters.numa import parse_cpulist
+from stallscope.system.cpus import parse_cpulist
 
 
 def _text(v):
