@@ -226,13 +226,32 @@ def pod_signals(prom: Prometheus, pod: str, namespace: str | None, w: str) -> li
     return out
 
 
+def _newest(prom: Prometheus, selector_expr: str, w: str) -> list[tuple[dict[str, str], float]]:
+    """Each series' last value over the window, of the series in the newest scrape that had
+    any: what the agent published last. A series it stopped publishing earlier in the window
+    (a cause no longer among the top three, a budget component gone) is not mixed in with
+    what replaced it, and a job that ended keeps its last answer (issue 49: a cause the
+    agent scored while its window still held the run's start read first from Prometheus
+    seconds after the agent had dropped it)."""
+    rows = prom.samples("%s[%s]" % (selector_expr, w))
+    last = [(labels, points[-1]) for labels, points in rows if points and points[-1][1] is not None]
+    if not last:
+        return []
+    newest = max(t for _, (t, _) in last)
+    # one target's series share a scrape's timestamp; half a second covers rounding
+    return [(labels, float(v)) for labels, (t, v) in last if t >= newest - 0.5 and v is not None]
+
+
 def cause_scores(prom: Prometheus, who: JobRank, w: str) -> list[tuple[str, float]]:
-    """The correlator's published scores (top causes of an input-bound rank)."""
+    """The correlator's published scores (top causes of an input-bound rank), as it
+    published them last."""
     sel = selector(job=who.job, namespace=who.namespace, pod=who.pod, rank=str(who.rank))
-    rows = prom.query("max by (cause) (last_over_time(stallscope_stall_cause_score%s[%s]))" % (sel, w))
+    best: dict[str, float] = {}
     # a missing label is an empty one in Prometheus's data model
-    return sorted(((labels.get("cause", ""), v) for labels, v in rows if v is not None),
-                  key=lambda c: -c[1])
+    for labels, v in _newest(prom, "stallscope_stall_cause_score" + sel, w):
+        cause = labels.get("cause", "")
+        best[cause] = max(v, best.get(cause, v))
+    return sorted(best.items(), key=lambda c: -c[1])
 
 
 def budget_shares(prom: Prometheus, who: JobRank, w: str) -> list[tuple[str, str, float]]:
@@ -241,14 +260,8 @@ def budget_shares(prom: Prometheus, who: JobRank, w: str) -> list[tuple[str, str
     that had one, so a job that ended keeps its last budget and a component gone from the
     budget before then is not summed with those that replaced it."""
     sel = selector(job=who.job, namespace=who.namespace, pod=who.pod)
-    rows = prom.samples("stallscope_stall_budget_ratio%s[%s]" % (sel, w))
-    last = [(labels, points[-1]) for labels, points in rows if points and points[-1][1] is not None]
-    if not last:
-        return []
-    newest = max(t for _, (t, _) in last)
-    # one target's series share a scrape's timestamp; half a second covers rounding
-    return sorted(((labels.get("component", ""), labels.get("cause", ""), float(v))
-                   for labels, (t, v) in last if t >= newest - 0.5 and v is not None),
+    return sorted(((labels.get("component", ""), labels.get("cause", ""), v)
+                   for labels, v in _newest(prom, "stallscope_stall_budget_ratio" + sel, w)),
                   key=lambda c: -c[2])
 
 
