@@ -125,6 +125,14 @@ def test_an_unknown_class_is_one_clear_line():
     assert r.returncode == 2 and "no_such_class" in r.stderr and "Traceback" not in r.stderr
 
 
+# Recorded draws the analysis does not name right, and why (the evidence recorded lacks it)
+KNOWN_MISSES = {
+    # the sampler read the workers' fetches as idle: a worker first found polling its index
+    # queue was not checked for a connection again for 30 s (fixed in 832775d, after it ran)
+    "draw-100-cache-miss": "the recorded sampler saw no network wait",
+}
+
+
 def test_the_recorded_draws_replay_and_hold_the_inputs_their_seeds_draw(capsys):
     docs = draws.load([draws.DEFAULT_DIR])
     assert docs, "no recorded draws in %s" % draws.DEFAULT_DIR
@@ -151,6 +159,11 @@ def test_the_recorded_draws_replay_and_hold_the_inputs_their_seeds_draw(capsys):
         assert (s["no_input_bound"] is None) == (doc["expected"]["cause"] is not None), path
     with capsys.disabled():  # the table of the analysis as it is, in the test's output
         print("\nrecorded draws replayed (%d, %.2fs):\n%s" % (len(rows), took, draws.table(rows)))
+    # a change to the analysis keeps every draw it names right (issue 49): the misses are
+    # the known ones, each with why
+    missed = {os.path.basename(path)[:-len(".json.gz")] for row, (path, _) in zip(rows, docs)
+              if row["scores"]["replay"]["top1"] is False and row["scores"]["replay"]["held"] is not False}
+    assert missed <= set(KNOWN_MISSES), sorted(missed - set(KNOWN_MISSES))
 
 
 def test_a_replayed_draw_is_scored_against_what_was_injected():
