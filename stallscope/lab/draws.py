@@ -72,6 +72,9 @@ LIFTS = {"cpu_throttle": "cpu_limit_cores", "bandwidth_bound": "link_capacity_by
 
 
 # -- live -------------------------------------------------------------------------------
+# how far short of the drawn duration the agent's scheduled analysis looks back (_live)
+SCHEDULED_MARGIN_S = 5.0
+
 def _live(scenario, opts, want_bodies=True):
     """Run ``scenario`` (a draw's) as runner.run does; returns (result, {rank: timeline},
     {rank: agent diagnosis}, Prometheus alone's answer for the result's rank or None)."""
@@ -82,11 +85,13 @@ def _live(scenario, opts, want_bodies=True):
         session = Session(td, workdir=opts.workdir, say=opts.say)
         session.say("lab: %s (%d ranks, %.0fs): %s" % (scenario.name, scenario.real.ranks,
                                                        scenario.real.duration, scenario.title))
-        # the correlator's scheduled analysis (whose scores Prometheus holds) over the drawn
+        # the correlator's scheduled analysis (whose scores Prometheus holds) within the drawn
         # duration, as diagnose asks: the lab's default covers the whole run and its workers'
-        # start (a drawn 3 % stall's published top cause was epoch_start, its start's wait)
-        session.start_agent(scenario.real.duration, list(scenario.make_fault().agent_args())
-                            + ["--correlate.window", str(max(10, int(scenario.real.duration)))])
+        # start (a drawn 3 % stall's published top cause was epoch_start, its start's wait).
+        # SCHEDULED_MARGIN_S short of it: the analysis published last ran up to its interval
+        # and a scrape before the end, and its window must not reach back to the first batch
+        session.start_agent(scenario.real.duration, list(scenario.make_fault().agent_args()) + [
+            "--correlate.window", str(max(10, int(scenario.real.duration - SCHEDULED_MARGIN_S)))])
         if opts.prometheus is not False and findings.prometheus_installed():
             session.start_prometheus()
         job = session.start_job(scenario, ranks=scenario.real.ranks, duration=scenario.real.duration)
