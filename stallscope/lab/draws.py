@@ -96,7 +96,8 @@ def _live(scenario, opts, want_bodies=True):
             session.start_prometheus()
         job = session.start_job(scenario, ranks=scenario.real.ranks, duration=scenario.real.duration)
         base = job.wait_ready(opts.warmup_batches)
-        now, fired, history = runner._window(job, base, opts.live, until_verdict=True)
+        now, fired, history = runner._window(job, base, opts.live, until_verdict=max(
+            10.0, scenario.real.duration - SCHEDULED_MARGIN_S))
         result = findings.collect(job, base, now, fired, history)
         per_rank = findings.agent_diagnoses(job)
         alone = None

@@ -114,13 +114,16 @@ def _window(job, base, live, until_verdict=False):
     data-wait, Prometheus's firing alerts are collected, the ranks' counters are kept
     every second (the headline alert's SLI, findings.sli_alert). Returns (ranks now,
     fired, [(seconds, ranks)]). ``until_verdict``: past the duration, until the target has
-    the batches a verdict needs (EXTEND_MAX_S at most; drawn runs, lab/draws.py)."""
+    the batches a verdict needs in the last ``until_verdict`` seconds (True: the duration;
+    EXTEND_MAX_S at most; drawn runs, lab/draws.py)."""
     t0 = time.monotonic()
     show = report.Progress(job.say, job.duration, job.target, live=live)
     fired = set()
     history = [(0.0, base)]
     moved = (0.0, None)  # (when the target's batch count last moved, that count)
     drawn = job.duration
+    # the trailing window the verdict is judged on: ``until_verdict`` seconds, or the duration
+    judged = drawn if until_verdict is True else float(until_verdict or 0.0)
     while True:
         elapsed = time.monotonic() - t0
         job.fault.tick(job, elapsed)
@@ -136,7 +139,7 @@ def _window(job, base, live, until_verdict=False):
         if elapsed >= drawn and (
                 not until_verdict or made is None or elapsed >= drawn + EXTEND_MAX_S
                 or elapsed - moved[0] >= STALLED_S
-                or (_trailing(history, job.target, drawn) or 0) >= EXTEND_BATCHES):
+                or (_trailing(history, job.target, judged) or 0) >= EXTEND_BATCHES):
             break
         time.sleep(1.0 if elapsed >= drawn else min(1.0, drawn - elapsed))
     show.done()
