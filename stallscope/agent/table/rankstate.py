@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from ...correlate.waitbins import WaitBins
@@ -18,6 +17,7 @@ from ...system import cgroups
 from ...vocabulary import labels as label_sets
 from ...vocabulary import metric
 from ..identity import peer
+from ..identity.admission import RankKey as RankKey
 from .batches import BatchColumns, BatchTimeline
 from .histogram import Histogram
 
@@ -25,12 +25,6 @@ WAIT_BUCKETS = metric("stallscope_data_wait_seconds").buckets
 STEP_BUCKETS = metric("stallscope_step_seconds").buckets
 MAX_DROP_PIDS = 64
 Event = tuple[int, int, int]
-RankKey = tuple[str, str, str, int]
-
-
-def key_of(msg: Mapping[str, Any], node: str = "") -> RankKey:
-    i = msg["id"]
-    return (i["namespace"], i["pod"], i["job"], i["rank"])
 
 
 class RankState:
