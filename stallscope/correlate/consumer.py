@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from ..report import UNREPORTED
 from ..vocabulary import DATA_WAIT_LINE, line_of, signal
 from .causes import make
 from .model import Cause, Evidence
@@ -96,7 +97,7 @@ def workers_throttled(trace: RankTrace) -> bool:
     if not throttled(trace):
         return False
     secs, wait = _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
-    workers = (trace.loader or {}).get("num_workers") or 0
+    workers = (trace.loader or UNREPORTED).num_workers or 0
     if secs is None or wait is None or not workers:
         return False
     return secs >= 0.5 * wait * workers

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ...correlate.waitbins import WaitBins
+from ...report import LoaderSettings, ReportedError
 from ...system import cgroups
 from ...vocabulary import labels as label_sets
 from ...vocabulary import metric
@@ -42,11 +43,11 @@ class RankState:
         self.domain = domain                  # what may report for it (peer.py)
         self.verified: dict[int, int] = {}  # worker PID -> starttime, seen to descend
         self.cgroup: cgroups.Cgroup | None = None  # of the main process
-        self.loader: dict[str, Any] | None = None
+        self.loader: LoaderSettings | None = None  # its settings alone (no PIDs, no error)
         # forward/backward/optimizer ns and steps since the trainer started, from a
         # framework's hooks (hook/phases.py); None where no integration timed them
         self.phases: dict[str, int] | None = None
-        self.loader_error: dict[str, Any] | None = None  # the loader's own error (issue 32)
+        self.loader_error: ReportedError | None = None  # the loader's own error (issue 32)
         self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
         self.translated_workers: list[int] = []  # the same, mapped through its children
         self.workers_checked = float("-inf")     # when they were last checked in /proc
@@ -104,7 +105,8 @@ class RankState:
             "job": i["job"], "rank": i["rank"], "local_rank": i["local_rank"],
             "world_size": i["world_size"], "pod": i["pod"], "namespace": i["namespace"],
             "node": i["node"], "pid": self.pid, "ns_pid": self.ns_pid, "uid": self.uid,
-            "worker_pids": list(self.worker_pids), "loader": self.loader,
+            "worker_pids": list(self.worker_pids),
+            "loader": self.loader.to_json() if self.loader is not None else None,
             "phases": phases_json(self.phases),
             "cgroup": self.cgroup.as_json() if self.cgroup is not None else None,
             "last_seen_seconds_ago": round(now - self.last_seen, 3),

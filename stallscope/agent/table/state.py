@@ -18,6 +18,7 @@ an ``identity_mismatch``. The table answers what admission asks of it (``holder`
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...correlate.waitbins import Window
+from ...report import LoaderSettings
 from ...system import cgroups, procfs
 from ..identity import names, peer, pids, rankworkers
 from ..identity.admission import Admission, admit, key_of
@@ -145,19 +147,20 @@ class RankTable:
             rank.verified.clear()
             rank.first_batch_ns = None  # a new process starts its workers again
             rank.loader_error = None
-        if msg["loader"] is not None:
-            before = rank.loader or {}
-            rank.loader = {k: v for k, v in msg["loader"].items()
-                           if k not in ("worker_pids", "worker_exits", "error")}
+        loader = LoaderSettings.of(msg["loader"])  # a dict from an in-process caller
+        if loader is not None:
+            before = rank.loader
+            settings = loader.settings()
             # A new iterator reports its settings before its first batch is measured
             # (hook/errors.py): the last measured size stands until then (issue 32).
-            if "batch_bytes" not in rank.loader and before.get("batch_bytes"):
-                rank.loader["batch_bytes"] = before["batch_bytes"]
+            if settings.batch_bytes is None and before is not None and before.batch_bytes:
+                settings = dataclasses.replace(settings, batch_bytes=before.batch_bytes)
+            rank.loader = settings
             # The loader's own error, kept for the process: the next iterator's reports
             # no longer carry it, and it is why the rank stopped.
-            if msg["loader"].get("error") is not None and rank.loader_error is None:
-                rank.loader_error = dict(msg["loader"]["error"])
-            reported = list(msg["loader"]["worker_pids"])
+            if loader.error is not None and rank.loader_error is None:
+                rank.loader_error = loader.error
+            reported = list(loader.worker_pids)
             # The same workers as last time are checked again only every WORKERS_RECHECK_S
             # (for exits and PID reuse): reading /proc for each worker of every report
             # was a quarter of the ingest thread's CPU at 8 ranks x 8 workers (issue 15).
@@ -166,7 +169,7 @@ class RankTable:
                 rank.translated_workers = pids.translate(self.procfs, rank.pid, rank.ns_pid, reported)
                 self.refused_worker_pids += rankworkers.map_workers(self.procfs, rank)
                 rank.workers_checked = now
-            rankworkers.note_exits(rank, msg["loader"].get("worker_exits") or ())
+            rankworkers.note_exits(rank, loader.worker_exits)
         if msg.get("phases") is not None:
             rank.phases = msg["phases"]  # cumulative: the latest report is the whole
         if msg["mono_ns"] and msg["wall_ns"]:
