@@ -301,7 +301,20 @@ def decode_cause(body: Any) -> Cause:
     return Cause(name, _num(b, "score") or 0.0, _str(b, "summary") or "",
                  tuple(decode_evidence(e) for e in _list(b, "evidence")),
                  _str(b, "kind") or "co_occurrence",
-                 decode_prediction(b["prediction"]) if b.get("prediction") else None)
+                 decode_prediction(b["prediction"]) if b.get("prediction") else None,
+                 decode_worker(b["worker"]) if b.get("worker") else None)
+
+
+def decode_worker(body: Any) -> WorkerSpread:
+    """slow_worker's look at the workers (``worker`` in a cause), as ``worker`` wrote it."""
+    b = dict(_map(body, "a cause's worker"))
+    try:
+        b["workers"] = {int(pid): (float(w["load_seconds"]), int(w["batches"]), float(w["wait_seconds"]))
+                        for pid, w in _map(b.get("workers") or {}, "the workers").items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise Malformed("a cause's workers: %s" % e) from None
+    out: WorkerSpread = _dataclass(WorkerSpread, b, "a cause's worker")
+    return out
 
 
 def _dataclass(cls: Any, body: Any, what: str) -> Any:

@@ -26,6 +26,7 @@ import time
 from ..processes.children import session_kwargs
 from ..processes.servers import AgentProcess
 from . import html, live
+from .outcome import RunOutcome
 
 EXIT_GRACE_S = 20.0
 
@@ -309,9 +310,8 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
                         shlex.quote(baseline), shlex.quote(json_out)))
     found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=commands)
     doc.update(document.encode(found))
-    doc["run"] = {"command": list(cmd), "exit_status": code, "elapsed_seconds": round(elapsed, 1),
-                  "outcome": "interrupted" if interrupted else "failed" if code else "ok",
-                  "outcome_line": first, "jobs": seen.jobs(), "ranks": rows}
+    ran = RunOutcome.of(cmd, code, elapsed, interrupted, first, seen.jobs(), rows)
+    doc["run"] = ran.to_json()
     print("", file=out)
     if first:
         print(first, file=out)
@@ -325,7 +325,7 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
         print("JSON report: %s" % json_out, file=out)
     if html_out:
         with open(html_out, "w") as f:
-            f.write(html.page(doc, png if has_plot else None, found))
+            f.write(html.page(found, ran, png if has_plot else None))
         print("HTML report: %s" % html_out, file=out)
     out.flush()
     return doc

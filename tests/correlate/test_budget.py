@@ -242,8 +242,9 @@ def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
     import json
 
     from stallscope.correlate.model import Prediction
-    from stallscope.diagnose import document, outlook, render
+    from stallscope.diagnose import outlook, render
     from stallscope.run import html
+    from stallscope.run.outcome import RunOutcome
     from tests.helpers.diagnose import report
 
     d = diagnosis.analyse(_steady_slow_mount())
@@ -258,7 +259,7 @@ def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
     body = json.loads(render.render_json(doc))
     assert body["budget"]["critical"] == "workers.storage"
     assert body["budget"]["components"][0]["share"] == pytest.approx(store.share, abs=1e-4)
-    page = html.page(document.encode(doc), report=doc)
+    page = html.page(doc, RunOutcome.of(("python", "train.py"), 0, 12.0, False, None, (), ()))
     assert "Time budget of the wait" in page and "the workers blocked reading storage" in page
     assert "bound by the dataset&#x27;s shards" in page
 
