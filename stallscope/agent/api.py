@@ -103,7 +103,8 @@ class CoreRoutes:
         samples = self.host.samples
         body: dict[str, Any] = {
             "rank": r.ident, "seconds": seconds, "clock": "CLOCK_MONOTONIC ns",
-            "clock_offset_ns": r.clock_offset_ns, "loader": r.loader,
+            "clock_offset_ns": r.clock_offset_ns,
+            "loader": r.loader.to_json() if r.loader is not None else None,
             # the process's first batch (its workers' first start): the verdict's "starting"
             "first_batch_ns": r.first_batch_ns,
             # ready_wait_ns: of the wait, the part spent waiting for a worker's batch to be

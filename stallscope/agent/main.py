@@ -30,8 +30,9 @@ from . import malloc
 from .api import CoreRoutes
 from .host import AgentHost, Parts
 from .identity import allowlist, kubepods, names, peer
+from .identity.admission import key_of
 from .identity.hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
-from .identity.refusal import Mismatch
+from .identity.refusal import Refused
 from .parts.correlator import CorrelatorOptions, CorrelatorPart
 from .parts.hangs import HangOptions, HangsPart
 from .parts.loader import LoaderPart
@@ -40,7 +41,6 @@ from .parts.shards import ShardPart
 from .table import ingest
 from .table.budget import Budget
 from .table.held import HELD, Held
-from .table.rankstate import key_of
 from .table.samples import SampleStore
 from .table.state import RankTable
 from .web import healthd, http, httppool
@@ -178,11 +178,11 @@ class Agent:
             if source is not None and self.watcher is not None:
                 self.pods.resolve(msg, source.pod_uid)  # the claimed pod is the sender's (kubepods.py)
             rank = self.table.apply(msg, source)
-        except Mismatch as m:
+        except Refused as m:
             if m.reason == "unknown_rank" and msg["role"] == "worker":
                 if self.held.hold(key_of(msg), msg, source):
                     return HELD
-                raise Mismatch("held_limit") from None  # its sender's share is full (held.py)
+                raise Refused("held_limit") from None  # its sender's share is full (held.py)
             raise
         self.parts.handle(msg, rank)
         if msg["role"] == "main" and len(self.held):
@@ -191,7 +191,7 @@ class Agent:
                     self.parts.handle(held_msg, self.table.apply(held_msg, held_source))
                     self.stats.accepted += 1
                     self.stats.events += len(held_msg["events"])
-                except (Mismatch, LookupError) as e:
+                except (Refused, LookupError) as e:
                     self.stats.rejected[getattr(e, "reason", "rank_limit")] += 1
         return rank
 

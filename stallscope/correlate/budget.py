@@ -32,6 +32,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..report import UNREPORTED
 from ..vocabulary import ATTRIBUTE, line_of, signal
 from . import consumer, transfer
 from .context import Context
@@ -113,8 +114,8 @@ def _asleep(trace: RankTrace, waits: WaitIndex) -> str:
     workers overlap, the loader too slow."""
     if _fuse_down(trace, waits):
         return "fuse_unhealthy"
-    loader = trace.loader or {}
-    batch, workers = loader.get("batch_bytes"), loader.get("num_workers") or 1
+    loader = trace.loader or UNREPORTED
+    batch, workers = loader.batch_bytes, loader.num_workers or 1
     free = _during(trace, "shm_free_bytes", waits, ("rank", "node"))
     if batch and free is not None and free < batch * workers:
         return "shm_exhaustion"
@@ -134,7 +135,7 @@ def _fetches_on_miss(trace: RankTrace, waits: WaitIndex) -> str:
     47 KB/s it delivered). Returns the measured context in words, "" when it does not
     hold."""
     local = _mean(trace, "loader_read_bytes_rate")
-    batch = (trace.loader or {}).get("batch_bytes")
+    batch = (trace.loader or UNREPORTED).batch_bytes
     span = trace.span()
     if local is None or not batch or span is None or span[1] <= span[0]:
         return ""

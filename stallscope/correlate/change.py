@@ -8,11 +8,11 @@ start: that is epoch_start's, not the new settings' steady pace)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from ..report import LoaderSettings
 from ..vocabulary import DATA_WAIT_LINE
 from .model import Change, Mark, Prediction, Stats
 from .overlap import iterator_starts
@@ -22,8 +22,9 @@ WATCHED = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory",
 MIN_AFTER = 5   # fewer steady batches after the change: "after" is not measured yet
 
 
-def settings_of(loader: Mapping[str, Any] | None, quota_cores: float | None) -> dict[str, Any]:
-    out = {k: (loader or {}).get(k) for k in WATCHED}
+def settings_of(loader: LoaderSettings | None, quota_cores: float | None) -> dict[str, Any]:
+    """The watched settings and the quota, as a Mark keeps them (its own JSON shape)."""
+    out = {k: getattr(loader, k) if loader is not None else None for k in WATCHED}
     out["cpu_quota_cores"] = quota_cores
     return out
 

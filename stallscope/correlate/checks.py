@@ -11,12 +11,12 @@ passed, and ``unknown`` says which.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .. import vocabulary
+from ..report import LoaderSettings
 from ..vocabulary.checks import DEFAULT_PREFETCH
 from .model import SetupWarning
 from .trace import RankTrace
@@ -34,7 +34,7 @@ class SetUp:
     /dev/shm in the rank's mount namespace (the shm exporter); ``wants_pinned``: the pod
     asks for CPUs of its own (a GPU rank, or Guaranteed QoS); ``epoch_seconds`` and
     ``startup_seconds``: from the rank's iterator starts (``epochs``)."""
-    loader: Mapping[str, Any] | None
+    loader: LoaderSettings | None
     gpu: bool | None = None
     cpu_limit_cores: float | None = None
     quota_measured: bool = False
@@ -42,6 +42,10 @@ class SetUp:
     wants_pinned: bool | None = None
     epoch_seconds: float | None = None
     startup_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        # settings built in code (tests, the lab) may come as a dict: typed here, once
+        object.__setattr__(self, "loader", LoaderSettings.of(self.loader))
 
 
 def epochs(trace: RankTrace) -> tuple[float | None, float | None]:
@@ -89,9 +93,9 @@ def evaluate(s: SetUp) -> tuple[tuple[SetupWarning, ...], tuple[str, ...]]:
     loader = s.loader
     if loader is None:  # not a DataLoader (or its settings not reported): nothing to judge
         return (), tuple(c.name for c in vocabulary.CHECKS)
-    workers = loader.get("num_workers")
-    prefetch = loader.get("prefetch_factor") or DEFAULT_PREFETCH
-    batch = loader.get("batch_bytes")
+    workers = loader.num_workers
+    prefetch = loader.prefetch_factor or DEFAULT_PREFETCH
+    batch = loader.batch_bytes
 
     if s.gpu is None or workers is None:
         unknown.append("no_workers_with_gpu")
@@ -119,13 +123,13 @@ def evaluate(s: SetUp) -> tuple[tuple[SetupWarning, ...], tuple[str, ...]]:
         warnings.append(_warn("fractional_cpu_limit", round(s.cpu_limit_cores, 3),
                               max(1, round(s.cpu_limit_cores))))
 
-    pin = loader.get("pin_memory")
+    pin = loader.pin_memory
     if s.gpu is None or pin is None:
         unknown.append("pin_memory_off_with_gpu")
     elif s.gpu and pin is False:
         warnings.append(_warn("pin_memory_off_with_gpu", False, True))
 
-    if not workers or loader.get("persistent_workers"):
+    if not workers or loader.persistent_workers:
         pass  # no workers to restart, or they persist
     elif s.epoch_seconds is None or s.startup_seconds is None:
         unknown.append("workers_restart_each_epoch")

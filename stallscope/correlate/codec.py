@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ..report import LoaderSettings
 from .detect import Detection
 from .model import (
     Budget,
@@ -116,7 +117,7 @@ def encode(d: Diagnosis, now_ns: int | None = None) -> JSON:
     """The /api/v1/diagnosis body; ``now_ns`` dates the detection's ``since_seconds_ago``."""
     out: JSON = {"job": d.who.job, "rank": d.who.rank, "pod": d.who.pod, "namespace": d.who.namespace,
                  "node": d.who.node, "api": API, "window_seconds": d.window_seconds,
-                 "batches": d.batches, "loader": dict(d.loader) if d.loader is not None else None,
+                 "batches": d.batches, "loader": d.loader.to_json() if d.loader is not None else None,
                  "verdict": d.verdict, "reason": d.reason, "rule": d.rule,
                  "data_wait_ratio": d.data_wait_ratio,
                  "gpu_idle_overlap_ratio": d.gpu_idle_overlap_ratio,
@@ -301,7 +302,20 @@ def decode_cause(body: Any) -> Cause:
     return Cause(name, _num(b, "score") or 0.0, _str(b, "summary") or "",
                  tuple(decode_evidence(e) for e in _list(b, "evidence")),
                  _str(b, "kind") or "co_occurrence",
-                 decode_prediction(b["prediction"]) if b.get("prediction") else None)
+                 decode_prediction(b["prediction"]) if b.get("prediction") else None,
+                 decode_worker(b["worker"]) if b.get("worker") else None)
+
+
+def decode_worker(body: Any) -> WorkerSpread:
+    """slow_worker's look at the workers (``worker`` in a cause), as ``worker`` wrote it."""
+    b = dict(_map(body, "a cause's worker"))
+    try:
+        b["workers"] = {int(pid): (float(w["load_seconds"]), int(w["batches"]), float(w["wait_seconds"]))
+                        for pid, w in _map(b.get("workers") or {}, "the workers").items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise Malformed("a cause's workers: %s" % e) from None
+    out: WorkerSpread = _dataclass(WorkerSpread, b, "a cause's worker")
+    return out
 
 
 def _dataclass(cls: Any, body: Any, what: str) -> Any:
@@ -356,7 +370,7 @@ def decode(body: Any) -> Diagnosis:
     return Diagnosis(
         who=Identity(_str(b, "job"), b.get("rank"), _str(b, "pod"), _str(b, "namespace"), _str(b, "node")),
         window_seconds=_num(b, "window_seconds") or 0.0, batches=_int(b, "batches") or 0,
-        loader=dict(_map(b["loader"], "loader")) if b.get("loader") is not None else None,
+        loader=LoaderSettings.from_json(_map(b["loader"], "loader")) if b.get("loader") is not None else None,
         verdict=verdict, reason=_str(b, "reason") or "", rule=_str(b, "rule") or "",
         data_wait_ratio=_num(b, "data_wait_ratio"), job_ranks_on_node=rows, straggler=straggler,
         causes=tuple(decode_cause(c) for c in _list(b, "causes")),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from ..report import UNREPORTED
 from ..vocabulary import DATA_WAIT_LINE, line_of, signal
 from .causes import make
 from .model import Cause, Evidence
@@ -92,7 +93,7 @@ def throttled_share(trace: RankTrace) -> float | None:
     if not throttled(trace):
         return 0.0 if _mean(trace, THROTTLED.signal) is not None else None
     secs, wait = _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
-    workers = (trace.loader or {}).get("num_workers") or 0
+    workers = (trace.loader or UNREPORTED).num_workers or 0
     if secs is None or wait is None or not workers:
         return None
     return min(1.0, secs / (wait * workers)) if wait > 0 else 1.0

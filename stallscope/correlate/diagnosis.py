@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..report import ReportedError
 from ..vocabulary import MIN_BATCHES, VERDICTS  # noqa: F401 (VERDICTS: the contract)
 from . import (
     budget,
@@ -113,7 +114,7 @@ def analyse(trace: RankTrace, peers: Iterable[RankTrace] = (), node: str = "",
                        facts.loader_error, facts.setup)
 
 
-def _with_error(d: Diagnosis, error: Mapping[str, Any] | None, setup: checks.SetUp | None) -> Diagnosis:
+def _with_error(d: Diagnosis, error: ReportedError | None, setup: checks.SetUp | None) -> Diagnosis:
     """The loader's own error on the diagnosis; a cause it names leads: the loader stopped."""
     if error is None:
         return d

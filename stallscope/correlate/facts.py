@@ -5,9 +5,8 @@ host facts (agent/parts/correlator.py); a recorded trace has none (RankFacts()).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
+from ..report import ReportedError
 from .checks import SetUp
 from .queue import Memory
 
@@ -27,7 +26,7 @@ class RankFacts:
     io_read_limit: float | None = None
     memory: Memory | None = None
     setup: SetUp | None = None
-    loader_error: Mapping[str, Any] | None = None
+    loader_error: ReportedError | None = None
 
 
 NONE = RankFacts()

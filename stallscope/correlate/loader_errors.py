@@ -18,9 +18,7 @@ further than naming a cause.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from ..report import UNREPORTED, LoaderSettings, ReportedError
 from ..vocabulary.checks import DEFAULT_PREFETCH
 from .checks import human_bytes
 from .model import LoaderError
@@ -29,30 +27,30 @@ SHM = "shm_exhaustion"
 _SHM_MARKS = ("unable to allocate shared memory", "bus error")
 
 
-def needed_shm_bytes(loader: Mapping[str, Any]) -> int | None:
+def needed_shm_bytes(loader: LoaderSettings) -> int | None:
     """num_workers x prefetch_factor x the measured batch bytes; None when not measured."""
-    workers, batch = loader.get("num_workers"), loader.get("batch_bytes")
+    workers, batch = loader.num_workers, loader.batch_bytes
     if not workers or not batch:
         return None
-    return int(workers * (loader.get("prefetch_factor") or DEFAULT_PREFETCH) * batch)
+    return int(workers * (loader.prefetch_factor or DEFAULT_PREFETCH) * batch)
 
 
-def judge(error: Mapping[str, Any], loader: Mapping[str, Any] | None,
+def judge(error: ReportedError, loader: LoaderSettings | None,
           shm_size_bytes: int | None = None) -> LoaderError:
     """The typed LoaderError of a reported error, with its cause where the message names one."""
-    kind, message = str(error.get("type") or ""), str(error.get("message") or "")
-    at = error.get("at_ns")
+    kind, message = error.type, error.message
+    at = error.at_ns
     low = message.lower()
     base = LoaderError(kind, message, at if isinstance(at, int) else None, shm_size_bytes=shm_size_bytes)
     if any(m in low for m in _SHM_MARKS) or ("no space left on device" in low and "shm" in low):
-        need = needed_shm_bytes(loader or {})
+        need = needed_shm_bytes(loader or UNREPORTED)
         text = "The loader failed to allocate a batch in /dev/shm (%s: %s)" % (kind, message[:160])
         if shm_size_bytes is not None:
             text += "; /dev/shm is %s" % human_bytes(shm_size_bytes)
         if need is not None:
             text += ("; num_workers x prefetch_factor x the measured batch (%s) need %s: give the "
                      "pod a /dev/shm of at least that" % (
-                         human_bytes((loader or {}).get("batch_bytes") or 0), human_bytes(need)))
+                         human_bytes((loader or UNREPORTED).batch_bytes or 0), human_bytes(need)))
         else:
             text += "; no batch was measured, so the size that is enough is not known"
         return LoaderError(kind, message, base.at_ns, SHM, need, shm_size_bytes, text + ".")

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..report import UNREPORTED
 from ..vocabulary import signal
 from . import slow_worker
 from .context import Context
@@ -103,7 +104,7 @@ def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
     interval = trace.interval[steady] / 1e9
     wait = trace.wait[steady] / 1e9
     compute = np.maximum(interval - wait, 0.0)
-    loader = trace.loader or {}
+    loader = trace.loader or UNREPORTED
     load = _values(trace, BATCH_LOAD)
     cpu = _values(trace, WORKERS_CPU)
     reads = _values(trace, SHARD_READ)
@@ -116,13 +117,13 @@ def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
         shm_used = float(shm_size * used.max())
     throttled, runqueue = _values(trace, THROTTLED), _values(trace, RUNQUEUE)
     block = _values(trace, BLOCK_BYTES)
-    shards = loader.get("dataset_shards")
+    shards = loader.dataset_shards
     by_worker = slow_worker.per_worker(trace)
     return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
         step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
-        load=load, load_times=_times(trace, BATCH_LOAD), workers=loader.get("num_workers"),
-        prefetch=loader.get("prefetch_factor"),
-        persistent=loader.get("persistent_workers"), quota_cores=facts.quota_cores,
+        load=load, load_times=_times(trace, BATCH_LOAD), workers=loader.num_workers,
+        prefetch=loader.prefetch_factor,
+        persistent=loader.persistent_workers, quota_cores=facts.quota_cores,
         quota_ranks=facts.quota_ranks, workers_cpu_cores=float(cpu.mean()) if cpu is not None else None,
         iterator_starts=ib.iterator_starts, iterator_start_wait_seconds=ib.iterator_start_wait_seconds,
         steady_wait_seconds=float(wait.mean()), waits=wait, batches=trace.n, window_seconds=seconds,

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ..report import LoaderSettings
 from .detect import Detection
 from .period import StallPeriod
 from .sawtooth import Sawtooth
@@ -314,7 +315,7 @@ class Diagnosis:
     who: Identity
     window_seconds: float
     batches: int
-    loader: Mapping[str, Any] | None
+    loader: LoaderSettings | None
     verdict: str
     reason: str
     rule: str = ""                         # which rule of rules.py decided

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..report import UNREPORTED
 from ..vocabulary import signal
 from .causes import make
 from .model import Cause, Evidence, WorkerSpread
@@ -198,7 +199,7 @@ def analyse(trace: Any, steady: np.ndarray) -> WorkerSpread | None:
     """The rank's workers: the slowest, the spread, where the wait went and what
     in_order=False would remove; None without per-worker reports from 2+ workers."""
     loads = per_worker(trace)
-    workers = (trace.loader or {}).get("num_workers") or 0
+    workers = (trace.loader or UNREPORTED).num_workers or 0
     if not loads or workers < 2:
         return None
     loads = {p: x for p, x in loads.items() if len(x) >= MIN_PER_WORKER}
@@ -212,7 +213,7 @@ def analyse(trace: Any, steady: np.ndarray) -> WorkerSpread | None:
     consistent = float(np.quantile(loads[slowest], 0.25)) > float(np.quantile(rest, 0.75))
     behind, held, total = attribute(trace, steady)
     compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
-    prefetch = (trace.loader or {}).get("prefetch_factor") or 2
+    prefetch = (trace.loader or UNREPORTED).prefetch_factor or 2
     wait_share = round(float(behind.get(slowest, 0.0) / total), 4) if total > 0 else 0.0
     replayed: dict[str, float | None] = dict.fromkeys(
         ("replayed_wait_ratio", "in_order_false_wait_ratio", "in_order_false_removes",

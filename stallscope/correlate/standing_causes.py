@@ -37,6 +37,7 @@ import dataclasses
 import numpy as np
 
 from .. import vocabulary
+from ..report import UNREPORTED
 from . import measured
 from .causes import make
 from .context import Context
@@ -176,7 +177,7 @@ def _replayed_without(ctx: Context, share: float) -> float | None:
     itself (the DataLoader's queue replayed both ways), or None without load times."""
     trace, steady = ctx.trace, ctx.steady
     _, load = trace.signal(BATCH_LOAD, ("rank",))
-    workers = (trace.loader or {}).get("num_workers") or 0
+    workers = (trace.loader or UNREPORTED).num_workers or 0
     span = trace.span()
     if load is None or span is None or not workers or steady.sum() < 8 or not trace.wait[steady].sum():
         return None
@@ -184,7 +185,7 @@ def _replayed_without(ctx: Context, share: float) -> float | None:
     if len(t) < 8:
         return None
     compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
-    prefetch = (trace.loader or {}).get("prefetch_factor") or 2
+    prefetch = (trace.loader or UNREPORTED).prefetch_factor or 2
     now, _ = replay(t, compute, workers, prefetch)
     less, _ = replay(t * (1.0 - share), compute, workers, prefetch)
     return float(np.clip((now - less) / now, 0.0, 1.0)) if now > 0 else 0.0

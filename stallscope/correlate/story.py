@@ -33,7 +33,7 @@ def contradictions(d: Diagnosis) -> list[str]:
             if p is not None and "num_workers" in p.settings and c.score > 0:
                 out.append("%s rules more workers out, %s's prediction raises them"
                            % (top.cause, c.cause))
-    loader = d.loader or {}
+    loader = d.loader.to_json() if d.loader is not None else {}
     for c in d.causes:
         p = c.prediction
         if p is None:

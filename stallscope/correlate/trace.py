@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..report import LoaderSettings
 from ..vocabulary import signal
 
 GPU_BUSY_SIGNALS = (signal("gpu_busy_ratio").name, signal("gpu_sm_active_ratio").name)
@@ -83,7 +84,7 @@ class Series:
 @dataclasses.dataclass
 class RankTrace:
     ident: dict[str, Any]
-    loader: dict[str, Any] | None  # DataLoader settings (num_workers ...) or None
+    loader: LoaderSettings | None  # DataLoader settings (num_workers ...) or None
     t_end: np.ndarray       # int64 ns
     wait: np.ndarray        # int64 ns
     interval: np.ndarray    # int64 ns
@@ -174,7 +175,7 @@ class RankTrace:
         return None, None
 
     @classmethod
-    def from_events(cls, ident: dict[str, Any], loader: dict[str, Any] | None,
+    def from_events(cls, ident: dict[str, Any], loader: LoaderSettings | Mapping[str, Any] | None,
                     events: np.ndarray | Sequence[Sequence[int]],
                     signals: dict[str, Series] | None = None,
                     node_signals: dict[str, Series] | None = None,
@@ -185,13 +186,14 @@ class RankTrace:
         if len(ev) and np.any(np.diff(ev[:, 0]) < 0):
             ev = ev[np.argsort(ev[:, 0], kind="stable")]
         ready = ev[:, 3].copy() if ev.ndim == 2 and ev.shape[1] > 3 else np.full(len(ev), -1, np.int64)
-        return cls(ident=ident, loader=loader, t_end=ev[:, 0].copy(), wait=ev[:, 1].copy(),
+        return cls(ident=ident, loader=LoaderSettings.of(loader), t_end=ev[:, 0].copy(), wait=ev[:, 1].copy(),
                    interval=ev[:, 2].copy(), signals=signals or {},
                    node_signals=node_signals or {}, gpu_source=gpu_source, ready_wait=ready,
                    first_batch_ns=first_batch_ns, open_ns=open_ns)
 
     @classmethod
-    def from_columns(cls, ident: dict[str, Any], loader: dict[str, Any] | None, t_end: np.ndarray,
+    def from_columns(cls, ident: dict[str, Any], loader: LoaderSettings | Mapping[str, Any] | None,
+                     t_end: np.ndarray,
                      wait: np.ndarray, interval: np.ndarray, ready_wait: np.ndarray | None = None,
                      signals: dict[str, Series] | None = None,
                      node_signals: dict[str, Series] | None = None, gpu_source: str | None = None,
@@ -203,7 +205,7 @@ class RankTrace:
             order = np.argsort(t_end, kind="stable")
             t_end, wait, interval = t_end[order], wait[order], interval[order]
             ready_wait = None if ready_wait is None else ready_wait[order]
-        return cls(ident=ident, loader=loader, t_end=t_end, wait=wait, interval=interval,
+        return cls(ident=ident, loader=LoaderSettings.of(loader), t_end=t_end, wait=wait, interval=interval,
                    signals=signals or {}, node_signals=node_signals or {}, gpu_source=gpu_source,
                    ready_wait=ready_wait, first_batch_ns=first_batch_ns, open_ns=open_ns)
 

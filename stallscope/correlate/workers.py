@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..report import UNREPORTED
 from ..vocabulary import signal
 from .causes import make
 from .model import Cause, Evidence
@@ -92,14 +93,14 @@ def _queued_wait(trace: RankTrace, load: np.ndarray, steady: np.ndarray, workers
     if len(load) < REPLAY_MIN or steady.sum() < REPLAY_MIN:
         return 0.0
     compute = np.maximum(trace.interval[steady] - trace.wait[steady], 0) / 1e9
-    prefetch = (trace.loader or {}).get("prefetch_factor") or 2
+    prefetch = (trace.loader or UNREPORTED).prefetch_factor or 2
     share, step = replay(np.asarray(load, float), compute, workers, prefetch)
     return share * step
 
 
 def busy_share(trace: RankTrace, wait_index: WaitIndex) -> tuple[str | None, float | None]:
     """(scope, each worker's CPU share during the stalls) or (None, None)."""
-    workers = (trace.loader or {}).get("num_workers")
+    workers = (trace.loader or UNREPORTED).num_workers
     scope, busy = trace.signal(WORKERS_CPU, ("rank",))
     span = trace.span()
     if busy is None or not workers or span is None:
@@ -163,7 +164,7 @@ def cpu_short(trace: RankTrace, wait_index: WaitIndex, compute_s: float,
     sampler, no load times, or workers not short of CPU."""
     # ``runnable``: runnable_split's answer when the caller has it (the Context's)
     split = runnable if runnable is not None else runnable_split(trace, wait_index)
-    workers = (trace.loader or {}).get("num_workers")
+    workers = (trace.loader or UNREPORTED).num_workers
     span = trace.span()
     _, load = trace.signal(BATCH_LOAD, ("rank",))
     if split is None or not workers or span is None or load is None:
@@ -209,7 +210,7 @@ def score(trace: RankTrace, period: StallPeriod, others_best: float = 0.0,
           ) -> Cause | None:
     """The too_few_workers Cause, or None when nothing bears on it. ``steady``: the mask
     of batches that start no iterator, when the caller has it (correlate/context.py)."""
-    workers = (trace.loader or {}).get("num_workers")
+    workers = (trace.loader or UNREPORTED).num_workers
     span = trace.span()
     if span is None or trace.n < 2:
         return None

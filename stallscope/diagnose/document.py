@@ -15,6 +15,7 @@ from typing import Any
 
 from ..correlate import codec
 from ..correlate.model import Budget, Cause, Change, Diagnosis, GpuView, LoaderError, Prediction, SetupWarning
+from ..report import LoaderSettings
 
 JSON = dict[str, Any]
 
@@ -68,7 +69,7 @@ class RankInfo:
     pid: int | None = None
     ns_pid: int | None = None
     worker_pids: tuple[int, ...] = ()
-    loader: Mapping[str, Any] | None = None
+    loader: LoaderSettings | None = None
     sizing: Sizing | None = None
     exited: bool = False
     blocked_in_next_seconds: float | None = None
@@ -270,7 +271,7 @@ class Report:
     since: Since | None
     window_seconds: float
     generated_at: str
-    loader: Mapping[str, Any] | None
+    loader: LoaderSettings | None
     sizing: Sizing
     pids: Mapping[str, Any] | None
     progress: Progress | None
@@ -352,7 +353,7 @@ def encode(r: Report) -> JSON:
         "top_ranks": [_row(x) for x in r.top_ranks], "pod_ranks": [_row(x, True) for x in r.pod_ranks],
         "ranks_without_batches": [_row(x, True) for x in r.ranks_without_batches],
         "since": _fields(r.since), "window_seconds": r.window_seconds, "generated_at": r.generated_at,
-        "loader": dict(r.loader) if r.loader is not None else None,
+        "loader": r.loader.to_json() if r.loader is not None else None,
         "sizing": {k: v for k, v in dataclasses.asdict(r.sizing).items() if v is not None},
         "pids": dict(r.pids) if r.pids is not None else None,
         "progress": _fields(r.progress), "blocked_in_next_seconds": r.blocked_in_next_seconds,

@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import vocabulary
 from ..correlate.model import Cause
+from ..report import UNREPORTED
 from ..vocabulary import ATTRIBUTE
 from . import window
 from .document import NextStep, Report, Sizing
@@ -52,7 +53,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
         if c.cause == "too_few_workers":
             # the replayed worker count stands instead of the sizing rule's, not beside it
             # (two different counts in one step read as a contradiction)
-            persistent = (doc.loader or {}).get("persistent_workers")
+            persistent = (doc.loader or UNREPORTED).persistent_workers
             text = head + ("" if persistent else " Set persistent_workers=True.")
             text += beyond_cores(doc, p.settings.get("num_workers"))
         else:
@@ -60,7 +61,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
     elif p is not None and not p.configured and p.rules_out:
         text = "%s (%s)." % (text.rstrip("."), p.change)
     if c.cause == "too_few_workers" and not (p is not None and p.configured) \
-            and (doc.loader or {}).get("persistent_workers") is False:
+            and (doc.loader or UNREPORTED).persistent_workers is False:
         # only where it is off (issue 49: a report told a loader that had it to set it)
         text += " Set persistent_workers=True."
     return NextStep(text, RUNBOOK % alert if alert else None)
@@ -106,7 +107,7 @@ def _more_workers(z: Sizing, doc: Report) -> str:
         keep_up = z.workers_to_keep_up
         text += ("; that is all the pod's CPU quota allows: raise its CPU limit%s" %
                  (" (keeping up needs %s workers)" % keep_up if keep_up else ""))
-    if not (doc.loader or {}).get("persistent_workers"):
+    if not (doc.loader or UNREPORTED).persistent_workers:
         text += "; set persistent_workers=True"
     return text + "." + beyond_cores(doc, z.workers_needed)
 

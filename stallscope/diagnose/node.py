@@ -15,6 +15,7 @@ from typing import Any
 
 from ..correlate import codec
 from ..correlate.model import Diagnosis
+from ..report import LoaderSettings
 from ..vocabulary import MIN_BATCHES
 from . import fetch
 from .document import NodeView, Progress, RankInfo, Sizing
@@ -39,7 +40,8 @@ def rank_info(entry: Any) -> RankInfo:
     return RankInfo(
         job=e.get("job"), rank=e.get("rank"), pod=e.get("pod"), namespace=e.get("namespace"),
         node=e.get("node"), pid=e.get("pid"), ns_pid=e.get("ns_pid"),
-        worker_pids=tuple(p for p in pids if isinstance(p, int)), loader=e.get("loader"),
+        worker_pids=tuple(p for p in pids if isinstance(p, int)),
+        loader=LoaderSettings.from_json(e["loader"]) if isinstance(e.get("loader"), Mapping) else None,
         sizing=Sizing.of(e["sizing"]) if isinstance(e.get("sizing"), Mapping) else None,
         exited=bool(e.get("exited")), blocked_in_next_seconds=num("blocked_in_next_seconds"),
         last_seen_seconds_ago=num("last_seen_seconds_ago"),

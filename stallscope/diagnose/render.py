@@ -162,7 +162,7 @@ def render_text(doc: Report) -> str:
         out.append("  no batch in the window: %s" % ", ".join(
             "rank %s (%s on %s)" % (r.rank, r.pod, r.node) for r in stuck))
 
-    loader = doc.loader
+    loader = doc.loader.to_json() if doc.loader is not None else None
     if loader:
         keys = ("num_workers", "prefetch_factor", "batch_size", "pin_memory", "persistent_workers")
         text = ", ".join("%s=%s" % (k, loader.get(k)) for k in keys if k in loader)

@@ -28,6 +28,7 @@ from ..correlate import causes as causes_mod
 from ..correlate import deaths, rules
 from ..correlate.model import Cause, Diagnosis, Evidence
 from ..mixin.config import DEFAULT as CFG
+from ..report import UNREPORTED
 from .cluster import THRESHOLD
 from .document import ClusterView, EvidenceRow, JobRank, RankInfo, Report, Sizing, Subject
 from .window import human
@@ -305,7 +306,7 @@ def evidence(me: Subject, cluster: ClusterView | None, diag: Diagnosis | None,
         if diag.gpu_idle_overlap_ratio is not None:
             add("gpu_idle_overlap_ratio", diag.gpu_idle_overlap_ratio, source="agent")
         if diag.stall_period_steps:
-            workers = (diag.loader or {}).get("num_workers")
+            workers = (diag.loader or UNREPORTED).num_workers
             add("stall_period_steps", diag.stall_period_steps, workers, "equal", "agent",
                 status="over" if workers and diag.stall_period_steps == workers else "info")
     sizing = (rank_info.sizing if rank_info is not None else None) or (

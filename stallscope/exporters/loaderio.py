@@ -35,6 +35,7 @@ import os
 from typing import Any
 
 from ..host.families import family
+from ..report import UNREPORTED
 from ..system.procfs import KeptFiles
 from ..vocabulary import signal
 from . import base
@@ -93,7 +94,7 @@ class LoaderIoExporter(base.Exporter):
                 self.record(rank.key, READ_RATE, moved[0] / dt)
                 self.record(rank.key, BLOCK_READ_RATE, moved[1] / dt)
                 n = batches[1][0] if batches is not None else 0
-                size = (rank.loader or {}).get("batch_size")
+                size = (rank.loader or UNREPORTED).batch_size
                 size = size if type(size) is int and size > 0 else None
                 self.last[rank.key] = {
                     "read_bytes_per_second": moved[0] / dt,

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, Protocol
 
+from ..report import LoaderSettings
 from .facts import Facts
 
 RankKey = tuple[str, str, str, int]   # (namespace, pod, job, rank)
@@ -92,7 +93,8 @@ class Rank(Protocol):
         """Loader workers, in the agent's PID namespace."""
 
     @property
-    def loader(self) -> Mapping[str, Any] | None: ...
+    def loader(self) -> LoaderSettings | None:
+        """Its DataLoader's settings, as its trainer last reported them."""
 
     @property
     def exited(self) -> bool: ...

@@ -106,30 +106,29 @@ def via_diagnose(lab):
     except dg.DiagnoseError as e:
         lab.say("lab: stallscope diagnose could not answer: %s" % e)
         return None
-    bound = doc["verdict"] == "input_bound"
-    causes = doc.get("causes") or []
-    found = {"cause": causes[0]["cause"] if bound and causes else None,
-             "rank": doc["rank"] if bound else None, "verdict": doc["verdict"],
+    # what was found is read off the typed report; the JSON above is what the lab writes
+    bound = found_doc.verdict == "input_bound"
+    causes = found_doc.causes
+    found = {"cause": causes[0].cause if bound and causes else None,
+             "rank": found_doc.rank if bound else None, "verdict": found_doc.verdict,
              "worker_pid": _worker_pid(causes[0]) if bound and causes else None,
-             "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if doc is first else
-                                                      " -> straggler " + doc["pod"])}
+             "source": "stallscope diagnose %s%s" % (lab.pod(0), "" if found_doc is found_first else
+                                                      " -> straggler " + found_doc.pod)}
     if kw["prometheus_url"] and bound and (getattr(lab.fault, "both_paths", False) or lab.placement):
         # the other path: Prometheus alone, as when the node's agent is down (one truth:
         # the same first cause, from the scores and signals the agent exported); always on
         # lab nodes, where the victim's agent never heard from the straggler (issue 35)
         try:
-            alone = dg.encode(dg.run(doc["pod"], **dict(kw, agent_url=False)))
-            named = alone.get("causes") or []
-            found["prometheus_alone"] = {"verdict": alone["verdict"],
-                                         "cause": named[0]["cause"] if named else None}
+            alone = dg.run(found_doc.pod, **dict(kw, agent_url=False))
+            found["prometheus_alone"] = {"verdict": alone.verdict,
+                                         "cause": alone.causes[0].cause if alone.causes else None}
         except dg.DiagnoseError as e:
             found["prometheus_alone"] = {"error": str(e)}
         if getattr(lab.fault, "both_paths", False):  # and the agent's own answer, as polled
-            rank = doc["rank"]
-            own = agent_diagnoses(lab, ranks=(rank,))[rank]
-            named = own.get("causes") or []
-            found["agent_api"] = {"verdict": own.get("verdict"),
-                                  "cause": named[0].get("cause") if named else None}
+            rank = found_doc.rank
+            own = _decoded(agent_diagnoses(lab, ranks=(rank,))[rank])
+            found["agent_api"] = {"verdict": own.verdict if own is not None else "unknown",
+                                  "cause": own.causes[0].cause if own is not None and own.causes else None}
     judged = judged_reports([found_first, found_doc] if found_doc is not found_first else [found_doc])
     if not getattr(lab, "kept", False):
         # the report is printed once the lab is gone: its agent and Prometheus with it, so
@@ -145,7 +144,7 @@ def via_diagnose(lab):
 
 def _worker_pid(cause):
     """The loader worker a cause names (slow_worker: the one holding the batches)."""
-    return (cause.get("worker") or {}).get("pid")
+    return cause.worker.pid if cause.worker is not None else None
 
 
 def expected_worker_pid(lab, rows):
@@ -170,17 +169,19 @@ def diagnose(lab, rows):
     answer = via_diagnose(lab)
     if answer is not None:
         return answer
-    per_rank = agent_diagnoses(lab)
-    judged = judged_diagnoses({rank: _decoded(body) for rank, body in per_rank.items()})
-    bound = [(rank, d) for rank, d in per_rank.items() if d.get("verdict") == "input_bound"]
+    per_rank = agent_diagnoses(lab)  # the answers as they came: what the lab writes
+    decoded = {rank: _decoded(body) for rank, body in per_rank.items()}
+    judged = judged_diagnoses(decoded)
+    bound = [(rank, d) for rank, d in decoded.items() if d is not None and d.verdict == "input_bound"]
     if not bound:
-        return {"cause": None, "rank": None, "verdict": per_rank[lab.target].get("verdict"),
+        target = decoded[lab.target]
+        return {"cause": None, "rank": None, "verdict": target.verdict if target is not None else "unknown",
                 "source": "agent /api/v1/diagnosis"}, per_rank, judged
     ratio = {r["rank"]: r["data_wait_ratio"] or 0 for r in rows}
     rank, d = max(bound, key=lambda rd: ratio.get(rd[0], 0))
-    causes = d.get("causes") or [{}]
-    return {"cause": causes[0].get("cause"), "rank": rank, "verdict": "input_bound",
-            "worker_pid": _worker_pid(causes[0]),
+    top = d.causes[0] if d.causes else None
+    return {"cause": top.cause if top is not None else None, "rank": rank, "verdict": "input_bound",
+            "worker_pid": _worker_pid(top) if top is not None else None,
             "source": "agent /api/v1/diagnosis"}, per_rank, judged
 
 

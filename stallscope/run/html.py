@@ -46,13 +46,13 @@ def _evidence(report):
     return table(("signal", "value", "threshold", "status", "source"), rows, classes)
 
 
-def _causes(doc):
+def _causes(report):
     rows = []
-    for c in doc.get("causes") or []:
-        if round(c["score"], 2) <= 0:  # printed as 0.00: no finding (issue 52)
+    for c in report.causes:
+        if round(c.score, 2) <= 0:  # printed as 0.00: no finding (issue 52)
             continue
-        known = vocabulary.CAUSE.get(c["cause"])
-        rows.append((c["cause"], "%.2f" % c["score"], c.get("summary") or "",
+        known = vocabulary.CAUSE.get(c.cause)
+        rows.append((c.cause, "%.2f" % c.score, c.summary or "",
                      known.advice if known else "", known.runbook if known else ""))
     if not rows:
         return "<p>No cause scored.</p>"
@@ -78,14 +78,14 @@ def _budget(report):
         text, table(("share", "seconds", "component", "cause"), rows), bound)
 
 
-def _ranks(doc):
+def _ranks(report, ran):
     """The run's ranks; the reported one marked. Its data-wait is the report's own figure
     (session.final_rows), shown with the headline's rounding."""
-    rows = (doc.get("run") or {}).get("ranks") or []
+    rows = ran.ranks
     several = len({r.get("job") for r in rows}) > 1
     out, classes = [], []
     for r in rows:
-        reported = r["rank"] == doc.get("rank") and r.get("job", doc.get("job")) == doc.get("job")
+        reported = r["rank"] == report.rank and r.get("job", report.job) == report.job
         out.append(((r.get("job"),) if several else ()) + (
             r["rank"], r["batches"], render.value("x_ratio", r["data_wait_ratio"]),
             "%.2f" % r["batches_per_second"] if r.get("batches_per_second") else "n/a",
@@ -104,19 +104,18 @@ def _outlook(doc):
         "<li>%s</li>" % _e(t.strip()) for t in told)
 
 
-def page(doc, png_path=None, report=None):
-    """``doc``: the JSON report with its ``run`` entry; ``report``: the typed Report it
-    encodes (diagnose/document.py), for the headline, the evidence table and the outlook."""
+def page(report, ran, png_path=None):
+    """The run's page: ``report``, the typed diagnose Report of its worst rank
+    (diagnose/document.py); ``ran``, the RunOutcome (outcome.py)."""
     plot = "<p>No timeline plot (matplotlib missing or no batches in the window).</p>"
     if png_path:
         with open(png_path, "rb") as f:
             data = base64.b64encode(f.read()).decode()
         plot = '<img id="timeline" alt="timeline" src="data:image/png;base64,%s">' % data
-    run = doc.get("run") or {}
-    steps = "".join("<li>%s%s</li>" % (_e(s["step"]), " [%s]" % _e(s["runbook"]) if s.get("runbook") else "")
-                    for s in doc.get("next_steps") or [])
-    notes = "".join("<li>%s</li>" % _e(w) for w in doc.get("warnings") or [])
-    gpu = (doc.get("gpu") or {}).get("source")
+    steps = "".join("<li>%s%s</li>" % (_e(s.step), " [%s]" % _e(s.runbook) if s.runbook else "")
+                    for s in report.next_steps)
+    notes = "".join("<li>%s</li>" % _e(w) for w in report.warnings)
+    gpu = report.gpu.source if report.gpu is not None else None
     return """<!doctype html><html><head><meta charset="utf-8"><title>stallscope run: %(title)s</title>
 <style>%(style)s</style></head><body>
 <h1>stallscope run: <code>%(cmd)s</code></h1>
@@ -130,12 +129,12 @@ def page(doc, png_path=None, report=None):
 <h2>Ranks</h2>%(ranks)s
 <h2>Next steps</h2><ul>%(steps)s</ul>%(notes)s
 </body></html>
-""" % {"title": _e(doc.get("verdict")), "style": STYLE, "cmd": _e(" ".join(run.get("command") or [])),
-       "code": _e(run.get("exit_status")), "elapsed": _e(run.get("elapsed_seconds")),
-       "gpu": _e(gpu or "none (no NVML on this machine)"), "verdict": _e(doc.get("verdict")),
-       "headline": _e(render.headline(report)), "reason": _e(doc.get("reason")), "plot": plot,
-       "evidence": _evidence(report), "budget": _budget(report), "causes": _causes(doc),
-       "ranks": _ranks(doc), "steps": steps,
+""" % {"title": _e(report.verdict), "style": STYLE, "cmd": _e(" ".join(ran.command)),
+       "code": _e(ran.exit_status), "elapsed": _e(ran.elapsed_seconds),
+       "gpu": _e(gpu or "none (no NVML on this machine)"), "verdict": _e(report.verdict),
+       "headline": _e(render.headline(report)), "reason": _e(report.reason), "plot": plot,
+       "evidence": _evidence(report), "budget": _budget(report), "causes": _causes(report),
+       "ranks": _ranks(report, ran), "steps": steps,
        "notes": "<h2>Notes</h2><ul>%s</ul>" % notes if notes else "",
-       "failed": '<div class="failed">%s</div>' % _e(run["outcome_line"]) if run.get("outcome_line") else "",
-       "share": _e(render.value("x_ratio", doc.get("data_wait_ratio"))), "outlook": _outlook(report)}
+       "failed": '<div class="failed">%s</div>' % _e(ran.outcome_line) if ran.outcome_line else "",
+       "share": _e(render.value("x_ratio", report.data_wait_ratio)), "outlook": _outlook(report)}

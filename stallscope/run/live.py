@@ -17,6 +17,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ..correlate import codec
+
 RATE_WINDOW_S = 5.0    # batches/s over the last few seconds of counts ...
 RATE_HISTORY_S = 60.0  # ... or longer when no batch came in those (slow steps)
 
@@ -38,10 +40,23 @@ def ranks(agent_url):
 
 
 def diagnosis(agent_url, job, rank, seconds=None):
+    """The correlator's Diagnosis of one rank (decoded by its one codec where the answer
+    enters), or None when the agent has none or answers something else."""
     query = {"rank": rank, "job": job}
     if seconds is not None:
         query["seconds"] = "%g" % seconds
-    return _get("%s/api/v1/diagnosis?%s" % (agent_url, urllib.parse.urlencode(query)))
+    body = _get("%s/api/v1/diagnosis?%s" % (agent_url, urllib.parse.urlencode(query)))
+    if body is None:
+        return None
+    try:
+        return codec.decode(body)
+    except codec.Malformed:
+        return None
+
+
+def step_seconds(d):
+    """The window's step time of a Diagnosis (0 when it has no loop numbers)."""
+    return d.loop.step_seconds if d is not None and d.loop is not None else 0.0
 
 
 class Rates:
@@ -84,22 +99,21 @@ def _totals_share(entry):
     return (entry.get("data_wait_seconds_total") or 0.0) / step if step > 0 else None
 
 
-def summary(key, entry, body):
+def summary(key, entry, diag):
     """The run's row for one rank: its batches so far (the agent's count), and the
-    data-wait share and mean step of the correlator's window (``body``, the diagnosis)
+    data-wait share and mean step of the correlator's window (``diag``, its Diagnosis)
     where it judged one, else of the rank's totals since it started."""
     job, rank = key
-    body = body or {}
     n = int(entry.get("batches") or 0)
-    windowed = body.get("data_wait_ratio") is not None and body.get("batches")
-    if windowed:
-        share, step, m = body["data_wait_ratio"], body.get("step_seconds") or 0.0, body["batches"]
+    if diag is not None and diag.data_wait_ratio is not None and diag.batches:
+        share, step, m = diag.data_wait_ratio, step_seconds(diag), diag.batches
     else:
         share, step, m = _totals_share(entry), entry.get("step_seconds_total") or 0.0, n
     return {"job": job, "rank": rank, "batches": n, "data_wait_ratio": share,
             "batches_per_second": m / step if step > 0 and m else None,
-            "step_seconds_mean": step / m if m else None, "verdict": body.get("verdict"),
-            "cause": ((body.get("causes") or [{}])[0]).get("cause")}
+            "step_seconds_mean": step / m if m else None,
+            "verdict": diag.verdict if diag is not None else None,
+            "cause": diag.causes[0].cause if diag is not None and diag.causes else None}
 
 
 def line(row, rate, seconds, with_job=False):

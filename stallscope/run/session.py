@@ -26,6 +26,7 @@ import time
 from ..processes.children import session_kwargs
 from ..processes.servers import AgentProcess
 from . import html, live
+from .outcome import RunOutcome
 
 EXIT_GRACE_S = 20.0
 
@@ -141,21 +142,21 @@ class _Seen:
     agent's entry, the correlator's latest diagnosis with batches in it, the rates."""
 
     def __init__(self):
-        self.entries, self.bodies, self.rates = {}, {}, live.Rates()
+        self.entries, self.diagnoses, self.rates = {}, {}, live.Rates()
 
     def poll(self, agent_url, t):
         for key, entry in live.ranks(agent_url).items():
             self.entries[key] = entry
             self.rates.add(key, t, entry)
-            body = live.diagnosis(agent_url, key[0], key[1])
-            if body and body.get("batches"):
-                self.bodies[key] = body
+            diag = live.diagnosis(agent_url, key[0], key[1])
+            if diag is not None and diag.batches:
+                self.diagnoses[key] = diag
 
     def keys(self):
         return sorted(k for k, e in self.entries.items() if e.get("batches"))
 
     def rows(self):
-        return [live.summary(k, self.entries[k], self.bodies.get(k)) for k in self.keys()]
+        return [live.summary(k, self.entries[k], self.diagnoses.get(k)) for k in self.keys()]
 
     def rates_now(self):
         return {k: self.rates.rate(k, self.entries[k]) for k in self.keys()}
@@ -226,15 +227,17 @@ def judged(found, rows):
     return found, False
 
 
-def startup(body):
+def startup(diag):
     """The run's start-up, its first batch while the workers start (paid once), apart from
     its steady state: {startup_seconds, step_seconds_mean_after_start}, empty when the
     window does not hold that batch. The first batch's interval is its wait (the hook's
     iterator start), so with S the window's step time, r its data-wait share and a the
     share without that batch: a = (rS - f) / (S - f), f = S (r - a) / (1 - a)."""
-    body = body or {}
-    r, a = body.get("data_wait_ratio"), body.get("data_wait_ratio_after_start")
-    total, n = body.get("step_seconds") or 0.0, body.get("batches") or 0
+    if diag is None:
+        return {}
+    r = diag.data_wait_ratio
+    a = diag.loop.data_wait_ratio_after_start if diag.loop is not None else None
+    total, n = live.step_seconds(diag), diag.batches
     if r is None or a is None or total <= 0 or n < 2 or a >= 1.0:
         return {}
     first = max(0.0, total * (r - a) / (1.0 - a))
@@ -247,10 +250,11 @@ def final_rows(agent_url, seen, window_s, found):
     report's figure: the Ranks table and the headline show the same number."""
     rows = []
     for key in seen.keys():
-        body = live.diagnosis(agent_url, key[0], key[1], seconds=window_s) or seen.bodies.get(key)
-        row = live.summary(key, seen.entries[key], body)
-        row["data_wait_ratio_after_start"] = (body or {}).get("data_wait_ratio_after_start")
-        row.update(startup(body))
+        diag = live.diagnosis(agent_url, key[0], key[1], seconds=window_s) or seen.diagnoses.get(key)
+        row = live.summary(key, seen.entries[key], diag)
+        row["data_wait_ratio_after_start"] = (
+            diag.loop.data_wait_ratio_after_start if diag is not None and diag.loop is not None else None)
+        row.update(startup(diag))
         if row["rank"] == found.rank and row["job"] == found.job and found.data_wait_ratio is not None:
             row["data_wait_ratio"] = found.data_wait_ratio
         rows.append(row)
@@ -306,9 +310,8 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
                         shlex.quote(baseline), shlex.quote(json_out)))
     found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=commands)
     doc.update(document.encode(found))
-    doc["run"] = {"command": list(cmd), "exit_status": code, "elapsed_seconds": round(elapsed, 1),
-                  "outcome": "interrupted" if interrupted else "failed" if code else "ok",
-                  "outcome_line": first, "jobs": seen.jobs(), "ranks": rows}
+    ran = RunOutcome.of(cmd, code, elapsed, interrupted, first, seen.jobs(), rows)
+    doc["run"] = ran.to_json()
     print("", file=out)
     if first:
         print(first, file=out)
@@ -322,7 +325,7 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
         print("JSON report: %s" % json_out, file=out)
     if html_out:
         with open(html_out, "w") as f:
-            f.write(html.page(doc, png if has_plot else None, found))
+            f.write(html.page(found, ran, png if has_plot else None))
         print("HTML report: %s" % html_out, file=out)
     out.flush()
     return doc

@@ -18,7 +18,7 @@ ERROR = {"type": "RuntimeError", "message": "Caught RuntimeError in DataLoader w
 
 def test_a_real_hooks_error_and_batch_bytes_are_taken():
     msg = validate.parse(good(loader=dict(LOADER, batch_bytes=3 << 20, error=ERROR)))
-    assert msg["loader"]["batch_bytes"] == 3 << 20 and msg["loader"]["error"] == ERROR
+    assert msg["loader"].batch_bytes == 3 << 20 and msg["loader"].error.to_json() == ERROR
 
 
 @pytest.mark.parametrize("loader", [
@@ -56,8 +56,9 @@ def test_the_error_stays_with_the_process_and_the_batch_size_with_the_rank():
     assert ing.handle(good(loader=dict(LOADER, error=ERROR)))
     assert ing.handle(good(loader=dict(LOADER)))  # a later report: no error, no size yet
     rank = table.snapshot()[0]
-    assert rank.loader_error == ERROR and "error" not in rank.loader
-    assert rank.loader["batch_bytes"] == 1 << 20
+    assert rank.loader_error is not None and rank.loader_error.to_json() == ERROR
+    assert rank.loader is not None and rank.loader.error is None
+    assert rank.loader.batch_bytes == 1 << 20
     assert ing.handle(good(pid=4321, loader=dict(LOADER)))  # a new process: its own slate
     assert rank.loader_error is None
     json.dumps(rank.as_json(0.0))

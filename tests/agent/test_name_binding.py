@@ -16,7 +16,7 @@ import pytest
 
 from stallscope.agent.identity import kubepods, names, peer
 from stallscope.agent.identity.allowlist import AllowList, parse
-from stallscope.agent.identity.refusal import Mismatch
+from stallscope.agent.identity.refusal import Refused
 from stallscope.agent.table.budget import Budget
 from stallscope.processes.children import child_env
 from tests.agent.test_hostile import batch, rejected, report, samples, wait_until
@@ -276,7 +276,7 @@ def test_bindings_are_bounded_and_a_flooder_evicts_its_own(tmp_path, path_len):
     if path_len > 1000:
         assert len(n) < names.MAX_BINDINGS / 2   # the byte cap bit first
     assert n.bindings[("", "node01")].domain == victim.domain   # still the victim's
-    with pytest.raises(Mismatch):
+    with pytest.raises(Refused):
         n.check(("", "node01"), source(65534, "/user.slice/user-65534.slice/000000"))
     b = Budget(64, 900)
     assert b.bindings_bytes() == names.MAX_BINDING_BYTES
@@ -304,11 +304,11 @@ def test_the_pod_maps_word_wins_over_a_binding(tmp_path):
     name = ("team", "trainer-0")
     assert n.rule(name, old) == "binding"
     n.bind(name, old, "binding")
-    with pytest.raises(Mismatch):
+    with pytest.raises(Refused):
         n.check(name, new)           # the map is down: the binding holds
     pods.replace({"uid-new": kubepods.PodName("team", "trainer-0")})
     assert n.rule(name, new) == "pod_map" and n.rule(name, old) == "binding"
     n.bind(name, new, "pod_map")
     n.check(name, new)
-    with pytest.raises(Mismatch):
+    with pytest.raises(Refused):
         n.check(name, old)

@@ -112,7 +112,7 @@ def ingest_of(table):
 def test_good_message_parses():
     msg = validate.parse(good())
     assert msg["id"]["rank"] == 0 and len(msg["events"]) == 2
-    assert msg["loader"]["worker_pids"] == [11, 12]
+    assert msg["loader"].worker_pids == (11, 12)
 
 
 def test_step_phases_parse_and_reach_the_ranks_api():

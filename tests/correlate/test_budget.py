@@ -1,6 +1,8 @@
 """The stall's time budget (correlate/budget.py, issue 49 item 1): the wait accounted by
 what the loop's and the workers' tasks were measured doing, and the cause scored at least
 the share its mechanism held, whether or not it moved with the stalls."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -242,8 +244,9 @@ def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
     import json
 
     from stallscope.correlate.model import Prediction
-    from stallscope.diagnose import document, outlook, render
+    from stallscope.diagnose import outlook, render
     from stallscope.run import html
+    from stallscope.run.outcome import RunOutcome
     from tests.helpers.diagnose import report
 
     d = diagnosis.analyse(_steady_slow_mount())
@@ -258,7 +261,7 @@ def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
     body = json.loads(render.render_json(doc))
     assert body["budget"]["critical"] == "workers.storage"
     assert body["budget"]["components"][0]["share"] == pytest.approx(store.share, abs=1e-4)
-    page = html.page(document.encode(doc), report=doc)
+    page = html.page(doc, RunOutcome.of(("python", "train.py"), 0, 12.0, False, None, (), ()))
     assert "Time budget of the wait" in page and "the workers blocked reading storage" in page
     assert "bound by the dataset&#x27;s shards" in page
 
@@ -288,7 +291,7 @@ def test_network_waits_beside_local_reads_are_a_cache_s_misses(local_reads, caus
     on the network whose loader also reads files near what it delivers fetch what their
     local tier lacks; a loader that reads nothing locally waits on the store itself."""
     tr = _steady_slow_mount(storage=0.0)
-    tr.loader["batch_bytes"] = 65536
+    tr.loader = dataclasses.replace(tr.loader, batch_bytes=65536)
     start, end = tr.span()
     delivered = 65536 * tr.n / ((end - start) / 1e9)
     _signals(tr, loader_workers_network_ratio=0.9, loader_read_bytes_rate=local_reads * delivered)

@@ -32,7 +32,7 @@ def test_the_checker_catches_each_contradiction_it_names():
     assert story.contradictions(dataclasses.replace(d, rule="handoff"))  # "the loader keeps up"
     persistent = Prediction(top.cause, "set persistent_workers=True", {"persistent_workers": True},
                             0.0, 0.1, 1.0, "", "high")
-    already = dataclasses.replace(d, loader=dict(d.loader, persistent_workers=True), causes=(
+    already = dataclasses.replace(d, loader=dataclasses.replace(d.loader, persistent_workers=True), causes=(
         dataclasses.replace(top, prediction=persistent),) + d.causes[1:])
     assert any("already is" in c for c in story.contradictions(already))
     alone = dataclasses.replace(d, who=dataclasses.replace(d.who, world_size=1),

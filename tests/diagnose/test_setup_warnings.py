@@ -5,6 +5,7 @@ import json
 from stallscope.correlate import checks, loader_errors
 from stallscope.diagnose import render, report
 from stallscope.diagnose.document import encode
+from stallscope.report import LoaderSettings, ReportedError
 from tests.helpers.diagnose import cause, diagnosis
 from tests.helpers.diagnose import report as make_report
 
@@ -13,21 +14,21 @@ SHM_ERROR = {"type": "RuntimeError", "at_ns": 5, "message": (
     "Caught RuntimeError in DataLoader worker process 0. Original Traceback (most recent call "
     "last): ... RuntimeError: unable to allocate shared memory(shm) for file </torch_1_2>: No "
     "space left on device (28)")}
-LOADER = {"num_workers": 2, "prefetch_factor": 2, "batch_bytes": 6 * MiB, "pin_memory": False}
+LOADER = LoaderSettings(num_workers=2, prefetch_factor=2, batch_bytes=6 * MiB, pin_memory=False)
 
 
 def test_a_failed_shm_allocation_is_shm_exhaustion_with_the_size_that_is_enough():
-    e = loader_errors.judge(SHM_ERROR, LOADER, 16 * MiB)
+    e = loader_errors.judge(ReportedError(**SHM_ERROR), LOADER, 16 * MiB)
     assert e.cause == "shm_exhaustion" and e.needed_bytes == 2 * 2 * 6 * MiB
     assert "24.0 MiB" in e.text and "16.0 MiB" in e.text
 
 
 def test_other_errors_are_shown_as_they_came_and_name_no_cause():
-    e = loader_errors.judge({"type": "RuntimeError", "message": "DataLoader timed out after 5 seconds"},
+    e = loader_errors.judge(ReportedError("RuntimeError", "DataLoader timed out after 5 seconds"),
                             LOADER)
     assert e.cause is None and "timed out" in e.text
-    killed = loader_errors.judge({"type": "RuntimeError", "message":
-                                  "DataLoader worker (pid 7) is killed by signal: Bus error. "}, LOADER)
+    killed = loader_errors.judge(ReportedError(
+        "RuntimeError", "DataLoader worker (pid 7) is killed by signal: Bus error. "), LOADER)
     assert killed.cause == "shm_exhaustion"
 
 
@@ -37,7 +38,7 @@ def _doc(diag):
 
 def test_the_report_shows_the_warnings_and_the_error_cause_leads():
     warned, _ = checks.evaluate(checks.SetUp(LOADER, gpu=True, shm_size_bytes=16 * MiB))
-    err = loader_errors.judge(SHM_ERROR, LOADER, 16 * MiB)
+    err = loader_errors.judge(ReportedError(**SHM_ERROR), LOADER, 16 * MiB)
     d = diagnosis("unknown", warnings=warned, loader_error=err,
                   causes=(cause("unexplained", 0.2), cause("shm_exhaustion", 1.0)))
     doc = _doc(d)

@@ -2,6 +2,7 @@
 headline come from the same ranked, typed causes, and a next step never recommends what
 the top cause's prediction says will not help. The two contradictions measured on runs
 built outside the lab, then a property over generated diagnoses."""
+import dataclasses
 import random
 
 import numpy as np
@@ -12,6 +13,7 @@ from stallscope.correlate.model import Prediction
 from stallscope.correlate.queue import Measured
 from stallscope.diagnose import nextsteps, outlook
 from stallscope.diagnose.document import Sizing
+from stallscope.report import LoaderSettings
 from tests.helpers.correlate import events_from_waits, trace_of
 from tests.helpers.diagnose import cause, replace, report
 
@@ -120,10 +122,10 @@ def test_the_steps_never_ask_for_a_setting_the_loader_already_has():
     which it already was (too_few_workers' advice, its workers ruled out)."""
     m = _crowded()
     ruled = replace(cause("too_few_workers", 0.6), prediction=predict.for_cause("cpu_contention", m))
-    loader = {"num_workers": 2, "persistent_workers": True}
+    loader = LoaderSettings(num_workers=2, persistent_workers=True)
     d = report(causes=(cause("shm_exhaustion", 0.8), ruled), loader=loader, sizing=Sizing(num_workers=2))
     texts = [s.step for s in nextsteps.steps(d)]
     assert not any("persistent_workers=True" in t for t in texts), texts
-    d = report(causes=(cause("shm_exhaustion", 0.8), ruled), loader=dict(loader, persistent_workers=False),
-               sizing=Sizing(num_workers=2))
+    d = report(causes=(cause("shm_exhaustion", 0.8), ruled),
+               loader=dataclasses.replace(loader, persistent_workers=False), sizing=Sizing(num_workers=2))
     assert any("Set persistent_workers=True" in s.step for s in nextsteps.steps(d))

@@ -7,6 +7,7 @@ import pytest
 
 from stallscope.diagnose import classify, nextsteps, render, stacks, verdict, window
 from stallscope.diagnose.document import EvidenceRow, NextStep, Sizing
+from stallscope.report import LoaderSettings
 from tests.helpers.diagnose import (
     cause,
     cluster,
@@ -144,7 +145,8 @@ def test_next_steps_follow_the_causes():
     assert (s[0].step, s[0].runbook) == ("Raise num_workers from 2 to 5; set persistent_workers=True.",
                                          "runbooks/StallscopeDataWaitHigh.md")
     # already persistent, and capped by the CPU quota: the fix is CPU, not only workers
-    d = report(causes=(cause("too_few_workers", 0.8),), loader={"num_workers": 2, "persistent_workers": True},
+    d = report(causes=(cause("too_few_workers", 0.8),),
+               loader=LoaderSettings(num_workers=2, persistent_workers=True),
                sizing=Sizing(num_workers=2, workers_needed=3, workers_to_keep_up=6, quota_limited=True))
     assert nextsteps.steps(d)[0].step == (
         "Raise num_workers from 2 to 3; that is all the pod's CPU quota allows: raise its CPU "

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from stallscope.exporters import loaderio
+from stallscope.report import LoaderSettings
 from tests.helpers.exporters import collect, context, samples_of, table_with
 
 CHUNK = 256 << 10
@@ -74,7 +75,7 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
         read += sum(batch.tolist())
         batches += 1
         rank.wait.observe_ns(1000)  # as the rank's reports count its batches (agent/parts/ranks.py)
-    rank.loader = {"batch_size": 4}
+    rank.loader = LoaderSettings(batch_size=4)
     time.sleep(0.1)
     got = samples_of(collect(exp, [rank]))
     after = [_read_bytes(pid) for pid in pids]  # idle now: the loader is exhausted

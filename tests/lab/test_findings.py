@@ -191,3 +191,40 @@ def test_a_recording_leaves_the_process_first_batch_out_as_the_window_does():
     later = {"first_batch_ns": 100, "batches": [{"t_end_ns": 300}]}
     assert traces.without_first_batch(later) == later
     assert traces.without_first_batch({"batches": [{"t_end_ns": 1}]})["batches"] == [{"t_end_ns": 1}]
+
+
+def test_without_diagnose_the_agents_answers_are_read_typed_and_kept_as_they_came(monkeypatch):
+    """The agent path of findings.diagnose: each rank's /api/v1/diagnosis decoded once by
+    the codec, the worst input-bound rank's first cause and its worker found; the
+    answers themselves (an HTTP error's too) kept as they came for the lab's files."""
+    import dataclasses
+    import types
+
+    from stallscope.correlate import codec
+    from stallscope.correlate.model import WorkerSpread
+    from tests.helpers.diagnose import cause
+
+    slow = dataclasses.replace(cause("slow_worker", 0.7), worker=WorkerSpread(
+        pid=4242, workers_seen=4, num_workers=4, load_seconds=0.4, others_load_seconds=0.1,
+        spread=4.0, consistent=True, wait_share=0.8, held_share=0.7, replayed_wait_ratio=None,
+        in_order_false_wait_ratio=None, in_order_false_removes=None, removes_measured_share=None,
+        workers={4242: (0.4, 10, 2.0), 4243: (0.1, 10, 0.0)}))
+    few = cause("too_few_workers", 0.5)
+    bodies = {0: codec.encode(diagnosis("input_bound", data_wait_ratio=0.2, causes=(few,))),
+              1: codec.encode(diagnosis("input_bound", data_wait_ratio=0.4, causes=(slow,))),
+              2: {"verdict": "unknown", "causes": [], "error": "HTTP 404"}}
+    lab = types.SimpleNamespace(target=1)
+    monkeypatch.setattr(findings, "via_diagnose", lambda lab: None)
+    monkeypatch.setattr(findings, "agent_diagnoses", lambda lab: bodies)
+    rows = [{"rank": 0, "data_wait_ratio": 0.2}, {"rank": 1, "data_wait_ratio": 0.4},
+            {"rank": 2, "data_wait_ratio": None}]
+    found, details, judged = findings.diagnose(lab, rows)
+    assert found == {"cause": "slow_worker", "rank": 1, "verdict": "input_bound", "worker_pid": 4242,
+                     "source": "agent /api/v1/diagnosis"}
+    assert details is bodies
+    assert [j.verdict for j in judged] == ["input_bound", "input_bound", "unknown"]
+    # none input-bound: the target's own verdict, or unknown where the agent gave none
+    bodies = {1: codec.encode(diagnosis("healthy")), 2: bodies[2]}
+    monkeypatch.setattr(findings, "agent_diagnoses", lambda lab: bodies)
+    assert findings.diagnose(lab, rows)[0]["verdict"] == "healthy"
+    assert findings.diagnose(types.SimpleNamespace(target=2), rows)[0]["verdict"] == "unknown"

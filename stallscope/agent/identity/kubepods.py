@@ -38,7 +38,7 @@ import urllib.parse
 from typing import Any, Callable
 
 from ...host import log
-from .refusal import Mismatch
+from .refusal import Refused
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 IN_CLUSTER = "in-cluster"
@@ -131,21 +131,21 @@ class PodMap:
 
     def resolve(self, msg: dict[str, Any], pod_uid: str | None) -> None:
         """Check (and complete) the namespace and pod ``msg`` claims against the sender's
-        pod UID; raises Mismatch. Does nothing while the map is not current."""
+        pod UID; raises Refused. Does nothing while the map is not current."""
         with self.lock:
             if not self.current:
                 return
             ident = msg["id"]
             if pod_uid is None:  # a host process: not in the name of a pod of this node
                 if ident["pod"] and (ident["namespace"], ident["pod"]) in self.names:
-                    raise Mismatch("pod_mismatch")
+                    raise Refused("pod_mismatch")
                 return
             real = self.pods.get(pod_uid)
         if real is None:
-            raise Mismatch("pod_unknown")
+            raise Refused("pod_unknown")
         if (ident["namespace"] and ident["namespace"] != real.namespace) or \
                 (ident["pod"] and ident["pod"] != real.name):
-            raise Mismatch("pod_mismatch")
+            raise Refused("pod_mismatch")
         if not ident["namespace"] or not ident["pod"]:
             msg["id"] = dict(ident, namespace=real.namespace, pod=real.name)
 

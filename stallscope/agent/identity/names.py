@@ -35,7 +35,7 @@ from typing import Any
 from ...system import cgroups
 from . import kubepods, peer
 from .allowlist import AllowList, Name
-from .refusal import Mismatch
+from .refusal import Refused
 
 MAX_BINDINGS = 4096
 # Their bytes are bounded too, as counted by ``cost`` (a sender may sit in a cgroup with a
@@ -84,7 +84,7 @@ class Names:
 
     def rule(self, name: Name, source: peer.Source) -> str:
         """Which rule judges ``source`` claiming ``name``: "pod_map" or "allow_list" (the
-        claim is good; raises Mismatch("not_allowed") when the list refuses it), or
+        claim is good; raises Refused("not_allowed") when the list refuses it), or
         "binding" (the caller checks the live ranks' domain, then ``check``)."""
         if self._vouched(name, source):
             return "pod_map"
@@ -92,7 +92,7 @@ class Names:
         if entries is None:
             return "binding"
         if not any(e.admits(source) for e in entries):
-            raise Mismatch("not_allowed")
+            raise Refused("not_allowed")
         return "allow_list"
 
     def _vouched(self, name: Name, source: peer.Source) -> bool:
@@ -103,14 +103,14 @@ class Names:
             return pods.names.get(name) == source.pod_uid
 
     def check(self, name: Name, source: peer.Source) -> None:
-        """Raise Mismatch when ``name`` is bound to another domain whose claimant is not
+        """Raise Refused when ``name`` is bound to another domain whose claimant is not
         known gone; a gone claimant's binding is released."""
         with self.lock:
             bound = self.bindings.get(name)
             if bound is None or bound.domain == source.domain:
                 return
             if not self.gone(bound.cgroup, bound.v1):
-                raise Mismatch()
+                raise Refused()
             self._drop(name)
             self.released += 1
 

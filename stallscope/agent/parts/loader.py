@@ -210,7 +210,9 @@ class LoaderPart(Part):
                 continue
             quota = self.host.facts.value(RankQuota, key)  # the cfs exporter's, when it runs
             cores, ranks = (quota.cores, quota.ranks) if quota is not None else (None, None)
-            z = sizing(load / n_load, comp / n_comp, cores, ranks, (loaders[key] or {}).get("num_workers"))
+            loader = loaders[key]
+            z = sizing(load / n_load, comp / n_comp, cores, ranks,
+                       loader.num_workers if loader is not None else None)
             z["batches"] = n_load
             st.sizing = z
 

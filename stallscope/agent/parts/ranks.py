@@ -87,7 +87,7 @@ class RanksPart(Part):
                 wait.add_histogram(r.labels, r.wait.cumulative(), r.wait.sum_ns / 1e9)
                 step.add_histogram(r.labels, r.step.cumulative(), r.step.sum_ns / 1e9)
                 if r.loader is not None:
-                    info.add(r.labels, 1, **{k: _str(r.loader.get(k)) for k in LOADER_CONFIG})
+                    info.add(r.labels, 1, **{k: _str(getattr(r.loader, k)) for k in LOADER_CONFIG})
                 dropped.add(r.labels, r.dropped_total)
                 steady_wait.add(r.labels, r.steady_wait_ns / 1e9)
             evictions = dict(self.table.evictions)

@@ -26,6 +26,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...report import LoaderSettings
+
 MAX_AGE_S = 120.0
 # A stall younger than this is always re-ranked: its causes settle in its first half
 # minute (the first analysis, on a few batches, may have found none yet).
@@ -46,9 +48,10 @@ class Basis:
     signals: frozenset[str]
 
     @classmethod
-    def of(cls, since_ns: int, share: float, loader: Mapping[str, Any] | None,
+    def of(cls, since_ns: int, share: float, loader: LoaderSettings | Mapping[str, Any] | None,
            signals: Iterable[str]) -> Basis:
-        settings = tuple(sorted((k, repr(v)) for k, v in (loader or {}).items()))
+        loader = LoaderSettings.of(loader)  # a dict from an in-process caller (tests)
+        settings = tuple(sorted((k, repr(v)) for k, v in (loader.to_json() if loader else {}).items()))
         return cls(since_ns, share, settings, frozenset(signals))
 
 

@@ -5,9 +5,9 @@ signals beside it. Every history here is a ring sized before the first report
 
 - ingest.py       the hook socket's listener: one selector thread, a sender per connection
 - validate.py     a hook message checked and normalised, or a counted reject
-- state.py        the rank table: who may report for a rank, what the parts read of it
+- state.py        the rank table: admits a report (identity/admission.py), then folds it;
+                  what the parts read of it
 - rankstate.py    one rank's state: identity, PIDs, loader settings, histograms, timeline
-- rankworkers.py  a rank's loader workers as the agent's PID namespace numbers them
 - batches.py      a rank's batch events as int64 columns, wire to correlator
 - histogram.py    a Prometheus histogram accumulated in nanoseconds
 - held.py         workers' reports that come before their trainer's first

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ...report import LoaderSettings
+
 HOLD_S = 10.0
 MAX_HELD = 2048
 MAX_HELD_BYTES = 8 << 20             # all senders together (budget.py counts it)
@@ -51,8 +53,8 @@ class Slim:
         raw = msg.get("raw") or {}
         kept = {k: raw[k] for k in RAW_KEPT if k in raw}
         self.raw = json.dumps(kept, separators=(",", ":")).encode() if kept else b""
-        loader = self.fields.get("loader") or {}
-        ints = len(loader.get("worker_pids") or ()) + 3 * len(loader.get("worker_exits") or ())
+        loader = LoaderSettings.of(self.fields.get("loader"))
+        ints = len(loader.worker_pids) + 3 * len(loader.worker_exits) if loader is not None else 0
         self.nbytes = (ENTRY_BYTES + len(self.raw) + INT_BYTES * ints
                        + sum(getattr(self.fields.get(k), "nbytes", 0) for k in ("events", "ready_wait")))
 

@@ -49,7 +49,7 @@ from ...hook import wire
 from ...host import log
 from ..identity import peer
 from ..identity.hooksocket import HookSocket
-from ..identity.refusal import Mismatch
+from ..identity.refusal import Refused
 from . import validate
 from .held import HELD
 
@@ -359,7 +359,7 @@ class Ingest:
         except validate.Reject as r:
             self.stats.rejected[r.reason] += 1
             return False
-        except Mismatch as m:
+        except Refused as m:
             self.stats.rejected[m.reason] += 1
             return False
         except LookupError:

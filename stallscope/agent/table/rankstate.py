@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from ...correlate.waitbins import WaitBins
+from ...report import LoaderSettings, ReportedError
 from ...system import cgroups
 from ...vocabulary import labels as label_sets
 from ...vocabulary import metric
 from ..identity import peer
+from ..identity.admission import RankKey as RankKey
 from .batches import BatchColumns, BatchTimeline
 from .histogram import Histogram
 
@@ -25,12 +26,6 @@ WAIT_BUCKETS = metric("stallscope_data_wait_seconds").buckets
 STEP_BUCKETS = metric("stallscope_step_seconds").buckets
 MAX_DROP_PIDS = 64
 Event = tuple[int, int, int]
-RankKey = tuple[str, str, str, int]
-
-
-def key_of(msg: Mapping[str, Any], node: str = "") -> RankKey:
-    i = msg["id"]
-    return (i["namespace"], i["pod"], i["job"], i["rank"])
 
 
 class RankState:
@@ -48,11 +43,11 @@ class RankState:
         self.domain = domain                  # what may report for it (peer.py)
         self.verified: dict[int, int] = {}  # worker PID -> starttime, seen to descend
         self.cgroup: cgroups.Cgroup | None = None  # of the main process
-        self.loader: dict[str, Any] | None = None
+        self.loader: LoaderSettings | None = None  # its settings alone (no PIDs, no error)
         # forward/backward/optimizer ns and steps since the trainer started, from a
         # framework's hooks (hook/phases.py); None where no integration timed them
         self.phases: dict[str, int] | None = None
-        self.loader_error: dict[str, Any] | None = None  # the loader's own error (issue 32)
+        self.loader_error: ReportedError | None = None  # the loader's own error (issue 32)
         self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
         self.translated_workers: list[int] = []  # the same, mapped through its children
         self.workers_checked = float("-inf")     # when they were last checked in /proc
@@ -110,7 +105,8 @@ class RankState:
             "job": i["job"], "rank": i["rank"], "local_rank": i["local_rank"],
             "world_size": i["world_size"], "pod": i["pod"], "namespace": i["namespace"],
             "node": i["node"], "pid": self.pid, "ns_pid": self.ns_pid, "uid": self.uid,
-            "worker_pids": list(self.worker_pids), "loader": self.loader,
+            "worker_pids": list(self.worker_pids),
+            "loader": self.loader.to_json() if self.loader is not None else None,
             "phases": phases_json(self.phases),
             "cgroup": self.cgroup.as_json() if self.cgroup is not None else None,
             "last_seen_seconds_ago": round(now - self.last_seen, 3),

@@ -5,17 +5,20 @@ read through the host (never by reaching into it).
 A rank is keyed by (namespace, pod, job, rank); it goes when its main process has exited
 (after a grace period, so the last batches are scraped) or it went silent.
 
-Identity (peer.py): a rank, and the pod name it claims, belong to the domain (pod,
-or cgroup and uid) of the process that first reported them, while any of the pod's
-ranks lives, and the name beyond that for the agent's life unless the pod map vouches
-for another claimant, the allow-list pins it, or its claimant's cgroup is gone
-(names.py). Only that domain may report for them; a live rank's reports come from its
-own main process (or a restart of it in the same domain) and its loader workers, which
-must descend from it. Anything else is an ``identity_mismatch``.
+Identity is a step of its own before the fold (identity/admission.py): a rank, and the
+pod name it claims, belong to the domain (pod, or cgroup and uid) of the process that
+first reported them, while any of the pod's ranks lives, and the name beyond that for
+the agent's life unless the pod map vouches for another claimant, the allow-list pins
+it, or its claimant's cgroup is gone (identity/names.py). Only that domain may report
+for them; a live rank's reports come from its own main process (or a restart of it in
+the same domain) and its loader workers, which must descend from it. Anything else is
+an ``identity_mismatch``. The table answers what admission asks of it (``holder``,
+``departed``) and records what an ``Admission`` says; it judges no sender itself.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -24,13 +27,13 @@ from typing import Any
 import numpy as np
 
 from ...correlate.waitbins import Window
+from ...report import LoaderSettings
 from ...system import cgroups, procfs
-from ..identity import names, peer, pids
-from ..identity.refusal import Mismatch
-from . import rankworkers
+from ..identity import names, peer, pids, rankworkers
+from ..identity.admission import Admission, admit, key_of
 from .batches import BatchColumns
 from .budget import Budget
-from .rankstate import Event, RankKey, RankState, key_of
+from .rankstate import Event, RankKey, RankState
 
 # A rank's unchanged worker list is checked again in /proc this often (exits, PID reuse).
 WORKERS_RECHECK_S = 5.0
@@ -58,35 +61,44 @@ class RankTable:
 
     def apply(self, msg: Mapping[str, Any], source: peer.Source | None = None,
               now: float | None = None) -> RankState:
-        """Fold one validated message into the table. Returns the RankState; raises
-        LookupError when the table is full and Mismatch when the sender may not speak
-        for the rank (the caller counts both). ``source`` is the sender as the kernel
-        names it; None only for in-process callers (tests, benchmarks)."""
+        """Admit one validated message (identity/admission.py: who may speak for the rank),
+        then fold it into the table. Returns the RankState; raises LookupError when the
+        table is full and Refused when the sender may not speak for the rank (the caller
+        counts both). ``source`` is the sender as the kernel names it; None only for
+        in-process callers (tests, benchmarks)."""
+        with self.lock:
+            admission = admit(msg, source, self.ranks.get(key_of(msg)), self.names, self)
+            return self.fold(admission, msg, now)
+
+    def fold(self, admission: Admission, msg: Mapping[str, Any],
+             now: float | None = None) -> RankState:
+        """Fold an admitted message into the table: the rank made or found, what the
+        admission says to record of its sender, then the report's own fields."""
         now = time.monotonic() if now is None else now
         ident = dict(msg["id"])
         if not ident["node"]:
             ident["node"] = self.node
-        key = key_of(msg)
-        main = msg["role"] == "main"
+        key = admission.key
         with self.lock:
+            name = (key[0], key[1])
+            if admission.takes_name:
+                self.pods[name] = (admission.domain, self.pods[name][1])  # type: ignore[assignment]
             rank = self.ranks.get(key)
-            rule = self._check(rank, key, source, main) if source is not None else ""
             if rank is None:
-                if not main:
-                    raise Mismatch("unknown_rank")  # a worker speaks only for a rank its trainer made
                 if len(self.ranks) >= self.max_ranks:
                     raise LookupError("rank_limit")
-                domain = source.domain if source is not None else None
-                rank = self.ranks[key] = RankState(key, ident, now, self.timeline_max, domain)
-                self._bind_pod(key, domain)
-                if source is not None:
-                    self.names.bind((key[0], key[1]), source, rule)
+                rank = self.ranks[key] = RankState(key, ident, now, self.timeline_max, admission.domain)
+                self._bind_pod(key, admission.domain)
+                if admission.source is not None:
+                    self.names.bind(name, admission.source, admission.rule)
             elif ident != rank.ident:
                 rank.set_ident(ident)
+            if admission.verified is not None:
+                rankworkers.verify(rank, *admission.verified)
             rank.last_seen = now
-            pid = source.pid if source is not None else msg["pid"]
-            if main:
-                self._main(rank, msg, pid, source.uid if source is not None else None, now)
+            pid = admission.pid
+            if admission.main:
+                self._main(rank, msg, pid, admission.uid, now)
             else:
                 self.refused_worker_pids += rankworkers.note_worker(self.procfs, rank, msg["pid"], pid)
             rank.note_dropped(pid, msg["dropped_total"])
@@ -105,22 +117,12 @@ class RankTable:
         else:
             self.pods[pod] = (bound, n - 1)  # type: ignore[assignment]
 
-    def _check(self, rank: RankState | None, key: RankKey, source: peer.Source, main: bool) -> str:
-        """Raise Mismatch unless ``source`` may report for ``key`` (docs/deploy.md);
-        returns the rule that judged the pod name (names.py)."""
-        name = (key[0], key[1])
-        rule = self.names.rule(name, source)  # raises not_allowed
-        if rule == "binding":
-            bound = self.pods.get(name)
-            if bound is not None and bound[0] is not None and bound[0] != source.domain:
-                if not self._departed(name, bound[0]):
-                    raise Mismatch()  # the pod name is another domain's while its ranks live
-                self.pods[name] = (source.domain, bound[1])
-            self.names.check(name, source)
-        self._check_rank(rank, source, main)
-        return rule
+    def holder(self, name: tuple[str, str]) -> peer.Domain | None:
+        """The domain a pod name is bound to while its ranks live (identity/admission.py)."""
+        bound = self.pods.get(name)
+        return bound[0] if bound is not None else None
 
-    def _departed(self, name: tuple[str, str], domain: peer.Domain) -> bool:
+    def departed(self, name: tuple[str, str], domain: peer.Domain) -> bool:
         """Whether the domain holding ``name`` is gone by the kernel's record: every rank
         of the name has exited and the cgroup the domain is is gone (a successive job on
         the node takes the hostname at once, not after the exit grace)."""
@@ -132,21 +134,6 @@ class RankTable:
             return False
         # A cgroup with a process in it cannot be removed; one moved out still counts.
         return not any(r.pid and procfs.alive(self.procfs, r.pid, r.pid_start) for r in ranks)
-
-    def _check_rank(self, rank: RankState | None, source: peer.Source, main: bool) -> None:
-        if rank is None:
-            return
-        if rank.domain is not None and rank.domain != source.domain:
-            raise Mismatch()
-        if main:
-            return  # its own process, or a restart of it in the same domain
-        if rank.pid is None:
-            raise Mismatch("unknown_rank")
-        if source.pid == rank.pid:
-            return  # num_workers=0: the trainer times its own fetches (hook/batches.py)
-        if not peer.descends_from(source, rank.pid, rank.pid_start):
-            raise Mismatch()  # a loader worker descends from its trainer
-        rankworkers.verify(rank, source.pid, source.start)
 
     def _main(self, rank: RankState, msg: Mapping[str, Any], pid: int, uid: int | None,
               now: float) -> None:
@@ -160,19 +147,20 @@ class RankTable:
             rank.verified.clear()
             rank.first_batch_ns = None  # a new process starts its workers again
             rank.loader_error = None
-        if msg["loader"] is not None:
-            before = rank.loader or {}
-            rank.loader = {k: v for k, v in msg["loader"].items()
-                           if k not in ("worker_pids", "worker_exits", "error")}
+        loader = LoaderSettings.of(msg["loader"])  # a dict from an in-process caller
+        if loader is not None:
+            before = rank.loader
+            settings = loader.settings()
             # A new iterator reports its settings before its first batch is measured
             # (hook/errors.py): the last measured size stands until then (issue 32).
-            if "batch_bytes" not in rank.loader and before.get("batch_bytes"):
-                rank.loader["batch_bytes"] = before["batch_bytes"]
+            if settings.batch_bytes is None and before is not None and before.batch_bytes:
+                settings = dataclasses.replace(settings, batch_bytes=before.batch_bytes)
+            rank.loader = settings
             # The loader's own error, kept for the process: the next iterator's reports
             # no longer carry it, and it is why the rank stopped.
-            if msg["loader"].get("error") is not None and rank.loader_error is None:
-                rank.loader_error = dict(msg["loader"]["error"])
-            reported = list(msg["loader"]["worker_pids"])
+            if loader.error is not None and rank.loader_error is None:
+                rank.loader_error = loader.error
+            reported = list(loader.worker_pids)
             # The same workers as last time are checked again only every WORKERS_RECHECK_S
             # (for exits and PID reuse): reading /proc for each worker of every report
             # was a quarter of the ingest thread's CPU at 8 ranks x 8 workers (issue 15).
@@ -181,7 +169,7 @@ class RankTable:
                 rank.translated_workers = pids.translate(self.procfs, rank.pid, rank.ns_pid, reported)
                 self.refused_worker_pids += rankworkers.map_workers(self.procfs, rank)
                 rank.workers_checked = now
-            rankworkers.note_exits(rank, msg["loader"].get("worker_exits") or ())
+            rankworkers.note_exits(rank, loader.worker_exits)
         if msg.get("phases") is not None:
             rank.phases = msg["phases"]  # cumulative: the latest report is the whole
         if msg["mono_ns"] and msg["wall_ns"]:

@@ -1,6 +1,7 @@
 """Validation of hook messages. Every message is untrusted input from any local process.
 
-``parse(data)`` returns a normalised message dict or raises ``Reject(reason)``; the reason
+``parse(data)`` returns a normalised message dict (its loader typed: LoaderSettings,
+stallscope/report.py) or raises ``Reject(reason)``; the reason
 is a short fixed string used as a label on the agent's reject counter, so its cardinality
 is bounded by this module.
 
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...hook import errors, wire
+from ...report import LoaderSettings, ReportedError
 from .batches import BatchColumns
 
 MAX_LABEL_LEN = 128
@@ -148,7 +150,7 @@ def _check_ready(ready: np.ndarray | None, cols: np.ndarray, role: str) -> np.nd
     return ready
 
 
-def _loader(raw: Any) -> dict[str, Any] | None:
+def _loader(raw: Any) -> LoaderSettings | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -165,25 +167,24 @@ def _loader(raw: Any) -> dict[str, Any] | None:
     pids = raw.get("worker_pids", [])
     if not isinstance(pids, list) or len(pids) > MAX_PIDS:
         raise Reject("bad_schema", "loader.worker_pids must be a list of at most %d" % MAX_PIDS)
-    out["worker_pids"] = [_int(p, 1, 1 << 31, "loader.worker_pids[]") for p in pids]
+    out["worker_pids"] = tuple(_int(p, 1, 1 << 31, "loader.worker_pids[]") for p in pids)
     # [pid, exit code] of workers that ended badly, as the trainer's waitpid saw them
     exits = raw.get("worker_exits", [])
     if not isinstance(exits, list) or len(exits) > MAX_PIDS or not all(
             isinstance(e, list) and len(e) == 2 for e in exits):
         raise Reject("bad_schema", "loader.worker_exits must be a list of [pid, exit code] pairs")
-    if exits:
-        out["worker_exits"] = [[_int(p, 1, 1 << 31, "loader.worker_exits[][0]"),
-                                _int(c, -128, 255, "loader.worker_exits[][1]")] for p, c in exits]
+    out["worker_exits"] = tuple((_int(p, 1, 1 << 31, "loader.worker_exits[][0]"),
+                                 _int(c, -128, 255, "loader.worker_exits[][1]")) for p, c in exits)
     if raw.get("batch_bytes") is not None:
         out["batch_bytes"] = _int(raw["batch_bytes"], 1, MAX_BATCH_BYTES, "loader.batch_bytes")
     if raw.get("dataset_shards") is not None:  # an iterable dataset's shards (hook/watch.py)
         out["dataset_shards"] = _int(raw["dataset_shards"], 1, 1 << 20, "loader.dataset_shards")
     if raw.get("error") is not None:
         out["error"] = _loader_error(raw["error"])
-    return out
+    return LoaderSettings(**out)
 
 
-def _loader_error(raw: Any) -> dict[str, Any]:
+def _loader_error(raw: Any) -> ReportedError:
     """The loader's own error (hook/errors.py): its type and message are the pod's text,
     shown in the diagnosis and never a label; refused past the hook's own bounds or with
     characters the hook strips (a real hook cannot send them)."""
@@ -198,7 +199,7 @@ def _loader_error(raw: Any) -> dict[str, Any]:
             raise Reject("bad_loader_error", "loader.error.%s is too long or not printable" % field)
         out[field] = v
     out["at_ns"] = _int(raw.get("at_ns"), 0, MAX_NS, "loader.error.at_ns")
-    return out
+    return ReportedError(**out)
 
 
 PHASE_FIELDS = ("forward_ns", "backward_ns", "optimizer_ns")

@@ -5,21 +5,35 @@ them through its children); a worker's own report gives its PID in the agent's
 namespace (SO_PEERCRED), which maps the reported PID even when the worker is not the
 trainer's child (forkserver, spawn). Only PIDs seen to descend from the trainer are kept:
 a report naming another process (PID 1, a neighbour's) must not make the agent read it.
-The rank table (state.py) calls these under its lock.
+The rank table (table/state.py) calls these under its lock, on the fields of a rank's
+state named by ``Workers`` (this room knows no rank table).
 """
 from __future__ import annotations
 
-from typing import Any
+import collections
+from typing import Any, Protocol
 
 from ...system import procfs
-from ..identity import peer
-from .rankstate import RankState
+from . import peer
 
 MAX_PID_MAP = 256
 MAX_VERIFIED = 256
 
 
-def note_exits(rank: RankState, exits: Any) -> None:
+class Workers(Protocol):
+    """The fields of a rank's state (table/rankstate.py) that say who its workers are."""
+
+    pid: int | None                          # its trainer, in the agent's PID namespace
+    domain: peer.Domain | None
+    reported_workers: list[int]              # as the trainer reported them
+    translated_workers: list[int]            # the same, mapped through its children
+    worker_pids: list[int]                   # the same, in the agent's PID namespace
+    worker_map: collections.OrderedDict[int, int]  # reported -> host PID, by their own reports
+    verified: dict[int, int]                 # worker PID -> starttime, seen to descend
+    exits_reported: collections.deque[tuple[int, int]]
+
+
+def note_exits(rank: Workers, exits: Any) -> None:
     """Deaths by signal the trainer reported, for PIDs this very report names as its
     workers, mapped into the agent's PID namespace; a stream repeats them in every
     report until it ends, so each is queued once."""
@@ -31,7 +45,7 @@ def note_exits(rank: RankState, exits: Any) -> None:
                 rank.exits_reported.append(death)
 
 
-def note_worker(root: str, rank: RankState, reported: int, host: int) -> int:
+def note_worker(root: str, rank: Workers, reported: int, host: int) -> int:
     """A loader worker's report: its PID as the trainer numbers it (``reported``) and as
     the kernel named the sender (``host``). Returns the PIDs refused (not the trainer's)."""
     if not host or host == rank.pid:
@@ -45,7 +59,7 @@ def note_worker(root: str, rank: RankState, reported: int, host: int) -> int:
     return 0
 
 
-def map_workers(root: str, rank: RankState) -> int:
+def map_workers(root: str, rank: Workers) -> int:
     """Set ``rank.worker_pids`` from what the trainer and its workers reported; returns
     how many reported PIDs were refused as not descending from the trainer."""
     refused = 0
@@ -64,7 +78,7 @@ def map_workers(root: str, rank: RankState) -> int:
     return refused
 
 
-def descends(root: str, rank: RankState, pid: int) -> bool | None:
+def descends(root: str, rank: Workers, pid: int) -> bool | None:
     """True: a worker of the rank (seen to descend, now or when its report came);
     False: another process; None: gone, never seen (nothing to read, nothing refused)."""
     start = procfs.start_time(root, pid)
@@ -79,7 +93,7 @@ def descends(root: str, rank: RankState, pid: int) -> bool | None:
     return True
 
 
-def verify(rank: RankState, pid: int, start: int | None) -> None:
+def verify(rank: Workers, pid: int, start: int | None) -> None:
     """Remember ``pid`` (at ``start``) as seen to descend from the rank's trainer."""
     if start is None:
         return
