@@ -137,7 +137,7 @@ class Stream:
         self._tail()
         events = self.pending
         if n:
-            # Column by column in C (map over lists): no Python object per batch.
+            # Column by column in C (map over lists), a Python int a value and column.
             waits = list(map(sub, ends, starts))
             prev = self.prev_end
             # The first batch of an iterator has no predecessor: its interval is its wait,
