@@ -7,7 +7,9 @@ where transfer.py splits the waits), with no Python object per batch.
 """
 from __future__ import annotations
 
+import sys
 import weakref
+from array import array
 from itertools import chain
 from operator import sub
 
@@ -84,12 +86,29 @@ class Stream:
         """Turn the loop's appended times into pending events; returns how many of the
         oldest were dropped past MAX_PENDING."""
         buf = self.buf
-        # Two appends per batch (start, end); the loop may be between them, so take an
-        # even count. `del buf[:n]` is one atomic list operation under the GIL.
-        n = len(buf) & ~1
-        pairs = buf[:n] if self.polls is not None else None  # the split lines them up
-        starts, ends = buf[0:n:2], buf[1:n:2]
-        del buf[:n]
+        events = self.pending
+        if self.polls is None and sys.byteorder == "little":  # the fields' order (wire.py)
+            # Two appends per batch (start, end); the loop may append more meanwhile, and
+            # may be between the two: take what is there in one C call (the GIL keeps it
+            # whole), then its even part. Only a start that was never paired is ever
+            # popped, and it lies past that part (loop.py).
+            taken = array("Q")
+            try:
+                taken.fromlist(buf)
+            except (OverflowError, TypeError):  # never from perf_counter_ns: the lists' way
+                return self._drain_lists()
+            n = len(taken) & ~1
+            del buf[:n]
+            self._tail()
+            if n:
+                events.extend_times(taken[0:n:2], taken[1:n:2], self.prev_end)
+                self.prev_end = taken[n - 1]
+        else:
+            return self._drain_lists()
+        return self._bound()
+
+    def _tail(self) -> None:
+        buf = self.buf
         # An odd length left means the loop is inside next(): buf[0] is when it began.
         # In a loader worker it means a batch is being made, which is most of a worker's
         # time and no loop's wait: taken for a blocked loop, it sent each worker's batches
@@ -97,9 +116,28 @@ class Stream:
         # messages a second at 8 ranks x 8 workers, where 32 were meant).
         tail = buf[:1] if len(buf) & 1 and self.role != "worker" else None
         self.blocked_since = tail[0] if tail and not self.finished() else None
+
+    def _bound(self) -> int:
+        events = self.pending
+        excess = len(events) - MAX_PENDING
+        if excess > 0:
+            events.drop_first(excess)
+            return excess
+        return 0
+
+    def _drain_lists(self) -> int:
+        """``drain`` for a stream whose waits are split (transfer.py lines the polls up
+        with the batches' pairs, as lists): one Python int a value and column."""
+        buf = self.buf
+        # `del buf[:n]` is one atomic list operation under the GIL.
+        n = len(buf) & ~1
+        pairs = buf[:n] if self.polls is not None else None  # the split lines them up
+        starts, ends = buf[0:n:2], buf[1:n:2]
+        del buf[:n]
+        self._tail()
         events = self.pending
         if n:
-            # Column by column in C (map over lists): no Python object per batch.
+            # Column by column in C (map over lists), a Python int a value and column.
             waits = list(map(sub, ends, starts))
             prev = self.prev_end
             # The first batch of an iterator has no predecessor: its interval is its wait,
@@ -117,11 +155,7 @@ class Stream:
             self.prev_end = ends[-1]
         elif self.polls is not None:
             transfer.trim(self.polls)
-        excess = len(events) - MAX_PENDING
-        if excess > 0:
-            events.drop_first(excess)
-            return excess
-        return 0
+        return self._bound()
 
 
 def moved(stream: Stream) -> bool:

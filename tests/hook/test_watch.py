@@ -261,6 +261,44 @@ def test_blocked_in_next_is_visible_to_the_flush_and_pairs_stay_aligned():
     assert stream.buf == []
 
 
+def test_the_drain_by_big_int_fields_gives_the_columns_of_the_lists_way():
+    # Issue 50: drain() turns the loop's times into the columns as big ints of 64-bit
+    # fields (wire.py extend_times), no Python int a value; a split stream's waits take
+    # the lists' way (_drain_lists). Both give the same events, sums, blocked start and
+    # leftover, for any times: a first batch, one after an earlier drain, a wait of 0 or
+    # 1 ns, times that go back (no clock gives them; no borrow may cross a field), an
+    # unpaired start left in the buffer, and columns longer than the bias kept.
+    import random
+
+    rng = random.Random(50)
+    sizes = [0, 1, 2, 255, 256, 257, channel.wire.BIAS_KEPT, channel.wire.BIAS_KEPT + 3]
+    for trial in range(120):
+        fast, lists = channel.Stream({"job": "j"}), channel.Stream({"job": "j"})
+        t = rng.randrange(1 << 50)
+        for _ in range(3):
+            k = sizes[trial] if trial < len(sizes) else rng.randrange(0, 60)
+            times = []
+            for _ in range(k):
+                start = t + rng.randrange(10 ** 6)
+                end = start + rng.choice((0, 1, rng.randrange(10 ** 9)))
+                if trial % 7 == 0:
+                    end = start - rng.randrange(2000)
+                times += [start, end]
+                t = max(start, end)
+            if rng.random() < 0.5:
+                times.append(t + 5)  # a next() in progress
+            fast.buf[:] = times
+            lists.buf[:] = list(times)
+            assert fast.drain() == lists._drain_lists()  # dropped past MAX_PENDING alike
+            assert list(fast.pending) == list(lists.pending), trial
+            assert (fast.pending.wait_sum, fast.pending.interval_sum) == \
+                (lists.pending.wait_sum, lists.pending.interval_sum)
+            assert (fast.buf, fast.blocked_since, fast.prev_end) == \
+                (lists.buf, lists.blocked_since, lists.prev_end)
+            fast.pending.drop_first(len(fast.pending))
+            lists.pending.drop_first(len(lists.pending))
+
+
 def test_a_worker_death_raised_outside_next_still_reports_its_exit():
     """torch raises a worker's death from its SIGCHLD handler wherever the main thread is
     (here: in the step's sleep, not in next()); the exit code still reaches the report
