@@ -34,7 +34,7 @@ import numpy as np
 
 from ..report import UNREPORTED
 from ..vocabulary import ATTRIBUTE, line_of, signal
-from . import consumer, transfer
+from . import consumer, deaths, transfer
 from .context import Context
 from .model import Budget, Component, Evidence
 from .trace import RankTrace, Series, WaitIndex
@@ -105,6 +105,18 @@ def _fuse_down(trace: RankTrace, waits: WaitIndex) -> bool:
     return up is not None and up < 0.5
 
 
+def _killed(trace: RankTrace) -> str | None:
+    """The death cause of the rank's workers the kernel killed in the window, or None: the
+    workers that replace them start again, and their start's sleeps and waits (a dataset's
+    set-up, the lab's worker start) are the death's, as the restart is (deaths.py; the live
+    SIGBUS test's restarted workers asleep read too_few_workers 0.75 over the deaths' 0.75)."""
+    for cause, name in deaths.SIGNALS.items():
+        _, s = trace.signal(name, ("rank",))
+        if s is not None and len(s) and float(np.nansum(s.v)) > 0:
+            return cause
+    return None
+
+
 def _asleep(trace: RankTrace, waits: WaitIndex) -> str:
     """The cause of workers asleep in their own code while the loop waits. A retry's
     backoff, where what they retry was measured failing: a dead FUSE mount under their
@@ -114,6 +126,9 @@ def _asleep(trace: RankTrace, waits: WaitIndex) -> str:
     workers overlap, the loader too slow."""
     if _fuse_down(trace, waits):
         return "fuse_unhealthy"
+    killed = _killed(trace)
+    if killed is not None:
+        return killed
     loader = trace.loader or UNREPORTED
     batch, workers = loader.batch_bytes, loader.num_workers or 1
     free = _during(trace, "shm_free_bytes", waits, ("rank", "node"))

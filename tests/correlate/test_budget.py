@@ -270,6 +270,8 @@ def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
     ({"fuse_up": 0.0}, "fuse_unhealthy"),                    # a dead mount's reads fail, retried
     ({"storage_error_ratio": 0.2}, "storage_errors"),        # a store failing a fifth of requests
     ({"storage_error_ratio": 0.01, "fuse_up": 1.0}, "too_few_workers"),  # nothing failing
+    ({"workers_shm_killed": 1.0}, "shm_exhaustion"),         # their replacements starting (SIGBUS)
+    ({"workers_oom_killed": 1.0}, "memory_limit"),           # ... after an OOM kill
 ])
 def test_workers_asleep_in_a_retry_are_named_by_what_they_retry(failing, cause):
     """Drawn scenarios (issue 49): a dead FUSE mount whose reads the dataset retries 0.1 s
