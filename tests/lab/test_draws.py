@@ -199,10 +199,14 @@ def test_a_replayed_draw_is_scored_against_what_was_injected():
     assert draws.label_held(dict(hdoc, live={"data_wait": {"0": 0.001, "1": 0.036}})) is False
 
 
-# One fixed draw live in CI (~35 s here), the others in `make test-lab`: a stall with a
-# victim (no root needed); a slow FUSE mount read with plain open()/read() (root, FUSE:
-# the lab's slow-storage-plain scenario runs that fault live in CI), a healthy job.
-LIVE = [(29, "too_few_workers"),
+# One fixed draw live in CI (~35 s here), the others in `make test-lab`: a CFS quota on
+# the target's workers, with a victim (root, cgroup v2: it stands in CI for the lab's
+# cpu-throttle scenario, tests/lab/test_scenarios_e2e.py LIVE_ELSEWHERE); too few workers
+# with a victim (no root needed: tests/correlate/test_e2e.py drives that cause live in
+# CI); a slow FUSE mount read with plain open()/read() (root, FUSE: the lab's
+# slow-storage-plain scenario runs that fault live in CI), a healthy job.
+LIVE = [(7, "cpu_throttle"),
+        pytest.param(29, "too_few_workers", marks=pytest.mark.lab_variant),
         pytest.param(22, "storage_latency", marks=pytest.mark.lab_variant),
         pytest.param(22, "healthy", marks=pytest.mark.lab_variant)]
 
@@ -243,6 +247,10 @@ def test_a_fixed_draw_runs_live_and_is_recorded(seed, klass, tmp_path, capsys):
     # every path answered about the faulty rank, and the replay judges every rank
     assert set(row["scores"]) >= {"diagnose", "agent", "replay"}
     assert all(s["got"] != "error" for s in row["scores"].values()), row["scores"]
+    # and named what was injected on every path (the label held: the fixed draws' faults are
+    # far over the line or a healthy job far under it), its victims calm
+    assert all(s["top1"] for s in row["scores"].values()), row["scores"]
+    assert all(s["victims"] in (None, True) for s in row["scores"].values()), row["scores"]
     assert set(draws.replay(doc)) == {str(r) for r in range(d.ranks)}
     with capsys.disabled():
         print("\n%s (%.0fs): %s" % (d.name, row["wall_s"], draws.detail([row], PATHS)))

@@ -6,6 +6,7 @@ rank, the headline alert and the verdicts agree, the recorded trace is diagnosed
 offline as labelled, and nothing the run created is left behind. Scenarios run in sequence,
 20 s each; the variants (VARIANTS) and those another CI test runs live (LIVE_ELSEWHERE)
 only in `make test-lab`."""
+import importlib
 import json
 import os
 
@@ -102,6 +103,9 @@ LIVE_ELSEWHERE = {
     # workers dying of SIGBUS on a full tmpfs /dev/shm, shm_exhaustion first on both paths
     "shm-exhaustion": "tests/diagnose/test_deaths.py::test_deaths_counted_and_ranked_from_prometheus"
                       "_as_by_the_agent",
+    # a CFS quota too small for the target's workers, with a victim: the fixed draw CI runs
+    # live (cpu_throttle first on the diagnose, agent and Prometheus paths)
+    "cpu-throttle": "tests/lab/test_draws.py::test_a_fixed_draw_runs_live_and_is_recorded[7-cpu_throttle]",
     # the mixin's live setup runs this scenario as a one-rank job: its cause first in top
     # and in the job's report, its alert's probe against real Prometheus
     "storage-errors": "tests/mixin/test_live.py::test_top_ranks_the_stalled_jobs_first_each_with_its_cause",
@@ -131,7 +135,12 @@ def test_variants_name_scenarios_that_run_in_ci():
         path, name = test.split("::")
         with open(os.path.join(ROOT, path)) as f:
             text = f.read()
+        name, _, case = name.partition("[")
         assert "def %s(" % name in text, test
+        if case:  # one case of a parametrized test: its module's LIVE, not marked lab_variant
+            module = importlib.import_module(path[:-len(".py")].replace("/", "."))
+            in_ci = ["-".join(map(str, p)) for p in module.LIVE if not hasattr(p, "marks")]
+            assert case.rstrip("]") in in_ci, (test, in_ci)
 
 
 @pytest.mark.parametrize("name", [_param(s.name) for s in scenarios.REAL])
