@@ -22,6 +22,7 @@ SHARD_READ = signal("shard_read_seconds").name
 SHM_USED = signal("shm_used_ratio").name
 SHM_FREE = signal("shm_free_bytes").name
 THROTTLED = signal("cfs_throttled_seconds_rate").name
+HELD_BACK = signal("cfs_held_back_ratio").name
 RUNQUEUE = signal("workers_runqueue_ratio").name
 SHARD_BYTES = signal("shard_read_bytes").name
 LOADER_BYTES = signal("loader_read_bytes_rate").name
@@ -116,6 +117,7 @@ def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
         shm_size = float(free[-1] / (1 - used[-1]))
         shm_used = float(shm_size * used.max())
     throttled, runqueue = _values(trace, THROTTLED), _values(trace, RUNQUEUE)
+    held_back = _values(trace, HELD_BACK)
     block = _values(trace, BLOCK_BYTES)
     shards = loader.dataset_shards
     by_worker = slow_worker.per_worker(trace)
@@ -131,6 +133,7 @@ def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
         shard_reads_per_second=(len(reads) / seconds) if reads is not None and seconds > 0 else None,
         shm_size_bytes=shm_size, shm_used_bytes=shm_used,
         throttled_seconds_rate=float(throttled.mean()) if throttled is not None else None,
+        held_back_ratio=float(held_back.mean()) if held_back is not None else None,
         runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=facts.memory,
         link=link(ctx.whole), cpus=facts.cpus, io_read_limit=facts.io_read_limit,
         block_read_bytes_per_second=float(block.mean()) if block is not None else None,

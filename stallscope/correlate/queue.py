@@ -112,6 +112,7 @@ class Measured:
     shm_used_bytes: float | None = None
     worker_loads: tuple[np.ndarray, ...] | None = None  # each worker's load time samples (slow_worker.py)
     throttled_seconds_rate: float | None = None  # threads held back by the quota, per second
+    held_back_ratio: float | None = None    # a runnable worker's share held back (cfs exporter)
     runqueue_ratio: float | None = None     # run-queue wait per second, per worker
     waits: np.ndarray | None = None         # per-batch steady waits (the load itself without workers)
     memory: Memory | None = None            # the memory limit more workers must fit in
@@ -140,11 +141,15 @@ class Measured:
     @property
     def held_back(self) -> float | None:
         """Share of each worker's time the quota held it back (None: not measured). The
-        cgroup's throttled seconds per worker; never more than the run-queue wait, which
-        counts throttled tasks too."""
-        if self.throttled_seconds_rate is None or not self.workers:
+        cfs exporter's held-back share (the cgroup's throttled seconds over the CPUs its
+        processes spread across); in traces recorded before it, the throttled seconds per
+        worker. Never more than the run-queue wait, which counts throttled tasks too."""
+        if self.held_back_ratio is not None:
+            share = self.held_back_ratio
+        elif self.throttled_seconds_rate is None or not self.workers:
             return None
-        share = self.throttled_seconds_rate / self.workers
+        else:
+            share = self.throttled_seconds_rate / self.workers
         if self.runqueue_ratio is not None:
             share = min(share, self.runqueue_ratio)
         return float(min(max(share, 0.0), 0.95))

@@ -23,12 +23,14 @@ from typing import Any
 from ..host.facts import RankQuota
 from ..host.families import family
 from ..system import cgroups
+from ..system.cpus import allowed_cpus
 from ..system.procfs import read_keyed, read_text
 from ..vocabulary import signal
 from . import base
 
 THROTTLED_RATIO = signal("cfs_throttled_ratio").name
 THROTTLED_RATE = signal("cfs_throttled_seconds_rate").name
+HELD_BACK = signal("cfs_held_back_ratio").name
 # A worker's cgroup is read again this often: a worker is moved only by hand, and reading
 # every worker's /proc/<pid>/cgroup each collection was a third of this exporter's cost
 # at 8 ranks x 8 workers (benchmarks/bench_exporters.py). A rank's main process is the
@@ -70,12 +72,13 @@ def parse_stat(stat, version):
 
 
 class Group:
-    __slots__ = ("version", "path", "dir", "cg", "labels", "ranks", "procs", "quota", "counters")
+    __slots__ = ("version", "path", "dir", "cg", "labels", "ranks", "procs", "cpus", "quota", "counters")
 
     def __init__(self, version, path, directory, cg, labels):
         self.version, self.path, self.dir, self.cg, self.labels = version, path, directory, cg, labels
         self.ranks = []   # ranks whose main process lives here
         self.procs = 0    # rank processes (main + workers) living here
+        self.cpus = set()  # the CPUs they may run on
         self.quota = None
         self.counters = None
 
@@ -88,6 +91,14 @@ class CfsExporter(base.Exporter):
         self.rates = base.Rates(host)
         # pid -> (read at, its Cgroup or None, where that is: _locate's answer)
         self.worker_cgroups: dict[int, tuple[float, Any, Any]] = {}
+        # pid -> (read at, the CPUs it may run on), read as rarely as a worker's cgroup
+        self.pid_cpus: dict[int, tuple[float, frozenset[int]]] = {}
+
+    def _cpus(self, pid, now):
+        hit = self.pid_cpus.get(pid)
+        if hit is None or now - hit[0] >= WORKER_CGROUP_S:
+            hit = self.pid_cpus[pid] = (now, allowed_cpus(self.host.procfs, pid))
+        return hit[1]
 
     def _worker_cgroup(self, layout, pid, now, live):
         """(Cgroup, location) of a worker, read again every WORKER_CGROUP_S."""
@@ -151,12 +162,16 @@ class CfsExporter(base.Exporter):
                     labels = dict(rank.labels, container=cgroups.container_label(cg, where[1]))
                     g = groups[where[:2]] = Group(where[0], where[1], where[2], cg, labels)
                 g.procs += 1
+                g.cpus |= self._cpus(pid, now)
+                live.add(pid)
                 if i == 0 and rank.pid:
                     g.ranks.append(rank)
                 if g not in mine:
                     mine.append(g)
         for pid in [p for p in self.worker_cgroups if p not in live]:
             del self.worker_cgroups[pid]
+        for pid in [p for p in self.pid_cpus if p not in live]:
+            del self.pid_cpus[pid]
         return self._emit(layout, groups, ranks, rank_groups, quota_cache)
 
     def _emit(self, layout, groups, ranks, rank_groups, quota_cache):
@@ -181,7 +196,7 @@ class CfsExporter(base.Exporter):
         return [f.family for f in (periods, throttled, seconds, quota, over)]
 
     def _record(self, groups, ranks, rank_groups):
-        ratio, rate = {}, {}
+        ratio, rate, held = {}, {}, {}
         for key, g in groups.items():
             if g.counters is None:
                 continue
@@ -190,6 +205,16 @@ class CfsExporter(base.Exporter):
                 dt, (dp, dthr, dsec) = d
                 ratio[key] = dthr / dp if dp else 0.0
                 rate[key] = dsec / dt
+                # The kernel adds a cfs_rq's throttled time per CPU (sched-bwc.rst
+                # "throttled_time"; fair.c unthrottle_cfs_rq: throttled_time += now -
+                # throttled_clock), so three workers throttled on two CPUs count 2 s a
+                # second, and every one of them was held back for its CPU's whole span: the
+                # held-back share of a runnable process is the rate over the CPUs they
+                # spread across, not over the processes (a 0.18-CPU quota on 3 workers of
+                # 2 cores: 1.81 s/s, 0.60 a worker read as 0.28 of "crowding" no limit
+                # gives back, where their run-queue wait was 0.88; issue 49's apply-fix)
+                spread = min(g.procs, len(g.cpus)) if g.cpus else g.procs
+                held[key] = min(1.0, rate[key] / max(spread, 1))
         self.rates.prune()
         for rank in ranks:
             mine = [g for g in rank_groups.get(rank.key, ()) if g.counters is not None]
@@ -197,6 +222,7 @@ class CfsExporter(base.Exporter):
             if keys:  # the worst of the rank's cgroups: a throttled worker cgroup is enough
                 self.record(rank.key, THROTTLED_RATIO, max(ratio[k] for k in keys))
                 self.record(rank.key, THROTTLED_RATE, max(rate[k] for k in keys))
+                self.record(rank.key, HELD_BACK, max(held[k] for k in keys))
             found = [g.quota for g in mine if g.quota is not None]
             q = min(found) if found else None
             main = next((g for g in mine if rank in g.ranks), None)

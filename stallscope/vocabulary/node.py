@@ -164,6 +164,9 @@ SIGNALS = (
            ("namespace", "pod", "container")),
     Signal("cfs_throttled_seconds_rate", "count", ("rank",), "cfs",
            "Throttled seconds per second of the rank's most throttled cgroup (threads held back)."),
+    Signal("cfs_held_back_ratio", "ratio", ("rank",), "cfs",
+           "Share of the time a runnable process of the rank's most throttled cgroup was held back "
+           "by its CFS quota: the throttled seconds a second over the CPUs its processes spread across."),
     Signal("workers_runqueue_ratio", "ratio", ("rank",), "sched",
            "Run-queue wait per second, averaged over the rank's loader workers: runnable, no CPU."),
     _psi("cpu", "some"), _psi("io", "some"), _psi("io", "full"),

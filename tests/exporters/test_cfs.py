@@ -2,6 +2,7 @@
 (root; skips elsewhere), and cgroup v2 shapes from fixture files."""
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -138,3 +139,58 @@ def test_unavailable_without_a_cpu_controller(tmp_path):
     (tmp_path / "memory").mkdir()
     reason = cfs.CfsExporter(context(cgroupfs=str(tmp_path))).unavailable()
     assert reason and "no cpu cgroup controller" in reason
+
+
+def _run_delay(pid):
+    """Seconds ``pid`` waited runnable on a run queue, throttled included (the kernel's
+    own record: /proc/<pid>/schedstat, Documentation/scheduler/sched-stats.rst)."""
+    with open("/proc/%d/schedstat" % pid) as f:
+        return int(f.read().split()[1]) / 1e9
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_held_back_share_is_each_workers_throttled_time(v1_cpu_cgroup, pinned):
+    """Three busy workers under a 0.3-core quota. The kernel adds the cgroup's throttled
+    time once per CPU it throttled on: ~1.6 s a second over this machine's two CPUs, and
+    each worker was held back for its CPU's whole span, ~0.8, not the rate per worker.
+    Checked against each worker's run-queue wait (run_delay), which is the throttled
+    span plus the others' turns on its CPU while the quota lets them run: ~0.1 on two
+    CPUs, (1 - held) x 2/3 when all three are pinned to one."""
+    path, procs = v1_cpu_cgroup
+    write(os.path.join(path, "cpu.cfs_period_us"), "100000")
+    write(os.path.join(path, "cpu.cfs_quota_us"), "30000")
+    main = subprocess.Popen(["sleep", "60"])
+    procs.append(main)
+    workers = [spawn(BUSY) for _ in range(3)]
+    procs.extend(workers)
+    for w in workers:
+        if pinned:  # one CPU: one cfs_rq throttles, and the rate is the held-back share
+            os.sched_setaffinity(w.pid, {0})
+        join_cgroup(path, w)
+    table = table_with(dict(pid=main.pid, worker_pids=[w.pid for w in workers]))
+    rank = table.snapshot()[0]
+    ctx = context(table, cgroupfs="/sys/fs/cgroup")
+    exp = cfs.CfsExporter(ctx)
+    collect(exp, [rank])
+    delay0, t0 = [_run_delay(w.pid) for w in workers], time.monotonic()
+    time.sleep(2.0)
+    collect(exp, [rank])
+    delay1, t1 = [_run_delay(w.pid) for w in workers], time.monotonic()
+    [(_, held)] = ctx.samples.series(rank.key, "cfs_held_back_ratio")
+    [(_, rate)] = ctx.samples.series(rank.key, "cfs_throttled_seconds_rate")
+    waited = sum(b - a for a, b in zip(delay0, delay1)) / len(workers) / (t1 - t0)
+    print("rate %.2f s/s, held back %.2f, run-queue wait %.2f a worker" % (rate, held, waited))
+    if pinned:
+        assert held == pytest.approx(rate)
+        # the others' turns while the quota lets them run: (1 - held) x 2/3; more only
+        # where other tasks on the machine take CPU 0 too
+        assert held + (1 - held) * 2 / 3 - 0.05 <= waited, (held, waited)
+    else:
+        assert held == pytest.approx(rate / 2), rate
+        # the held-back span is in the wait, and the rest of the wait fits in the span the
+        # quota let the group run, less the worker's own 0.1 of a core
+        assert held <= waited + 0.03 and waited - held <= (1 - held) - 0.1 + 0.03, (held, waited)
+        if rate > 1.2:  # both CPUs throttled most of the time (a busy machine throttles
+            # less: the others take the workers' turns before their quota runs out), and
+            # the rate per worker, read before, is far under each one's wait
+            assert rate / 3 < waited - 0.3, (rate, waited)
