@@ -353,8 +353,8 @@ class Ingest:
         try:
             if checked and source is None:
                 raise validate.Reject("no_credentials")
-            msg = validate.parse(data, self.max_bytes)
-            if self.apply(msg, source) is HELD:
+            report = validate.parse(data, self.max_bytes)
+            if self.apply(report, source) is HELD:
                 return True  # counted when its trainer's report applies it, or refused
         except validate.Reject as r:
             self.stats.rejected[r.reason] += 1
@@ -370,5 +370,5 @@ class Ingest:
             self._log_internal(e)
             return False
         self.stats.accepted += 1
-        self.stats.events += len(msg["events"])
+        self.stats.events += len(report.events)
         return True
