@@ -45,7 +45,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
     if c.cause == "too_few_workers" and "num_workers" not in banned and doc.sizing.workers_needed \
             and (p is None or not p.configured):
         text = _more_workers(doc.sizing, doc)
-    if p is not None and p.configured and not (set(p.settings) & banned):
+    if p is not None and p.configured and not (p.settings.names() & banned):
         # the measured change replaces the generic advice's first step
         head = "%s%s: predicted data-wait %.1f%%, step %.3gs." % (
             p.change[0].upper(), p.change[1:], 100 * p.predicted_data_wait_ratio,
@@ -55,7 +55,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
             # (two different counts in one step read as a contradiction)
             persistent = (doc.loader or UNREPORTED).persistent_workers
             text = head + ("" if persistent else " Set persistent_workers=True.")
-            text += beyond_cores(doc, p.settings.get("num_workers"))
+            text += beyond_cores(doc, p.settings.num_workers)
         else:
             text = "%s %s" % (head, text)
     elif p is not None and not p.configured and p.rules_out:
