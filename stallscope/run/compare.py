@@ -21,6 +21,8 @@ or could not be judged.
 """
 import json
 
+from .outcome import SavedRun
+
 OK, REGRESSED, BAD_INPUT, NOT_JUDGED = 0, 1, 2, 3
 
 
@@ -38,6 +40,8 @@ def fraction(text):
 
 
 def load(path):
+    """The run report at ``path``, decoded once (outcome.SavedRun); ValueError with the
+    reason when it is not one."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -47,49 +51,46 @@ def load(path):
             not isinstance(doc.get("data_wait_ratio"), (int, float, type(None))) or \
             "data_wait_ratio" not in doc:
         raise ValueError("%s is not a stallscope run report (no 'run' and 'data_wait_ratio')" % path)
-    return doc
+    try:
+        return SavedRun.from_json(doc)
+    except ValueError as e:
+        raise ValueError("%s is not a stallscope run report: %s" % (path, e)) from None
 
 
-def _row(doc):
-    """The worst rank's row of the run's ranks table, or {}."""
-    for r in doc["run"].get("ranks") or []:
-        if r.get("rank") == doc.get("rank") and r.get("job", doc.get("job")) == doc.get("job"):
-            return r
-    return {}
-
-
-def step_seconds(doc, whole_run=True):
+def step_seconds(saved, whole_run=True):
     """The worst rank's mean interval between batches: its step time; without its first
     batch unless ``whole_run`` (and where the report has it)."""
-    row = _row(doc)
-    if not whole_run and row.get("step_seconds_mean_after_start") is not None:
-        return row["step_seconds_mean_after_start"]
-    return row.get("step_seconds_mean")
+    row = saved.row()
+    if row is None:
+        return None
+    if not whole_run and row.step_seconds_mean_after_start is not None:
+        return row.step_seconds_mean_after_start
+    return row.step_seconds_mean
 
 
-def data_wait(doc, whole_run=True):
+def data_wait(saved, whole_run=True):
     """The worst rank's data-wait share; without its first batch unless ``whole_run``."""
-    after = _row(doc).get("data_wait_ratio_after_start")
-    if not whole_run and after is not None:
-        return after
-    return doc["data_wait_ratio"]
+    row = saved.row()
+    if not whole_run and row is not None and row.data_wait_ratio_after_start is not None:
+        return row.data_wait_ratio_after_start
+    return saved.data_wait_ratio
 
 
-def startup_seconds(doc):
+def startup_seconds(saved):
     """The worst rank's first batch (its workers' start), when the report has it."""
-    return _row(doc).get("startup_seconds")
+    row = saved.row()
+    return row.startup_seconds if row is not None else None
 
 
-def why_not_judged(doc):
+def why_not_judged(saved):
     """Why the run proves nothing (it failed, or has no verdict), or None."""
-    run = doc["run"]
-    code = run.get("exit_status")
-    if run.get("outcome") == "interrupted":
+    code = saved.run.exit_status
+    if saved.run.outcome == "interrupted":
         return "was interrupted (exit status %s)" % code
     if code not in (0, None):
         return "failed (exit status %s)" % code
-    if doc.get("verdict") in (None, "unknown") or doc.get("data_wait_ratio") is None:
-        return "could not be judged: %s" % (doc.get("reason") or "verdict unknown")
+    if saved.verdict in (None, "unknown") or saved.data_wait_ratio is None:
+        return "could not be judged: %s" % (saved.reason or "verdict unknown")
     return None
 
 
@@ -101,13 +102,14 @@ def _pct(v):
     return "%.1f%%" % (100 * v) if v is not None else "n/a"
 
 
-def _side(path, d, not_judged, whole_run):
-    return {"path": path, "verdict": d.get("verdict"), "reason": d.get("reason"),
-            "data_wait_ratio": data_wait(d, whole_run), "step_seconds": step_seconds(d, whole_run),
-            "whole_run_data_wait_ratio": d["data_wait_ratio"], "whole_run_step_seconds": step_seconds(d),
-            "startup_seconds": startup_seconds(d),
-            "causes": [c["cause"] for c in d.get("causes") or [] if c.get("score", 0) > 0],
-            "exit_status": d["run"].get("exit_status"), "not_judged": not_judged}
+def _side(path, saved, not_judged, whole_run):
+    """One run's side of the comparison, as --json prints it."""
+    return {"path": path, "verdict": saved.verdict, "reason": saved.reason,
+            "data_wait_ratio": data_wait(saved, whole_run), "step_seconds": step_seconds(saved, whole_run),
+            "whole_run_data_wait_ratio": saved.data_wait_ratio, "whole_run_step_seconds": step_seconds(saved),
+            "startup_seconds": startup_seconds(saved),
+            "causes": [c.cause for c in saved.causes if c.score > 0],
+            "exit_status": saved.run.exit_status, "not_judged": not_judged}
 
 
 def result(a_path, b_path, threshold, step_threshold, whole_run=False):
