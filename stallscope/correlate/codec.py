@@ -342,6 +342,17 @@ def _dataclass(cls: Any, body: Any, what: str) -> Any:
         raise Malformed("%s: %s" % (what, e)) from None
 
 
+def decode_headline(body: Any) -> tuple[str | None, tuple[Cause, ...], Any, Prediction | None]:
+    """What every diagnosis body leads with, the agent's and a ``diagnose --json``
+    document alike: (the verdict, the causes, the straggler's rank, the prediction)."""
+    b = _map(body, "the diagnosis")
+    straggler = b.get("straggler")
+    prediction = b.get("prediction")
+    return (_str(b, "verdict"), tuple(decode_cause(c) for c in _list(b, "causes")),
+            _map(straggler, "straggler").get("rank") if straggler else None,
+            decode_prediction(prediction) if prediction else None)
+
+
 def decode(body: Any) -> Diagnosis:
     """The typed Diagnosis of an agent's /api/v1/diagnosis body."""
     b = _map(body, "the diagnosis")

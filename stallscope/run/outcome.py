@@ -100,12 +100,9 @@ class SavedRun:
     def from_json(cls, doc: Mapping[str, Any]) -> SavedRun:
         """ValueError (codec.Malformed is one) with the reason when a field is not what
         ``stallscope run`` writes."""
-        causes = doc.get("causes") or []
-        if not isinstance(causes, list):
-            raise ValueError("'causes' is not a list")
-        return cls(_of(doc, "job", str), doc.get("rank"), _of(doc, "verdict", str), _of(doc, "reason", str),
-                   _of(doc, "data_wait_ratio", (int, float)), tuple(codec.decode_cause(c) for c in causes),
-                   RunOutcome.from_json(doc.get("run")))
+        verdict, causes, _straggler, _prediction = codec.decode_headline(doc)
+        return cls(_of(doc, "job", str), doc.get("rank"), verdict, _of(doc, "reason", str),
+                   _of(doc, "data_wait_ratio", (int, float)), causes, RunOutcome.from_json(doc.get("run")))
 
     def row(self) -> RankRow | None:
         """The worst rank's row of the run's ranks table (a row without a job is the
