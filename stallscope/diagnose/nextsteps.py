@@ -3,7 +3,6 @@ and the exact commands for a deeper look."""
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from .. import vocabulary
 from ..correlate.model import Cause
@@ -115,7 +114,7 @@ def _more_workers(z: Sizing, doc: Report) -> str:
 OFF_CPU = 0.5  # workers busy on the CPU less than this share of the time mostly wait
 
 
-def beyond_cores(doc: Report, count: Any) -> str:
+def beyond_cores(doc: Report, count: int | None) -> str:
     """torch warns when num_workers exceeds the CPUs the process may use ("Our suggested
     max number of worker in current system is 2"): a count past them, for workers that
     mostly wait off the CPU (reads, sleeps, a remote store), answers that warning (issue
