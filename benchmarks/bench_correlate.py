@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.correlate import diagnosis
 from stallscope.correlate.trace import RankTrace
+from stallscope.host.report import HookReport
 from stallscope.lab import synth
 
 RANKS, HOUR, BUDGET_S = 8, 3600.0, 0.200
@@ -72,13 +73,12 @@ def main():
     agent = Agent(Config(agent=AgentOptions(socket="/nonexistent/bench.sock", node="bench",
                                             timeline_seconds=window)))
     for r, (ev, sig, _node) in enumerate(data):
-        rank = agent.table.apply({"id": {"job": "bench", "rank": r, "local_rank": r, "world_size": RANKS,
-                                         "pod": "bench-%d" % r, "namespace": "ns", "node": "bench"},
-                                  "role": "main", "pid": 0, "mono_ns": 0, "wall_ns": 0,
-                                  "dropped_total": 0, "events": ev, "raw": {},
-                                  "loader": {"num_workers": 4, "prefetch_factor": 2, "batch_size": 32,
-                                             "pin_memory": True, "persistent_workers": True,
-                                             "worker_pids": []}})
+        rank = agent.table.apply(HookReport.of({
+            "id": {"job": "bench", "rank": r, "local_rank": r, "world_size": RANKS,
+                   "pod": "bench-%d" % r, "namespace": "ns", "node": "bench"},
+            "role": "main", "pid": 0, "mono_ns": 0, "wall_ns": 0, "dropped_total": 0, "events": ev, "raw": {},
+            "loader": {"num_workers": 4, "prefetch_factor": 2, "batch_size": 32, "pin_memory": True,
+                       "persistent_workers": True, "worker_pids": []}}))
         for name, pts in sig.items():
             t, v = zip(*pts)
             agent.samples.record_many(rank.key, name, t, v)

@@ -27,6 +27,7 @@ from stallscope import exporters
 from stallscope.agent import malloc
 from stallscope.agent.host import AgentHost
 from stallscope.agent.table import samples, state
+from stallscope.host.report import HookReport
 
 RANKS, WORKERS, CYCLES = 8, 8, 30
 BUDGET_MS = 20.0
@@ -34,12 +35,12 @@ CPU_V1 = "/sys/fs/cgroup/cpu"
 
 
 def message(pid, workers, rank):
-    return {"id": {"job": "bench", "rank": rank, "local_rank": rank, "world_size": RANKS,
+    return HookReport.of({"id": {"job": "bench", "rank": rank, "local_rank": rank, "world_size": RANKS,
                    "pod": "pod-bench", "namespace": "ml", "node": "n1"},
             "pid": pid, "role": "main", "mono_ns": 0, "wall_ns": 0, "dropped_total": 0,
             "events": [], "raw": {},
             "loader": {"num_workers": len(workers), "prefetch_factor": 2, "batch_size": 32,
-                       "pin_memory": True, "persistent_workers": True, "worker_pids": workers}}
+                       "pin_memory": True, "persistent_workers": True, "worker_pids": workers}})
 
 
 def setup(procs, cgroups_made, fs):

@@ -20,6 +20,7 @@ from stallscope.agent.table.samples import SampleStore
 from stallscope.agent.table.state import RankTable
 from stallscope.exporters.gpu.exporter import GpuExporter
 from stallscope.exporters.gpu.options import GpuOptions
+from stallscope.host.report import HookReport
 from tests.helpers.fake_nvml import FakeGpu, FakeNvml, square
 
 GPUS = 8
@@ -81,8 +82,9 @@ def bench_sim():
             while t + 10_000_000 <= now:
                 t += 10_000_000
                 events.append([t, 2_000_000, 10_000_000])
-            msg = {"id": dict(ident, rank=r), "pid": 1, "role": "main", "mono_ns": 0,
-                   "wall_ns": 0, "dropped_total": 0, "events": events, "loader": None, "raw": {}}
+            msg = HookReport.of({"id": dict(ident, rank=r), "pid": 1, "role": "main", "mono_ns": 0,
+                                 "wall_ns": 0, "dropped_total": 0, "events": events, "loader": None,
+                                 "raw": {}})
             rank = table.apply(msg)
             c = time.thread_time()
             exp.handle(msg, rank)  # the gpu part's share of a report: feeds the simulation

@@ -31,14 +31,17 @@ GOAL_P99 = 0.250
 
 
 def report(rank, events=100):
+    """A trainer's report as the agent's validation makes it (HookReport)."""
+    from stallscope.host.report import HookReport
+
     now = time.monotonic_ns()
-    return {"v": 1, "kind": "report", "role": "main", "pid": 1000 + rank, "mono_ns": now,
+    return HookReport.of({"v": 1, "kind": "report", "role": "main", "pid": 1000 + rank, "mono_ns": now,
             "wall_ns": time.time_ns(), "dropped_total": 0, "raw": {},
             "id": {"job": "bench", "rank": rank, "local_rank": rank % 8, "world_size": 256,
                    "pod": "bench-%d" % (rank // 8), "namespace": "bench", "node": ""},
             "loader": {"num_workers": 4, "prefetch_factor": 2, "pin_memory": False,
                        "persistent_workers": True, "batch_size": 8, "worker_pids": []},
-            "events": [[now - (events - i) * 10**7, 10**6 * (i % 7), 10**7] for i in range(events)]}
+            "events": [[now - (events - i) * 10**7, 10**6 * (i % 7), 10**7] for i in range(events)]})
 
 
 def make_agent(ranks):

@@ -12,6 +12,7 @@ from typing import Any
 from ..host import Part, log
 from ..host.facts import Facts
 from ..host.families import family
+from ..host.report import HookReport
 from .table.rankstate import RankState
 from .table.samples import SampleStore
 from .table.state import RankTable
@@ -91,7 +92,7 @@ class Parts:
         self.exposition = Exposition()  # generate_latest's bytes, faster (exposition.py)
         self.http: Any = None  # the HTTP server's counters (httppool.Stats), set by the agent
 
-    def handle(self, report: Any, rank: RankState) -> None:
+    def handle(self, report: HookReport, rank: RankState) -> None:
         for p in self.handlers:
             p.handle(report, rank)
 

@@ -26,11 +26,11 @@ from .. import exporters
 from ..hook import wire
 from ..host import Part, log
 from ..host.options import flag
+from ..host.report import HookReport
 from . import malloc
 from .api import CoreRoutes
 from .host import AgentHost, Parts
 from .identity import allowlist, kubepods, names, peer
-from .identity.admission import key_of
 from .identity.hooksocket import BindError, HookSocket, SocketSpec, parse_group, parse_mode
 from .identity.refusal import Refused
 from .parts.correlator import CorrelatorOptions, CorrelatorPart
@@ -170,27 +170,28 @@ class Agent:
         self.parts.http = self.http_stats
         self._serving: threading.Thread | None = None
 
-    def apply(self, msg: Any, source: peer.Source | None = None) -> Any:
+    def apply(self, report: HookReport, source: peer.Source | None = None) -> Any:
         """One validated hook message: the rank table, then every part. ``source``: the
         sender as the kernel names it (None: an in-process caller). A worker's report
         that comes before its trainer's first is held until it does (held.py)."""
         try:
             if source is not None and self.watcher is not None:
-                self.pods.resolve(msg, source.pod_uid)  # the claimed pod is the sender's (kubepods.py)
-            rank = self.table.apply(msg, source)
+                # the claimed pod is the sender's (kubepods.py), completed from the pod map
+                report = self.pods.resolve(report, source.pod_uid)
+            rank = self.table.apply(report, source)
         except Refused as m:
-            if m.reason == "unknown_rank" and msg["role"] == "worker":
-                if self.held.hold(key_of(msg), msg, source):
+            if m.reason == "unknown_rank" and not report.main:
+                if self.held.hold(report.key, report, source):
                     return HELD
                 raise Refused("held_limit") from None  # its sender's share is full (held.py)
             raise
-        self.parts.handle(msg, rank)
-        if msg["role"] == "main" and len(self.held):
-            for held_msg, held_source in self.held.take(rank.key):
+        self.parts.handle(report, rank)
+        if report.main and len(self.held):
+            for held_report, held_source in self.held.take(rank.key):
                 try:
-                    self.parts.handle(held_msg, self.table.apply(held_msg, held_source))
+                    self.parts.handle(held_report, self.table.apply(held_report, held_source))
                     self.stats.accepted += 1
-                    self.stats.events += len(held_msg["events"])
+                    self.stats.events += len(held_report.events)
                 except (Refused, LookupError) as e:
                     self.stats.rejected[getattr(e, "reason", "rank_limit")] += 1
         return rank

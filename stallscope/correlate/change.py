@@ -8,29 +8,29 @@ start: that is epoch_start's, not the new settings' steady pace)."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
 from ..report import LoaderSettings
 from ..vocabulary import DATA_WAIT_LINE
-from .model import Change, Mark, Prediction, Stats
+from .model import Change, Mark, Prediction, Stats, WatchedSettings
 from .overlap import iterator_starts
 from .trace import RankTrace
 
-WATCHED = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
 MIN_AFTER = 5   # fewer steady batches after the change: "after" is not measured yet
 
 
-def settings_of(loader: LoaderSettings | None, quota_cores: float | None) -> dict[str, Any]:
-    """The watched settings and the quota, as a Mark keeps them (its own JSON shape)."""
-    out = {k: getattr(loader, k) if loader is not None else None for k in WATCHED}
-    out["cpu_quota_cores"] = quota_cores
-    return out
+def settings_of(loader: LoaderSettings | None, quota_cores: float | None) -> WatchedSettings:
+    """The watched settings of a rank's loader and the quota over it, as a Mark keeps them."""
+    if loader is None:
+        return WatchedSettings(cpu_quota_cores=quota_cores)
+    return WatchedSettings(loader.num_workers, loader.prefetch_factor, loader.persistent_workers,
+                           loader.pin_memory, loader.batch_size, quota_cores)
 
 
-def mark(old: dict[str, Any], new: dict[str, Any], at_ns: int, prediction: Prediction | None) -> Mark:
-    what = ", ".join("%s %s -> %s" % (k, old.get(k), new.get(k)) for k in new if old.get(k) != new.get(k))
+def mark(old: WatchedSettings, new: WatchedSettings, at_ns: int, prediction: Prediction | None) -> Mark:
+    was = dict(old.items())
+    what = ", ".join("%s %s -> %s" % (k, was[k], v) for k, v in new.items() if was[k] != v)
     return Mark(int(at_ns), time.strftime("%H:%M:%S"), what, old, new, prediction)
 
 
@@ -58,7 +58,7 @@ def _split(marked: Mark, trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
         return ~after, after
     first = int(starts[0])
     idx = np.arange(n)
-    round_ = int(marked.after_settings.get("num_workers") or 0)
+    round_ = int(marked.after_settings.num_workers or 0)
     return idx < first, idx > first + round_ - 1 if round_ else idx >= first
 
 

@@ -31,10 +31,12 @@ from .model import (
     Mark,
     Matched,
     Prediction,
+    ProposedSettings,
     RankRow,
     SetupWarning,
     Stats,
     Straggler,
+    WatchedSettings,
     WorkerSpread,
 )
 from .period import StallPeriod
@@ -80,7 +82,7 @@ def evidence(e: Evidence) -> JSON:
 
 
 def prediction(p: Prediction) -> JSON:
-    out: JSON = {"cause": p.cause, "change": p.change, "settings": dict(p.settings),
+    out: JSON = {"cause": p.cause, "change": p.change, "settings": dict(p.settings.items()),
                  "predicted_data_wait_ratio": p.predicted_data_wait_ratio,
                  "predicted_step_seconds": p.predicted_step_seconds, "speedup": p.speedup,
                  "basis": p.basis, "confidence": p.confidence}
@@ -198,8 +200,8 @@ def decode_budget(body: Any) -> Budget:
 def change(c: Change) -> JSON:
     """A marked change: the mark's fields, ``before``/``after`` and the prediction's error."""
     m = c.mark
-    out: JSON = {"at_ns": m.at_ns, "at_wall": m.at_wall, "what": m.what, "from": dict(m.before_settings),
-                 "to": dict(m.after_settings),
+    out: JSON = {"at_ns": m.at_ns, "at_wall": m.at_wall, "what": m.what,
+                 "from": dict(m.before_settings.items()), "to": dict(m.after_settings.items()),
                  "predicted": prediction(m.predicted) if m.predicted is not None else None,
                  "before": _fields(c.before) if c.before is not None else None,
                  "after": _fields(c.after) if c.after is not None else None, "stall_gone": c.stall_gone}
@@ -215,7 +217,8 @@ def decode_change(body: Any) -> Change:
         v = b.get(key)
         return None if v is None else _dataclass(Stats, v, key)
     mark = Mark(_int(b, "at_ns") or 0, _str(b, "at_wall") or "?", _str(b, "what") or "",
-                dict(_map(b.get("from") or {}, "from")), dict(_map(b.get("to") or {}, "to")),
+                _dataclass(WatchedSettings, b.get("from") or {}, "from"),
+                _dataclass(WatchedSettings, b.get("to") or {}, "to"),
                 decode_prediction(b["predicted"]) if b.get("predicted") else None)
     return Change(mark, stats("before"), stats("after"), bool(b.get("stall_gone")), _num(b, "step_error"))
 
@@ -279,14 +282,26 @@ def decode_evidence(body: Any) -> Evidence:
                     _int(b, "samples"), _str(b, "judged_by"), _int(b, "worker_pid"), _int(b, "starts"))
 
 
+SETTING_NAMES = frozenset(f.name for f in dataclasses.fields(ProposedSettings))
+
+
+def decode_settings(body: Any) -> ProposedSettings:
+    """A prediction's ``settings`` object: only the settings a change can set."""
+    b = _map(body, "settings")
+    unknown = set(b) - SETTING_NAMES
+    if unknown:
+        raise Malformed("settings: unknown %s" % ", ".join(sorted(unknown)))
+    return ProposedSettings(**b)
+
+
 def decode_prediction(body: Any) -> Prediction:
     b = _map(body, "a prediction")
-    settings = b.get("settings") or {}
+    settings = decode_settings(b.get("settings") or {})
     rules_out = tuple(str(x) for x in _list(b, "rules_out"))
     if b.get("workers_alone_useless") and "num_workers" not in rules_out:
         rules_out += ("num_workers",)
     return Prediction(_str(b, "cause") or "", _str(b, "change") or "",
-                      dict(_map(settings, "settings")), _num(b, "predicted_data_wait_ratio") or 0.0,
+                      settings, _num(b, "predicted_data_wait_ratio") or 0.0,
                       _num(b, "predicted_step_seconds") or 0.0, _num(b, "speedup"),
                       _str(b, "basis") or "", _str(b, "confidence") or "", rules_out,
                       _num(b, "cpu_limit_cores"), _num(b, "crowded_ratio"),
@@ -325,6 +340,17 @@ def _dataclass(cls: Any, body: Any, what: str) -> Any:
         return cls(**{k: v for k, v in b.items() if k in names})
     except TypeError as e:
         raise Malformed("%s: %s" % (what, e)) from None
+
+
+def decode_headline(body: Any) -> tuple[str | None, tuple[Cause, ...], Any, Prediction | None]:
+    """What every diagnosis body leads with, the agent's and a ``diagnose --json``
+    document alike: (the verdict, the causes, the straggler's rank, the prediction)."""
+    b = _map(body, "the diagnosis")
+    straggler = b.get("straggler")
+    prediction = b.get("prediction")
+    return (_str(b, "verdict"), tuple(decode_cause(c) for c in _list(b, "causes")),
+            _map(straggler, "straggler").get("rank") if straggler else None,
+            decode_prediction(prediction) if prediction else None)
 
 
 def decode(body: Any) -> Diagnosis:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import Prediction
+from .model import Prediction, ProposedSettings
 from .queue import CROWDED, MAIN_CORE, MAX_WORKERS, TARGET, Measured, prediction, replay
 
 CPU_MARGIN = 1.25                # over the mean CPU demand, only without per-batch load times
@@ -96,7 +96,7 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
         return None  # the quota does not hold the workers back now: a limit buys nothing
     load = unthrottled_load(m)
     w = m.workers or 1
-    settings: dict[str, Any] = {}
+    more_workers_too: int | None = None  # these workers cannot keep up unthrottled: more too
     if load is None:
         cores = CPU_MARGIN * c / m.compute_mean
         step = max(m.compute_mean, c / cores)
@@ -110,13 +110,13 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
                 k, wt, st = limit_search(m, load, more_workers)
                 if wt <= TARGET:
                     cores, wait, step, w = k, wt, st, more_workers
-                    settings["num_workers"] = more_workers
+                    more_workers_too = more_workers
                     break
         how = ("the replay of the queue (%d workers, the measured spread) under the limit, with "
                "the load times less the %.0f%% the quota held each worker back" % (
                    w, 100 * (m.held_back or 0.0)))
     limit = _loader_limit(cores, m)
-    settings = dict({"cpu_limit_cores": limit}, **settings)
+    settings = ProposedSettings(cpu_limit_cores=limit, num_workers=more_workers_too)
     text = ("the workers need %.3g CPU-s per batch (%.2g cores at %.3gs of compute a batch); "
             "a limit of %.3g cores (%.2g for the loader, %.0f%% over the mean demand) from %s" % (
                 c, c / m.compute_mean, m.compute_mean, limit, cores,
@@ -137,8 +137,8 @@ def cpu_limit(m: Measured, basis: str = "", capped_workers: int | None = None) -
     if capped_workers is not None:
         more["rules_out"] = ("num_workers",)  # more workers share the same capped CPU
     change = "raise the CPU limit to %.3g cores" % limit
-    if "num_workers" in settings:
-        change += " and num_workers from %d to %d" % (m.workers or 1, settings["num_workers"])
+    if settings.num_workers is not None:
+        change += " and num_workers from %d to %d" % (m.workers or 1, settings.num_workers)
     if capped_workers is not None:
         change += " (more workers alone would not help)"
     return prediction(change, settings, wait, step, m, (basis + "; " if basis else "") + text,

@@ -48,6 +48,33 @@ class Evidence:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProposedSettings:
+    """The settings a prediction's change sets (None: left as it is): the loader's, the
+    CPU limit over it, the pod's /dev/shm, the link's capacity. The codec writes only
+    those set, in this order, as the ``settings`` object they always were."""
+    cpu_limit_cores: float | None = None
+    num_workers: int | None = None
+    persistent_workers: bool | None = None
+    in_order: bool | None = None
+    shm_mib: int | None = None
+    link_capacity_bytes_per_second: float | None = None
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(name, value) of each setting the change sets, in field order."""
+        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None]
+
+    def names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.items())
+
+    def __bool__(self) -> bool:
+        return bool(self.items())
+
+
+NO_SETTINGS = ProposedSettings()
+
+
+@dataclasses.dataclass(frozen=True)
 class Prediction:
     """What a change will buy (predict.py): the change, its settings, the data-wait
     share and step time to expect, how that was found. ``rules_out``: the settings the
@@ -55,7 +82,7 @@ class Prediction:
     step may then recommend (story.py)."""
     cause: str
     change: str
-    settings: Mapping[str, Any]
+    settings: ProposedSettings
     predicted_data_wait_ratio: float
     predicted_step_seconds: float
     speedup: float | None
@@ -192,14 +219,30 @@ class Matched:
 
 
 @dataclasses.dataclass(frozen=True)
+class WatchedSettings:
+    """What the agent watches of a rank for a change (correlate/change.py): its loader's
+    settings and the CPU quota over it (None: not reported, no quota). The codec writes
+    every one, in this order, as the mark's ``from`` and ``to`` objects."""
+    num_workers: int | None = None
+    prefetch_factor: int | None = None
+    persistent_workers: bool | None = None
+    pin_memory: bool | None = None
+    batch_size: int | None = None
+    cpu_quota_cores: float | None = None
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+
+
+@dataclasses.dataclass(frozen=True)
 class Mark:
     """A change of a rank's loader settings (or the CPU quota over it) the agent saw
     (correlate/change.py), with the prediction made before it."""
     at_ns: int
     at_wall: str
     what: str
-    before_settings: Mapping[str, Any]
-    after_settings: Mapping[str, Any]
+    before_settings: WatchedSettings
+    after_settings: WatchedSettings
     predicted: Prediction | None = None
 
 

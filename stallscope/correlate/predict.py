@@ -35,7 +35,7 @@ import numpy as np
 
 from . import capacity, slow_worker
 from .cpulimit import cpu_limit
-from .model import Headroom, Prediction
+from .model import NO_SETTINGS, Headroom, Prediction, ProposedSettings
 from .queue import MAIN_CORE, MAX_WORKERS, REPLAY_BATCHES, TARGET, Measured, Memory, prediction, replay
 
 __all__ = ["MAIN_CORE", "REPLAY_BATCHES", "TARGET", "Measured", "Memory", "for_cause", "headroom", "replay"]
@@ -225,7 +225,8 @@ def workers(m: Measured, basis: str = "") -> Prediction | None:
         change += " (the most the pod's memory limit holds)"
     elif bound_by is not None and bound_by.name == "shards":
         change += " (one a shard)"
-    return prediction(change, {"num_workers": w}, wait, step, m, basis + text, confidence, **more)
+    return prediction(change, ProposedSettings(num_workers=w), wait, step, m, basis + text, confidence,
+                      **more)
 
 
 def persistent(m: Measured) -> Prediction | None:
@@ -239,7 +240,7 @@ def persistent(m: Measured) -> Prediction | None:
     removed = m.iterator_start_wait_seconds - starts * m.steady_wait_seconds
     wall = m.step_seconds * steady_n + starts * (m.compute_mean + m.steady_wait_seconds)
     wait_s = m.steady_wait_seconds * (steady_n + starts)
-    return prediction("set persistent_workers=True", {"persistent_workers": True},
+    return prediction("set persistent_workers=True", ProposedSettings(persistent_workers=True),
                    wait_s / wall if wall > 0 else 0.0, wall / max(1, m.batches), m,
                    "removes %.3gs of worker start-up at each of %d iterator start(s)" % (
                        removed / starts, starts), "high",
@@ -254,7 +255,7 @@ def shm(m: Measured) -> Prediction | None:
     need = max(2 * m.shm_used_bytes, m.shm_size_bytes * 2)
     mib = int(math.ceil(need / 2**20 / 64) * 64)
     h = headroom(m)
-    return prediction("give the pod a /dev/shm of %d MiB" % mib, {"shm_mib": mib}, 0.0,
+    return prediction("give the pod a /dev/shm of %d MiB" % mib, ProposedSettings(shm_mib=mib), 0.0,
                    h.step_seconds_without_wait, m,
                    "the workers hold up to %s x %s batches there; %.0f of %.0f MiB were in use "
                    "(batch bytes are not measured, so at least twice the use)" % (
@@ -287,7 +288,7 @@ def in_order_false(m: Measured) -> Prediction | None:
     now = slow_worker.replay(list(m.worker_loads), m.compute, prefetch, True)
     wait = slow_worker.replay(list(m.worker_loads), m.compute, prefetch, False)
     step = m.compute_mean / max(1e-9, 1.0 - wait)
-    return prediction("in_order=False", {"in_order": False}, wait, step, m,
+    return prediction("in_order=False", ProposedSettings(in_order=False), wait, step, m,
                    "the DataLoader's queue replayed with each of %d workers' load times: wait %.1f%% "
                    "in order, %.1f%% with in_order=False" % (len(m.worker_loads), 100 * now, 100 * wait),
                    "high" if min(len(x) for x in m.worker_loads) >= 20 else "medium",
@@ -332,7 +333,8 @@ def bandwidth(m: Measured) -> Prediction | None:
         confidence = "low"
     return prediction("raise the link's capacity from %.3g to %.3g MB/s (or read fewer bytes a "
                       "batch, or cache them nearer the GPU)" % (link.capacity / 1e6, capacity / 1e6),
-                      {"link_capacity_bytes_per_second": capacity}, wait, step, m, text, confidence,
+                      ProposedSettings(link_capacity_bytes_per_second=capacity), wait, step, m, text,
+                      confidence,
                       rules_out=("num_workers",))
 
 
@@ -380,5 +382,5 @@ def for_cause(cause: str, m: Measured) -> Prediction:
                        ": on the CPU the workers get, more of them are not predicted to keep up")
             basis = why + "; " + basis
             rules_out = ("num_workers",)
-    return Prediction(cause, change, {}, 0.0, h.step_seconds_without_wait, h.speedup, basis,
+    return Prediction(cause, change, NO_SETTINGS, 0.0, h.step_seconds_without_wait, h.speedup, basis,
                       "upper bound", rules_out=rules_out)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..vocabulary import DATA_WAIT_LINE, line_of
-from .model import Prediction
+from .model import Prediction, ProposedSettings
 
 TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
 # a link at this share of its capacity carries no more (bandwidth_bound's line)
@@ -274,7 +274,7 @@ def replay(load: np.ndarray, compute: np.ndarray, workers: int, prefetch: int = 
     return (waits / steps if steps > 0 else 0.0), steps / max(1, n_steady)
 
 
-def prediction(change: str, settings: dict[str, Any], wait: float, step: float, m: Measured,
+def prediction(change: str, settings: ProposedSettings, wait: float, step: float, m: Measured,
                basis: str, confidence: str, **more: Any) -> Prediction:
     """One modelled change: the change, its settings, the data-wait share and step time to
     expect, the speedup, how it was found (its cause is set by predict.for_cause)."""

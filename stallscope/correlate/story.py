@@ -30,7 +30,7 @@ def contradictions(d: Diagnosis) -> list[str]:
     if top is not None and top.prediction is not None and "num_workers" in top.prediction.rules_out:
         for c in d.causes[1:]:
             p = c.prediction
-            if p is not None and "num_workers" in p.settings and c.score > 0:
+            if p is not None and p.settings.num_workers is not None and c.score > 0:
                 out.append("%s rules more workers out, %s's prediction raises them"
                            % (top.cause, c.cause))
     loader = d.loader.to_json() if d.loader is not None else {}

@@ -3,7 +3,6 @@ and the exact commands for a deeper look."""
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from .. import vocabulary
 from ..correlate.model import Cause
@@ -45,7 +44,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
     if c.cause == "too_few_workers" and "num_workers" not in banned and doc.sizing.workers_needed \
             and (p is None or not p.configured):
         text = _more_workers(doc.sizing, doc)
-    if p is not None and p.configured and not (set(p.settings) & banned):
+    if p is not None and p.configured and not (p.settings.names() & banned):
         # the measured change replaces the generic advice's first step
         head = "%s%s: predicted data-wait %.1f%%, step %.3gs." % (
             p.change[0].upper(), p.change[1:], 100 * p.predicted_data_wait_ratio,
@@ -55,7 +54,7 @@ def cause_step(c: Cause, doc: Report, banned: frozenset[str]) -> NextStep:
             # (two different counts in one step read as a contradiction)
             persistent = (doc.loader or UNREPORTED).persistent_workers
             text = head + ("" if persistent else " Set persistent_workers=True.")
-            text += beyond_cores(doc, p.settings.get("num_workers"))
+            text += beyond_cores(doc, p.settings.num_workers)
         else:
             text = "%s %s" % (head, text)
     elif p is not None and not p.configured and p.rules_out:
@@ -115,7 +114,7 @@ def _more_workers(z: Sizing, doc: Report) -> str:
 OFF_CPU = 0.5  # workers busy on the CPU less than this share of the time mostly wait
 
 
-def beyond_cores(doc: Report, count: Any) -> str:
+def beyond_cores(doc: Report, count: int | None) -> str:
     """torch warns when num_workers exceeds the CPUs the process may use ("Our suggested
     max number of worker in current system is 2"): a count past them, for workers that
     mostly wait off the CPU (reads, sleeps, a remote store), answers that warning (issue

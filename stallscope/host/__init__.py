@@ -4,6 +4,7 @@ families built from the vocabulary. Parts (the hook-fed state, the exporters, th
 the correlator) import this package, never ``stallscope.agent``: the agent's
 composition root (agent/main.py) is the only module that knows them all.
 """
-from .contract import ApiError, Host, Part, Query, Rank, Report, Route, log, one
+from .contract import ApiError, Host, Part, Query, Rank, Route, log, one
+from .report import HookReport
 
-__all__ = ["ApiError", "Host", "Part", "Query", "Rank", "Report", "Route", "log", "one"]
+__all__ = ["ApiError", "HookReport", "Host", "Part", "Query", "Rank", "Route", "log", "one"]

@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol
 
 from ..report import LoaderSettings
 from .facts import Facts
+from .report import HookReport
 
 RankKey = tuple[str, str, str, int]   # (namespace, pod, job, rank)
 Query = dict[str, list[str]]          # parsed query string
@@ -100,14 +101,6 @@ class Rank(Protocol):
     def exited(self) -> bool: ...
 
 
-class Report(Protocol):
-    """An accepted hook report (validated by the agent): ``role``, ``events``, ``raw`` ..."""
-
-    def __getitem__(self, key: str) -> Any: ...
-
-    def get(self, key: str, default: Any = None) -> Any: ...
-
-
 class Samples(Protocol):
     def record(self, scope: Any, signal: str, value: float, t_ns: int | None = None) -> None: ...
 
@@ -175,7 +168,7 @@ class Part:
         self.host = host
         self.lock = threading.RLock()
 
-    def handle(self, report: Report, rank: Rank) -> None:
+    def handle(self, report: HookReport, rank: Rank) -> None:
         """An accepted hook report of ``rank`` (ingest thread; keep it cheap)."""
 
     def tick(self) -> None:

@@ -35,8 +35,11 @@ mount, a full /dev/shm, the handoff) crosses the capacity; where the draw applie
 fix, the step the prediction gave against the step measured. A draw whose measured wait
 contradicts its label (label_held) is listed, not scored.
 """
+from __future__ import annotations
+
 import argparse
 import collections
+import dataclasses
 import datetime
 import glob
 import gzip
@@ -50,6 +53,7 @@ import urllib.parse
 
 from .. import diagnose as dg
 from ..correlate import codec, diagnosis
+from ..correlate.model import Diagnosis, Prediction
 from ..correlate.trace import RankTrace
 from ..processes import teardown
 from ..vocabulary import DATA_WAIT_LINE
@@ -115,17 +119,76 @@ def _live(scenario, opts, want_bodies=True):
     return result, bodies, per_rank, alone
 
 
-def _answer(body):
-    """verdict, top cause, straggler rank and prediction of a diagnosis body."""
-    if not isinstance(body, dict):
-        return None
-    if body.get("error") and "verdict" not in body:
-        return {"error": body["error"]}
-    causes = body.get("causes") or []
-    straggler = body.get("straggler") or {}
-    return {"verdict": body.get("verdict"), "cause": causes[0].get("cause") if causes else None,
-            "causes": [[c.get("cause"), c.get("score")] for c in causes[:3]],
-            "straggler": straggler.get("rank"), "prediction": body.get("prediction")}
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """One path's answer about a rank, as a draw records it (``live``) and the replay
+    gives it: the verdict, the top cause, the top three causes with their scores, the
+    straggler it names, the prediction; or the error the path gave. diagnose's answer
+    also says which rank it followed to, and how (``source``), and, where diagnose gave
+    no report, only the verdict and cause it found (``causes`` None: not recorded)."""
+    verdict: str | None = None
+    cause: str | None = None
+    causes: tuple[tuple[str, float], ...] | None = None
+    straggler: object = None
+    prediction: Prediction | None = None
+    error: str | None = None
+    rank: object = None
+    source: str | None = None   # diagnose's answer only
+
+    @classmethod
+    def of(cls, d: Diagnosis) -> Answer:
+        """The answer of a Diagnosis (the replay's, the agent's decoded)."""
+        return cls(d.verdict, d.causes[0].cause if d.causes else None,
+                   tuple((c.cause, c.score) for c in d.causes[:3]),
+                   d.straggler.rank if d.straggler is not None else None, d.prediction)
+
+    @classmethod
+    def of_body(cls, body):
+        """The answer of a diagnosis body as it came (the agent's /api/v1/diagnosis or a
+        ``diagnose --json`` document: their verdict, causes, straggler and prediction are
+        the codec's), or None when it is not one."""
+        if not isinstance(body, dict):
+            return None
+        if body.get("error") and "verdict" not in body:
+            return cls(error=body["error"])
+        verdict, causes, straggler, prediction = codec.decode_headline(body)
+        return cls(verdict, causes[0].cause if causes else None,
+                   tuple((c.cause, c.score) for c in causes[:3]), straggler, prediction)
+
+    @property
+    def failed(self):
+        return self.error is not None
+
+    def to_json(self):
+        """As a draw file holds it (format FORMAT)."""
+        if self.error is not None:
+            out = {"error": self.error}
+        elif self.causes is not None:
+            out = {"verdict": self.verdict, "cause": self.cause, "causes": [list(c) for c in self.causes],
+                   "straggler": self.straggler,
+                   "prediction": codec.prediction(self.prediction) if self.prediction is not None else None}
+        elif self.verdict is not None:
+            out = {"verdict": self.verdict, "cause": self.cause}
+        else:
+            out = {}
+        if self.source is not None:
+            out.update(rank=self.rank, source=self.source)
+        return out
+
+    @classmethod
+    def from_json(cls, body):
+        """An answer a draw file holds (None stays None)."""
+        if body is None:
+            return None
+        values = {f.name: body.get(f.name) for f in dataclasses.fields(cls)}
+        if values["causes"] is not None:
+            values["causes"] = tuple((c, s) for c, s in values["causes"])
+        values["prediction"] = codec.decode_prediction(values["prediction"]) if values["prediction"] else None
+        return cls(**values)
+
+
+def _recorded(answer):
+    return answer.to_json() if answer is not None else None
 
 
 def expected(d):
@@ -139,14 +202,15 @@ def run_draw(d, opts, apply_fix=False):
     t0 = time.monotonic()
     scenario = d.scenario()
     result, bodies, per_rank, alone = _live(scenario, opts)
-    found = result["found"]
+    found = result["found"]  # findings.diagnose's: cause, rank, verdict, source always
     details = result.get("diagnosis")
     report = details.get("report") if isinstance(details, dict) else None
-    live = {"diagnose": dict(_answer(report) or {}, rank=found.get("rank"), source=found.get("source"))
-            if report else {"verdict": found.get("verdict"), "cause": found.get("cause"),
-                            "rank": found.get("rank"), "source": found.get("source")},
-            "agent": {str(r): _answer(b) for r, b in sorted(per_rank.items())},
-            "prometheus": _answer(alone),
+    followed = dict(rank=found["rank"], source=found["source"])
+    diagnosed = dataclasses.replace(Answer.of_body(report) or Answer(), **followed) if report else \
+        Answer(found["verdict"], found["cause"], **followed)
+    live = {"diagnose": diagnosed.to_json(),
+            "agent": {str(r): _recorded(Answer.of_body(b)) for r, b in sorted(per_rank.items())},
+            "prometheus": _recorded(Answer.of_body(alone)),
             "data_wait": {str(r["rank"]): r.get("data_wait_ratio") for r in result["ranks"]},
             "batches": {str(r["rank"]): r.get("batches") for r in result["ranks"]}}
     doc = {"format": FORMAT, "draw": d.to_json(), "expected": expected(d),
@@ -229,15 +293,15 @@ def load(directories):
 
 # -- replay -----------------------------------------------------------------------------
 def replay(doc):
-    """Each rank's diagnosis from the recorded timelines, as the agent's API encodes it:
-    {rank (str): answer}."""
+    """Each rank's answer from the recorded timelines, of the diagnosis the agent would
+    make: {rank (str): Answer}."""
     bodies = doc["timelines"]
     ranks = [RankTrace.from_timeline(b) for b in bodies]
     out = {}
     for body, trace in zip(bodies, ranks):
         node = (body.get("rank") or {}).get("node", "")
         d = diagnosis.analyse(trace, ranks, node=node, window_seconds=body.get("seconds"))
-        out[str((body.get("rank") or {}).get("rank"))] = _answer(codec.encode(d))
+        out[str((body.get("rank") or {}).get("rank"))] = Answer.of(d)
     return out
 
 
@@ -265,27 +329,27 @@ def check_inputs(doc):
 
 # -- scoring ----------------------------------------------------------------------------
 def score(doc, ranks, target=None):
-    """One draw's score from ``ranks`` ({rank: answer}, every rank's) and ``target`` (the
-    faulty rank's answer when another path gave it; default its entry in ``ranks``)."""
+    """One draw's score from ``ranks`` ({rank: Answer}, every rank's) and ``target`` (the
+    faulty rank's Answer when another path gave it; default its entry in ``ranks``)."""
     exp = doc["expected"]
     klass = doc["draw"]["klass"]
     t = target if target is not None else ranks.get(str(exp["rank"]))
-    if not t or "error" in t:
+    if t is None or t.failed:
         return {"top1": False, "victims": None, "no_input_bound": None, "prediction": None,
                 "got": "error", "held": label_held(doc)}
     if exp["cause"] is None:
-        top1 = t.get("verdict") == "healthy"
+        top1 = t.verdict == "healthy"
     else:
-        top1 = t.get("verdict") == "input_bound" and t.get("cause") == exp["cause"]
+        top1 = t.verdict == "input_bound" and t.cause == exp["cause"]
     victims = None
     if exp["victims"] and exp["cause"] is not None:
         victims = all(_victim_ok(ranks.get(str(r)), exp["rank"]) for r in exp["victims"])
     no_ib = None
     if exp["cause"] is None:
-        no_ib = all((a or {}).get("verdict") != "input_bound" for a in ranks.values())
+        no_ib = all(a is None or a.verdict != "input_bound" for a in ranks.values())
     return {"top1": top1, "victims": victims, "no_input_bound": no_ib,
-            "prediction": _prediction_ok(klass, doc["draw"], t.get("prediction")),
-            "got": "%s/%s" % (t.get("verdict"), t.get("cause") or "-"), "held": label_held(doc)}
+            "prediction": _prediction_ok(klass, doc["draw"], t.prediction),
+            "got": "%s/%s" % (t.verdict, t.cause or "-"), "held": label_held(doc)}
 
 
 def label_held(doc):
@@ -306,22 +370,22 @@ def label_held(doc):
 
 
 def _victim_ok(a, target):
-    if not a or a.get("verdict") not in CALM or a.get("cause"):
+    if a is None or a.verdict not in CALM or a.cause:
         return False
-    return a.get("straggler") in (None, target)
+    return a.straggler in (None, target)
 
 
 def _prediction_ok(klass, d, p):
     """True: consistent with what was injected; False: more workers promised to end the
     stall past the injected capacity, which the prediction leaves as it is; None: no
     prediction with a change."""
-    if not p or not p.get("settings"):
+    if p is None or not p.settings:
         return None
-    workers = p["settings"].get("num_workers")
+    workers = p.settings.num_workers
     had = {**d["everyone"], **d["target"]}.get("workers", 2)
-    lifted = LIFTS.get(klass) in p["settings"]
+    lifted = LIFTS.get(klass) in p.settings.names()
     if klass in CAPPED and not lifted and workers is not None and workers > had and \
-            (p.get("predicted_data_wait_ratio") or 0) < DATA_WAIT_LINE:
+            (p.predicted_data_wait_ratio or 0) < DATA_WAIT_LINE:
         return False
     return True
 
@@ -330,12 +394,12 @@ def fresh_scores(doc):
     """The live answers' scores: diagnose, the agent's API, Prometheus alone, and the
     replay of the recorded inputs."""
     live = doc["live"]
-    agent = live["agent"]
-    out = {"diagnose": score(doc, agent, live["diagnose"]),
+    agent = {rank: Answer.from_json(a) for rank, a in live["agent"].items()}
+    out = {"diagnose": score(doc, agent, Answer.from_json(live["diagnose"])),
            "agent": score(doc, agent),
            "replay": score(doc, replay(doc))}
     if live.get("prometheus"):
-        out["prometheus"] = score(doc, agent, live["prometheus"])
+        out["prometheus"] = score(doc, agent, Answer.from_json(live["prometheus"]))
     return out
 
 

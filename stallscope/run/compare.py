@@ -19,7 +19,12 @@ document of the worst rank plus the run's ranks) side by side, as a gate for CI.
 Exit codes: 0 no regression, 1 regressed, 2 a file is not a run report, 3 a run failed
 or could not be judged.
 """
+from __future__ import annotations
+
+import dataclasses
 import json
+
+from .outcome import SavedRun
 
 OK, REGRESSED, BAD_INPUT, NOT_JUDGED = 0, 1, 2, 3
 
@@ -38,6 +43,8 @@ def fraction(text):
 
 
 def load(path):
+    """The run report at ``path``, decoded once (outcome.SavedRun); ValueError with the
+    reason when it is not one."""
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -47,49 +54,46 @@ def load(path):
             not isinstance(doc.get("data_wait_ratio"), (int, float, type(None))) or \
             "data_wait_ratio" not in doc:
         raise ValueError("%s is not a stallscope run report (no 'run' and 'data_wait_ratio')" % path)
-    return doc
+    try:
+        return SavedRun.from_json(doc)
+    except ValueError as e:
+        raise ValueError("%s is not a stallscope run report: %s" % (path, e)) from None
 
 
-def _row(doc):
-    """The worst rank's row of the run's ranks table, or {}."""
-    for r in doc["run"].get("ranks") or []:
-        if r.get("rank") == doc.get("rank") and r.get("job", doc.get("job")) == doc.get("job"):
-            return r
-    return {}
-
-
-def step_seconds(doc, whole_run=True):
+def step_seconds(saved, whole_run=True):
     """The worst rank's mean interval between batches: its step time; without its first
     batch unless ``whole_run`` (and where the report has it)."""
-    row = _row(doc)
-    if not whole_run and row.get("step_seconds_mean_after_start") is not None:
-        return row["step_seconds_mean_after_start"]
-    return row.get("step_seconds_mean")
+    row = saved.row()
+    if row is None:
+        return None
+    if not whole_run and row.step_seconds_mean_after_start is not None:
+        return row.step_seconds_mean_after_start
+    return row.step_seconds_mean
 
 
-def data_wait(doc, whole_run=True):
+def data_wait(saved, whole_run=True):
     """The worst rank's data-wait share; without its first batch unless ``whole_run``."""
-    after = _row(doc).get("data_wait_ratio_after_start")
-    if not whole_run and after is not None:
-        return after
-    return doc["data_wait_ratio"]
+    row = saved.row()
+    if not whole_run and row is not None and row.data_wait_ratio_after_start is not None:
+        return row.data_wait_ratio_after_start
+    return saved.data_wait_ratio
 
 
-def startup_seconds(doc):
+def startup_seconds(saved):
     """The worst rank's first batch (its workers' start), when the report has it."""
-    return _row(doc).get("startup_seconds")
+    row = saved.row()
+    return row.startup_seconds if row is not None else None
 
 
-def why_not_judged(doc):
+def why_not_judged(saved):
     """Why the run proves nothing (it failed, or has no verdict), or None."""
-    run = doc["run"]
-    code = run.get("exit_status")
-    if run.get("outcome") == "interrupted":
+    code = saved.run.exit_status
+    if saved.run.outcome == "interrupted":
         return "was interrupted (exit status %s)" % code
     if code not in (0, None):
         return "failed (exit status %s)" % code
-    if doc.get("verdict") in (None, "unknown") or doc.get("data_wait_ratio") is None:
-        return "could not be judged: %s" % (doc.get("reason") or "verdict unknown")
+    if saved.verdict in (None, "unknown") or saved.data_wait_ratio is None:
+        return "could not be judged: %s" % (saved.reason or "verdict unknown")
     return None
 
 
@@ -101,69 +105,108 @@ def _pct(v):
     return "%.1f%%" % (100 * v) if v is not None else "n/a"
 
 
-def _side(path, d, not_judged, whole_run):
-    return {"path": path, "verdict": d.get("verdict"), "reason": d.get("reason"),
-            "data_wait_ratio": data_wait(d, whole_run), "step_seconds": step_seconds(d, whole_run),
-            "whole_run_data_wait_ratio": d["data_wait_ratio"], "whole_run_step_seconds": step_seconds(d),
-            "startup_seconds": startup_seconds(d),
-            "causes": [c["cause"] for c in d.get("causes") or [] if c.get("score", 0) > 0],
-            "exit_status": d["run"].get("exit_status"), "not_judged": not_judged}
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One run's side of the comparison."""
+    path: str
+    verdict: str | None
+    reason: str | None
+    data_wait_ratio: float | None       # what is compared: steady state unless the whole run
+    step_seconds: float | None
+    whole_run_data_wait_ratio: float | None
+    whole_run_step_seconds: float | None
+    startup_seconds: float | None
+    causes: tuple[str, ...]             # those with a score, best first
+    exit_status: int | None
+    not_judged: str | None              # why the run proves nothing, or None
+
+    @classmethod
+    def of(cls, path, saved, whole_run):
+        return cls(path, saved.verdict, saved.reason, data_wait(saved, whole_run),
+                   step_seconds(saved, whole_run), saved.data_wait_ratio, step_seconds(saved),
+                   startup_seconds(saved),
+                   tuple(c.cause for c in saved.causes if c.score > 0), saved.run.exit_status,
+                   why_not_judged(saved))
+
+    def to_json(self):
+        return dict(dataclasses.asdict(self), causes=list(self.causes))
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    a: Side
+    b: Side
+    whole_run: bool
+    wait_delta: float | None            # B's data-wait less A's, in points of step time
+    threshold: float
+    step_change: float | None           # B's step time against A's, a fraction of A's
+    step_threshold: float
+    code: int                           # the command's exit status
+
+    @property
+    def wait_regressed(self):
+        return self.wait_delta is not None and self.wait_delta > self.threshold
+
+    @property
+    def step_regressed(self):
+        return self.step_change is not None and self.step_change > self.step_threshold
+
+    def to_json(self):
+        """What --json prints."""
+        return {"a": self.a.to_json(), "b": self.b.to_json(),
+                "compared": "whole_run" if self.whole_run else "steady_state",
+                "data_wait": {"delta_points": self.wait_delta, "threshold_points": self.threshold,
+                              "regressed": self.wait_regressed},
+                "step": {"change": self.step_change, "threshold": self.step_threshold,
+                         "regressed": self.step_regressed},
+                "result": {OK: "ok", REGRESSED: "regressed", NOT_JUDGED: "not_judged"}[self.code],
+                "exit_code": self.code}
 
 
 def result(a_path, b_path, threshold, step_threshold, whole_run=False):
-    """The comparison as one document (what --json prints): steady states, unless
+    """The comparison (its JSON is what --json prints): steady states, unless
     ``whole_run``."""
-    a, b = load(a_path), load(b_path)
-    wa, wb = data_wait(a, whole_run), data_wait(b, whole_run)
-    sa, sb = step_seconds(a, whole_run), step_seconds(b, whole_run)
+    a, b = Side.of(a_path, load(a_path), whole_run), Side.of(b_path, load(b_path), whole_run)
+    wa, wb = a.data_wait_ratio, b.data_wait_ratio
+    sa, sb = a.step_seconds, b.step_seconds
     wait_delta = wb - wa if wa is not None and wb is not None else None
     step_change = (sb - sa) / sa if sa and sb is not None else None
-    unjudged = {k: why_not_judged(d) for k, d in (("a", a), ("b", b))}
-    wait_regressed = wait_delta is not None and wait_delta > threshold
-    step_regressed = step_change is not None and step_change > step_threshold
-    if unjudged["a"] or unjudged["b"]:
+    r = Comparison(a, b, whole_run, wait_delta, threshold, step_change, step_threshold, OK)
+    if a.not_judged or b.not_judged:
         code = NOT_JUDGED
     else:
-        code = REGRESSED if wait_regressed or step_regressed else OK
-    return {"a": _side(a_path, a, unjudged["a"], whole_run), "b": _side(b_path, b, unjudged["b"], whole_run),
-            "compared": "whole_run" if whole_run else "steady_state",
-            "data_wait": {"delta_points": wait_delta, "threshold_points": threshold,
-                          "regressed": wait_regressed},
-            "step": {"change": step_change, "threshold": step_threshold, "regressed": step_regressed},
-            "result": {OK: "ok", REGRESSED: "regressed", NOT_JUDGED: "not_judged"}[code],
-            "exit_code": code}
+        code = REGRESSED if r.wait_regressed or r.step_regressed else OK
+    return dataclasses.replace(r, code=code)
 
 
-def text(r, a_doc_causes, b_doc_causes):
-    a, b = r["a"], r["b"]
-    steady = r["compared"] == "steady_state"
-    rows = [("data-wait", _pct(a["data_wait_ratio"]), _pct(b["data_wait_ratio"])),
-            ("step time", _s(a["step_seconds"]), _s(b["step_seconds"]))]
+def text(r):
+    a, b = r.a, r.b
+    steady = not r.whole_run
+    rows = [("data-wait", _pct(a.data_wait_ratio), _pct(b.data_wait_ratio)),
+            ("step time", _s(a.step_seconds), _s(b.step_seconds))]
     if steady:
-        whole = ["%s, %s" % (_pct(x["whole_run_data_wait_ratio"]), _s(x["whole_run_step_seconds"]))
-                 for x in (a, b)]
+        whole = ["%s, %s" % (_pct(x.whole_run_data_wait_ratio), _s(x.whole_run_step_seconds)) for x in (a, b)]
         rows += [("whole run", whole[0], whole[1])]
-    rows += [("start-up", _s(a["startup_seconds"]), _s(b["startup_seconds"])),
-            ("verdict", a["verdict"], b["verdict"]),
-            ("causes", a_doc_causes, b_doc_causes),
-            ("exit status", a["exit_status"], b["exit_status"])]
+    rows += [("start-up", _s(a.startup_seconds), _s(b.startup_seconds)),
+            ("verdict", a.verdict, b.verdict),
+            ("causes", ", ".join(a.causes[:3]) or "-", ", ".join(b.causes[:3]) or "-"),
+            ("exit status", a.exit_status, b.exit_status)]
     width = max(24, max(len(str(x)) for _, x, _ in rows) + 2)
-    out = ["%-12s %-*s %s" % ("", width, "A " + a["path"], "B " + b["path"])]
+    out = ["%-12s %-*s %s" % ("", width, "A " + a.path, "B " + b.path)]
     out += ["%-12s %-*s %s" % (name, width, x, y) for name, x, y in rows]
     out.append("Compared: %s" % (
         "the steady state: data-wait and step time without each run's first batch (its "
         "workers' start, the start-up row); --whole-run counts it" if steady else
         "the whole runs, start-up included"))
-    for k, name in (("a", "A (the baseline)"), ("b", "B")):
-        if r[k]["not_judged"]:
-            out.append("NOT JUDGED: %s %s; the comparison proves nothing" % (name, r[k]["not_judged"]))
-    w, s = r["data_wait"], r["step"]
-    if w["delta_points"] is not None:
+    for side, name in ((a, "A (the baseline)"), (b, "B")):
+        if side.not_judged:
+            out.append("NOT JUDGED: %s %s; the comparison proves nothing" % (name, side.not_judged))
+    if r.wait_delta is not None:
         out.append("%s: B's data-wait is %+.1f points of step time against A's (threshold %.1f points)" % (
-            "REGRESSED" if w["regressed"] else "ok", 100 * w["delta_points"], 100 * w["threshold_points"]))
-    if s["change"] is not None:
+            "REGRESSED" if r.wait_regressed else "ok", 100 * r.wait_delta, 100 * r.threshold))
+    if r.step_change is not None:
         out.append("%s: B's step time is %+.1f%% against A's (threshold %.1f%%)" % (
-            "REGRESSED" if s["regressed"] else "ok", 100 * s["change"], 100 * s["threshold"]))
+            "REGRESSED" if r.step_regressed else "ok", 100 * r.step_change, 100 * r.step_threshold))
     else:
         out.append("step time: not compared (a report has no step time for its worst rank)")
     return "\n".join(out) + "\n"
@@ -174,12 +217,11 @@ def main(a_path, b_path, threshold, step_threshold, as_json, out, err, whole_run
     file is not a run report."""
     try:
         r = result(a_path, b_path, threshold, step_threshold, whole_run)
-        causes = ", ".join(r["a"]["causes"][:3]) or "-", ", ".join(r["b"]["causes"][:3]) or "-"
     except (ValueError, KeyError, TypeError) as e:
         print("stallscope compare: %s" % e, file=err)
         return BAD_INPUT
     if as_json:
-        out.write(json.dumps(r, indent=2, sort_keys=True) + "\n")
+        out.write(json.dumps(r.to_json(), indent=2, sort_keys=True) + "\n")
     else:
-        out.write(text(r, *causes))
-    return r["exit_code"]
+        out.write(text(r))
+    return r.code

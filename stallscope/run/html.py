@@ -82,14 +82,14 @@ def _ranks(report, ran):
     """The run's ranks; the reported one marked. Its data-wait is the report's own figure
     (session.final_rows), shown with the headline's rounding."""
     rows = ran.ranks
-    several = len({r.get("job") for r in rows}) > 1
+    several = len({r.job for r in rows}) > 1
     out, classes = [], []
     for r in rows:
-        reported = r["rank"] == report.rank and r.get("job", report.job) == report.job
-        out.append(((r.get("job"),) if several else ()) + (
-            r["rank"], r["batches"], render.value("x_ratio", r["data_wait_ratio"]),
-            "%.2f" % r["batches_per_second"] if r.get("batches_per_second") else "n/a",
-            r.get("verdict") or "", r.get("cause") or "", "<- reported" if reported else ""))
+        reported = r.rank == report.rank and r.job == report.job
+        out.append(((r.job,) if several else ()) + (
+            r.rank, r.batches, render.value("x_ratio", r.data_wait_ratio),
+            "%.2f" % r.batches_per_second if r.batches_per_second else "n/a",
+            r.verdict or "", r.cause or "", "<- reported" if reported else ""))
         classes.append("reported" if reported else "")
     headers = (("job",) if several else ()) + ("rank", "batches", "data-wait", "batches/s",
                                                "verdict", "top cause", "")

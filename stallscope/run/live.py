@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 
 from ..correlate import codec
+from .outcome import RankRow
 
 RATE_WINDOW_S = 5.0    # batches/s over the last few seconds of counts ...
 RATE_HISTORY_S = 60.0  # ... or longer when no batch came in those (slow steps)
@@ -109,24 +110,23 @@ def summary(key, entry, diag):
         share, step, m = diag.data_wait_ratio, step_seconds(diag), diag.batches
     else:
         share, step, m = _totals_share(entry), entry.get("step_seconds_total") or 0.0, n
-    return {"job": job, "rank": rank, "batches": n, "data_wait_ratio": share,
-            "batches_per_second": m / step if step > 0 and m else None,
-            "step_seconds_mean": step / m if m else None,
-            "verdict": diag.verdict if diag is not None else None,
-            "cause": diag.causes[0].cause if diag is not None and diag.causes else None}
+    return RankRow(job, rank, n, share, batches_per_second=m / step if step > 0 and m else None,
+                   step_seconds_mean=step / m if m else None,
+                   verdict=diag.verdict if diag is not None else None,
+                   cause=diag.causes[0].cause if diag is not None and diag.causes else None)
 
 
 def line(row, rate, seconds, with_job=False):
     """``[  12s] rank 0 wait 37.2% 4.1 batch/s 48 batches input_bound: too_few_workers``
     (under 80 columns for a rank with a cause: issue 52, the ~90-character line wrapped)."""
-    verdict = row["verdict"] or "unknown"
-    if verdict == "input_bound" and row["cause"]:
-        verdict += ": " + row["cause"]
-    share = row["data_wait_ratio"]
+    verdict = row.verdict or "unknown"
+    if verdict == "input_bound" and row.cause:
+        verdict += ": " + row.cause
+    share = row.data_wait_ratio
     return "[%4.0fs] %srank %d wait %s %s batch/s %d batches %s" % (
-        seconds, "job %s " % row["job"] if with_job else "", row["rank"],
+        seconds, "job %s " % row.job if with_job else "", row.rank,
         "%.1f%%" % (100 * share) if share is not None else "-",
-        "%.1f" % rate if rate is not None else "-", row["batches"], verdict)
+        "%.1f" % rate if rate is not None else "-", row.batches, verdict)
 
 
 def fit(lines, columns, rows):
@@ -170,9 +170,9 @@ class View:
         self.on_region = None      # told (columns, rows) of the training's region (terminal.py)
 
     def show(self, seconds, rows, rates):
-        with_job = len({r["job"] for r in rows}) > 1
-        rows = sorted(rows, key=lambda r: -(r["data_wait_ratio"] or 0.0)) if len(rows) > 3 else rows
-        lines = [line(r, rates.get((r["job"], r["rank"])), seconds, with_job) for r in rows] or \
+        with_job = len({r.job for r in rows}) > 1
+        rows = sorted(rows, key=lambda r: -(r.data_wait_ratio or 0.0)) if len(rows) > 3 else rows
+        lines = [line(r, rates.get((r.job, r.rank)), seconds, with_job) for r in rows] or \
             ["[%4.0fs] no batches yet" % seconds]
         with self.lock:
             if not self.tty:

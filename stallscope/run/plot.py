@@ -44,10 +44,11 @@ def running_mean(share, width_s, mean_s=MEAN_SECONDS):
     return (c[idx] - c[lo]) / (idx - lo)
 
 
-def write(path, doc, window_s):
+def write(path, found, window_s):
+    """The plot of ``found`` (the run's diagnose Report, diagnose/document.py) to ``path``."""
     figure.pyplot()  # matplotlib missing: say so before asking the agent
     try:
-        tl = node.timeline(doc["agent_url"], doc["rank"], doc["job"], doc["pod"], window_s)
+        tl = node.timeline(found.agent_url, found.rank, found.job, found.pod, window_s)
     except fetch.SourceError as e:
         raise PlotError("no timeline from the agent: %s" % e.message) from None
     batches = (tl or {}).get("batches") or []
@@ -66,7 +67,7 @@ def write(path, doc, window_s):
         if gpu:
             ax.plot([(t - t0) / 1e9 for t, _ in gpu], [100 * v for _, v in gpu], color="tab:green",
                     lw=1.2, drawstyle="steps-pre", label="GPU busy")
-        line = doc.get("threshold")
+        line = found.threshold
         if line is not None:
             ax.axhline(100 * line, color="grey", ls=":", lw=1, label="alert line (%.1f%%)" % (100 * line))
         ax.set_ylim(0, 105)
@@ -74,7 +75,7 @@ def write(path, doc, window_s):
         ax.set_ylabel("share of time")
         ax.set_xlabel("seconds since the window's first batch")
         ax.set_title("rank %s of job %s: data-wait %s over the window (%s)" % (
-            doc["rank"], doc["job"], "n/a" if doc.get("data_wait_ratio") is None
-            else "%.1f%%" % (100 * doc["data_wait_ratio"]), doc["verdict"]))
+            found.rank, found.job, "n/a" if found.data_wait_ratio is None
+            else "%.1f%%" % (100 * found.data_wait_ratio), found.verdict))
         ax.legend(loc="upper right", fontsize=8)
     return path

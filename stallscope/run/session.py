@@ -203,8 +203,8 @@ def judged(found, rows):
     from ..diagnose.document import NextStep
     from ..vocabulary import DATA_WAIT_LINE, MIN_BATCHES
 
-    mine = [r for r in rows if r["rank"] == found.rank and r["job"] == found.job]
-    n = max((r["batches"] for r in mine or rows), default=0)
+    mine = [r for r in rows if r.rank == found.rank and r.job == found.job]
+    n = max((r.batches for r in mine or rows), default=0)
     if n < MIN_BATCHES:
         return dataclasses.replace(
             found, verdict="unknown",
@@ -212,7 +212,7 @@ def judged(found, rows):
                     "it only with runs as short." % (n, MIN_BATCHES)),
             next_steps=(NextStep("Run at least %d batches (and well past the workers' start) for a "
                                  "verdict." % MIN_BATCHES, None),)), True
-    waits = [rules.RankWait(r["rank"], None, None, r["data_wait_ratio"], r.get("data_wait_ratio_after_start"))
+    waits = [rules.RankWait(r.rank, None, None, r.data_wait_ratio, r.data_wait_ratio_after_start)
              for r in rows]
     if found.verdict == "unknown" and mine and waits and \
             all(w.starting or (w.ratio is not None and not rules.over(w.ratio)) for w in waits):
@@ -221,8 +221,8 @@ def judged(found, rows):
             "Rank %s waited %.1f%% of its step time, over the %.1f%% line only by its first batch "
             "(its workers' start, once per run); its other batches waited %.1f%%: on what the "
             "finished run measured, its loader kept up." % (
-                me["rank"], 100 * (me["data_wait_ratio"] or 0), 100 * DATA_WAIT_LINE,
-                100 * (me.get("data_wait_ratio_after_start") or 0))))
+                me.rank, 100 * (me.data_wait_ratio or 0), 100 * DATA_WAIT_LINE,
+                100 * (me.data_wait_ratio_after_start or 0))))
         found = dataclasses.replace(found, next_steps=tuple(nextsteps.steps(found)))
     return found, False
 
@@ -248,15 +248,18 @@ def startup(diag):
 def final_rows(agent_url, seen, window_s, found):
     """The ranks' rows over the report's own window, the reported rank's share the
     report's figure: the Ranks table and the headline show the same number."""
+    import dataclasses
+
     rows = []
     for key in seen.keys():
         diag = live.diagnosis(agent_url, key[0], key[1], seconds=window_s) or seen.diagnoses.get(key)
-        row = live.summary(key, seen.entries[key], diag)
-        row["data_wait_ratio_after_start"] = (
-            diag.loop.data_wait_ratio_after_start if diag is not None and diag.loop is not None else None)
-        row.update(startup(diag))
-        if row["rank"] == found.rank and row["job"] == found.job and found.data_wait_ratio is not None:
-            row["data_wait_ratio"] = found.data_wait_ratio
+        loop = diag.loop if diag is not None else None
+        row = dataclasses.replace(
+            live.summary(key, seen.entries[key], diag),
+            data_wait_ratio_after_start=loop.data_wait_ratio_after_start if loop is not None else None,
+            **startup(diag))
+        if row.rank == found.rank and row.job == found.job and found.data_wait_ratio is not None:
+            row = dataclasses.replace(row, data_wait_ratio=found.data_wait_ratio)
         rows.append(row)
     return rows
 
@@ -288,12 +291,10 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
         return None
     rows = final_rows(agent.url, seen, window_s, found)
     found, too_short = judged(found, rows)
-    doc = document.encode(found)  # the JSON report: what the plot and the HTML page read
-    doc["too_short"] = too_short
     from . import plot  # matplotlib only here
 
     try:
-        has_plot = bool(plot.write(png, doc, window_s))
+        has_plot = bool(plot.write(png, found, window_s))
     except plot.PlotError as e:
         found = dataclasses.replace(found, warnings=found.warnings + ("plot: %s" % e,))
         has_plot = False
@@ -309,9 +310,9 @@ def finish(agent, pod, seen, elapsed, cmd, code, json_out, html_out, workdir, ou
                     "stallscope compare %s %s   # after your next run: exit 1 when it regressed" % (
                         shlex.quote(baseline), shlex.quote(json_out)))
     found = dataclasses.replace(found, plot=html_out if has_plot and html_out else None, commands=commands)
-    doc.update(document.encode(found))
     ran = RunOutcome.of(cmd, code, elapsed, interrupted, first, seen.jobs(), rows)
-    doc["run"] = ran.to_json()
+    # the JSON report, made once: the diagnose document, whether it was too short, the run
+    doc = dict(document.encode(found), too_short=too_short, run=ran.to_json())
     print("", file=out)
     if first:
         print(first, file=out)

@@ -20,6 +20,7 @@ each, the worker exits' reasons) may hold. 14-27 s on a shared 2-core machine; o
 code before, it failed: 20,096 series of stallscope_loader_errors_total.
 """
 import collections
+import dataclasses
 import os
 import time
 
@@ -27,6 +28,7 @@ from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.agent.parts.ranks import DEPARTED_PODS_KEPT
 from stallscope.exporters import ExportersOptions
 from stallscope.exporters.gpu.options import GpuOptions
+from stallscope.report import ReportedError
 from stallscope.vocabulary.labels import PER_RANK_SERIES_BUDGET
 from tests.helpers.correlate import report
 
@@ -34,8 +36,8 @@ MAX_RANKS = 64
 PODS = int(os.environ.get("STALLSCOPE_CHURN_PODS", "10000"))
 SETTLED = 4096  # pods gone before the counts are taken as the bound
 BOUND = MAX_RANKS * PER_RANK_SERIES_BUDGET + DEPARTED_PODS_KEPT * 5
-SHM_ERROR = {"type": "RuntimeError", "message": "unable to allocate shared memory(shm): "
-             "No space left on device (28)", "at_ns": 5}
+SHM_ERROR = ReportedError("RuntimeError", "unable to allocate shared memory(shm): "
+                          "No space left on device (28)", 5)
 
 
 def series_by_family(text):
@@ -52,12 +54,12 @@ def series_by_family(text):
 
 def churned_report(pod, rank, now):
     msg = report("churn", rank, "p%d" % pod, [(now - (5 - i) * 10**8, 10**6, 10**8) for i in range(5)])
-    msg["raw"] = {"io": {"tiers": ["s3"], "reads": [[now - 10**6, 5_000_000, 4096, 0]],
-                         "cache": [[0, 3, 1]], "slowest": [[0, 5_000_000, "shard-%d" % pod]],
-                         "requests": [[0, 3, 1, 0, 0, 0, 1]]}}
+    raw = {"io": {"tiers": ["s3"], "reads": [[now - 10**6, 5_000_000, 4096, 0]],
+                  "cache": [[0, 3, 1]], "slowest": [[0, 5_000_000, "shard-%d" % pod]],
+                  "requests": [[0, 3, 1, 0, 0, 0, 1]]}}
     if pod % 8 == 0:
-        msg["loader"] = dict(msg["loader"], error=SHM_ERROR)
-    return msg
+        return dataclasses.replace(msg, raw=raw, loader=dataclasses.replace(msg.loader, error=SHM_ERROR))
+    return dataclasses.replace(msg, raw=raw)
 
 
 def test_every_family_stays_bounded_while_ten_thousand_pods_churn(tmp_path):

@@ -1,5 +1,6 @@
 """The correlator part inside an (unstarted) agent: metrics, the diagnosis route, the
 timeline it reads."""
+import dataclasses
 import time
 
 import pytest
@@ -9,6 +10,7 @@ from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.agent.parts import correlator as correlator_mod
 from stallscope.correlate.model import BUDGET_WORDS
 from stallscope.host import ApiError
+from stallscope.host.report import BatchColumns
 from stallscope.lab import synth
 from stallscope.vocabulary import DATA_WAIT_LINE
 from tests.helpers.correlate import report, simulated
@@ -161,11 +163,11 @@ def test_a_rank_over_the_line_only_by_its_first_batch_is_starting_until_a_new_pr
     assert d["data_wait_ratio"] >= DATA_WAIT_LINE > d["data_wait_ratio_after_start"]
     a.correlator.refresh()
     assert [v.verdict for _, v in a.correlator.current()] == ["unknown"]
-    restarted = dict(report("train", 0, "pod-0", [], workers=4), pid=2000)
+    restarted = dataclasses.replace(report("train", 0, "pod-0", [], workers=4), pid=2000)
     a.apply(restarted)
     assert a.table.ranks[("ns", "pod-0", "train", 0)].first_batch_ns is None
     later = [(e + 200 * synth.SEC, w, i) for e, w, i in events[:30]]
-    a.apply(dict(restarted, events=[list(e) for e in later]))
+    a.apply(dataclasses.replace(restarted, events=BatchColumns.of(later)))
     assert a.table.ranks[("ns", "pod-0", "train", 0)].first_batch_ns == later[0][0]
 
 

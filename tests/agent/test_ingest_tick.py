@@ -26,7 +26,7 @@ class Recorder:
 
     def apply(self, msg, source):
         with self.lock:
-            self.applied.append((msg["id"]["rank"], source.pid))
+            self.applied.append((msg.ident.rank, source.pid))
 
     def on_close(self, source):
         with self.lock:

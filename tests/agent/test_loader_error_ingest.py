@@ -18,7 +18,7 @@ ERROR = {"type": "RuntimeError", "message": "Caught RuntimeError in DataLoader w
 
 def test_a_real_hooks_error_and_batch_bytes_are_taken():
     msg = validate.parse(good(loader=dict(LOADER, batch_bytes=3 << 20, error=ERROR)))
-    assert msg["loader"].batch_bytes == 3 << 20 and msg["loader"].error.to_json() == ERROR
+    assert msg.loader.batch_bytes == 3 << 20 and msg.loader.error.to_json() == ERROR
 
 
 @pytest.mark.parametrize("loader", [

@@ -18,7 +18,7 @@ def test_the_wire_makes_typed_settings_and_a_rank_keeps_the_settings_alone():
     error = {"type": "RuntimeError", "message": "boom", "at_ns": 7}
     msg = validate.parse(good(loader=dict(SETTINGS, worker_pids=[11, 12], worker_exits=[[11, -9]],
                                           batch_bytes=1 << 20, error=error)))
-    loader = msg["loader"]
+    loader = msg.loader
     assert isinstance(loader, LoaderSettings)
     assert (loader.num_workers, loader.prefetch_factor, loader.batch_size) == (3, 4, 16)
     assert (loader.pin_memory, loader.persistent_workers) == (True, False)

@@ -1,6 +1,7 @@
 """Memory with a ceiling (issue 14): every per-rank history is a fixed-capacity ring sized
 from --max-ranks and --timeline-seconds, so however long or fast ranks report, what the
 agent holds for them stays at the figure it prints at start."""
+import dataclasses
 import os
 import time
 
@@ -9,6 +10,7 @@ import pytest
 
 from stallscope.agent.main import Agent, AgentOptions, Config
 from stallscope.agent.table.budget import Budget
+from stallscope.host.report import BatchColumns
 from stallscope.host.rings import Ring
 from tests.helpers.correlate import report
 
@@ -86,12 +88,12 @@ def test_a_workers_report_before_its_trainers_first_is_held_then_applied(tmp_pat
 
     agent = Agent(Config(agent=AgentOptions(socket=str(tmp_path / "s.sock")), enabled={"gpu": False}))
     now = time.monotonic_ns()
-    worker = dict(report("held", 0, "p", [(now - 10**9, 3 * 10**8, 4 * 10**8)]), role="worker")
+    worker = dataclasses.replace(report("held", 0, "p", [(now - 10**9, 3 * 10**8, 4 * 10**8)]), role="worker")
     assert agent.apply(worker) is HELD and len(agent.held) == 1
     agent.apply(report("held", 0, "p", [(now, 10**6, 10**8)]))
     assert len(agent.held) == 0 and agent.stats.accepted == 1  # the held one, applied
     assert agent.loader.states[("ns", "p", "held", 0)].hist.count == 1
-    agent.apply(dict(report("held", 1, "p", []), role="worker"))
+    agent.apply(dataclasses.replace(report("held", 1, "p", []), role="worker"))
     agent.held.expire(agent._expire_held, now=time.monotonic() + 60)  # its trainer never came
     assert agent.stats.rejected["unknown_rank"] == 1 and len(agent.held) == 0
 
@@ -106,6 +108,7 @@ def test_held_reports_survive_the_jobs_thread_expiring_them_meanwhile():
 
     held = Held(hold_s=0.0005, max_held=4096)
     errors, stop = [], threading.Event()
+    worker = dataclasses.replace(report("j", 0, "p", []), role="worker")
 
     def expire():
         while not stop.is_set():
@@ -115,7 +118,7 @@ def test_held_reports_survive_the_jobs_thread_expiring_them_meanwhile():
     t.start()
     try:
         for i in range(20000):
-            held.hold(("j", i % 7), {}, None)
+            held.hold(("j", i % 7), worker, None)
             try:
                 held.take(("j", (i + 3) % 7))
             except RuntimeError as e:
@@ -190,18 +193,21 @@ def test_held_reports_keep_only_what_is_applied_and_each_sender_has_its_share():
 
     from stallscope.agent.table.held import ENTRY_BYTES, Held, Slim
 
-    worker = dict(report("h", 0, "p", []), role="worker", events=np.zeros((0, 3), np.int64))
-    padded = dict(worker, raw={"pad": [{}] * 20000, "io": {"reads": [[1, 2, 3, 0]]}})
+    worker = dataclasses.replace(report("h", 0, "p", []), role="worker")
+    padded = dataclasses.replace(worker, raw={"pad": [{}] * 20000, "io": {"reads": [[1, 2, 3, 0]]}})
     cost = Slim(padded).nbytes
     assert ENTRY_BYTES < cost < ENTRY_BYTES + 100  # the pad is not kept, the io is
+    # a held report's batch columns are counted: three int64 columns of 10 events
+    with_events = dataclasses.replace(worker, events=BatchColumns.of([[10**9, 10, 20]] * 10))
+    assert Slim(with_events).nbytes == Slim(worker).nbytes + 10 * 3 * 8
     held = Held(max_bytes=64 * ENTRY_BYTES, max_bytes_per_domain=8 * cost)
     attacker, trainer = SimpleNamespace(domain=("pod", "a")), SimpleNamespace(domain=("pod", "t"))
     taken = sum(held.hold(("ns", "p", "h", r), padded, attacker) for r in range(100))
     assert taken == 8 and held.by_domain[attacker.domain] == 8 * cost  # its share, no more
     assert held.hold(("ns", "q", "h", 0), worker, trainer)  # the trainer's worker still is
     (msg, source), = held.take(("ns", "p", "h", 3))
-    assert source is attacker and msg["raw"] == {"io": {"reads": [[1, 2, 3, 0]]}}  # no pad
-    assert msg["id"] == worker["id"] and msg["role"] == "worker"
+    assert source is attacker and msg.raw == {"io": {"reads": [[1, 2, 3, 0]]}}  # no pad
+    assert msg.ident == worker.ident and msg.role == "worker"
     assert held.by_domain[attacker.domain] == 7 * cost
     held.expire(lambda: None, now=time.monotonic() + 60)
     assert held.nbytes == 0 and not held.by_domain and len(held) == 0

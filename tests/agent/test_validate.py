@@ -9,6 +9,7 @@ import pytest
 
 from stallscope.agent.table import ingest, state, validate
 from stallscope.hook import wire
+from stallscope.host.report import StepPhases
 
 
 def good(t0=None, **over):
@@ -54,8 +55,7 @@ def v2(events, n=None, wait=10**6, ready=None, **over):
 
 
 def test_version_2_carries_events_as_binary_columns():
-    msg = validate.parse(v2(3))
-    ev = msg["events"]
+    ev = validate.parse(v2(3)).events
     assert len(ev) == 3 and ev.wait.tolist() == [10**6] * 3 and ev.interval.tolist() == [10**8] * 3
     # handed on as the wire's columns: each a contiguous int64 column, none transposed
     assert all(c.dtype == np.int64 and c.flags["C_CONTIGUOUS"] for c in (ev.t_end, ev.wait, ev.interval))
@@ -63,15 +63,15 @@ def test_version_2_carries_events_as_binary_columns():
     with pytest.raises(validate.Reject) as e:
         validate.parse(v2(2, wait=2 * 10**8))  # wait longer than its interval
     assert e.value.reason == "bad_schema"
-    assert len(validate.parse(v2(0))["events"]) == 0
+    assert len(validate.parse(v2(0)).events) == 0
 
 
 def test_the_ready_wait_column_is_read_and_checked():
     msg = validate.parse(v2(3, ready=[0, 4 * 10**5, 10**6]))
-    assert len(msg["events"]) == 3 and msg["events"].ready.tolist() == [0, 4 * 10**5, 10**6]
-    assert validate.parse(v2(3))["events"].ready is None   # three columns: no split
-    assert validate.parse(good())["events"].ready is None  # version 1: no split
-    assert len(validate.parse(v2(0, ready=[]))["events"].ready) == 0
+    assert len(msg.events) == 3 and msg.events.ready.tolist() == [0, 4 * 10**5, 10**6]
+    assert validate.parse(v2(3)).events.ready is None   # three columns: no split
+    assert validate.parse(good()).events.ready is None  # version 1: no split
+    assert len(validate.parse(v2(0, ready=[])).events.ready) == 0
 
 
 @pytest.mark.parametrize("data,reason", [
@@ -111,15 +111,15 @@ def ingest_of(table):
 
 def test_good_message_parses():
     msg = validate.parse(good())
-    assert msg["id"]["rank"] == 0 and len(msg["events"]) == 2
-    assert msg["loader"].worker_pids == (11, 12)
+    assert msg.ident.rank == 0 and len(msg.events) == 2
+    assert msg.loader.worker_pids == (11, 12)
 
 
 def test_step_phases_parse_and_reach_the_ranks_api():
     phases = {"forward_ns": 5 * 10**8, "backward_ns": 14 * 10**8, "optimizer_ns": 10**8, "steps": 10}
     msg = validate.parse(good(phases=dict(phases, extra=1)))  # unknown keys are dropped
-    assert msg["phases"] == phases
-    assert validate.parse(good())["phases"] is None
+    assert msg.phases == StepPhases(**phases)
+    assert validate.parse(good()).phases is None
     table = state.RankTable()
     assert ingest_of(table).handle(v2(2, phases=phases))
     rank = table.snapshot()[0]

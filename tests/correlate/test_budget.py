@@ -243,14 +243,15 @@ def test_the_budget_and_the_binding_capacity_are_what_the_reports_show():
     time budget and the capacity that bounds the prediction."""
     import json
 
-    from stallscope.correlate.model import Prediction
+    from stallscope.correlate.model import Prediction, ProposedSettings
     from stallscope.diagnose import outlook, render
     from stallscope.run import html
     from stallscope.run.outcome import RunOutcome
     from tests.helpers.diagnose import report
 
     d = diagnosis.analyse(_steady_slow_mount())
-    p = Prediction("storage_latency", "raise num_workers from 8 to 9 (one a shard)", {"num_workers": 9},
+    p = Prediction("storage_latency", "raise num_workers from 8 to 9 (one a shard)",
+                   ProposedSettings(num_workers=9),
                    0.1, 0.2, 1.0, "replayed", "medium", bound_by="shards")
     doc = report(causes=d.causes, budget=d.budget, prediction=p, loader=d.loader)
     text = render.render_text(doc)

@@ -131,7 +131,7 @@ def test_the_hook_reads_an_iterable_datasets_shards_and_the_agent_bounds_them():
     from stallscope.agent.table import validate
     loader = {"num_workers": 2, "prefetch_factor": 2, "pin_memory": False, "persistent_workers": False,
               "batch_size": 4, "worker_pids": [11, 12]}
-    assert validate.parse(good(loader=dict(loader, dataset_shards=2)))["loader"].dataset_shards == 2
+    assert validate.parse(good(loader=dict(loader, dataset_shards=2))).loader.dataset_shards == 2
     for bad in (0, -1, "2", 1 << 30):
         with pytest.raises(validate.Reject):
             validate.parse(good(loader=dict(loader, dataset_shards=bad)))

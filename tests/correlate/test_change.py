@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from stallscope.correlate import change
-from stallscope.correlate.model import Stats
+from stallscope.correlate.model import Stats, WatchedSettings
 
 
 class Trace:
@@ -22,7 +22,8 @@ def test_after_starts_past_the_new_workers_first_round_not_at_the_agents_last_lo
     new = [(500, 500)] + [(70, 30)] * 3 + [(40, 0)] * 20
     t = Trace(*zip(*(old + new)))
     # the agent looked last 5 batches before the change
-    marked = change.mark({"num_workers": 2}, {"num_workers": 4}, int(t.t_end[14]), None)
+    marked = change.mark(WatchedSettings(num_workers=2), WatchedSettings(num_workers=4),
+                         int(t.t_end[14]), None)
     out = change.view(marked, t)
     assert out.before == Stats(20, pytest.approx(0.5), 0.08)
     assert out.after == Stats(20, 0.0, 0.04)
@@ -32,6 +33,7 @@ def test_after_starts_past_the_new_workers_first_round_not_at_the_agents_last_lo
 def test_without_an_iterator_start_the_mark_divides():
     # a CPU quota changed under the same iterator: no new first batch to find
     t = Trace([80] * 10 + [40] * 10, [40] * 10 + [0] * 10)
-    marked = change.mark({"cpu_quota_cores": 0.4}, {"cpu_quota_cores": 1.0}, int(t.t_end[9]), None)
+    marked = change.mark(WatchedSettings(cpu_quota_cores=0.4), WatchedSettings(cpu_quota_cores=1.0),
+                         int(t.t_end[9]), None)
     out = change.view(marked, t)
     assert out.before.batches == 10 and out.after.data_wait_ratio == 0.0

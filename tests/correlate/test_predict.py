@@ -221,7 +221,7 @@ def _off_cpu(workers=1, memory=None):
 
 def test_a_memory_limit_caps_the_worker_count_at_what_it_holds():
     free = predict.workers(_off_cpu())
-    assert free.settings["num_workers"] >= 40 and free.memory_note is None
+    assert free.settings.num_workers >= 40 and free.memory_note is None
     # 4 GiB limit, 2.5 GiB in use, 300 MiB a worker: (4096 - 2560) // 300 = 5 more, 6 in all
     mem = predict.Memory(4096 * MiB, 2560 * MiB, 300 * MiB)
     assert mem.more_workers == 5
@@ -232,7 +232,7 @@ def test_a_memory_limit_caps_the_worker_count_at_what_it_holds():
     assert p["predicted_step_seconds"] == pytest.approx(0.4 / 6, rel=0.02)
     assert p["predicted_data_wait_ratio"] == pytest.approx(1 - 0.01 / (0.4 / 6), rel=0.02)
     note = p["memory_note"]
-    assert note.startswith("%d workers would keep up" % free.settings["num_workers"])
+    assert note.startswith("%d workers would keep up" % free.settings.num_workers)
     assert "4096 MiB, 2560 MiB in use" in note and "holds 6 at ~300 MiB" in note
     assert "threads or async I/O inside each worker" in note and note in p["basis"]
 
@@ -277,7 +277,7 @@ def test_a_saturated_link_rules_more_workers_out_and_its_capacity_buys_the_step(
     assert tfw.rules_out == ("num_workers",) and not tfw.settings
     p = predict.for_cause("bandwidth_bound", m)
     demand = per_batch / 0.15
-    assert p.settings["link_capacity_bytes_per_second"] == pytest.approx(demand * 1.2, rel=0.08)
+    assert p.settings.link_capacity_bytes_per_second == pytest.approx(demand * 1.2, rel=0.08)
     # at that rate each worker's batch takes 2 x 2 MiB / 16.8 MB/s = 0.25 s: 2 workers
     # deliver one every 0.125 s, under the compute: the step is the compute's
     assert p.predicted_step_seconds == pytest.approx(0.15, rel=0.05)

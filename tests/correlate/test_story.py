@@ -10,7 +10,7 @@ import os
 import pytest
 
 from stallscope.correlate import diagnosis, story
-from stallscope.correlate.model import Prediction, Straggler
+from stallscope.correlate.model import Prediction, ProposedSettings, Straggler
 from stallscope.lab import evaluate
 from tests.correlate.test_budget import _steady_slow_mount
 
@@ -30,7 +30,8 @@ def test_the_checker_catches_each_contradiction_it_names():
     assert story.contradictions(d) == []
     top = d.causes[0]
     assert story.contradictions(dataclasses.replace(d, rule="handoff"))  # "the loader keeps up"
-    persistent = Prediction(top.cause, "set persistent_workers=True", {"persistent_workers": True},
+    persistent = Prediction(top.cause, "set persistent_workers=True",
+                            ProposedSettings(persistent_workers=True),
                             0.0, 0.1, 1.0, "", "high")
     already = dataclasses.replace(d, loader=dataclasses.replace(d.loader, persistent_workers=True), causes=(
         dataclasses.replace(top, prediction=persistent),) + d.causes[1:])

@@ -1,6 +1,7 @@
 """The detector's per-second bins, kept as reports come (issue 15): the agent's test on
 them says exactly what the whole test says on the rank's timeline, whatever order and
 size the reports came in, and a batch with a bad date cannot evict real seconds."""
+import dataclasses
 import time
 import types
 
@@ -57,9 +58,8 @@ def test_a_call_blocked_in_next_counts_as_the_timeline_has_it():
     began = int(ev[-1, 0]) + int(0.1 * SEC)
     for blocked_s in (3.0, 6.0):
         blocked = int(blocked_s * SEC)
-        msg = report("j", 0, "p", [])
-        msg.update(mono_ns=began + blocked, blocked_since_ns=began)
-        table.apply(msg)
+        table.apply(dataclasses.replace(report("j", 0, "p", []), mono_ns=began + blocked,
+                                        blocked_since_ns=began))
         now = began + blocked + SEC // 2
         got = judge(*table.detection_input(rank, now), now)
         tl = table.timeline(rank, 900, True)

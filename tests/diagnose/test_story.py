@@ -9,7 +9,7 @@ import numpy as np
 
 from stallscope import vocabulary
 from stallscope.correlate import diagnosis, predict
-from stallscope.correlate.model import Prediction
+from stallscope.correlate.model import Prediction, ProposedSettings
 from stallscope.correlate.queue import Measured
 from stallscope.diagnose import nextsteps, outlook
 from stallscope.diagnose.document import Sizing
@@ -29,7 +29,7 @@ def test_num_workers_0_gets_a_worker_prediction_and_the_step_says_the_same():
     assert d.verdict == "input_bound" and d.top_cause == "too_few_workers"
     p = d.prediction
     assert p is not None and p.configured, p  # it was "cut the per-sample work", no setting
-    need = p.settings["num_workers"]
+    need = p.settings.num_workers
     assert 3 <= need <= 5  # 0.3 s of load a batch over 0.1 s of compute: ceil(3) .. with spread
     assert p.change == "raise num_workers from 0 to %d" % need
     steps = nextsteps.steps(_report_of(d, sizing=Sizing(num_workers=0, workers_needed=2)))
@@ -63,8 +63,9 @@ def test_a_cpu_contention_report_never_leads_with_more_workers():
 
 
 def _prediction(rng, name):
-    settings = rng.choice([{}, {"num_workers": rng.randint(1, 16)}, {"cpu_limit_cores": 2.5},
-                           {"persistent_workers": True}, {"num_workers": 4, "cpu_limit_cores": 3.0}])
+    settings = ProposedSettings(**rng.choice([
+        {}, {"num_workers": rng.randint(1, 16)}, {"cpu_limit_cores": 2.5}, {"persistent_workers": True},
+        {"num_workers": 4, "cpu_limit_cores": 3.0}]))
     rules = tuple(rng.sample(["num_workers", "cpu_limit_cores"], rng.randint(0, 2)))
     change = ", ".join("set %s to %s" % kv for kv in settings.items()) or "cut the per-sample work"
     return Prediction(name, change, settings, rng.random() * 0.1, rng.uniform(0.05, 1), 1.5, "b",
@@ -94,7 +95,7 @@ def test_no_next_step_recommends_what_the_top_prediction_rules_out():
         assert d.prediction is causes[0].prediction
         for c, s in zip([c for c in causes if c.score >= vocabulary.ATTRIBUTE][:2] or causes[:1], steps):
             p = c.prediction
-            if p is not None and p.configured and not set(p.settings) & banned:
+            if p is not None and p.configured and not p.settings.names() & banned:
                 assert s.step.startswith(p.change[0].upper() + p.change[1:]), (c, s)
         # one rank: no worst-against-median step
         if d.job_ranks == 1:
@@ -114,7 +115,7 @@ def test_every_cause_with_a_configuration_fix_gets_a_prediction_zero_workers_inc
             p = predict.for_cause(name, m)
             assert p.cause == name and p.predicted_step_seconds > 0
         p = predict.for_cause("too_few_workers", m)
-        assert p.configured and p.settings["num_workers"] > workers, (workers, p)
+        assert p.configured and p.settings.num_workers > workers, (workers, p)
 
 
 def test_the_steps_never_ask_for_a_setting_the_loader_already_has():

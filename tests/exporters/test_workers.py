@@ -118,8 +118,7 @@ def test_a_reported_death_counts_though_the_next_loaders_report_came_first(procs
     for p in old:
         kill(p)
     table = table_with(dict(pid=main.pid, worker_pids=[p.pid for p in old]))
-    report = rank_message(main.pid, [p.pid for p in old])
-    report["loader"]["worker_exits"] = [[old[0].pid, -signal.SIGBUS]]
+    report = rank_message(main.pid, [p.pid for p in old], worker_exits=[[old[0].pid, -signal.SIGBUS]])
     for _ in range(2):  # a stream repeats its exits until it ends
         table.apply(report)
     table.apply(rank_message(main.pid, [p.pid for p in new]))
@@ -130,8 +129,7 @@ def test_a_reported_death_counts_though_the_next_loaders_report_came_first(procs
     assert values(fams, "stallscope_loader_worker_exits_total", reason="other") == [1]
     assert [d["pid"] for d in exp.rank_fields(rank)["worker_deaths"]] == [old[0].pid]
     # a code for a PID the report does not name as its worker is not counted
-    stranger = rank_message(main.pid, [p.pid for p in new])
-    stranger["loader"]["worker_exits"] = [[main.pid, -signal.SIGKILL]]
+    stranger = rank_message(main.pid, [p.pid for p in new], worker_exits=[[main.pid, -signal.SIGKILL]])
     table.apply(stranger)
     fams = collect(exp, [rank])
     assert values(fams, "stallscope_loader_worker_exits_total", reason="other") == [1]
@@ -231,8 +229,8 @@ def test_two_workers_oom_killed_before_either_exit_is_read_are_both_memory_limit
     exp._memory_of = lambda rank: (str(tmp_path), "v2")
     collect(exp, [rank])  # the baseline: no kill yet
     events.write_text("oom 2\noom_kill 2\n")
-    report = rank_message(main.pid, [p.pid for p in dead])
-    report["loader"]["worker_exits"] = [[p.pid, -signal.SIGKILL] for p in dead]
+    report = rank_message(main.pid, [p.pid for p in dead],
+                          worker_exits=[[p.pid, -signal.SIGKILL] for p in dead])
     table.apply(report)
     fams = collect(exp, [rank])
     assert values(fams, "stallscope_loader_worker_exits_total", reason="memory_limit") == [2]
@@ -241,8 +239,7 @@ def test_two_workers_oom_killed_before_either_exit_is_read_are_both_memory_limit
     third = subprocess.Popen(["sleep", "60"])
     procs.append(third)
     kill(third)
-    report = rank_message(main.pid, [third.pid])
-    report["loader"]["worker_exits"] = [[third.pid, -signal.SIGKILL]]
+    report = rank_message(main.pid, [third.pid], worker_exits=[[third.pid, -signal.SIGKILL]])
     table.apply(report)
     fams = collect(exp, [rank])
     assert values(fams, "stallscope_loader_worker_exits_total", reason="killed") == [1]

@@ -31,12 +31,16 @@ def simulated(seed, workers, load, compute, n=800, **kw):
 
 
 def report(job, rank, pod, events, workers=2):
-    return {"id": {"job": job, "rank": rank, "local_rank": rank, "world_size": 2, "pod": pod,
+    """A trainer's report as the agent's validation makes it (HookReport), its events
+    from rows."""
+    from stallscope.host.report import HookReport
+
+    return HookReport.of({"id": {"job": job, "rank": rank, "local_rank": rank, "world_size": 2, "pod": pod,
                    "namespace": "ns", "node": ""},
             "role": "main", "pid": 1000 + rank, "mono_ns": 0, "wall_ns": 0, "dropped_total": 0, "raw": {},
             "loader": {"num_workers": workers, "prefetch_factor": 2, "pin_memory": False,
                        "persistent_workers": True, "batch_size": 8, "worker_pids": []},
-            "events": [list(e) for e in events]}
+            "events": [list(e) for e in events]})
 
 
 def wire(x):

@@ -10,17 +10,20 @@ import uuid
 from stallscope.agent.host import AgentHost
 from stallscope.agent.table import samples as samples_mod
 from stallscope.agent.table import state
+from stallscope.host.report import HookReport
 from stallscope.processes.teardown import rmdir_cgroup
 
 
-def rank_message(pid, worker_pids=(), rank=0, job="job1", pod="pod1", namespace="ns1", node="n1"):
-    return {"id": {"job": job, "rank": rank, "local_rank": rank, "world_size": 8, "pod": pod,
+def rank_message(pid, worker_pids=(), rank=0, job="job1", pod="pod1", namespace="ns1", node="n1",
+                 worker_exits=()):
+    """A trainer's report as the agent's validation makes it (HookReport)."""
+    return HookReport.of({"id": {"job": job, "rank": rank, "local_rank": rank, "world_size": 8, "pod": pod,
                    "namespace": namespace, "node": node},
             "pid": pid, "role": "main", "mono_ns": 0, "wall_ns": 0, "dropped_total": 0,
             "events": [], "raw": {},
             "loader": {"num_workers": len(worker_pids), "prefetch_factor": 2, "batch_size": 4,
                        "pin_memory": False, "persistent_workers": False,
-                       "worker_pids": list(worker_pids)}}
+                       "worker_pids": list(worker_pids), "worker_exits": list(worker_exits)}})
 
 
 def table_with(*ranks, procfs="/proc"):

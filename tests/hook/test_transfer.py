@@ -72,8 +72,8 @@ def test_the_wire_carries_a_fourth_column_and_the_agent_reads_it():
     msg = {"v": 2, "kind": "report", "pid": 7, "role": "main", "n": 2, "cols": cols.cols,
            "id": {"job": "j", "rank": 0}}
     parsed = validate.parse(wire.encode(msg, cols.block(2)))
-    assert parsed["events"].rows().tolist() == [[now - 2 * MS, 500, MS], [now - MS, 700, MS]]
-    assert parsed["events"].ready.tolist() == [100, 700]
+    assert parsed.events.rows().tolist() == [[now - 2 * MS, 500, MS], [now - MS, 700, MS]]
+    assert parsed.events.ready.tolist() == [100, 700]
     assert list(cols) == [[now - 2 * MS, 500, MS, 100], [now - MS, 700, MS, 700]]
 
 

@@ -11,6 +11,7 @@
   timeline, the measured data-wait follows what was injected, the replay judges every
   rank, and nothing is left behind.
 """
+import dataclasses
 import gzip
 import json
 import os
@@ -19,6 +20,7 @@ import time
 import pytest
 
 from stallscope import vocabulary
+from stallscope.correlate.model import Prediction, ProposedSettings
 from stallscope.lab import draws, sampler
 from stallscope.lab.commands import PATHS
 from tests.helpers.lab import leftovers, run_lab
@@ -143,6 +145,10 @@ def test_the_recorded_draws_replay_and_hold_the_inputs_their_seeds_draw(capsys):
     for path, doc in docs:
         assert draws.check_inputs(doc) == [], path
         assert os.path.basename(path) == os.path.basename(draws.path_of(doc["draw"], ""))
+        # the answers recorded live read back typed and write back as they were recorded
+        live = doc["live"]
+        for answer in [live["diagnose"], live["prometheus"], *live["agent"].values()]:
+            assert draws._recorded(draws.Answer.from_json(answer)) == answer, (path, answer)
     t0 = time.monotonic()
     rows = draws.replay_rows(docs)
     took = time.monotonic() - t0
@@ -150,7 +156,7 @@ def test_the_recorded_draws_replay_and_hold_the_inputs_their_seeds_draw(capsys):
     for row, (path, doc) in zip(rows, docs):
         answers = draws.replay(doc)
         assert sorted(answers) == [str(r) for r in range(doc["draw"]["ranks"])], path
-        assert all(a["verdict"] in vocabulary.VERDICTS for a in answers.values()), (path, answers)
+        assert all(a.verdict in vocabulary.VERDICTS for a in answers.values()), (path, answers)
         s = row["scores"]["replay"]
         assert isinstance(s["top1"], bool) and s["got"] != "error", (path, s)
         # victims are judged where there are any, healthy draws on every rank
@@ -170,27 +176,30 @@ def test_a_replayed_draw_is_scored_against_what_was_injected():
     """The scoring itself, on answers made up for a draw of each kind."""
     d = sampler.draw(29, "too_few_workers")
     doc = {"draw": d.to_json(), "expected": draws.expected(d)}
-    stall = {"verdict": "input_bound", "cause": "too_few_workers", "straggler": None, "prediction": None}
-    victim = {"verdict": "not_input_bound", "cause": None, "straggler": 1, "prediction": None}
+    stall = draws.Answer("input_bound", "too_few_workers", (("too_few_workers", 0.9),))
+    victim = draws.Answer("not_input_bound", None, (), straggler=1)
     assert draws.score(doc, {"0": victim, "1": stall}) == {
         "top1": True, "victims": True, "no_input_bound": None, "prediction": None,
         "got": "input_bound/too_few_workers", "held": None}
-    blamed = dict(victim, verdict="input_bound", cause="transfer_cost")
+    blamed = dataclasses.replace(victim, verdict="input_bound", cause="transfer_cost")
     assert draws.score(doc, {"0": blamed, "1": stall})["victims"] is False
-    wrong = dict(victim, straggler=0)
+    wrong = dataclasses.replace(victim, straggler=0)
     assert draws.score(doc, {"0": wrong, "1": stall})["victims"] is False
-    assert draws.score(doc, {"0": victim, "1": dict(stall, cause="cpu_contention")})["top1"] is False
+    other = dataclasses.replace(stall, cause="cpu_contention")
+    assert draws.score(doc, {"0": victim, "1": other})["top1"] is False
+    assert draws.score(doc, {"0": victim, "1": draws.Answer(error="no answer")})["got"] == "error"
     h = sampler.draw(22, "healthy")
     hdoc = {"draw": h.to_json(), "expected": draws.expected(h)}
-    calm = {"verdict": "healthy", "cause": None, "straggler": None, "prediction": None}
+    calm = draws.Answer("healthy", None, ())
     assert draws.score(hdoc, {"0": calm, "1": calm})["no_input_bound"] is True
-    assert draws.score(hdoc, {"0": dict(stall), "1": calm})["no_input_bound"] is False
+    assert draws.score(hdoc, {"0": stall, "1": calm})["no_input_bound"] is False
     # more workers promised past a quota the prediction leaves: crosses the capacity
     q = sampler.draw(1, "cpu_throttle")
-    more = {"settings": {"num_workers": 8}, "predicted_data_wait_ratio": 0.0}
+    more = Prediction("too_few_workers", "raise num_workers", ProposedSettings(num_workers=8), 0.0, 0.1, 2.0,
+                      "", "medium")
     assert draws._prediction_ok("cpu_throttle", q.to_json(), more) is False
-    assert draws._prediction_ok("cpu_throttle", q.to_json(),
-                                dict(more, settings={"num_workers": 8, "cpu_limit_cores": 2.0})) is True
+    lifted = dataclasses.replace(more, settings=ProposedSettings(num_workers=8, cpu_limit_cores=2.0))
+    assert draws._prediction_ok("cpu_throttle", q.to_json(), lifted) is True
     assert draws._prediction_ok("too_few_workers", d.to_json(), more) is True
     # the label against the measured wait: a stall under the line, a healthy job over it
     assert draws.label_held(dict(doc, live={"data_wait": {"0": 0.001, "1": 0.30}})) is True

@@ -13,6 +13,7 @@ import pytest
 from stallscope.correlate import codec, diagnosis
 from stallscope.processes.children import child_env
 from stallscope.run import compare, session
+from stallscope.run.outcome import SavedRun
 from tests.helpers.correlate import events_from_waits
 from tests.helpers.correlate import trace_of as _trace_of
 
@@ -76,8 +77,8 @@ def test_a_longer_start_up_is_not_a_regression_unless_the_whole_run_is_asked_for
 
 
 def test_a_report_without_the_split_is_compared_whole():
-    doc = {"data_wait_ratio": 0.2, "rank": 0, "job": "j",
-           "run": {"ranks": [{"rank": 0, "job": "j", "step_seconds_mean": 0.5}]}}
+    doc = SavedRun.from_json({"data_wait_ratio": 0.2, "rank": 0, "job": "j",
+                              "run": {"ranks": [{"rank": 0, "job": "j", "step_seconds_mean": 0.5}]}})
     assert compare.data_wait(doc, whole_run=False) == 0.2
     assert compare.step_seconds(doc, whole_run=False) == 0.5
     assert compare.startup_seconds(doc) is None

@@ -3,6 +3,7 @@ fewer batches than a verdict needs is "too short to judge"; a rank over the line
 by its first batch (the correlator's "starting") is judged on its other batches once
 the run has ended, since its steps will never outweigh that start (issue 34)."""
 from stallscope.run import session
+from stallscope.run.outcome import RankRow
 from stallscope.vocabulary import MIN_BATCHES
 from tests.helpers.diagnose import report
 
@@ -12,8 +13,7 @@ def _doc(verdict="unknown", reason="Rank 0 is starting: ... Judged once its step
 
 
 def _row(batches, ratio, after_start=None, rank=0):
-    return {"job": "j", "rank": rank, "batches": batches, "data_wait_ratio": ratio,
-            "data_wait_ratio_after_start": after_start}
+    return RankRow("j", rank, batches, ratio, data_wait_ratio_after_start=after_start)
 
 
 def test_too_few_batches_is_too_short_to_judge():

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from stallscope.run import live, terminal
+from stallscope.run.outcome import RankRow
 
 pyte = pytest.importorskip("pyte")
 COLUMNS, ROWS = 80, 24
@@ -81,8 +82,7 @@ class _Terminal:
 
 
 def _row(rank, n):
-    return {"job": "j", "rank": rank, "batches": n, "data_wait_ratio": 0.372, "verdict": "input_bound",
-            "cause": "too_few_workers"}
+    return RankRow("j", rank, n, 0.372, verdict="input_bound", cause="too_few_workers")
 
 
 @pytest.mark.parametrize("bar", sorted(CHILDREN))

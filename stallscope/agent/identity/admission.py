@@ -25,16 +25,16 @@ nothing moves between the two steps.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
+from ...host.report import HookReport
 from . import names, peer
 from .allowlist import Name
 from .refusal import Refused
 
 RankKey = tuple[str, str, str, int]
 
-__all__ = ["Admission", "Refused", "admit", "key_of"]
+__all__ = ["Admission", "Refused", "admit"]
 
 
 class Claimed(Protocol):
@@ -80,21 +80,16 @@ class Admission:
         return self.source.uid if self.source is not None else None
 
 
-def key_of(report: Mapping[str, Any]) -> RankKey:
-    i = report["id"]
-    return (i["namespace"], i["pod"], i["job"], i["rank"])
-
-
-def admit(report: Mapping[str, Any], sender: peer.Source | None, rank: Claimed | None,
+def admit(report: HookReport, sender: peer.Source | None, rank: Claimed | None,
           bindings: names.Names, holders: Holders) -> Admission:
     """Admit ``report`` from ``sender`` for ``rank`` (the table's, None when the rank
     is new), or raise Refused."""
-    key = key_of(report)
-    main = report["role"] == "main"
+    key = report.key
+    main = report.main
     if sender is None:
         if rank is None and not main:
             raise Refused("unknown_rank")
-        return Admission(key, main, report["pid"], None)
+        return Admission(key, main, report.pid, None)
     name = (key[0], key[1])
     rule = bindings.rule(name, sender)  # raises not_allowed
     takes_name = False

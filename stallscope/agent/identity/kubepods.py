@@ -38,6 +38,7 @@ import urllib.parse
 from typing import Any, Callable
 
 from ...host import log
+from ...host.report import HookReport
 from .refusal import Refused
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -129,25 +130,28 @@ class PodMap:
         with self.lock:
             self.current, self.problem = False, problem
 
-    def resolve(self, msg: dict[str, Any], pod_uid: str | None) -> None:
-        """Check (and complete) the namespace and pod ``msg`` claims against the sender's
-        pod UID; raises Refused. Does nothing while the map is not current."""
+    def resolve(self, report: HookReport, pod_uid: str | None) -> HookReport:
+        """Check the namespace and pod ``report`` claims against the sender's pod UID;
+        raises Refused. Returns the report, its name completed from the pod map where it
+        left it out; as it is while the map is not current."""
         with self.lock:
             if not self.current:
-                return
-            ident = msg["id"]
+                return report
+            ident = report.ident
             if pod_uid is None:  # a host process: not in the name of a pod of this node
-                if ident["pod"] and (ident["namespace"], ident["pod"]) in self.names:
+                if ident.pod and (ident.namespace, ident.pod) in self.names:
                     raise Refused("pod_mismatch")
-                return
+                return report
             real = self.pods.get(pod_uid)
         if real is None:
             raise Refused("pod_unknown")
-        if (ident["namespace"] and ident["namespace"] != real.namespace) or \
-                (ident["pod"] and ident["pod"] != real.name):
+        if (ident.namespace and ident.namespace != real.namespace) or \
+                (ident.pod and ident.pod != real.name):
             raise Refused("pod_mismatch")
-        if not ident["namespace"] or not ident["pod"]:
-            msg["id"] = dict(ident, namespace=real.namespace, pod=real.name)
+        if not ident.namespace or not ident.pod:
+            named = dataclasses.replace(ident, namespace=real.namespace, pod=real.name)
+            return dataclasses.replace(report, ident=named)
+        return report
 
 
 class Gone(Exception):

@@ -29,6 +29,7 @@ from typing import Any
 from ...diagnose import stacks
 from ...host import Part, log
 from ...host.options import flag
+from ...host.report import HookReport
 from ...system import blocked, procfs
 
 MAX_PAUSED = 4096
@@ -61,14 +62,14 @@ class HangsPart(Part):
         self.said = False
 
     # -- inputs (ingest thread) -----------------------------------------------------
-    def handle(self, report: Any, rank: Any) -> None:
-        if report["role"] != "main":
+    def handle(self, report: HookReport, rank: Any) -> None:
+        if not report.main:
             return
-        since = report.get("blocked_since_ns")
+        since = report.blocked_since_ns
         with self.lock:
             if since is not None:
                 self.blocked[rank.key] = since
-            elif len(report["events"]):  # a batch came: that call is over
+            elif len(report.events):  # a batch came: that call is over
                 self.blocked.pop(rank.key, None)
 
     def forget(self, key: Any) -> None:

@@ -31,8 +31,8 @@ import numpy as np
 from ...host import Part
 from ...host.facts import RankQuota
 from ...host.families import buckets, family
+from ...host.report import HookReport
 from ...vocabulary import signal
-from ..table.batches import BatchColumns
 from ..table.histogram import Histogram
 
 # 10 ms (small tabular batch) to seconds (video decode), read as _sum/_count (T_l).
@@ -152,20 +152,20 @@ class LoaderPart(Part):
             st = self.states[key] = LoaderState()
         return st
 
-    def handle(self, report: Any, rank: Any) -> None:
+    def handle(self, report: HookReport, rank: Any) -> None:
         """A whole report at once: no work per batch in Python."""
-        events = BatchColumns.of(report["events"])  # rows only in a message built in code
-        worker = report["role"] == "worker"
+        events = report.events
+        worker = not report.main
         if worker:
             # which worker made them (its PID in the agent's namespace, from SO_PEERCRED via
             # the rank table's map): the slow_worker cause splits the load times by it
-            host = rank.worker_map.get(report["pid"], report["pid"])
-            # When it sent a delivery of its batch stream (validate.py "stream": its
+            host = rank.worker_map.get(report.pid, report.pid)
+            # When it sent a delivery of its batch stream (HookReport.stream: its
             # heartbeats too; not its shard reads or errors, sent beside): every batch it
             # finished before then was in it. The analysis reads from these how far each
             # worker's batches have come (correlate/slow_worker.py), not the hook's cadence.
-            if report["mono_ns"] and report.get("stream"):
-                self.host.samples.record(rank.key, WORKER_REPORT, float(host), report["mono_ns"])
+            if report.mono_ns and report.stream:
+                self.host.samples.record(rank.key, WORKER_REPORT, float(host), report.mono_ns)
         if not len(events):
             return
         t_end, wait = events.t_end, events.wait

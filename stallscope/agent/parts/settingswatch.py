@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable
 
 from ...correlate import change
-from ...correlate.model import Mark
+from ...correlate.model import Mark, Prediction, WatchedSettings
 
 # A change of the loader settings is judged against the last prediction of a modelled
 # configuration change made up to this long before it: the diagnosis of the moment the
@@ -23,9 +23,9 @@ PREDICTION_KEPT_S = 60.0
 class SettingsWatch:
     def __init__(self, lock: threading.Lock | threading.RLock) -> None:
         self.lock = lock  # the correlator's: the HTTP thread reads ``changes`` under it
-        self.settings: dict[Any, dict[str, Any]] = {}  # rank key -> loader settings and quota last seen
+        self.settings: dict[Any, WatchedSettings] = {}  # rank key -> loader settings and quota last seen
         self.changes: dict[Any, Mark] = {}   # rank key -> the latest change marked
-        self.modelled: dict[Any, tuple[float, dict[str, Any]]] = {}  # rank key -> (when, prediction)
+        self.modelled: dict[Any, tuple[float, Prediction]] = {}  # rank key -> (when, prediction)
         self.last_look_ns = 0
 
     def look(self, ranks: list[Any], current: list[Any], quota_cores: Callable[[Any], float | None]) -> None:

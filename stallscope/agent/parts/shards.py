@@ -26,6 +26,7 @@ import numpy as np
 
 from ...host import Part
 from ...host.families import buckets, family
+from ...host.report import HookReport
 from ...host.rings import Ring
 from ...vocabulary import signal
 from ..table.budget import SHARD_READS_PER_TIER, TIERS_PER_POD
@@ -147,8 +148,8 @@ class ShardPart(Part):
                 t = tiers[name] = TierStats()
         return t
 
-    def handle(self, report: Any, rank: Any) -> None:
-        io = report["raw"].get("io")
+    def handle(self, report: HookReport, rank: Any) -> None:
+        io = report.raw.get("io")
         if io is None:
             return
         try:
@@ -198,7 +199,7 @@ class ShardPart(Part):
                 asked += sum(row[1:1 + len(RESULTS)])
                 failed += sum(row[1 + k] for k in FAILED)
             if slowest:
-                now = report["mono_ns"]
+                now = report.mono_ns
                 kept = mine["slowest"] + [[d, names[ti], s, now] for ti, d, s in slowest]
                 kept.sort(key=lambda x: -x[0])
                 mine["slowest"] = kept[:SLOWEST_KEPT]
@@ -207,9 +208,9 @@ class ShardPart(Part):
             record_many(rank.key, SHARD_READ, [r[0] for r in reads], [r[1] / 1e9 for r in reads])
             record_many(rank.key, SHARD_BYTES, [r[0] for r in reads], [float(r[2]) for r in reads])
         if hits + misses:
-            record(rank.key, CACHE_MISS, misses / (hits + misses), report["mono_ns"] or None)
+            record(rank.key, CACHE_MISS, misses / (hits + misses), report.mono_ns or None)
         if asked:
-            record(rank.key, STORAGE_ERRORS, failed / asked, report["mono_ns"] or None)
+            record(rank.key, STORAGE_ERRORS, failed / asked, report.mono_ns or None)
 
     def rank_fields(self, rank: Any) -> dict[str, Any]:
         i = rank.ident

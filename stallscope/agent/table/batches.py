@@ -4,65 +4,18 @@ The hook sends its events as columns (hook/wire.py version 2: t_end, wait, inter
 from a trainer that splits its waits, the ready wait); validation checks them as
 columns, the rank table's timeline keeps them as columns, and the correlator's trace
 takes them as columns (``RankTrace.from_columns``): no transpose to rows and back.
+A report's columns (``BatchColumns``) are the part contract's (host/report.py), which
+the parts outside the agent read too; the timeline here keeps them.
 """
 from __future__ import annotations
 
 import bisect
-import dataclasses
-from typing import Any
 
 import numpy as np
 
+from ...host.report import BatchColumns
 
-@dataclasses.dataclass(frozen=True)
-class BatchColumns:
-    """Batch events, one element per batch in each 1-D int64 column (ns): the loop was
-    blocked in ``next()`` during ``[t_end - wait, t_end]``, ``interval`` is the time since
-    the previous batch's ``t_end``. ``ready``: of each wait, the part spent waiting for a
-    worker's batch to be ready (-1 where the hook did not split it); None when no event
-    of the report carries one."""
-    t_end: np.ndarray
-    wait: np.ndarray
-    interval: np.ndarray
-    ready: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.t_end)
-
-    @classmethod
-    def empty(cls) -> BatchColumns:
-        z = np.zeros(0, np.int64)
-        return cls(z, z, z, None)
-
-    @classmethod
-    def of(cls, events: Any) -> BatchColumns:
-        """``events`` as columns: as they are when they are (every validated message's),
-        else from rows of (t_end, wait, interval[, ready]) (a message built in code: the
-        tests', the benchmarks')."""
-        if isinstance(events, BatchColumns):
-            return events
-        rows = np.asarray(events, np.int64)
-        if not rows.size:
-            return cls.empty()
-        rows = rows.reshape(len(rows), -1)
-        return cls(rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy(),
-                   rows[:, 3].copy() if rows.shape[1] > 3 else None)
-
-    def rows(self, ready: bool = False) -> np.ndarray:
-        """(n, 3) rows of (t_end, wait, interval), or (n, 4) with the ready wait (-1 where
-        not split), for a reader that wants rows."""
-        cols = (self.t_end, self.wait, self.interval) + ((self.ready_or_unsplit(),) if ready else ())
-        return np.stack(cols, axis=1)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        # What np.asarray makes of the events: their (n, 3) rows. The simulated GPU
-        # (exporters/gpu/sim.py) keeps rows; it runs in the lab and tests only.
-        rows = self.rows()
-        return rows if dtype is None else rows.astype(dtype)
-
-    def ready_or_unsplit(self) -> np.ndarray:
-        """The ready column, -1 throughout where the hook did not split the waits."""
-        return self.ready if self.ready is not None else np.full(len(self), -1, np.int64)
+__all__ = ["BatchColumns", "BatchTimeline"]
 
 
 class BatchTimeline:

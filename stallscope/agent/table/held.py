@@ -10,8 +10,9 @@ Anyone on the node may send worker reports for ranks that never come, so what is
 is the sender's to fill and must not be able to take the agent down (issue 33: 400
 reports of 64 KiB padded with nested JSON, held whole as parsed, took the agent from 59
 to 873 MB RSS, past the DaemonSet's limit). So a held report keeps only the fields the
-parts will read of it (the validated fields and, of the rest, the shard reads' ``io``
-as compact JSON, decoded again when it is applied), its bytes are counted, and the held
+parts will read of it (the validated report and, of the rest of its message, the shard
+reads' ``io`` as compact JSON, decoded again when it is applied), its bytes are counted
+(its batch columns too), and the held
 bytes are bounded in total (MAX_HELD_BYTES, part of the memory ceiling: budget.py) and
 per sender domain (MAX_HELD_BYTES_PER_DOMAIN), so one sender filling its share leaves
 the others theirs. A report past a bound is refused as ``held_limit``.
@@ -19,12 +20,13 @@ the others theirs. A report past a bound is refused as ``held_limit``.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import threading
 import time
 from typing import Any, Callable
 
-from ...report import LoaderSettings
+from ...host.report import HookReport
 
 HOLD_S = 10.0
 MAX_HELD = 2048
@@ -32,36 +34,30 @@ MAX_HELD_BYTES = 8 << 20             # all senders together (budget.py counts it
 MAX_HELD_BYTES_PER_DOMAIN = 1 << 20  # one pod (or cgroup and uid): ~250 real first reports
 HELD = object()  # what the agent's apply returns for a held report (counted when applied)
 
-# What a held report costs beyond its arrays and its io: the dict, the identity's
+# What a held report costs beyond its arrays and its io: the report, the identity's
 # strings (at most 128 characters each: validate.py), the loader settings.
 ENTRY_BYTES = 2048
 INT_BYTES = 40  # a Python int in a list: the object and its pointer
 
-# The validated fields the parts read (validate.parse); "raw" is cut down to RAW_KEPT.
-FIELDS = ("id", "pid", "role", "mono_ns", "wall_ns", "dropped_total", "events",
-          "ready_wait", "loader", "blocked_since_ns", "stream")
+# Of the message beyond the validated report (HookReport.raw), what is kept.
 RAW_KEPT = ("io",)  # shards.py reads a worker's shard reads; nothing else of raw is a worker's
 
 
 class Slim:
-    """A held report: the fields it will be applied with, and what they cost."""
+    """A held report: the report it will be applied as, and what it costs."""
 
-    __slots__ = ("fields", "raw", "nbytes")
+    __slots__ = ("report", "raw", "nbytes")
 
-    def __init__(self, msg: Any) -> None:
-        self.fields = {k: msg[k] for k in FIELDS if k in msg}
-        raw = msg.get("raw") or {}
-        kept = {k: raw[k] for k in RAW_KEPT if k in raw}
+    def __init__(self, report: HookReport) -> None:
+        self.report = dataclasses.replace(report, raw={})
+        kept = {k: report.raw[k] for k in RAW_KEPT if k in report.raw}
         self.raw = json.dumps(kept, separators=(",", ":")).encode() if kept else b""
-        loader = LoaderSettings.of(self.fields.get("loader"))
+        loader = report.loader
         ints = len(loader.worker_pids) + 3 * len(loader.worker_exits) if loader is not None else 0
-        self.nbytes = (ENTRY_BYTES + len(self.raw) + INT_BYTES * ints
-                       + sum(getattr(self.fields.get(k), "nbytes", 0) for k in ("events", "ready_wait")))
+        self.nbytes = ENTRY_BYTES + len(self.raw) + INT_BYTES * ints + report.events.nbytes
 
-    def message(self) -> dict[str, Any]:
-        msg = dict(self.fields)
-        msg["raw"] = json.loads(self.raw) if self.raw else {}
-        return msg
+    def message(self) -> HookReport:
+        return dataclasses.replace(self.report, raw=json.loads(self.raw) if self.raw else {})
 
 
 Entry = tuple[float, tuple[Any, ...], Slim, Any, Any]  # (when, key, slim, source, domain)
@@ -86,10 +82,11 @@ class Held:
     def __len__(self) -> int:
         return len(self.items)
 
-    def hold(self, key: tuple[Any, ...], msg: Any, source: Any, now: float | None = None) -> bool:
-        """Keep what the parts will read of ``msg`` for ``key``; False (refuse it) when a
-        bound is reached: the number of held reports, their bytes, or the sender's share."""
-        slim = Slim(msg)
+    def hold(self, key: tuple[Any, ...], report: HookReport, source: Any,
+             now: float | None = None) -> bool:
+        """Keep what the parts will read of ``report`` for ``key``; False (refuse it) when
+        a bound is reached: the number of held reports, their bytes, or the sender's share."""
+        slim = Slim(report)
         domain = getattr(source, "domain", None)
         with self.lock:
             if len(self.items) >= self.max_held or self.nbytes + slim.nbytes > self.max_bytes \
@@ -105,8 +102,8 @@ class Held:
         if self.by_domain[domain] <= 0:
             del self.by_domain[domain]  # a domain holding nothing keeps no entry
 
-    def take(self, key: tuple[Any, ...]) -> list[tuple[Any, Any]]:
-        """The held (msg, source) of ``key``, oldest first, removed."""
+    def take(self, key: tuple[Any, ...]) -> list[tuple[HookReport, Any]]:
+        """The held (report, source) of ``key``, oldest first, removed."""
         with self.lock:
             mine = [x for x in self.items if x[1] == key]
             if mine:

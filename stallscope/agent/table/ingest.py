@@ -47,6 +47,7 @@ from typing import Any, Callable, Optional
 from ...cadence import LONGEST_SILENCE_S
 from ...hook import wire
 from ...host import log
+from ...host.report import HookReport
 from ..identity import peer
 from ..identity.hooksocket import HookSocket
 from ..identity.refusal import Refused
@@ -75,7 +76,7 @@ READ_BOUND = 64  # messages from one connection per pass, so one chatty peer can
 _UCRED = struct.Struct("3i")
 
 
-Apply = Callable[[Any, Optional[peer.Source]], Any]
+Apply = Callable[[HookReport, Optional[peer.Source]], Any]
 SourceOf = Callable[[int, int], Optional[peer.Source]]
 
 
@@ -111,7 +112,7 @@ class Peer:
 
 
 class Ingest:
-    """``apply(msg, peer_pid, peer_uid)`` folds one validated message into the agent
+    """``apply(report, source)`` folds one validated report into the agent
     (the composition root's: the rank table, then the parts); it raises LookupError
     when the rank table is full."""
 
@@ -353,8 +354,8 @@ class Ingest:
         try:
             if checked and source is None:
                 raise validate.Reject("no_credentials")
-            msg = validate.parse(data, self.max_bytes)
-            if self.apply(msg, source) is HELD:
+            report = validate.parse(data, self.max_bytes)
+            if self.apply(report, source) is HELD:
                 return True  # counted when its trainer's report applies it, or refused
         except validate.Reject as r:
             self.stats.rejected[r.reason] += 1
@@ -370,5 +371,5 @@ class Ingest:
             self._log_internal(e)
             return False
         self.stats.accepted += 1
-        self.stats.events += len(msg["events"])
+        self.stats.events += len(report.events)
         return True

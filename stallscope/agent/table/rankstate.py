@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ...correlate.waitbins import WaitBins
+from ...host.report import StepPhases
 from ...report import LoaderSettings, ReportedError
 from ...system import cgroups
 from ...vocabulary import labels as label_sets
@@ -46,7 +47,7 @@ class RankState:
         self.loader: LoaderSettings | None = None  # its settings alone (no PIDs, no error)
         # forward/backward/optimizer ns and steps since the trainer started, from a
         # framework's hooks (hook/phases.py); None where no integration timed them
-        self.phases: dict[str, int] | None = None
+        self.phases: StepPhases | None = None
         self.loader_error: ReportedError | None = None  # the loader's own error (issue 32)
         self.reported_workers: list[int] = []  # worker PIDs as the trainer reported them
         self.translated_workers: list[int] = []  # the same, mapped through its children
@@ -107,7 +108,7 @@ class RankState:
             "node": i["node"], "pid": self.pid, "ns_pid": self.ns_pid, "uid": self.uid,
             "worker_pids": list(self.worker_pids),
             "loader": self.loader.to_json() if self.loader is not None else None,
-            "phases": phases_json(self.phases),
+            "phases": self.phases.to_json() if self.phases is not None else None,
             "cgroup": self.cgroup.as_json() if self.cgroup is not None else None,
             "last_seen_seconds_ago": round(now - self.last_seen, 3),
             "batches": self.wait.count,
@@ -161,12 +162,3 @@ class RankState:
             self.step.sum_ns += extra
             self.provisional_ns = blocked_ns
 
-
-def phases_json(phases: dict[str, int] | None) -> dict[str, Any] | None:
-    """The step phases at the API edge: seconds in each since the trainer started, and
-    the steps they cover (their mean a step is the report's, run/ and diagnose/)."""
-    if not phases:
-        return None
-    out: dict[str, Any] = {k[:-3] + "_seconds": v / 1e9 for k, v in phases.items() if k.endswith("_ns")}
-    out["steps"] = phases["steps"]
-    return out

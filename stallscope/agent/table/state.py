@@ -21,17 +21,15 @@ import collections
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ...correlate.waitbins import Window
-from ...report import LoaderSettings
+from ...host.report import BatchColumns, HookReport
 from ...system import cgroups, procfs
 from ..identity import names, peer, pids, rankworkers
-from ..identity.admission import Admission, admit, key_of
-from .batches import BatchColumns
+from ..identity.admission import Admission, admit
 from .budget import Budget
 from .rankstate import Event, RankKey, RankState
 
@@ -59,7 +57,7 @@ class RankTable:
         self.names = names.Names()  # who holds a name beyond its ranks' lives (names.py)
         self.refused_worker_pids = 0
 
-    def apply(self, msg: Mapping[str, Any], source: peer.Source | None = None,
+    def apply(self, report: HookReport, source: peer.Source | None = None,
               now: float | None = None) -> RankState:
         """Admit one validated message (identity/admission.py: who may speak for the rank),
         then fold it into the table. Returns the RankState; raises LookupError when the
@@ -67,15 +65,15 @@ class RankTable:
         counts both). ``source`` is the sender as the kernel names it; None only for
         in-process callers (tests, benchmarks)."""
         with self.lock:
-            admission = admit(msg, source, self.ranks.get(key_of(msg)), self.names, self)
-            return self.fold(admission, msg, now)
+            admission = admit(report, source, self.ranks.get(report.key), self.names, self)
+            return self.fold(admission, report, now)
 
-    def fold(self, admission: Admission, msg: Mapping[str, Any],
+    def fold(self, admission: Admission, report: HookReport,
              now: float | None = None) -> RankState:
         """Fold an admitted message into the table: the rank made or found, what the
         admission says to record of its sender, then the report's own fields."""
         now = time.monotonic() if now is None else now
-        ident = dict(msg["id"])
+        ident = report.ident.as_dict()
         if not ident["node"]:
             ident["node"] = self.node
         key = admission.key
@@ -98,10 +96,10 @@ class RankTable:
             rank.last_seen = now
             pid = admission.pid
             if admission.main:
-                self._main(rank, msg, pid, admission.uid, now)
+                self._main(rank, report, pid, admission.uid, now)
             else:
-                self.refused_worker_pids += rankworkers.note_worker(self.procfs, rank, msg["pid"], pid)
-            rank.note_dropped(pid, msg["dropped_total"])
+                self.refused_worker_pids += rankworkers.note_worker(self.procfs, rank, report.pid, pid)
+            rank.note_dropped(pid, report.dropped_total)
             return rank
 
     def _bind_pod(self, key: RankKey, domain: peer.Domain | None) -> None:
@@ -135,19 +133,19 @@ class RankTable:
         # A cgroup with a process in it cannot be removed; one moved out still counts.
         return not any(r.pid and procfs.alive(self.procfs, r.pid, r.pid_start) for r in ranks)
 
-    def _main(self, rank: RankState, msg: Mapping[str, Any], pid: int, uid: int | None,
+    def _main(self, rank: RankState, report: HookReport, pid: int, uid: int | None,
               now: float) -> None:
         if pid != rank.pid:
             rank.workers_checked = float("-inf")
             rank.exited_at = None  # restarted under the same identity
-            rank.pid, rank.ns_pid = pid, msg["pid"]
+            rank.pid, rank.ns_pid = pid, report.pid
             rank.pid_start = procfs.start_time(self.procfs, pid)
             rank.cgroup = cgroups.of_pid(self.procfs, pid)
             rank.uid = uid
             rank.verified.clear()
             rank.first_batch_ns = None  # a new process starts its workers again
             rank.loader_error = None
-        loader = LoaderSettings.of(msg["loader"])  # a dict from an in-process caller
+        loader = report.loader
         if loader is not None:
             before = rank.loader
             settings = loader.settings()
@@ -170,14 +168,13 @@ class RankTable:
                 self.refused_worker_pids += rankworkers.map_workers(self.procfs, rank)
                 rank.workers_checked = now
             rankworkers.note_exits(rank, loader.worker_exits)
-        if msg.get("phases") is not None:
-            rank.phases = msg["phases"]  # cumulative: the latest report is the whole
-        if msg["mono_ns"] and msg["wall_ns"]:
-            rank.clock_offset_ns = msg["wall_ns"] - msg["mono_ns"]
-        # BatchColumns.of: a message built in code (tests, benchmarks) may carry rows
-        rank.add_events(BatchColumns.of(msg["events"]))
-        if msg.get("blocked_since_ns") is not None:
-            rank.note_blocked(msg["blocked_since_ns"], msg["mono_ns"] - msg["blocked_since_ns"])
+        if report.phases is not None:
+            rank.phases = report.phases  # cumulative: the latest report is the whole
+        if report.mono_ns and report.wall_ns:
+            rank.clock_offset_ns = report.wall_ns - report.mono_ns
+        rank.add_events(report.events)
+        if report.blocked_since_ns is not None:
+            rank.note_blocked(report.blocked_since_ns, report.mono_ns - report.blocked_since_ns)
 
     def expire(self, now: float | None = None) -> list[RankKey]:
         """Drop ranks whose main process is gone or that went silent; returns their keys.

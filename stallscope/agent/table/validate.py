@@ -1,7 +1,7 @@
 """Validation of hook messages. Every message is untrusted input from any local process.
 
-``parse(data)`` returns a normalised message dict (its loader typed: LoaderSettings,
-stallscope/report.py) or raises ``Reject(reason)``; the reason
+``parse(data)`` returns the typed report every part reads (``HookReport``, host/report.py,
+its loader a ``LoaderSettings``: stallscope/report.py) or raises ``Reject(reason)``; the reason
 is a short fixed string used as a label on the agent's reject counter, so its cardinality
 is bounded by this module.
 
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ...hook import errors, wire
+from ...host.report import BatchColumns, HookReport, Identity, StepPhases
 from ...report import LoaderSettings, ReportedError
-from .batches import BatchColumns
 
 MAX_LABEL_LEN = 128
 MAX_RANK = 1 << 20
@@ -78,21 +78,21 @@ def _label(value: Any, what: str) -> str:
     return value
 
 
-def _identity(raw: Any) -> dict[str, Any]:
+def _identity(raw: Any) -> Identity:
     if not isinstance(raw, dict):
         raise Reject("bad_schema", "id must be an object")
     job = _label(raw.get("job"), "id.job")
     if not job:
         raise Reject("bad_label", "id.job is empty")
-    return {
-        "job": job,
-        "rank": _int(raw.get("rank"), 0, MAX_RANK, "id.rank"),
-        "local_rank": _int(raw.get("local_rank", 0), 0, MAX_RANK, "id.local_rank"),
-        "world_size": _int(raw.get("world_size", 1), 1, MAX_RANK + 1, "id.world_size"),
-        "pod": _label(raw.get("pod", ""), "id.pod"),
-        "namespace": _label(raw.get("namespace", ""), "id.namespace"),
-        "node": _label(raw.get("node", ""), "id.node"),
-    }
+    return Identity(
+        job=job,
+        rank=_int(raw.get("rank"), 0, MAX_RANK, "id.rank"),
+        local_rank=_int(raw.get("local_rank", 0), 0, MAX_RANK, "id.local_rank"),
+        world_size=_int(raw.get("world_size", 1), 1, MAX_RANK + 1, "id.world_size"),
+        pod=_label(raw.get("pod", ""), "id.pod"),
+        namespace=_label(raw.get("namespace", ""), "id.namespace"),
+        node=_label(raw.get("node", ""), "id.node"),
+    )
 
 
 def _events_v1(raw: Any) -> np.ndarray:
@@ -202,24 +202,23 @@ def _loader_error(raw: Any) -> ReportedError:
     return ReportedError(**out)
 
 
-PHASE_FIELDS = ("forward_ns", "backward_ns", "optimizer_ns")
+PHASE_FIELDS = ("forward_ns", "backward_ns", "optimizer_ns", "steps")
 
 
-def _phases(raw: Any, role: str) -> dict[str, int] | None:
+def _phases(raw: Any, role: str) -> StepPhases | None:
     """Step phases since the trainer started (hook/phases.py): cumulative ns and steps."""
     if raw is None:
         return None
     if role != "main" or not isinstance(raw, dict):
         raise Reject("bad_schema", "phases must be an object, a trainer's only")
-    out = {field: _int(raw.get(field, 0), 0, MAX_COUNT, "phases." + field) for field in PHASE_FIELDS}
-    out["steps"] = _int(raw.get("steps", 0), 0, MAX_COUNT, "phases.steps")
-    return out
+    return StepPhases(**{field: _int(raw.get(field, 0), 0, MAX_COUNT, "phases." + field)
+                         for field in PHASE_FIELDS})
 
 
 def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
-          now_ns: int | None = None) -> dict[str, Any]:
-    """Bytes of one message -> normalised message dict, or Reject. ``now_ns``: the
-    agent's CLOCK_MONOTONIC (tests pass one)."""
+          now_ns: int | None = None) -> HookReport:
+    """Bytes of one message -> the typed report, or Reject. ``now_ns``: the agent's
+    CLOCK_MONOTONIC (tests pass one)."""
     now_ns = time.monotonic_ns() if now_ns is None else now_ns
     if not data:
         raise Reject("empty", "a zero-length message")
@@ -248,27 +247,28 @@ def parse(data: bytes, max_bytes: int = wire.MAX_MESSAGE_BYTES,
     role = raw.get("role", "main")
     if role not in ROLES:
         raise Reject("bad_schema", "role must be one of %s" % (ROLES,))
-    msg = {
-        "id": _identity(raw.get("id")),
-        "pid": _int(raw.get("pid"), 1, 1 << 31, "pid"),
-        "role": role,
-        "mono_ns": _clock(raw.get("mono_ns", 0), now_ns),
-        "wall_ns": _wall(raw.get("wall_ns", 0)),
-        "dropped_total": _int(raw.get("dropped_total", 0), 0, MAX_COUNT, "dropped_total"),
-        "events": None,
-        "loader": _loader(raw.get("loader")),
-        "blocked_since_ns": None,
+    # in the order the checks have always run: a message with several faults is
+    # rejected for the same one
+    ident = _identity(raw.get("id"))
+    pid = _int(raw.get("pid"), 1, 1 << 31, "pid")
+    mono_ns = _clock(raw.get("mono_ns", 0), now_ns)
+    wall_ns = _wall(raw.get("wall_ns", 0))
+    dropped_total = _int(raw.get("dropped_total", 0), 0, MAX_COUNT, "dropped_total")
+    loader = _loader(raw.get("loader"))
+    phases = _phases(raw.get("phases"), role)
+    cols = _check_events(events, now_ns)
+    return HookReport(
+        ident=ident, pid=pid, role=role,
+        # the columns as they came, the ready wait with them (agent/table/batches.py)
+        events=BatchColumns(cols[0], cols[1], cols[2], _check_ready(ready, cols, role)),
+        mono_ns=mono_ns, wall_ns=wall_ns, dropped_total=dropped_total, loader=loader,
+        blocked_since_ns=_blocked(raw, mono_ns),
         # a delivery of the sender's batch stream (a heartbeat too): every batch it finished
         # before mono_ns came in it or before it; not its shard reads or errors, sent beside
-        "stream": ("n" if version == 2 else "events") in raw,
-        "phases": _phases(raw.get("phases"), role),
-        "raw": raw,  # other parts (worker samples, GPU device) validate their own keys
-    }
-    cols = _check_events(events, now_ns)
-    # the columns as they came, the ready wait with them (agent/table/batches.py)
-    msg["events"] = BatchColumns(cols[0], cols[1], cols[2], _check_ready(ready, cols, role))
-    msg["blocked_since_ns"] = _blocked(raw, msg["mono_ns"])
-    return msg
+        stream=("n" if version == 2 else "events") in raw,
+        phases=phases,
+        raw=raw,  # other parts (worker samples, GPU device) validate their own keys
+    )
 
 
 def _clock(raw: Any, now_ns: int) -> int:

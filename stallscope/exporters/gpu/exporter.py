@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from ...host.facts import RankGpu
+from ...host.report import HookReport
 from ...vocabulary import signal
 from ..base import Exporter
 from . import collector, mapping
@@ -79,17 +80,17 @@ class GpuExporter(Exporter):
         if self.dcgm is not None:
             self.dcgm.ensure_running(self.host.stopping)
 
-    def handle(self, report: Any, rank: Any) -> None:
-        if report["role"] != "main":
+    def handle(self, report: HookReport, rank: Any) -> None:
+        if not report.main:
             return
-        if self.sim is not None and len(report["events"]):
-            self.sim.feed(rank.key, report["events"])  # an (n, 3) array: kept as it is
+        if self.sim is not None and len(report.events):
+            self.sim.feed(rank.key, report.events)  # its (n, 3) rows: kept as they are
             if self.host.facts.get(RankGpu, rank.key) is None:
                 # known from the first report on: its own simulated GPU (sim.py), so a
                 # part that needs the rank's GPU has it before any collection (issue 29)
                 self.host.facts.publish(self.name, rank.key, RankGpu(
                     sim_uuid(rank.key), "", "simulated", "simulated"))
-        cuda = report["raw"].get("cuda")
+        cuda = report.raw.get("cuda")
         if cuda is None:
             return
         index = cuda.get("index") if isinstance(cuda, dict) else None

@@ -10,6 +10,7 @@ from stallscope.agent.table.samples import SampleStore
 from stallscope.agent.table.state import RankTable
 from stallscope.exporters.gpu.sim import SimulatedSource, sim_uuid
 from stallscope.exporters.gpu.source import Sampler
+from stallscope.host.report import HookReport
 
 MS = 1_000_000
 IDENT = {"job": "j", "rank": 0, "local_rank": 0, "world_size": 1, "pod": "p",
@@ -17,8 +18,8 @@ IDENT = {"job": "j", "rank": 0, "local_rank": 0, "world_size": 1, "pod": "p",
 
 
 def msg(events, rank=0):
-    return {"id": dict(IDENT, rank=rank), "pid": 1, "role": "main", "mono_ns": 0, "wall_ns": 0,
-            "dropped_total": 0, "events": events, "loader": None, "raw": {}}
+    return HookReport.of({"id": dict(IDENT, rank=rank), "pid": 1, "role": "main", "mono_ns": 0,
+                          "wall_ns": 0, "dropped_total": 0, "events": events, "loader": None, "raw": {}})
 
 
 def source(table, **kw):
@@ -28,7 +29,7 @@ def source(table, **kw):
 def report(table, src, m):
     """A report reaches the table, then the gpu exporter, which feeds the simulation."""
     rank = table.apply(m)
-    src.feed(rank.key, m["events"])
+    src.feed(rank.key, m.events)
 
 
 def loop(t0, phases):
