@@ -29,7 +29,7 @@ demo: setup system
 # are kept out of `make test` (CI) so the suite stays under 25 min on 2 cores; the slowest
 # tests are listed at the end of each run.
 test: setup system lint
-	$(PY) -m pytest -q -ra -m 'not frameworks and not lab_variant and not newcomer' --durations=15
+	$(PY) -m pytest -q -ra -m 'not frameworks and not lab_variant and not newcomer' --durations=30
 
 # the loaders' extra (pyproject.toml) only here: CI would pay its install time. litdata
 # pulls torchvision, and with it a CUDA torch: torch 2.13.0 goes back, torchvision goes.
