@@ -132,6 +132,10 @@ KNOWN_MISSES = {
     # the sampler read the workers' fetches as idle: a worker first found polling its index
     # queue was not checked for a connection again for 30 s (fixed in 832775d, after it ran)
     "draw-100-cache-miss": "the recorded sampler saw no network wait",
+    # the same with 832775d: the target's 4 workers fetching 200 ms misses read 99 %
+    # idle and at most 13 % on the network, so the budget holds no network wait and the
+    # loader's spread names too_few_workers (recorded live at 5ceb42a; open in issue 49)
+    "draw-413-cache-miss": "the recorded sampler saw the fetching workers idle",
 }
 
 
