@@ -306,16 +306,29 @@ class LoaderStateExporter(base.Exporter):
             if rest > 0.001:
                 # a task that has not run since the last look (schedstat's timeslice count
                 # unchanged) is still blocked where it was: not read again; nor is a worker
-                # while its rank's loop does not wait (DETAIL_S)
+                # while its rank's loop does not wait (DETAIL_S). One found idle in a poll
+                # is read again once its descriptors are due a new listing: a fetch that
+                # began within FD_CACHE_S of the last listing and hangs (a server that
+                # never answers) never runs again, and read as idle for as long as it hung.
                 state = task.state
                 if state is None or (runs != was_runs and (
-                        role != "worker" or detail_round or self.waiting.get(task.rank, True))):
+                        role != "worker" or detail_round or self.waiting.get(task.rank, True))) or (
+                        state[0] == "idle" and self._listing_due(task)):
                     state = task.state = self._look(task, now)
                 k = (role, state[0], state[1])
                 acc[k] = acc.get(k, 0.0) + rest
         if accs:
             self._add(accs, now)
         self.sampled += 1
+
+    def _listing_due(self, task: Task) -> bool:
+        """Whether the internet sockets of ``task``'s process were listed longer ago than
+        _internet trusts them (FD_CACHE_S while its rank's loop waits, NO_INTERNET_S
+        otherwise; its own clock, time.monotonic)."""
+        hit = self.internet.get(task.key[0])
+        if hit is None:  # idle in a call other than a poll: no listing decides it
+            return False
+        return time.monotonic() - hit[0] >= (FD_CACHE_S if self.waiting.get(task.rank, True) else NO_INTERNET_S)
 
     def _refresh(self, now: float) -> None:
         """Once a second: the rank table, whose tasks are sampled (new ones looked at from
