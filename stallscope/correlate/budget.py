@@ -55,10 +55,10 @@ PRODUCING_MIN = 0.1
 LOCAL_READS_MIN = 0.1
 
 
-def _during(trace: RankTrace, name: str, waits: WaitIndex,
-            scopes: tuple[str, ...] = ("rank",)) -> float | None:
+def during_waits(trace: RankTrace, name: str, waits: WaitIndex,
+                 scopes: tuple[str, ...] = ("rank",)) -> float | None:
     """The signal's mean weighted by the loop's wait in each of its samples: its value
-    during the stalls."""
+    during the stalls (the capacities' too: measured.py)."""
     _, series = trace.signal(signal(name).name, scopes)
     span = trace.span()
     if series is None or span is None:
@@ -89,8 +89,8 @@ def _mean(trace: RankTrace, name: str) -> float | None:
 def _main_split(trace: RankTrace, waits: WaitIndex) -> tuple[float | None, float | None]:
     """(the training thread's CPU-wait share, its on-CPU share) while the loop waited: the
     sampler's signals, else a recorded timeline's split of the window."""
-    wait = _during(trace, "loader_main_cpu_wait_ratio", waits)
-    on = _during(trace, "loader_main_on_cpu_ratio", waits)
+    wait = during_waits(trace, "loader_main_cpu_wait_ratio", waits)
+    on = during_waits(trace, "loader_main_on_cpu_ratio", waits)
     split = (trace.loader_split or {}).get("main")
     if on is None and split is not None:
         on = split.get("on_cpu", 0.0)
@@ -101,7 +101,7 @@ def _main_split(trace: RankTrace, waits: WaitIndex) -> tuple[float | None, float
 
 def _fuse_down(trace: RankTrace, waits: WaitIndex) -> bool:
     """A FUSE mount the rank reads was down or its probe hung while the loop waited."""
-    up = _during(trace, "fuse_up", waits)
+    up = during_waits(trace, "fuse_up", waits)
     return up is not None and up < 0.5
 
 
@@ -131,10 +131,10 @@ def _asleep(trace: RankTrace, waits: WaitIndex) -> str:
         return killed
     loader = trace.loader or UNREPORTED
     batch, workers = loader.batch_bytes, loader.num_workers or 1
-    free = _during(trace, "shm_free_bytes", waits, ("rank", "node"))
+    free = during_waits(trace, "shm_free_bytes", waits, ("rank", "node"))
     if batch and free is not None and free < batch * workers:
         return "shm_exhaustion"
-    errors = _during(trace, ERRORS.signal, waits)
+    errors = during_waits(trace, ERRORS.signal, waits)
     if errors is not None and errors >= ERRORS.threshold:
         return "storage_errors"
     return "too_few_workers"
@@ -203,8 +203,8 @@ def account(ctx: Context, scored: Mapping[str, float] | None = None) -> Budget |
     if wait <= 0:
         return None
     found = ctx.split if not ctx.hung else transfer.split(trace, steady)
-    shares = {s: _during(trace, "loader_workers_%s_ratio" % s, waits) for s in WORKER_STATES}
-    idle = _during(trace, "loader_workers_idle_ratio", waits)
+    shares = {s: during_waits(trace, "loader_workers_%s_ratio" % s, waits) for s in WORKER_STATES}
+    idle = during_waits(trace, "loader_workers_idle_ratio", waits)
     sampled = any(v is not None for v in shares.values())
     causes = mechanisms(trace, scored or {}, waits)
     parts: dict[str, float] = {}

@@ -132,6 +132,7 @@ hung = context.hung  # the Context's test, named here since the verdict's path t
 
 def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_seconds: float | None,
              since_ns: int | None, facts: RankFacts) -> Diagnosis:
+    peers = list(peers)
     whole = trace
     segment = trace.since(since_ns) if since_ns is not None else trace
     if since_ns is not None and segment.n < MIN_BATCHES and hung(trace):
@@ -196,7 +197,7 @@ def _analyse(trace: RankTrace, peers: Iterable[RankTrace], node: str, window_sec
     split = ctx.split
     ready = split[2] / split[4] if split is not None and split[4] > 0 else None
     scored, missing, spent = rank_causes(ctx, facts, ready)
-    m = measured.measure(ctx, facts)
+    m = measured.measure(ctx, facts, peers)
     ranked = causes_mod.rank_causes(scored)
     ranked = consumer.attribute(ranked, trace, ready, handoff)
     if m is not None:

@@ -4,13 +4,14 @@ settings, the workers' CPU use, the CFS quota and how long it held them back, th
 run-queue wait, shard reads, /dev/shm and the iterators' first batches."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from ..report import UNREPORTED
 from ..vocabulary import signal
-from . import slow_worker
+from . import budget, slow_worker
 from .context import Context
 from .facts import NONE, RankFacts
 from .predict import Measured
@@ -31,6 +32,8 @@ LINK_RATIO = signal("link_receive_ratio").name
 LINK_CAPACITY = signal("link_capacity_bytes_rate").name
 LINK_BYTES = signal("link_receive_bytes_rate").name
 NETWORK_SHARE = signal("loader_workers_network_ratio").name
+MAIN_ON_CPU = signal("loader_main_on_cpu_ratio").name
+NODE_IDLE = signal("node_cpu_idle_cores").name
 # Workers blocked on sockets this share of their time read a part of their bytes the
 # kernel's rchar does not count (a socket's recv(): proc(5), /proc/<pid>/io): the drawn
 # bandwidth-bound runs read 4e-05 MB a batch by rchar for 1 MB over the link (issue 49)
@@ -95,10 +98,39 @@ def link(trace: Any) -> Link | None:
                 rate[0], per_batch)
 
 
-def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
+def main_cpu(trace: Any) -> float | None:
+    """Cores the rank's training thread was measured on a CPU (the sampler's share of
+    its time on a CPU), or None: the signal, else the sampler's split of the window
+    (traces recorded before the signal)."""
+    on = _values(trace, MAIN_ON_CPU)
+    if on is not None:
+        return float(on.mean())
+    split = (getattr(trace, "loader_split", None) or {}).get("main") or {}
+    share = split.get("on_cpu")
+    return float(share) if isinstance(share, (int, float)) else None
+
+
+def others_cpu(trace: Any, peers: Iterable[Any]) -> tuple[float | None, int]:
+    """(cores the node's other ranks' loaders used: their workers and training threads,
+    as measured; how many ranks that sums), (None, 0) without another rank measured.
+    Every rank the agent sees is on its node."""
+    total, ranks = 0.0, 0
+    for p in peers:
+        if p is trace:
+            continue
+        workers, main = _values(p, WORKERS_CPU), main_cpu(p)
+        if workers is None and main is None:
+            continue
+        total += (float(workers.mean()) if workers is not None else 0.0) + (main or 0.0)
+        ranks += 1
+    return (total if ranks else None), ranks
+
+
+def measure(ctx: Context, facts: RankFacts = NONE, peers: Iterable[Any] = ()) -> Measured | None:
     """predict.Measured for the context's trace, or None with too few steady batches.
     ``facts``: the rank's quota, cpuset, read limit and memory limit (the agent's), the
-    capacities its predictions run into."""
+    capacities its predictions run into; ``peers``: the traces of the ranks on its node
+    (it among them or not), whose CPU use is not the workers' to have."""
     trace, ib, steady = ctx.trace, ctx.loop, ctx.steady
     if steady.sum() < 5:
         return None
@@ -121,6 +153,9 @@ def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
     block = _values(trace, BLOCK_BYTES)
     shards = loader.dataset_shards
     by_worker = slow_worker.per_worker(trace)
+    others, others_ranks = others_cpu(ctx.whole, peers)
+    # the node's idle CPUs while the loop waited: what more workers had to run on then
+    idle = budget.during_waits(trace, NODE_IDLE, ctx.waits, ("node",))
     return Measured(worker_loads=tuple(by_worker[p] for p in sorted(by_worker)) if by_worker else None,
         step_seconds=float(interval.mean()), compute=compute, data_wait_ratio=ib.data_wait_ratio,
         load=load, load_times=_times(trace, BATCH_LOAD), workers=loader.num_workers,
@@ -137,4 +172,6 @@ def measure(ctx: Context, facts: RankFacts = NONE) -> Measured | None:
         runqueue_ratio=float(runqueue.mean()) if runqueue is not None else None, memory=facts.memory,
         link=link(ctx.whole), cpus=facts.cpus, io_read_limit=facts.io_read_limit,
         block_read_bytes_per_second=float(block.mean()) if block is not None else None,
-        dataset_shards=shards if isinstance(shards, int) and shards > 0 else None)
+        dataset_shards=shards if isinstance(shards, int) and shards > 0 else None,
+        main_cpu_cores=main_cpu(trace), others_cpu_cores=others, others_ranks=others_ranks,
+        node_idle_cores=idle)

@@ -32,7 +32,7 @@ TARGET = DATA_WAIT_LINE / 2      # a fix aims at half the alert line
 # a link at this share of its capacity carries no more (bandwidth_bound's line)
 LINK_LINE = line_of("bandwidth_bound", "link_receive_ratio").threshold
 CROWDED = 0.1                    # run-queue wait per worker, beyond the quota's, of a crowded node
-MAIN_CORE = 1.0                  # a rank's training process keeps one core of a shared quota
+MAIN_CORE = 1.0                  # a rank's training process keeps one core (where not measured)
 REPLAY_BATCHES = 600
 SEED = 17
 NEAR_S = 0.5                     # a time-indexed draw takes a sample measured this close
@@ -121,6 +121,10 @@ class Measured:
     io_read_limit: float | None = None      # bytes/s its cgroup may read from its device
     block_read_bytes_per_second: float | None = None  # what its workers read from block devices
     dataset_shards: int | None = None       # an iterable dataset's shards: workers that get data
+    main_cpu_cores: float | None = None     # the training thread's measured on-CPU share (cores)
+    others_cpu_cores: float | None = None   # the node's other ranks' loaders, measured (cores)
+    others_ranks: int = 0                   # how many other ranks others_cpu_cores sums
+    node_idle_cores: float | None = None    # the node's idle CPUs, measured (cores)
 
     @property
     def block_read_bytes_per_batch(self) -> float | None:

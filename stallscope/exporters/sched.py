@@ -7,18 +7,41 @@ wait per second, averaged over the rank's workers, is the direct sign of CPU sta
 some other tenant waited, and a worker that sleeps on I/O does not wait here at all.
 Needs CONFIG_SCHED_INFO (set by distribution kernels).
 
-No metric family (the per-rank series budget is tight); the correlator reads the sample.
+The node's idle CPUs (``node_cpu_idle_cores``): the idle and iowait time of the
+aggregate ``cpu`` line of ``/proc/stat`` (proc(5), in USER_HZ ticks) a second, in
+cores. What the workers use now plus this is the cores free to them (the predictions'
+capacity, correlate/capacity.py), measured where a whole core was assumed for the
+training process and nothing for the node's other tasks.
+
+No metric family (the per-rank series budget is tight; node_exporter's
+``node_cpu_seconds_total`` has the counters); the correlator reads the samples.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from ..system.procfs import KeptFiles
+from ..system.procfs import KeptFiles, read_text
 from ..vocabulary import signal
 from . import base
 
 RUNQUEUE = signal("workers_runqueue_ratio").name
+IDLE = signal("node_cpu_idle_cores").name
+# /proc/stat counts in USER_HZ, 100 on every Linux architecture whatever CONFIG_HZ
+USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def idle_ticks(text: str | None) -> int | None:
+    """Idle plus iowait ticks of all CPUs from ``/proc/stat`` text (its ``cpu`` line:
+    user nice system idle iowait ...), or None when unreadable."""
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            try:
+                return int(parts[4]) + int(parts[5])
+            except (IndexError, ValueError):
+                return None
+    return None
 
 
 def run_delay_ns(text: str | None) -> int | None:
@@ -44,6 +67,11 @@ class SchedExporter(base.Exporter):
         return "no /proc/<pid>/schedstat (a kernel without CONFIG_SCHED_INFO)"
 
     def collect(self) -> Any:
+        idle = idle_ticks(read_text(os.path.join(self.host.procfs, "stat")))
+        if idle is not None:
+            d = self.rates.delta("node idle", (idle,))
+            if d is not None:
+                self.record("node", IDLE, d[1][0] / USER_HZ / d[0])
         read = []
         for rank in self.host.ranks():
             shares = []

@@ -22,7 +22,8 @@ EXPORTERS = (
     Exporter("disk", "disk:DiskExporter", True,
              "Node block-device write rate (checkpoint bursts), a correlator sample only."),
     Exporter("sched", "sched:SchedExporter", True,
-             "Run-queue wait of the loader workers (CPU starvation), a correlator sample only."),
+             "Run-queue wait of the loader workers (CPU starvation) and the node's idle CPUs, "
+             "correlator samples only."),
     Exporter("numa", "numa:NumaExporter", True,
              "NUMA placement: the share of each rank's loader CPU time off its GPU's NUMA node."),
     Exporter("loaderstate", "loaderstate:LoaderStateExporter", True,
@@ -169,6 +170,9 @@ SIGNALS = (
            "by its CFS quota: the throttled seconds a second over the CPUs its processes spread across."),
     Signal("workers_runqueue_ratio", "ratio", ("rank",), "sched",
            "Run-queue wait per second, averaged over the rank's loader workers: runnable, no CPU."),
+    Signal("node_cpu_idle_cores", "count", ("node",), "sched",
+           "CPUs of the node idle (idle and iowait time of /proc/stat, in cores): what more "
+           "loader workers could run on, beside what the workers use now."),
     _psi("cpu", "some"), _psi("io", "some"), _psi("io", "full"),
     _psi("memory", "some"), _psi("memory", "full"),
     Signal("shm_used_ratio", "ratio", ("rank", "node"), "shm",

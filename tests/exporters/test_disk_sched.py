@@ -102,3 +102,38 @@ def test_sched_run_queue_wait_of_real_crowded_workers():
     collect(exp2, [r])
     [(_, mine)] = ctx2.samples.series(r.key, "workers_runqueue_ratio")
     assert mine < 0.3
+
+
+def test_sched_node_idle_cores_from_proc_stat(tmp_path):
+    """The node's idle CPUs (the cores capacity of the predictions): idle + iowait ticks of
+    /proc/stat's cpu line a second, in cores; a fixture's exact value, then the real file."""
+    from stallscope.exporters import sched
+
+    os.makedirs(tmp_path / "proc")
+    line = "cpu  10132153 290696 3084719 %d %d 0 25195 0 0 0\ncpu0 1 2 3 4 5 0 0 0 0 0\nbtime 1\n"
+    write(str(tmp_path / "proc" / "stat"), line % (46828483, 16683))
+    ctx = context(procfs=str(tmp_path / "proc"))
+    now = [100.0]
+    ctx.clock = lambda: now[0]
+    exp = sched.SchedExporter(ctx)
+    collect(exp, [])
+    assert ctx.samples.series("node", "node_cpu_idle_cores") == []  # first reading: no rate
+    # 2 s later: 150 ticks idle and 50 in iowait, 2 s of one CPU's time over 2 s: 1 core
+    write(str(tmp_path / "proc" / "stat"), line % (46828483 + 150, 16683 + 50))
+    now[0] = 102.0
+    collect(exp, [])
+    [(_, idle)] = ctx.samples.series("node", "node_cpu_idle_cores")
+    assert idle == pytest.approx(200 / sched.USER_HZ / 2.0)
+    assert sched.idle_ticks("cpu0 1 2 3 4 5\n") is None and sched.idle_ticks("cpu  1 2 3\n") is None
+
+    real = context()
+    if not os.path.exists(os.path.join(real.procfs, "stat")):
+        pytest.skip("no /proc/stat")
+    exp = sched.SchedExporter(real)
+    collect(exp, [])
+    import time
+    time.sleep(0.5)
+    collect(exp, [])
+    [(_, idle)] = real.samples.series("node", "node_cpu_idle_cores")
+    # never more than the node's CPUs (a tick's rounding either side over 0.5 s)
+    assert 0.0 <= idle <= os.cpu_count() * 1.05 + 0.05

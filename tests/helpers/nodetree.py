@@ -191,6 +191,7 @@ class Node:
     disks: Sequence[Disk]
     gpus: Sequence[NvidiaGpu] = ()
     btime: int = 1700000000                   # /proc/stat
+    cpu_idle: int = 46828483                  # /proc/stat: idle ticks of all CPUs (USER_HZ)
     root_files: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the pod root
     self_pid: int | None = None            # /proc/self
     cpuset: str | None = None                 # the root cgroup's cpuset.cpus.effective
@@ -297,7 +298,7 @@ def information_text(g: NvidiaGpu) -> str:
     return "".join("%s %s\n" % r for r in rows)
 
 
-PROC_STAT = ("cpu  10132153 290696 3084719 46828483 16683 0 25195 0 0 0\n"
+PROC_STAT = ("cpu  10132153 290696 3084719 %d 16683 0 25195 0 0 0\n"
              "cpu0 2533038 72674 771179 11707120 4170 0 6298 0 0 0\n"
              "intr 199292 0\nctxt 1990473\nbtime %d\nprocesses 20490\n"
              "procs_running 2\nprocs_blocked 1\nsoftirq 30100 0\n")
@@ -337,7 +338,7 @@ def files(node: Node) -> tuple[dict[str, str], dict[str, str], list[str]]:
             links[d + "fd/%d" % fd] = target
     if node.self_pid is not None:
         links["proc/self"] = str(node.self_pid)
-    out["proc/stat"] = PROC_STAT % node.btime
+    out["proc/stat"] = PROC_STAT % (node.cpu_idle, node.btime)
     for kind, p in node.pressure.items():
         out["proc/pressure/" + kind] = pressure_text(p)
     out["proc/diskstats"] = diskstats_text(node.disks)
