@@ -328,7 +328,8 @@ class LoaderStateExporter(base.Exporter):
         hit = self.internet.get(task.key[0])
         if hit is None:  # idle in a call other than a poll: no listing decides it
             return False
-        return time.monotonic() - hit[0] >= (FD_CACHE_S if self.waiting.get(task.rank, True) else NO_INTERNET_S)
+        trusted = FD_CACHE_S if self.waiting.get(task.rank, True) else NO_INTERNET_S
+        return time.monotonic() - hit[0] >= trusted
 
     def _refresh(self, now: float) -> None:
         """Once a second: the rank table, whose tasks are sampled (new ones looked at from
