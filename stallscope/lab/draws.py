@@ -462,13 +462,18 @@ LIVE_PATHS = ("diagnose", "agent", "prometheus", "replay")
 
 def replay_rows(docs, live=False):
     """A table row per recorded draw: the replay's score, and with ``live`` first the
-    answers recorded at the time (diagnose, the agent's API, Prometheus alone)."""
+    answers recorded at the time (diagnose, the agent's API, Prometheus alone). Without
+    ``live`` a row keeps the replay's answers too ("answers": {rank: Answer})."""
     rows = []
     for path, doc in docs:
         d = doc["draw"]
-        scores = fresh_scores(doc) if live else {"replay": score(doc, replay(doc))}
-        rows.append({"class": d["klass"], "seed": d["seed"], "file": os.path.basename(path),
-                     "scores": scores, "fix": doc.get("fix")})
+        row = {"class": d["klass"], "seed": d["seed"], "file": os.path.basename(path), "fix": doc.get("fix")}
+        if live:
+            row["scores"] = fresh_scores(doc)
+        else:
+            row["answers"] = replay(doc)
+            row["scores"] = {"replay": score(doc, row["answers"])}
+        rows.append(row)
     return rows
 
 
@@ -496,7 +501,7 @@ def main(argv=None):
     rows = replay_rows(docs, a.live)
     paths = LIVE_PATHS if a.live else ("replay",)
     if a.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps([{k: v for k, v in r.items() if k != "answers"} for r in rows], indent=1))
     else:
         print("recorded draws replayed (%d, %.2fs): %s" % (len(rows), time.monotonic() - t0,
                                                              ", ".join(a.directories)))
