@@ -104,7 +104,7 @@ class Task:
     look touched six dicts keyed by (pid, tid) before."""
 
     __slots__ = ("key", "rank", "role", "fd", "sysfd", "t", "on", "wait", "runs", "state",
-                 "looks", "raw", "raw_at", "raw_state")
+                 "looks", "raw", "raw_at", "raw_state", "listed")
 
     def __init__(self, key: tuple[int, int], rank: Any, role: str) -> None:
         self.key, self.rank, self.role = key, rank, role
@@ -118,6 +118,8 @@ class Task:
         self.raw: bytes | None = None
         self.raw_at = 0.0
         self.raw_state: tuple[str, str | None] | None = None
+        # found idle in a poll: when its process's sockets were listed for it (monotonic)
+        self.listed: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,9 +325,10 @@ class LoaderStateExporter(base.Exporter):
                 # never answers) never runs again, and read as idle for as long as it hung.
                 state = task.state
                 if state is None or (runs != was_runs and (
-                        role != "worker" or detail_round or self.waiting.get(task.rank, True))) or (
-                        state[0] == "idle" and self._listing_due(task)):
+                        role != "worker" or detail_round or self.waiting.get(task.rank, True))):
                     state = task.state = self._look(task, now)
+                elif task.listed is not None and self._listing_due(task):
+                    state = task.state = self._look(task, now, relist=True)
                 k = (role, state[0], state[1])
                 acc[k] = acc.get(k, 0.0) + rest
         if accs:
@@ -333,14 +336,11 @@ class LoaderStateExporter(base.Exporter):
         self.sampled += 1
 
     def _listing_due(self, task: Task) -> bool:
-        """Whether the internet sockets of ``task``'s process were listed longer ago than
-        _internet trusts them (FD_CACHE_S while its rank's loop waits, NO_INTERNET_S
-        otherwise; its own clock, time.monotonic)."""
-        hit = self.internet.get((task.key[0], poll_site(task.raw)))
-        if hit is None:  # idle in a call other than a poll: no listing decides it
-            return False
+        """Whether the internet sockets of ``task``'s process, found idle in a poll, were
+        listed longer ago than _internet trusts them (FD_CACHE_S while its rank's loop
+        waits, NO_INTERNET_S otherwise; its own clock, time.monotonic)."""
         trusted = FD_CACHE_S if self.waiting.get(task.rank, True) else NO_INTERNET_S
-        return time.monotonic() - hit[0] >= trusted
+        return task.listed is not None and time.monotonic() - task.listed >= trusted
 
     def _refresh(self, now: float) -> None:
         """Once a second: the rank table, whose tasks are sampled (new ones looked at from
@@ -365,18 +365,22 @@ class LoaderStateExporter(base.Exporter):
                 self.totals.pop(key, None)
                 self.sums.pop(key, None)
 
-    def _look(self, task: Task, now: float) -> tuple[str, str | None]:
+    def _look(self, task: Task, now: float, relist: bool = False) -> tuple[str, str | None]:
         """The task's off-CPU state from the call it is blocked in: the same bytes of its
         ``syscall`` file as at an earlier look within FD_CACHE_S (the same call from the
-        same place) are the same state, not parsed and classified again."""
+        same place) are the same state, not parsed and classified again (``relist``: they
+        are, its sockets due a new listing)."""
         raw = self._syscall(task)
-        if raw is not None and raw == task.raw and now - task.raw_at < FD_CACHE_S and task.raw_state:
+        if not relist and raw is not None and raw == task.raw and now - task.raw_at < FD_CACHE_S \
+                and task.raw_state:
             return task.raw_state
         recheck = FD_CACHE_S if self.waiting.get(task.rank, True) else NO_INTERNET_S
         state, by_call = self._classify(task.role, task.key[0], task.key[1], raw, task.state,
                                         self._kin_of(task), recheck)
         if raw is not None and by_call:  # one that took stat's state (D or not) is read again
             task.raw, task.raw_at, task.raw_state = raw, now, state
+        listing = self.internet.get((task.key[0], poll_site(raw))) if state[0] == "idle" else None
+        task.listed = listing[0] if listing is not None else None
         return state
 
     def _add(self, accs: dict[Any, dict[tuple[str, str, str | None], float]], now: float) -> None:
