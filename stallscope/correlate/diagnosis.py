@@ -310,7 +310,8 @@ def _too_few(s: Scoring) -> None:
 
 def _starts(s: Scoring) -> None:
     ctx = s.ctx
-    started = epochs.score(ctx.loop, deaths.restarts(ctx.trace, ctx.starts), ctx.trace)
+    started = epochs.score(ctx.loop, deaths.restarts(ctx.trace, ctx.starts), ctx.trace,
+                           epochs.run_start(ctx.trace, ctx.starts))
     if started is not None:
         s.scored = epochs.steady_part(s.scored, started)
         if started.score >= epochs.STEADY_EXACT:

@@ -17,17 +17,24 @@ from .model import Cause, Evidence
 STEADY_EXACT = 0.1  # share of the wait at iterator starts below which steady scores stand
 
 
-def score(ib: Any, restarts: Any = None, trace: Any = None) -> Cause | None:
+def score(ib: Any, restarts: Any = None, trace: Any = None, run_start: Any = None) -> Cause | None:
     """The epoch_start Cause from input_bound()'s numbers, or None when no
     iterator started in the window. ``restarts``: the mask of the ``trace``'s batches that
     restarted the loader after a worker died (deaths.restarts): the death's wait, left
-    out here."""
+    out here. ``run_start``: the mask of the run's own first batch (run_start()), left
+    out too: its workers start once, whatever the epochs do, so it is no epoch's start
+    (issue 49: a stall that began with the run was published as epoch_start, 0.69 of a
+    drawn CFS-quota stall's wait and three other drawn stalls' top cause through
+    Prometheus, while the window still held the run's start)."""
     starts, start_wait = ib.iterator_starts, ib.iterator_start_wait_seconds
     dropped = int(restarts.sum()) if restarts is not None else 0
     if dropped:
         starts -= dropped
         start_wait = max(0.0, start_wait - float(trace.wait[restarts].sum()) / 1e9)
-    if not starts or ib.data_wait_seconds <= 0:
+    if run_start is not None and run_start.any():
+        starts -= int(run_start.sum())
+        start_wait = max(0.0, start_wait - float(trace.wait[run_start].sum()) / 1e9)
+    if starts <= 0 or ib.data_wait_seconds <= 0:
         return None
     share = min(1.0, start_wait / ib.data_wait_seconds)
     per_start = start_wait / starts
@@ -41,6 +48,17 @@ def score(ib: Any, restarts: Any = None, trace: Any = None) -> Cause | None:
     return make("epoch_start", share, text, [Evidence(
         "iterator_start_wait_seconds", round(per_start, 6), None, "above", None, "rank",
         round(share, 6), starts=starts)])
+
+
+def run_start(trace: Any, starts: Any) -> Any:
+    """Mask of the run's own first batch among the iterator starts ``starts``: the one at
+    the first batch the agent saw from the rank's process (RankTrace.first_batch_ns); none
+    where that is not known or not an iterator's start (an agent started after the job)."""
+    first = trace.first_batch_ns
+    if first is None:
+        return None
+    mask = starts & (trace.t_end == first)
+    return mask if mask.any() else None
 
 
 def steady_part(scored: list[Cause], started: Cause) -> list[Cause]:
