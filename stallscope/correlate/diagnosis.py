@@ -310,12 +310,18 @@ def _too_few(s: Scoring) -> None:
 
 def _starts(s: Scoring) -> None:
     ctx = s.ctx
-    started = epochs.score(ctx.loop, deaths.restarts(ctx.trace, ctx.starts), ctx.trace,
-                           epochs.run_start(ctx.trace, ctx.starts))
+    restarted = deaths.restarts(ctx.trace, ctx.starts)
+    started = epochs.score(ctx.loop, restarted, ctx.trace, epochs.run_start(ctx.trace, ctx.starts))
+    # the wait the starts held for a cause of their own: the epochs', and the restarts'
+    # after a worker died (the deaths', scored on the whole wait by the next step)
+    total = ctx.loop.data_wait_seconds
+    elsewhere = (started.score if started is not None else 0.0) + (
+        float(ctx.trace.wait[restarted].sum()) / 1e9 / total if total > 0 else 0.0)
+    elsewhere = min(1.0, elsewhere)
+    s.scored = epochs.steady_part(s.scored, elsewhere)
+    if elsewhere >= epochs.STEADY_EXACT:
+        s.steady_share = 1.0 - elsewhere
     if started is not None:
-        s.scored = epochs.steady_part(s.scored, started)
-        if started.score >= epochs.STEADY_EXACT:
-            s.steady_share = 1.0 - started.score
         s.scored.append(started)
 
 
@@ -367,8 +373,9 @@ STEPS: tuple[Step, ...] = (
     Step("too_few_workers", _too_few, "too slow a loader is the remainder: whatever the other "
          "causes explain, by score or by the share of the wait their mechanism held, is taken "
          "off (workers.py), so it comes after every other cause"),
-    Step("starts", _starts, "an iterator's first batches wait for its workers to start: the "
-         "other causes keep the steady part of the wait (epochs.py)"),
+    Step("starts", _starts, "an iterator's first batches wait for its workers to start, an "
+         "epoch's (epoch_start) or a restart's after a worker died (the death's): the other "
+         "causes keep the steady part of the wait (epochs.py)"),
     Step("deaths", _deaths, "the restarts after a worker's death are the death's, judged on the "
          "whole wait, the restarts' included (deaths.py)"),
     Step("measured", _measured, "a cause scores at least the share of the wait its mechanism was "

@@ -61,16 +61,20 @@ def run_start(trace: Any, starts: Any) -> Any:
     return mask if mask.any() else None
 
 
-def steady_part(scored: list[Cause], started: Cause) -> list[Cause]:
+def steady_part(scored: list[Cause], elsewhere: float) -> list[Cause]:
     """The other causes are judged on the steady batches; they explain at most the steady
-    share of the rank's whole wait, the base epoch_start's score is on. Without this a
-    steady cause that explains all of a small steady wait outranked the epoch starts that
-    held most of the wait: the lab's epoch-start run at load 38 named transfer_cost (0.88,
-    99 % of a steady wait of 3.5 % of the step) over epoch_start (0.87 of a 22 % wait).
-    Under STEADY_EXACT of the wait at iterator starts (the run's own first batch, as a
-    rule) the scores stand: the difference is within their precision."""
-    share = 1.0 - started.score
-    if started.score < STEADY_EXACT:
+    share of the rank's whole wait, the base epoch_start's score and the deaths' are on.
+    ``elsewhere``: the share of the whole wait that iterator starts held for a cause of
+    their own, the epochs' (epoch_start's score) and the restarts after a worker died
+    (deaths.restarts). Without this a steady cause that explains all of a small steady
+    wait outranked the starts that held most of the wait: the lab's epoch-start run at
+    load 38 named transfer_cost (0.88, 99 % of a steady wait of 3.5 % of the step) over
+    epoch_start (0.87 of a 22 % wait), and a rank whose workers died of SIGBUS named its
+    1 ms handoff (0.95 of the steady wait) over the deaths whose restarts held the rest
+    (tests/diagnose/test_deaths.py, CI). Under STEADY_EXACT of the wait elsewhere the
+    scores stand: the difference is within their precision."""
+    share = 1.0 - elsewhere
+    if elsewhere < STEADY_EXACT:
         return scored
     note = (" (Judged on the steady batches, which hold %.0f%% of the wait; the rest came at "
             "iterator starts.)" % (100 * share)) if share < 0.9 else ""
