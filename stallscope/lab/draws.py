@@ -280,15 +280,17 @@ def _restore_node_signals(doc):
 
 def load(directories):
     """[(path, document)] of every recorded draw in ``directories``, by file name."""
-    docs = []
-    for directory in directories:
-        for path in sorted(glob.glob(os.path.join(directory, "draw-*.json.gz"))):
-            with gzip.open(path, "rt") as f:
-                doc = json.load(f)
-            if doc.get("format") != FORMAT:
-                raise ValueError("%s: not a %s file" % (path, FORMAT))
-            docs.append((path, _restore_node_signals(doc)))
-    return docs
+    return [(path, read(path)) for directory in directories
+            for path in sorted(glob.glob(os.path.join(directory, "draw-*.json.gz")))]
+
+
+def read(path):
+    """One recorded draw's document."""
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    if doc.get("format") != FORMAT:
+        raise ValueError("%s: not a %s file" % (path, FORMAT))
+    return _restore_node_signals(doc)
 
 
 # -- replay -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def _target(doc):
 
 @pytest.mark.parametrize("path", DRAWS, ids=[os.path.basename(p)[5:8] for p in DRAWS])
 def test_a_socket_reader_s_bytes_a_batch_are_its_samples_not_its_rchar(path):
-    doc = next(d for p, d in draws.load([os.path.dirname(path)]) if p == path)
+    doc = draws.read(path)
     draw = doc["draw"]
     (_, fault), = [f for f in draw["fault"] if f[0] == "ShapedStore"]
     injected = draw["everyone"]["batch_size"] * fault["read_kib"] * 1024
