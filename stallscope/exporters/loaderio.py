@@ -22,7 +22,12 @@ which includes whatever else it reads (a checkpoint load is a burst here).
 Per rank: the correlator samples ``loader_read_bytes_rate`` and
 ``loader_block_read_bytes_rate``, and ``/api/v1/ranks``' ``loader_io``: bytes a second
 bytes per batch and per sample, batches and samples a second (the loader's batch_size)
-over the last collection interval, and the totals. Per pod (summed
+over the last collection interval, and the totals; and
+``loader_life_read_bytes_per_batch``: the bytes read per batch delivered since the agent
+first read the rank's producers. A window of the loader's life can hold none of the reads
+of a tier it used earlier: a local cache whose hits all came first, the misses fetched
+from the network after (budget.py, the cache_miss draws whose published analysis named
+storage_latency, issue 49). Per pod (summed
 over its ranks, off the per-rank series budget, which the worst-case rank filled):
 ``stallscope_loader_read_bytes_total{io="all"|"block"}``. Bytes a worker read after the
 last reading before it ended are not counted (one collection interval per worker
@@ -42,6 +47,7 @@ from . import base
 
 READ_RATE = signal("loader_read_bytes_rate").name
 BLOCK_READ_RATE = signal("loader_block_read_bytes_rate").name
+LIFE_READ_PER_BATCH = signal("loader_life_read_bytes_per_batch").name
 
 
 def parse_io(text: str | None) -> tuple[int, int] | None:
@@ -69,6 +75,9 @@ class LoaderIoExporter(base.Exporter):
         self.batches = base.Rates(host)
         self.files = KeptFiles(host.procfs, "io")
         self.pods = base.PodTotals(width=2)  # what a rank read stays counted when it ends
+        # the rank's batch count at the agent's first reading of its producers: the batches
+        # its counted reads fed (loader_life_read_bytes_per_batch)
+        self.first_batches: dict[Any, int] = {}
         self.last: dict[Any, dict[str, float | None]] = {}
 
     def unavailable(self) -> str | None:
@@ -87,9 +96,12 @@ class LoaderIoExporter(base.Exporter):
             looked += producers
             readings = [(pid, None, got) for pid in producers
                         if (got := parse_io(self.files.read(pid))) is not None]
-            _total, moved, dt = self.read.update(rank.key, readings)
+            total, moved, dt = self.read.update(rank.key, readings)
             self.pods.add(rank, moved)
             batches = self.batches.delta(rank.key, (float(rank.wait.count),))
+            fed = rank.wait.count - self.first_batches.setdefault(rank.key, rank.wait.count)
+            if fed > 0:
+                self.record(rank.key, LIFE_READ_PER_BATCH, total[0] / fed)
             if dt:
                 self.record(rank.key, READ_RATE, moved[0] / dt)
                 self.record(rank.key, BLOCK_READ_RATE, moved[1] / dt)
@@ -111,6 +123,8 @@ class LoaderIoExporter(base.Exporter):
         self.read.prune(live)
         for key in [k for k in self.last if k not in live]:
             del self.last[key]
+        for key in [k for k in self.first_batches if k not in live]:
+            del self.first_batches[key]
         self.batches.prune()
         self.files.keep(looked)
         return [fam.family]

@@ -208,6 +208,13 @@ SIGNALS = (
            "recv() is not counted by the kernel).",
            "rate(stallscope_loader_read_bytes_total{io=\"all\",$sel}[$w])",
            ("namespace", "job", "pod", "node")),
+    Signal("loader_life_read_bytes_per_batch", "bytes", ("rank",), "loaderio",
+           "Bytes the rank's loader read (every read(); not a socket's recv()) per batch it "
+           "delivered, over its life since the agent first counted it: a tier it read early "
+           "and no longer (a local cache's hits) still shows.",
+           "stallscope_loader_read_bytes_total{io=\"all\",$sel} / on (namespace, pod) "
+           "sum by (namespace, pod) (stallscope_data_wait_seconds_count{$sel})",
+           ("namespace", "job", "pod", "node")),
     Signal("loader_block_read_bytes_rate", "bytes_rate", ("rank",), "loaderio",
            "Bytes per second the rank's loader fetched from block devices.",
            "rate(stallscope_loader_read_bytes_total{io=\"block\",$sel}[$w])",

@@ -304,6 +304,29 @@ def test_network_waits_beside_local_reads_are_a_cache_s_misses(local_reads, caus
     assert d.causes[0].cause == cause, [(c.cause, c.score) for c in d.causes]
 
 
+@pytest.mark.parametrize("life_reads,workers,cause", [
+    (6.0, 8, "cache_miss"),        # the hits came before the window: 6x a batch over the life
+    (0.002, 8, "storage_latency"),  # never read locally: the store itself is slow
+    (6.0, 0, "storage_latency"),   # the training process's own reads hold its checkpoint's
+])
+def test_a_cache_s_hits_before_the_window_still_make_its_network_time_misses(life_reads, workers, cause):
+    """Drawn cache_miss runs 409, 422, 435 (issue 49): a cache holding the first shard in
+    four read all its hits in the run's first 4 s; the trailing window the agent published
+    held only network reads, and Prometheus named storage_latency. The loader's reads per
+    batch over its life (loader_life_read_bytes_per_batch) still show the local tier,
+    where workers are what read it."""
+    tr = _steady_slow_mount(storage=0.0, workers=max(workers, 1))
+    tr.loader = dataclasses.replace(tr.loader, batch_bytes=65536, num_workers=workers)
+    _signals(tr, loader_workers_network_ratio=0.9, loader_read_bytes_rate=0.0,
+             loader_life_read_bytes_per_batch=life_reads * 65536)
+    b = budget.account(Context(tr))
+    assert b.critical.name == "workers.network" and b.critical.cause == cause
+    if cause == "cache_miss":
+        assert "over their life the workers read 393 KB of local files a batch, 6.0x" in b.critical.context
+    d = diagnosis.analyse(tr)
+    assert d.causes[0].cause == cause, [(c.cause, c.score) for c in d.causes]
+
+
 @pytest.mark.parametrize("throttled,cause,component", [
     (True, "cpu_throttle", "loop.workers_cpu_wait"),  # cpu.stat: the quota throttled the workers
     (False, "transfer_cost", "loop.blocked"),         # no throttling: the handoff's own IPC

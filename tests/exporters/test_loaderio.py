@@ -101,3 +101,7 @@ def test_the_bytes_real_workers_read_from_a_file(tmp_path):
     assert fields["read_bytes_total"] == total["all"]  # the pod's one rank
     [(_, rate)] = ctx.samples.series(rank.key, "loader_read_bytes_rate")
     assert rate == pytest.approx(total["all"] / fields["interval_seconds"])
+    # over the loader's life since the first reading: the bytes read, per batch it fed
+    [(_, life)] = ctx.samples.series(rank.key, "loader_life_read_bytes_per_batch")
+    assert life == pytest.approx(total["all"] / batches)
+    assert abs(life - 4 * CHUNK) <= 0.05 * 4 * CHUNK, life
