@@ -40,6 +40,7 @@ WORKERS_CPU_WAIT = signal("loader_workers_cpu_wait_ratio").name
 MAIN_CPU_WAIT = signal("loader_main_cpu_wait_ratio").name
 THROTTLED = line_of("cpu_throttle", "cfs_throttled_ratio")
 THROTTLED_SECONDS = signal("cfs_throttled_seconds_rate").name
+HELD_BACK = signal("cfs_held_back_ratio").name
 # The main thread runnable with no CPU for a tenth of its time: a quota or a crowd holds
 # the consumer back (a loop that blocks in next() or sleeps on the GPU is not runnable),
 # when its workers wait for a CPU less than half as much.
@@ -86,17 +87,27 @@ def throttled(trace: RankTrace) -> bool:
 
 
 def throttled_share(trace: RankTrace) -> float | None:
-    """The quota's share of the seconds the rank's workers waited for a CPU: its cgroups'
-    throttled seconds a second (cpu.stat) over the workers' CPU wait a second (schedstat,
-    which counts a throttled task's time as waiting), at most 1; 0 when the kernel's record
-    says the quota did not throttle them; None when not measured."""
+    """The quota's share of the seconds the rank's workers waited for a CPU, at most 1; 0
+    when the kernel's record says the quota did not throttle them; None when not measured.
+    The share of the time a runnable process of the cgroup was held back by the quota
+    (cfs_held_back_ratio: the throttled seconds a second over the CPUs its processes spread
+    across, as the kernel adds a throttled cfs_rq's time once per CPU) over the share of
+    its time a worker waited for a CPU (schedstat, which counts a throttled task's time as
+    waiting). Recorded before the held-back share: the throttled seconds over the workers,
+    which under-reads a quota on more workers than CPUs: 4 workers on 2 CPUs read at most
+    half, and drawn runs under a bursty quota read 0.37-0.47 and were named cpu_contention
+    (seeds 439, 443, issue 49)."""
     if not throttled(trace):
         return 0.0 if _mean(trace, THROTTLED.signal) is not None else None
-    secs, wait = _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
+    held, secs, wait = _mean(trace, HELD_BACK), _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
     workers = (trace.loader or UNREPORTED).num_workers or 0
-    if secs is None or wait is None or not workers:
+    if wait is None or not workers:
         return None
-    return min(1.0, secs / (wait * workers)) if wait > 0 else 1.0
+    if wait <= 0:
+        return 1.0
+    if held is not None:
+        return min(1.0, held / wait)
+    return min(1.0, secs / (wait * workers)) if secs is not None else None
 
 
 def workers_throttled(trace: RankTrace) -> bool:

@@ -221,3 +221,16 @@ def test_which_cpu_cause_held_a_side_back_is_the_kernel_s_record():
     signal("cfs_throttled_ratio", 0.05)            # under the line: no quota held them back
     signal("loader_workers_cpu_wait_ratio", 0.2)
     assert not consumer.throttled(tr) and not consumer.workers_throttled(tr)
+    # the held-back share, where the cfs exporter measured it: the throttled seconds over
+    # the CPUs the cgroup's processes spread across. 4 workers on 2 CPUs all held back
+    # by the quota 40 % of the time: 0.8 throttled s/s (once per CPU), 1.6 s/s of their
+    # waits; over the workers that read 0.5, a crowd's half (drawn 443 and 439, issue 49)
+    signal("cfs_throttled_ratio", 0.9)
+    signal("cfs_throttled_seconds_rate", 0.8)
+    signal("loader_workers_cpu_wait_ratio", 0.4)
+    assert consumer.throttled_share(tr) == pytest.approx(0.5, abs=0.01)
+    signal("cfs_held_back_ratio", 0.4)
+    assert consumer.throttled_share(tr) == pytest.approx(1.0, abs=0.01)
+    assert consumer.workers_throttled(tr)
+    signal("cfs_held_back_ratio", 0.12)            # held back 12 % of their 40 %: a crowd
+    assert not consumer.workers_throttled(tr)
