@@ -100,21 +100,22 @@ def _live(scenario, opts, want_bodies=True):
             session.start_prometheus()
         job = session.start_job(scenario, ranks=scenario.real.ranks, duration=scenario.real.duration)
         base = job.wait_ready(opts.warmup_batches)
-        now, fired, history = runner._window(job, base, opts.live, until_verdict=max(
-            10.0, scenario.real.duration - SCHEDULED_MARGIN_S))
+        judged = max(10.0, scenario.real.duration - SCHEDULED_MARGIN_S)
+        now, fired, history = runner._window(job, base, opts.live, until_verdict=judged)
+        job.judged_s += runner.verdict_seconds(history, job.target, judged) - judged
         result = findings.collect(job, base, now, fired, history)
         per_rank = findings.agent_diagnoses(job)
         alone = None
         if job.prom is not None:
             try:
                 alone = dg.encode(dg.run(job.pod(job.target), namespace=findings.NAMESPACE, agent_url=False,
-                                         window="%ds" % int(job.duration), prometheus_url=job.prom.url))
+                                         window="%ds" % int(job.judged_s), prometheus_url=job.prom.url))
             except dg.DiagnoseError as e:
                 alone = {"error": str(e)}
         bodies = {}
         if want_bodies:
             for rank in range(job.world):
-                q = urllib.parse.urlencode({"rank": rank, "job": job.job, "seconds": int(job.duration + 5)})
+                q = urllib.parse.urlencode({"rank": rank, "job": job.job, "seconds": int(job.judged_s + 5)})
                 bodies[rank] = traces.without_first_batch(job.agent_of(rank).api("/api/v1/timeline?" + q))
     return result, bodies, per_rank, alone
 

@@ -75,7 +75,7 @@ def agent_diagnoses(lab, ranks=None):
     """{rank: the agent's /api/v1/diagnosis for it} (every rank's, or ``ranks``')."""
     out = {}
     for rank in range(lab.world) if ranks is None else ranks:
-        q = urllib.parse.urlencode({"pod": lab.pod(rank), "seconds": int(lab.duration)})
+        q = urllib.parse.urlencode({"pod": lab.pod(rank), "seconds": int(lab.judged_s)})
         try:
             out[rank] = lab.agent_of(rank).api("/api/v1/diagnosis?" + q)
         except urllib.error.HTTPError as e:
@@ -92,7 +92,7 @@ def via_diagnose(lab):
     answer."""
     # every node's agent, the target's first (diagnose asks the first that tracks the pod)
     kw = {"namespace": NAMESPACE, "agent_url": [a.url for a in lab.agents()],
-          "window": "%ds" % int(lab.duration),
+          "window": "%ds" % int(lab.judged_s),
           "prometheus_url": lab.prom.url if lab.prom is not None else None}
     try:
         found_first = found_doc = dg.run(lab.pod(0), **kw)

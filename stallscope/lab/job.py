@@ -61,6 +61,9 @@ class Job:
         self.pod_prefix = pod_prefix
         self.target = world - 1
         self.duration = float(duration or scenario.real.duration)
+        # the trailing window the findings judge the ranks on: the duration, or wider where
+        # the run was too slow for a verdict in it (runner.verdict_seconds)
+        self.judged_s = self.duration
         self.fault = scenario.make_fault()
         self.workdir = os.path.join(session.workdir, self.job)
         self.shard_dir = session.shard_dir

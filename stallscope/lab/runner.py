@@ -20,7 +20,9 @@ ALERTS_FROM_S = 11.0
 # ``duration`` seconds (the window the agent's correlator and diagnose judge) goes on, at
 # most this long, until it has them (the correlator's MIN_BATCHES, and a few more) or
 # stops making batches (a hang is judged while it lasts): a drawn CPU-contention run of
-# 23 s made 14 batches of 1.6 s, and the agent said "unknown" (issue 49).
+# 23 s made 14 batches of 1.6 s, and the agent said "unknown" (issue 49). A pace that slow
+# never fills a window of that length: the findings then judge a wider one
+# (verdict_seconds).
 EXTEND_MAX_S = 30.0
 EXTEND_BATCHES = vocabulary.MIN_BATCHES + 3
 STALLED_S = 5.0
@@ -107,6 +109,25 @@ def _trailing(history, target, seconds):
     end_t, end = history[-1]
     start = next((r for t, r in history if t >= end_t - seconds), history[0][1])
     return _batches(end, start, target)
+
+
+def verdict_seconds(history, target, seconds, need=EXTEND_BATCHES):
+    """The trailing window to judge the target on: ``seconds``, or, where the target made
+    fewer than ``need`` batches in it, back to where it had made ``need`` fewer (the whole
+    run at most). A window of fixed length holds no more batches of a steady pace however
+    long the run goes on: a drawn CPU-contention run of 1.6 s batches held 19 in its 27 s,
+    the victims' agent said "unknown" after the 30 s extension (seed 426, issue 49)."""
+    if (_trailing(history, target, seconds) or 0) >= need:
+        return seconds
+    end_t, end = history[-1]
+    made = _batches(end, history[0][1], target)
+    if made is None:
+        return seconds
+    for t, ranks in reversed(history):
+        had = _batches(ranks, history[0][1], target)
+        if had is not None and made - had >= need:
+            return max(seconds, end_t - t + 1.0)
+    return max(seconds, end_t + 1.0)
 
 
 def _window(job, base, live, until_verdict=False):

@@ -122,6 +122,25 @@ def test_a_drawn_run_goes_on_until_its_target_has_the_batches_a_verdict_needs(
     assert job.duration == 0.3
 
 
+def test_a_run_too_slow_for_its_window_is_judged_over_the_batches_a_verdict_needs():
+    """Seed 426 (issue 49): batches of 1.6 s, a 27 s window held 19 however long the run
+    went on, and the victims' agent said "unknown". The judged window widens back to
+    where the target had made EXTEND_BATCHES fewer; a run fast enough keeps its own."""
+    from stallscope.lab import runner
+
+    def history(step_s, seconds):
+        return [(float(t), {1: {"batches": int(t / step_s)}}) for t in range(int(seconds) + 1)]
+    need = runner.EXTEND_BATCHES
+    slow = history(1.6, 57)      # 35 batches in 57 s; the last 23 of them span 36.8 s
+    got = runner.verdict_seconds(slow, 1, 22.0)
+    assert 1.6 * need <= got <= 1.6 * need + 2.6, got
+    assert runner._trailing(slow, 1, got) >= need
+    assert runner.verdict_seconds(history(0.5, 57), 1, 22.0) == 22.0   # 44 batches in 22 s
+    # fewer batches than a verdict needs in the whole run: all of it
+    assert runner.verdict_seconds(history(4.0, 57), 1, 22.0) == 58.0
+    assert runner.verdict_seconds([(0.0, {}), (5.0, {})], 1, 22.0) == 22.0  # no count known
+
+
 def test_an_unknown_class_is_one_clear_line():
     r = run_lab("sample", "--seed", 1, "--class", "no_such_class", timeout=60)
     assert r.returncode == 2 and "no_such_class" in r.stderr and "Traceback" not in r.stderr
