@@ -327,6 +327,30 @@ def test_a_cache_s_hits_before_the_window_still_make_its_network_time_misses(lif
     assert d.causes[0].cause == cause, [(c.cause, c.score) for c in d.causes]
 
 
+@pytest.mark.parametrize("held_back,on_cpu_cause,top", [
+    (0.45, "cpu_throttle", "cpu_throttle"),   # the quota spent: its CPU time is the quota's
+    (0.0, "too_few_workers", None),           # no throttling: more workers would run more
+])
+def test_workers_on_a_cpu_under_a_quota_they_spend_are_the_quota_s(held_back, on_cpu_cause, top):
+    """Drawn 460 (issue 49): 1 worker under a ramping 0.27-CPU quota, on a CPU 0.41 of the
+    wait and throttled 0.46; with the on-CPU part put on too_few_workers no cause held half
+    and the top was unexplained. A throttled cgroup used its whole quota in the period:
+    more workers would share that quota, so their time on a CPU is the quota's too."""
+    tr = _steady_slow_mount(storage=0.0, workers=1)
+    _signals(tr, loader_workers_on_cpu_ratio=0.45, loader_workers_cpu_wait_ratio=0.5,
+             cfs_throttled_ratio=0.9 if held_back else 0.0,
+             cfs_throttled_seconds_rate=held_back, cfs_held_back_ratio=held_back)
+    b = budget.account(Context(tr))
+    on_cpu = next(c for c in b.components if c.name == "workers.on_cpu")
+    assert on_cpu.cause == on_cpu_cause and on_cpu.share > 0.3, b.components
+    if top:
+        assert "the quota spent" in on_cpu.context
+        d = diagnosis.analyse(tr)
+        assert d.causes[0].cause == top, [(c.cause, c.score) for c in d.causes]
+        cpu_parts = sum(c.share for c in b.components if c.cause == "cpu_throttle")
+        assert d.causes[0].score == pytest.approx(cpu_parts, abs=0.05)
+
+
 @pytest.mark.parametrize("throttled,cause,component", [
     (True, "cpu_throttle", "loop.workers_cpu_wait"),  # cpu.stat: the quota throttled the workers
     (False, "transfer_cost", "loop.blocked"),         # no throttling: the handoff's own IPC
