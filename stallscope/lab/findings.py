@@ -85,7 +85,7 @@ def agent_diagnoses(lab, ranks=None):
 
 def via_diagnose(lab):
     """As on-call would: ``stallscope diagnose`` on a pod of the job (rank 0's); when it
-    finds a stall (a victim, or input-bound itself) and names a straggler elsewhere (the
+    finds a stall (a victim, or input-bound itself; or cannot judge) and names a straggler elsewhere (the
     job's worst rank), ``diagnose`` that straggler's pod: on a busy machine rank 0's own
     wait may cross the line too, within 3x of the straggler's, and on-call still goes to
     the worst rank. Returns (found, details, judged), or None when diagnose could not
@@ -97,7 +97,10 @@ def via_diagnose(lab):
     try:
         found_first = found_doc = dg.run(lab.pod(0), **kw)
         s = found_first.straggler
-        stalled = found_first.verdict in ("not_input_bound", "input_bound")
+        # "unknown" beside a named straggler too: a victim blocked since its first batch
+        # behind a rank hung on a full /dev/shm has no batches to judge, and its report
+        # names the hung rank, where on-call goes next (drawn shm_exhaustion 448)
+        stalled = found_first.verdict in ("not_input_bound", "input_bound", "unknown")
         if stalled and s is not None and s.pod and s.pod != found_first.pod:
             found_doc = dg.run(s.pod, **kw)
         # the lab keeps the reports as diagnose --json has them (run reports, agreement.py)

@@ -228,3 +228,33 @@ def test_without_diagnose_the_agents_answers_are_read_typed_and_kept_as_they_cam
     monkeypatch.setattr(findings, "agent_diagnoses", lambda lab: bodies)
     assert findings.diagnose(lab, rows)[0]["verdict"] == "healthy"
     assert findings.diagnose(types.SimpleNamespace(target=2), rows)[0]["verdict"] == "unknown"
+
+
+def test_diagnose_follows_the_straggler_its_report_names_unless_the_rank_is_healthy(monkeypatch):
+    """As on-call would (findings.via_diagnose): rank 0's report names the straggler, and
+    diagnose runs again on its pod. Also where rank 0 cannot be judged ("unknown"): a
+    victim blocked since its first batch behind a rank hung on a full /dev/shm (drawn
+    shm_exhaustion 448: diagnose stopped at rank 0's "unknown", every other path named
+    shm_exhaustion). A healthy rank 0 is where on-call stops."""
+    import types
+
+    from stallscope.diagnose.document import JobRank
+    from tests.helpers.diagnose import cause
+
+    hung = JobRank(1, "trainer-1", "n", 1.0)
+    asked = []
+
+    def run(pod, **kw):
+        asked.append(pod)
+        if pod == "trainer-1":
+            return report(pod=pod, rank=1, causes=(cause("shm_exhaustion", 0.9),))
+        return report(pod=pod, rank=0, verdict=first, causes=(), straggler=hung)
+    monkeypatch.setattr(findings.dg, "run", run)
+    monkeypatch.setattr(findings.dg, "encode", lambda doc: {"pod": doc.pod})
+    lab = types.SimpleNamespace(agents=lambda: [], judged_s=30.0, prom=None, pod=lambda r: "trainer-%d" % r,
+                                fault=None, placement=None, say=lambda line: None, kept=True)
+    for first, follows in (("unknown", True), ("not_input_bound", True), ("healthy", False)):
+        asked.clear()
+        found = findings.via_diagnose(lab)[0]
+        assert asked == (["trainer-0", "trainer-1"] if follows else ["trainer-0"]), (first, asked)
+        assert (found["cause"], found["rank"]) == (("shm_exhaustion", 1) if follows else (None, None)), found
