@@ -99,7 +99,8 @@ def throttled_share(trace: RankTrace) -> float | None:
     (seeds 439, 443, issue 49)."""
     if not throttled(trace):
         return 0.0 if _mean(trace, THROTTLED.signal) is not None else None
-    held, secs, wait = _mean(trace, HELD_BACK), _mean(trace, THROTTLED_SECONDS), _mean(trace, WORKERS_CPU_WAIT)
+    held, secs = _mean(trace, HELD_BACK), _mean(trace, THROTTLED_SECONDS)
+    wait = _mean(trace, WORKERS_CPU_WAIT)
     workers = (trace.loader or UNREPORTED).num_workers or 0
     if wait is None or not workers:
         return None
