@@ -180,6 +180,38 @@ def _fetches_on_miss(trace: RankTrace, waits: WaitIndex) -> str:
     return ""
 
 
+WRITES = line_of("checkpoint_contention", "disk_write_bytes_rate")
+# batches of each kind (in the node's write bursts, outside them) before their waits are
+# compared: fewer says nothing of the bursts
+BURST_BATCHES_MIN = 3
+
+
+def _bursts_held(trace: RankTrace, waits: WaitIndex) -> str:
+    """Reads slowed by the node's disk write bursts (a checkpoint): the wait the loop's
+    batches held during the bursts beyond what its batches held outside them, when that
+    excess is most of the wait. A time split of the wait by the bursts, not co-occurrence,
+    which discounts bursts on much of the time: drawn 456, bursts over 58 % of its
+    samples, 35 ms a batch in them and 0.6 ms outside, 0.96 of the wait, while the bursts'
+    co-occurrence scored 0.47 and the mount they slowed was named (storage_latency, issue
+    49). Returns the measured context in words, "" when it does not hold."""
+    _, writes = trace.signal(WRITES.signal, ("node",))
+    if writes is None or len(writes) < 2 or not len(waits.ends):
+        return ""
+    at = np.searchsorted(writes.t, waits.ends)  # the sample whose interval holds the batch's end
+    known = at < len(writes)
+    burst = np.zeros(len(waits.ends), dtype=bool)
+    burst[known] = writes.v[at[known]] > WRITES.threshold
+    inside, outside = waits.wait[burst & known], waits.wait[~burst & known]
+    total = float(waits.wait.sum())
+    if len(inside) < BURST_BATCHES_MIN or len(outside) < BURST_BATCHES_MIN or total <= 0:
+        return ""
+    excess = (float(inside.mean()) - float(outside.mean())) * len(inside)
+    if excess < ATTRIBUTE * total:
+        return ""
+    return ("slowed by the node's disk write bursts: %.1f ms a batch during them, %.1f ms "
+            "outside, %.0f%% of the wait" % (inside.mean() / 1e6, outside.mean() / 1e6, 100 * excess / total))
+
+
 def mechanisms(trace: RankTrace, scored: Mapping[str, float],
                waits: WaitIndex) -> dict[str, tuple[str | None, str]]:
     """Each component's cause in its context, and that context in words where a
@@ -187,8 +219,9 @@ def mechanisms(trace: RankTrace, scored: Mapping[str, float],
     scores so far, for the one context a score gives (a link measured at its capacity:
     bandwidth_bound)."""
     at_capacity = scored.get("bandwidth_bound", 0.0) >= ATTRIBUTE
+    bursts = "" if at_capacity or _fuse_down(trace, waits) else _bursts_held(trace, waits)
     storage = "fuse_unhealthy" if _fuse_down(trace, waits) else (
-        "bandwidth_bound" if at_capacity else "storage_latency")
+        "bandwidth_bound" if at_capacity else "checkpoint_contention" if bursts else "storage_latency")
     missed = "" if at_capacity else _fetches_on_miss(trace, waits)
     network = "bandwidth_bound" if at_capacity else ("cache_miss" if missed else "storage_latency")
     quota_spent = consumer.workers_throttled(trace)
@@ -206,7 +239,7 @@ def mechanisms(trace: RankTrace, scored: Mapping[str, float],
         "loop.cpu_wait": ("cpu_throttle" if consumer.throttled(trace) else "cpu_contention", ""),
         "workers.on_cpu": on_cpu,
         "workers.cpu_wait": (workers_cpu, ""),
-        "workers.storage": (storage, ""),
+        "workers.storage": (storage, bursts),
         "workers.network": (network, missed),
         "workers.sleeping": (_asleep(trace, waits), ""),
     }

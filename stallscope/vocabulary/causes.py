@@ -195,7 +195,7 @@ CAUSES = (
             "over the last <window> (PSI io some; threshold <line>)."),),
         "StallscopeIOPressure",
         "Find what else does I/O on the node (checkpoints, other pods); move it off the training "
-        "data's device.", shared=True),
+        "data's device.", shared=True, symptom_of=("checkpoint_contention",)),
     Cause("memory_pressure", "Tasks stalled on memory", (
         Line("psi_memory_some_ratio", 0.1), Line("psi_memory_full_ratio", 0.05)),
         (CauseAlert(

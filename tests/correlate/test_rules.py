@@ -160,7 +160,12 @@ def test_write_bursts_that_explain_the_wait_lead_the_slow_reads_they_cause():
                                       cause("io_pressure", 0.75)]))
     assert [c["cause"] for c in ranked][:3] == ["checkpoint_contention", "storage_latency", "io_pressure"]
     assert "Ranked after checkpoint_contention (0.70)" in ranked[1]["summary"]
-    assert "symptom" not in ranked[0]["summary"] and "symptom" not in ranked[2]["summary"]
+    # the node's I/O pressure is the bursts' too (drawn 420: io_pressure 0.90 led the
+    # bursts' 0.88 once the time budget put the reads on the bursts, issue 49)
+    assert "Ranked after checkpoint_contention (0.70)" in ranked[2]["summary"]
+    assert "symptom" not in ranked[0]["summary"]
+    ranked = wire(causes.rank_causes([cause("io_pressure", 0.9), cause("checkpoint_contention", 0.88)]))
+    assert [c["cause"] for c in ranked][:2] == ["checkpoint_contention", "io_pressure"]
     # bursts that do not line up with the stalls (under ATTRIBUTE) leave the reads first
     ranked = wire(causes.rank_causes([cause("storage_latency", 0.78), cause("checkpoint_contention", 0.3)]))
     assert ranked[0]["cause"] == "storage_latency" and "symptom" not in ranked[0]["summary"]

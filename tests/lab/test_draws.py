@@ -156,11 +156,6 @@ KNOWN_MISSES = {
     # loader's spread names too_few_workers (recorded live at 5ceb42a): one listing of a
     # worker's sockets served all its polls for 5 s (listed per poll site since 6b67298)
     "draw-413-cache-miss": "the recorded sampler saw the fetching workers idle",
-    # an analysis miss, open under issue 49: an 8 ms FUSE slowdown while the disk writes,
-    # 43 % of the run in bursts. The workers' storage time holds 0.92 of the wait and its
-    # co-occurrence with the bursts scores 0.47, under the 0.5 that puts the bursts ahead
-    # of the mount they slowed (storage_latency's symptom_of)
-    "draw-456-checkpoint-contention": "write bursts' co-occurrence 0.47, under ATTRIBUTE",
 }
 
 
