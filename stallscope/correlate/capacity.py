@@ -44,6 +44,11 @@ CROSS = 0.2
 DEVICE_BYTES_MIN = 1e6
 # the fewest cores a measured capacity gives the workers (as a crowded node's, queue.py)
 MIN_CORES = 0.1
+# the node's idle cores, on average while the workers queued for a CPU, past which those
+# CPUs are not the workers' to run on (their affinity keeps them off): pinned workers on a
+# busy CPU queued beside 0.72-0.95 idle cores in the recorded draws, workers too few on a
+# node their bursts fill beside 0.19-0.26
+IDLE_BESIDE_QUEUED = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,10 +96,16 @@ def of(m: Measured) -> tuple[Capacity, ...]:
     cpu = m.cpu_per_batch
     if m.loader_cores:
         out.append(Capacity("cpu_quota", m.loader_cores, "cores", cpu / m.loader_cores if cpu else 0.0))
-    elif m.node_cores is not None and m.node_idle_cores is None:
-        # a crowded node, its idle CPUs not measured (they say it directly): the workers
-        # get what they got plus their held-back time at the rate they ran while runnable
-        # (queue.Measured.node_cores); more of them share it
+    elif m.node_cores is not None and (m.node_idle_cores is None or
+                                       (m.idle_while_queued or 0.0) >= IDLE_BESIDE_QUEUED):
+        # a crowded node: the workers get what they got plus their held-back time at the
+        # rate they ran while runnable (queue.Measured.node_cores); more of them share it.
+        # Where the node's idle CPUs were measured they say it directly, unless the workers
+        # queued for a CPU while the node had idle ones: those are outside the workers'
+        # affinity, since the scheduler pulls a runnable task onto an idle CPU it may run
+        # on (Documentation/scheduler/sched-domains.rst). Drawn 426: 3 workers pinned to a
+        # busy CPU queued 95 % of their time beside 0.90 idle cores and were told 17
+        # workers would keep up, under cpu_contention's "more workers share the same CPUs"
         cores = max(m.node_cores, 0.1)
         out.append(Capacity("cores", cores, "cores", cpu / cores if cpu else 0.0))
     else:

@@ -98,6 +98,16 @@ def link(trace: Any) -> Link | None:
                 rate[0], per_batch)
 
 
+def idle_while_queued(trace: Any) -> float | None:
+    """The node's idle CPUs while the rank's workers waited for a CPU: its idle cores at
+    each run-queue sample, weighted by the wait (None: either not measured, or no wait)."""
+    queued, idle = _series(trace, RUNQUEUE), _series(trace, NODE_IDLE, ("node",))
+    if queued is None or idle is None or queued.v.sum() <= 0:
+        return None
+    at = np.interp(queued.t, idle.t, idle.v)
+    return float((at * queued.v).sum() / queued.v.sum())
+
+
 def main_cpu(trace: Any) -> float | None:
     """Cores the rank's training thread was measured on a CPU (the sampler's share of
     its time on a CPU), or None: the signal, else the sampler's split of the window
@@ -174,4 +184,4 @@ def measure(ctx: Context, facts: RankFacts = NONE, peers: Iterable[Any] = ()) ->
         block_read_bytes_per_second=float(block.mean()) if block is not None else None,
         dataset_shards=shards if isinstance(shards, int) and shards > 0 else None,
         main_cpu_cores=main_cpu(trace), others_cpu_cores=others, others_ranks=others_ranks,
-        node_idle_cores=idle)
+        node_idle_cores=idle, idle_while_queued=idle_while_queued(trace))

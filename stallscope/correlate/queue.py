@@ -125,6 +125,9 @@ class Measured:
     others_cpu_cores: float | None = None   # the node's other ranks' loaders, measured (cores)
     others_ranks: int = 0                   # how many other ranks others_cpu_cores sums
     node_idle_cores: float | None = None    # the node's idle CPUs, measured (cores)
+    # the node's idle CPUs while the workers waited for a CPU (weighted by their run-queue
+    # wait): idle CPUs beside queued workers are outside their affinity (capacity.py)
+    idle_while_queued: float | None = None
 
     @property
     def block_read_bytes_per_batch(self) -> float | None:

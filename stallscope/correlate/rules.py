@@ -42,6 +42,9 @@ from ..vocabulary import DATA_WAIT_LINE, STRAGGLER_FACTOR
 COLLECTIVE_IDLE = 0.15
 # GPU idle below this share through the waits: queued GPU work hid them (said, not excused).
 GPU_BUSY_THROUGH = 0.05
+# The handoff's least share of the data-wait for the reason to say the loader keeps up:
+# the larger part of the stall's time, as the budget would put it first.
+HANDOFF_HOLDS = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +64,13 @@ class RankWait:
 
     @property
     def keeps_up(self) -> bool:
-        """Over the line, yet the loader had the batches ready: the handoff puts it there."""
+        """Over the line, yet the loader had the batches ready: the handoff puts it there
+        and holds the larger part of the wait. A rank at the line whose ready-wait is just
+        under it while the handoff is the smaller part is waiting on its loader: drawn 420
+        (wait 2.2 %, handoff 0.4 %) said "the loader keeps up" over workers blocked on a
+        cache's misses for 80 % of the wait (issue 49: one report, one story)."""
         return over(self.ratio) and self.handoff is not None and self.ratio is not None \
-            and not over(self.ratio - self.handoff)
+            and not over(self.ratio - self.handoff) and self.handoff >= HANDOFF_HOLDS * self.ratio
 
     @property
     def starting(self) -> bool:

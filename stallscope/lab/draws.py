@@ -52,7 +52,7 @@ import time
 import urllib.parse
 
 from .. import diagnose as dg
-from ..correlate import codec, diagnosis
+from ..correlate import codec, diagnosis, story
 from ..correlate.model import Diagnosis, Prediction
 from ..correlate.trace import RankTrace
 from ..processes import teardown
@@ -295,17 +295,22 @@ def read(path):
 
 
 # -- replay -----------------------------------------------------------------------------
-def replay(doc):
-    """Each rank's answer from the recorded timelines, of the diagnosis the agent would
-    make: {rank (str): Answer}."""
+def diagnoses(doc):
+    """Each rank's diagnosis from the recorded timelines, the one the agent would make:
+    {rank (str): Diagnosis}."""
     bodies = doc["timelines"]
     ranks = [RankTrace.from_timeline(b) for b in bodies]
     out = {}
     for body, trace in zip(bodies, ranks):
         node = (body.get("rank") or {}).get("node", "")
         d = diagnosis.analyse(trace, ranks, node=node, window_seconds=body.get("seconds"))
-        out[str((body.get("rank") or {}).get("rank"))] = Answer.of(d)
+        out[str((body.get("rank") or {}).get("rank"))] = d
     return out
+
+
+def replay(doc):
+    """Each rank's answer from the recorded timelines: {rank (str): Answer}."""
+    return {rank: Answer.of(d) for rank, d in diagnoses(doc).items()}
 
 
 def check_inputs(doc):
@@ -466,7 +471,9 @@ LIVE_PATHS = ("diagnose", "agent", "prometheus", "replay")
 def replay_rows(docs, live=False):
     """A table row per recorded draw: the replay's score, and with ``live`` first the
     answers recorded at the time (diagnose, the agent's API, Prometheus alone). Without
-    ``live`` a row keeps the replay's answers too ("answers": {rank: Answer})."""
+    ``live`` a row keeps the replay's answers too ("answers": {rank: Answer}) and what
+    each rank's report says twice that disagrees, where it does ("contradictions":
+    {rank: [sentence]}, correlate/story.py)."""
     rows = []
     for path, doc in docs:
         d = doc["draw"]
@@ -474,8 +481,11 @@ def replay_rows(docs, live=False):
         if live:
             row["scores"] = fresh_scores(doc)
         else:
-            row["answers"] = replay(doc)
+            made = diagnoses(doc)
+            row["answers"] = {rank: Answer.of(d) for rank, d in made.items()}
             row["scores"] = {"replay": score(doc, row["answers"])}
+            # one report, one story (issue 49): a statement each rank's report makes twice
+            row["contradictions"] = {rank: c for rank, d in made.items() if (c := story.contradictions(d))}
         rows.append(row)
     return rows
 

@@ -115,6 +115,16 @@ def test_the_nodes_idle_cpus_measure_the_free_cores_crowded_or_not():
     m = _mostly_waiting(workers=4, cpus=4, main_cpu_cores=0.01, node_idle_cores=1.5, **crowd)
     cores = next(c for c in capacity.of(m) if c.name == "cores")
     assert cores.limit == pytest.approx(1.5 + 1.5)
+    # the same workers queued for a CPU while the node had 1.5 cores idle: the scheduler
+    # would have run them there, so those CPUs are outside their affinity (drawn 426: 3
+    # workers pinned to a busy CPU queued 95 % beside 0.90 idle cores, told 3 -> 17)
+    pinned = dataclasses.replace(m, idle_while_queued=1.5)
+    cores = next(c for c in capacity.of(pinned) if c.name == "cores")
+    assert cores.limit == pytest.approx(pinned.node_cores) == pytest.approx(4 * 0.375)
+    assert cores.floor == pytest.approx(pinned.cpu_per_batch / 1.5)
+    # under the line of idle beside the queue (the node busy when they queued): theirs
+    busy_then = dataclasses.replace(m, idle_while_queued=capacity.IDLE_BESIDE_QUEUED - 0.01)
+    assert next(c for c in capacity.of(busy_then) if c.name == "cores").limit == pytest.approx(3.0)
     # within the cpuset, less the training thread: 4 - 0.01
     cores = next(c for c in capacity.of(dataclasses.replace(m, node_idle_cores=3.0)) if c.name == "cores")
     assert cores.limit == pytest.approx(3.99) and "4 CPUs of the cpuset" in cores.words
@@ -261,3 +271,26 @@ def test_the_nodes_idle_cpus_are_taken_while_the_loop_waited():
     assert m.node_idle_cores == pytest.approx(0.1, abs=0.02)
     cores = next(c for c in capacity.of(m) if c.name == "cores")
     assert cores.limit == pytest.approx(0.3 + m.node_idle_cores) and cores.measured
+    assert m.idle_while_queued is None  # no run-queue wait measured
+
+
+def test_the_nodes_idle_cpus_while_the_workers_queued_are_weighted_by_their_wait():
+    """The workers queued for a CPU (run-queue wait 0.6 of their time) only in the
+    window's first half, when the node had 1.5 cores idle; in the second half 0.1 idle,
+    no queue: they queued beside 1.5 idle cores, which they could not run on."""
+    from stallscope.correlate import measured
+    from stallscope.correlate.context import Context
+    from tests.helpers.correlate import SEC, events_from_waits, trace_of
+
+    events = events_from_waits([0.1] * 100, compute_s=0.1)
+    t0, t_mid, t1 = events[0][0], events[49][0], events[-1][0]
+    step = int(0.1 * SEC)
+    ticks = range(t0 + step, t1 + step, step)
+    idle = [[t, 1.5 if t <= t_mid else 0.1] for t in ticks]
+    queued = [[t, 0.6 if t <= t_mid else 0.0] for t in ticks]
+    trace = trace_of(events, node_signals={"node_cpu_idle_cores": idle},
+                     signals={"workers_cpu_ratio": [[t, 0.3] for t in ticks],
+                              "workers_runqueue_ratio": queued})
+    m = measured.measure(Context(trace))
+    assert m.idle_while_queued == pytest.approx(1.5, abs=0.01)
+    assert m.node_idle_cores == pytest.approx((1.5 + 0.1) / 2, abs=0.05)

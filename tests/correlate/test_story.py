@@ -1,6 +1,6 @@
-"""One report, one story (issue 49): over every recorded lab trace (and every drawn
-scenario where the evaluation set has them), the verdict line, the causes' sentences and
-the predictions do not contradict one another; the checker itself catches each kind of
+"""One report, one story (issue 49): over every recorded lab trace (every drawn scenario:
+tests/lab/test_draws.py's replay), the verdict line, the causes' sentences and the
+predictions do not contradict one another; the checker itself catches each kind of
 contradiction it names."""
 import dataclasses
 import glob
