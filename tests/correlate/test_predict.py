@@ -1,5 +1,7 @@
 """The prediction models (correlate/predict.py) on injected numbers: each expected value
 is derived here from what was injected, not copied from a run."""
+import math
+
 import numpy as np
 import pytest
 
@@ -108,6 +110,26 @@ def test_workers_too_slow_even_unthrottled_are_raised_with_the_limit():
     p = wire(cpulimit.cpu_limit(m))
     assert p["settings"]["num_workers"] == 3
     assert p["predicted_data_wait_ratio"] <= predict.TARGET
+
+
+def test_the_search_over_more_workers_bisects_only_a_count_whose_top_limit_keeps_up(monkeypatch):
+    """cpu_limit tries w+1 .. 4w workers for a limit that reaches the target; a count
+    whose replay at the top of the limit grid does not is passed over after that one
+    replay (only_target), and a count that does gets the full search's limit."""
+    m = _throttled(np.full(300, 0.6), np.full(300, 0.15), held_back=0.3, crowded=0.05)
+    load = cpulimit.unthrottled_load(m)
+    short = cpulimit.limit_search(m, load, 2, only_target=True)  # 0.21 s a batch: never
+    assert short[1] > predict.TARGET
+    assert short[0] == pytest.approx(math.ceil(cpulimit.LIMIT_SPAN * m.cpu_per_batch / m.compute_mean
+                                               / cpulimit.LIMIT_STEP) * cpulimit.LIMIT_STEP)
+    assert cpulimit.limit_search(m, load, 3, only_target=True) == cpulimit.limit_search(m, load, 3)
+    calls = []
+    real = cpulimit.replay
+    monkeypatch.setattr(cpulimit, "replay", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cpulimit.limit_search(m, load, 2, only_target=True)
+    assert len(calls) == 1
+    cpulimit.limit_search(m, load, 2)
+    assert len(calls) > 2
 
 
 def test_a_crowded_node_caps_the_loader_at_the_share_it_gave():
